@@ -1,0 +1,739 @@
+//! The packed batch layout shared by the host (which writes batches) and the
+//! guests (which read them). One buffer holds a header, fixed-size records and
+//! a blob for variable-length fields, so handing a batch to a component costs
+//! one copy and no allocation per event. `wit/BATCH_LAYOUT.md` is the prose
+//! version of this module; the two are kept in step by the tests below.
+
+use std::fmt;
+
+/// The layout version written in every batch header.
+pub const VERSION: u8 = 1;
+/// Bytes before the first record: version, source, reserved, record count.
+pub const HEADER_LEN: usize = 8;
+
+/// The event stream a batch carries; mirrors the WIT `source` enum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    PendingTransactions,
+    MinedTransactions,
+    Heads,
+    Logs,
+}
+
+impl Source {
+    const fn code(self) -> u8 {
+        match self {
+            Source::PendingTransactions => 0,
+            Source::MinedTransactions => 1,
+            Source::Heads => 2,
+            Source::Logs => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => Source::PendingTransactions,
+            1 => Source::MinedTransactions,
+            2 => Source::Heads,
+            3 => Source::Logs,
+            _ => return None,
+        })
+    }
+
+    /// Size of one record of this stream.
+    pub const fn record_len(self) -> usize {
+        match self {
+            Source::PendingTransactions | Source::MinedTransactions => tx::LEN,
+            Source::Heads => head::LEN,
+            Source::Logs => log::LEN,
+        }
+    }
+}
+
+/// Field offsets of a transaction record.
+mod tx {
+    pub const HASH: usize = 0; // 32
+    pub const FROM: usize = 32; // 20
+    pub const TO: usize = 52; // 20, zero for a contract creation
+    pub const FLAGS: usize = 72; // u8: HAS_TO | REMOVED
+    pub const TX_TYPE: usize = 73; // u8, then 2 reserved
+    pub const VALUE: usize = 76; // 32, big-endian
+    pub const NONCE: usize = 108; // u64
+    pub const GAS: usize = 116; // u64
+    pub const BLOCK_NUMBER: usize = 124; // u64, 0 while pending
+    pub const INPUT_OFFSET: usize = 132; // u32 into the blob
+    pub const INPUT_LEN: usize = 136; // u32
+    pub const LEN: usize = 140;
+    pub const HAS_TO: u8 = 1;
+    pub const REMOVED: u8 = 2;
+}
+
+/// Field offsets of a block header record.
+mod head {
+    pub const NUMBER: usize = 0; // u64
+    pub const TIMESTAMP: usize = 8; // u64
+    pub const HASH: usize = 16; // 32
+    pub const PARENT_HASH: usize = 48; // 32
+    pub const MINER: usize = 80; // 20, then 4 reserved
+    pub const GAS_USED: usize = 104; // u64
+    pub const GAS_LIMIT: usize = 112; // u64
+    pub const BASE_FEE: usize = 120; // u64, 0 before London
+    pub const LEN: usize = 128;
+}
+
+/// Field offsets of a log record.
+mod log {
+    pub const ADDRESS: usize = 0; // 20
+    pub const TOPIC_COUNT: usize = 20; // u8, 0..=4
+    pub const FLAGS: usize = 21; // u8: REMOVED, then 2 reserved
+    pub const TOPICS: usize = 24; // 4 x 32, unused slots zero
+    pub const DATA_OFFSET: usize = 152; // u32 into the blob
+    pub const DATA_LEN: usize = 156; // u32
+    pub const BLOCK_NUMBER: usize = 160; // u64
+    pub const LOG_INDEX: usize = 168; // u32
+    pub const TX_INDEX: usize = 172; // u32
+    pub const TX_HASH: usize = 176; // 32
+    pub const LEN: usize = 208;
+    pub const REMOVED: u8 = 1;
+}
+
+/// Why a buffer is not a readable batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayoutError {
+    TooShort { len: usize, needed: usize },
+    UnknownVersion(u8),
+    UnknownSource(u8),
+    WrongSource { expected: Source, found: Source },
+    FieldOutOfBounds { record: usize },
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayoutError::TooShort { len, needed } => {
+                write!(
+                    f,
+                    "batch of {len} bytes is shorter than the {needed} its header announces"
+                )
+            }
+            LayoutError::UnknownVersion(v) => {
+                write!(
+                    f,
+                    "batch layout version {v} is not supported (this SDK reads {VERSION})"
+                )
+            }
+            LayoutError::UnknownSource(s) => write!(f, "batch source code {s} is unknown"),
+            LayoutError::WrongSource { expected, found } => {
+                write!(
+                    f,
+                    "batch carries {found:?} but this filter consumes {expected:?}"
+                )
+            }
+            LayoutError::FieldOutOfBounds { record } => {
+                write!(f, "record {record} points outside the batch blob")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LayoutError {}
+
+// ---------------------------------------------------------------- writing
+
+/// A transaction as the layout stores it.
+#[derive(Clone, Copy, Debug)]
+pub struct TxFields<'a> {
+    pub hash: &'a [u8; 32],
+    pub from: &'a [u8; 20],
+    pub to: Option<&'a [u8; 20]>,
+    pub tx_type: u8,
+    pub value: &'a [u8; 32],
+    pub nonce: u64,
+    pub gas: u64,
+    pub block_number: u64,
+    pub input: &'a [u8],
+    pub removed: bool,
+}
+
+/// A block header as the layout stores it.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadFields<'a> {
+    pub number: u64,
+    pub timestamp: u64,
+    pub hash: &'a [u8; 32],
+    pub parent_hash: &'a [u8; 32],
+    pub miner: &'a [u8; 20],
+    pub gas_used: u64,
+    pub gas_limit: u64,
+    pub base_fee: u64,
+}
+
+/// A log as the layout stores it.
+#[derive(Clone, Copy, Debug)]
+pub struct LogFields<'a> {
+    pub address: &'a [u8; 20],
+    pub topics: &'a [[u8; 32]],
+    pub data: &'a [u8],
+    pub block_number: u64,
+    pub log_index: u32,
+    pub transaction_index: u32,
+    pub transaction_hash: &'a [u8; 32],
+    pub removed: bool,
+}
+
+/// Writes one batch. Records go into `records`, variable fields into `blob`;
+/// `finish` joins them. Offsets in records are relative to the blob start.
+#[derive(Debug)]
+pub struct BatchWriter {
+    source: Source,
+    count: u32,
+    records: Vec<u8>,
+    blob: Vec<u8>,
+}
+
+impl BatchWriter {
+    pub fn new(source: Source, capacity: usize) -> Self {
+        let mut records = Vec::with_capacity(HEADER_LEN + capacity * source.record_len());
+        records.extend_from_slice(&[VERSION, source.code(), 0, 0, 0, 0, 0, 0]);
+        Self {
+            source,
+            count: 0,
+            records,
+            blob: Vec::new(),
+        }
+    }
+
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    fn start_record(&mut self, source_ok: bool) -> usize {
+        assert!(
+            source_ok,
+            "record kind does not match the batch source {:?}",
+            self.source
+        );
+        let start = self.records.len();
+        self.records.resize(start + self.source.record_len(), 0);
+        self.count += 1;
+        start
+    }
+
+    fn push_blob(&mut self, bytes: &[u8]) -> (u32, u32) {
+        let offset = u32::try_from(self.blob.len()).expect("batch blob exceeds 4 GiB");
+        let len = u32::try_from(bytes.len()).expect("field exceeds 4 GiB");
+        self.blob.extend_from_slice(bytes);
+        (offset, len)
+    }
+
+    /// Appends a transaction; the batch must be a transaction batch.
+    pub fn push_tx(&mut self, tx: &TxFields<'_>) {
+        let is_tx = matches!(
+            self.source,
+            Source::PendingTransactions | Source::MinedTransactions
+        );
+        let (input_offset, input_len) = self.push_blob(tx.input);
+        let at = self.start_record(is_tx);
+        let r = &mut self.records[at..at + tx::LEN];
+        r[tx::HASH..tx::HASH + 32].copy_from_slice(tx.hash);
+        r[tx::FROM..tx::FROM + 20].copy_from_slice(tx.from);
+        let mut flags = 0;
+        if let Some(to) = tx.to {
+            r[tx::TO..tx::TO + 20].copy_from_slice(to);
+            flags |= tx::HAS_TO;
+        }
+        if tx.removed {
+            flags |= tx::REMOVED;
+        }
+        r[tx::FLAGS] = flags;
+        r[tx::TX_TYPE] = tx.tx_type;
+        r[tx::VALUE..tx::VALUE + 32].copy_from_slice(tx.value);
+        put_u64(r, tx::NONCE, tx.nonce);
+        put_u64(r, tx::GAS, tx.gas);
+        put_u64(r, tx::BLOCK_NUMBER, tx.block_number);
+        put_u32(r, tx::INPUT_OFFSET, input_offset);
+        put_u32(r, tx::INPUT_LEN, input_len);
+    }
+
+    /// Appends a header; the batch must be a heads batch.
+    pub fn push_head(&mut self, h: &HeadFields<'_>) {
+        let at = self.start_record(self.source == Source::Heads);
+        let r = &mut self.records[at..at + head::LEN];
+        put_u64(r, head::NUMBER, h.number);
+        put_u64(r, head::TIMESTAMP, h.timestamp);
+        r[head::HASH..head::HASH + 32].copy_from_slice(h.hash);
+        r[head::PARENT_HASH..head::PARENT_HASH + 32].copy_from_slice(h.parent_hash);
+        r[head::MINER..head::MINER + 20].copy_from_slice(h.miner);
+        put_u64(r, head::GAS_USED, h.gas_used);
+        put_u64(r, head::GAS_LIMIT, h.gas_limit);
+        put_u64(r, head::BASE_FEE, h.base_fee);
+    }
+
+    /// Appends a log; the batch must be a logs batch. Topics past the fourth
+    /// are not representable in the EVM and are refused.
+    pub fn push_log(&mut self, l: &LogFields<'_>) {
+        assert!(l.topics.len() <= 4, "a log has at most 4 topics");
+        let (data_offset, data_len) = self.push_blob(l.data);
+        let at = self.start_record(self.source == Source::Logs);
+        let r = &mut self.records[at..at + log::LEN];
+        r[log::ADDRESS..log::ADDRESS + 20].copy_from_slice(l.address);
+        r[log::TOPIC_COUNT] = l.topics.len() as u8;
+        r[log::FLAGS] = if l.removed { log::REMOVED } else { 0 };
+        for (i, topic) in l.topics.iter().enumerate() {
+            let start = log::TOPICS + 32 * i;
+            r[start..start + 32].copy_from_slice(topic);
+        }
+        put_u32(r, log::DATA_OFFSET, data_offset);
+        put_u32(r, log::DATA_LEN, data_len);
+        put_u64(r, log::BLOCK_NUMBER, l.block_number);
+        put_u32(r, log::LOG_INDEX, l.log_index);
+        put_u32(r, log::TX_INDEX, l.transaction_index);
+        r[log::TX_HASH..log::TX_HASH + 32].copy_from_slice(l.transaction_hash);
+    }
+
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The finished buffer: header, records, blob.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.records[4..8].copy_from_slice(&self.count.to_le_bytes());
+        self.records.extend_from_slice(&self.blob);
+        self.records
+    }
+}
+
+fn put_u64(r: &mut [u8], at: usize, v: u64) {
+    r[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u32(r: &mut [u8], at: usize, v: u32) {
+    r[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+// ---------------------------------------------------------------- reading
+
+/// A validated batch: every record's blob reference is in bounds, so the
+/// views below index without further checks failing.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<'a> {
+    source: Source,
+    records: &'a [u8],
+    blob: &'a [u8],
+}
+
+impl<'a> Batch<'a> {
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, LayoutError> {
+        if bytes.len() < HEADER_LEN {
+            return Err(LayoutError::TooShort {
+                len: bytes.len(),
+                needed: HEADER_LEN,
+            });
+        }
+        if bytes[0] != VERSION {
+            return Err(LayoutError::UnknownVersion(bytes[0]));
+        }
+        let source = Source::from_code(bytes[1]).ok_or(LayoutError::UnknownSource(bytes[1]))?;
+        let count = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize;
+        let needed = count
+            .checked_mul(source.record_len())
+            .and_then(|n| n.checked_add(HEADER_LEN))
+            .ok_or(LayoutError::TooShort {
+                len: bytes.len(),
+                needed: usize::MAX,
+            })?;
+        if bytes.len() < needed {
+            return Err(LayoutError::TooShort {
+                len: bytes.len(),
+                needed,
+            });
+        }
+        let batch = Batch {
+            source,
+            records: &bytes[HEADER_LEN..needed],
+            blob: &bytes[needed..],
+        };
+        batch.check_blob_refs()?;
+        Ok(batch)
+    }
+
+    fn check_blob_refs(&self) -> Result<(), LayoutError> {
+        let (offset_at, len_at) = match self.source {
+            Source::PendingTransactions | Source::MinedTransactions => {
+                (tx::INPUT_OFFSET, tx::INPUT_LEN)
+            }
+            Source::Logs => (log::DATA_OFFSET, log::DATA_LEN),
+            Source::Heads => return Ok(()),
+        };
+        for (i, r) in self
+            .records
+            .chunks_exact(self.source.record_len())
+            .enumerate()
+        {
+            let end = get_u32(r, offset_at) as usize + get_u32(r, len_at) as usize;
+            if end > self.blob.len() {
+                return Err(LayoutError::FieldOutOfBounds { record: i });
+            }
+            if self.source == Source::Logs && r[log::TOPIC_COUNT] > 4 {
+                return Err(LayoutError::FieldOutOfBounds { record: i });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn source(&self) -> Source {
+        self.source
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len() / self.source.record_len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    fn records(&self, expected: Source) -> Result<std::slice::ChunksExact<'a, u8>, LayoutError> {
+        let same_kind = match expected {
+            Source::PendingTransactions | Source::MinedTransactions => {
+                matches!(
+                    self.source,
+                    Source::PendingTransactions | Source::MinedTransactions
+                )
+            }
+            other => other == self.source,
+        };
+        if !same_kind {
+            return Err(LayoutError::WrongSource {
+                expected,
+                found: self.source,
+            });
+        }
+        Ok(self.records.chunks_exact(self.source.record_len()))
+    }
+
+    /// The transactions of a pending or mined batch.
+    pub fn transactions(&self) -> Result<impl Iterator<Item = TxView<'a>> + 'a, LayoutError> {
+        let blob = self.blob;
+        Ok(self
+            .records(Source::MinedTransactions)?
+            .map(move |r| TxView { r, blob }))
+    }
+
+    /// The headers of a heads batch.
+    pub fn heads(&self) -> Result<impl Iterator<Item = HeadView<'a>> + 'a, LayoutError> {
+        Ok(self.records(Source::Heads)?.map(|r| HeadView { r }))
+    }
+
+    /// The logs of a logs batch.
+    pub fn logs(&self) -> Result<impl Iterator<Item = LogView<'a>> + 'a, LayoutError> {
+        let blob = self.blob;
+        Ok(self
+            .records(Source::Logs)?
+            .map(move |r| LogView { r, blob }))
+    }
+}
+
+fn get_u64(r: &[u8], at: usize) -> u64 {
+    let mut b = [0; 8];
+    b.copy_from_slice(&r[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+fn get_u32(r: &[u8], at: usize) -> u32 {
+    let mut b = [0; 4];
+    b.copy_from_slice(&r[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn array<const N: usize>(r: &[u8], at: usize) -> &[u8; N] {
+    r[at..at + N]
+        .try_into()
+        .expect("record fields are fixed-size")
+}
+
+/// A transaction in a batch; borrowing, no copies.
+#[derive(Clone, Copy, Debug)]
+pub struct TxView<'a> {
+    r: &'a [u8],
+    blob: &'a [u8],
+}
+
+impl<'a> TxView<'a> {
+    pub fn hash(&self) -> &'a [u8; 32] {
+        array(self.r, tx::HASH)
+    }
+    pub fn from(&self) -> &'a [u8; 20] {
+        array(self.r, tx::FROM)
+    }
+    /// The receiver; `None` for a contract creation.
+    pub fn to(&self) -> Option<&'a [u8; 20]> {
+        (self.r[tx::FLAGS] & tx::HAS_TO != 0).then(|| array(self.r, tx::TO))
+    }
+    /// True for a transaction of an orphaned block, re-sent after a reorg.
+    pub fn removed(&self) -> bool {
+        self.r[tx::FLAGS] & tx::REMOVED != 0
+    }
+    pub fn tx_type(&self) -> u8 {
+        self.r[tx::TX_TYPE]
+    }
+    /// The value in wei, big-endian.
+    pub fn value(&self) -> &'a [u8; 32] {
+        array(self.r, tx::VALUE)
+    }
+    pub fn nonce(&self) -> u64 {
+        get_u64(self.r, tx::NONCE)
+    }
+    pub fn gas(&self) -> u64 {
+        get_u64(self.r, tx::GAS)
+    }
+    /// The block number, 0 while pending.
+    pub fn block_number(&self) -> u64 {
+        get_u64(self.r, tx::BLOCK_NUMBER)
+    }
+    pub fn input(&self) -> &'a [u8] {
+        let at = get_u32(self.r, tx::INPUT_OFFSET) as usize;
+        &self.blob[at..at + get_u32(self.r, tx::INPUT_LEN) as usize]
+    }
+    /// The 4-byte method selector, if the input has one.
+    pub fn selector(&self) -> Option<[u8; 4]> {
+        self.input().first_chunk::<4>().copied()
+    }
+}
+
+/// A block header in a batch.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadView<'a> {
+    r: &'a [u8],
+}
+
+impl<'a> HeadView<'a> {
+    pub fn number(&self) -> u64 {
+        get_u64(self.r, head::NUMBER)
+    }
+    pub fn timestamp(&self) -> u64 {
+        get_u64(self.r, head::TIMESTAMP)
+    }
+    pub fn hash(&self) -> &'a [u8; 32] {
+        array(self.r, head::HASH)
+    }
+    pub fn parent_hash(&self) -> &'a [u8; 32] {
+        array(self.r, head::PARENT_HASH)
+    }
+    pub fn miner(&self) -> &'a [u8; 20] {
+        array(self.r, head::MINER)
+    }
+    pub fn gas_used(&self) -> u64 {
+        get_u64(self.r, head::GAS_USED)
+    }
+    pub fn gas_limit(&self) -> u64 {
+        get_u64(self.r, head::GAS_LIMIT)
+    }
+    pub fn base_fee(&self) -> u64 {
+        get_u64(self.r, head::BASE_FEE)
+    }
+}
+
+/// A log in a batch.
+#[derive(Clone, Copy, Debug)]
+pub struct LogView<'a> {
+    r: &'a [u8],
+    blob: &'a [u8],
+}
+
+impl<'a> LogView<'a> {
+    pub fn address(&self) -> &'a [u8; 20] {
+        array(self.r, log::ADDRESS)
+    }
+    pub fn topic_count(&self) -> usize {
+        self.r[log::TOPIC_COUNT] as usize
+    }
+    /// Topic `i`, if the log has that many.
+    pub fn topic(&self, i: usize) -> Option<&'a [u8; 32]> {
+        (i < self.topic_count()).then(|| array(self.r, log::TOPICS + 32 * i))
+    }
+    pub fn topics(&self) -> impl Iterator<Item = &'a [u8; 32]> + 'a {
+        let r = self.r;
+        (0..self.topic_count()).map(move |i| array(r, log::TOPICS + 32 * i))
+    }
+    pub fn data(&self) -> &'a [u8] {
+        let at = get_u32(self.r, log::DATA_OFFSET) as usize;
+        &self.blob[at..at + get_u32(self.r, log::DATA_LEN) as usize]
+    }
+    /// True for a log of an orphaned block, re-sent after a reorg.
+    pub fn removed(&self) -> bool {
+        self.r[log::FLAGS] & log::REMOVED != 0
+    }
+    pub fn block_number(&self) -> u64 {
+        get_u64(self.r, log::BLOCK_NUMBER)
+    }
+    pub fn log_index(&self) -> u32 {
+        get_u32(self.r, log::LOG_INDEX)
+    }
+    pub fn transaction_index(&self) -> u32 {
+        get_u32(self.r, log::TX_INDEX)
+    }
+    pub fn transaction_hash(&self) -> &'a [u8; 32] {
+        array(self.r, log::TX_HASH)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_tx<'a>(input: &'a [u8], to: Option<&'a [u8; 20]>) -> TxFields<'a> {
+        TxFields {
+            hash: &[7; 32],
+            from: &[1; 20],
+            to,
+            tx_type: 2,
+            value: &[9; 32],
+            nonce: 42,
+            gas: 21_000,
+            block_number: 0,
+            input,
+            removed: false,
+        }
+    }
+
+    #[test]
+    fn transactions_round_trip() {
+        let mut w = BatchWriter::new(Source::PendingTransactions, 2);
+        w.push_tx(&sample_tx(&[0xa9, 0x05, 0x9c, 0xbb, 1, 2], Some(&[2; 20])));
+        w.push_tx(&TxFields {
+            removed: true,
+            ..sample_tx(&[], None)
+        });
+        let bytes = w.finish();
+        let batch = Batch::parse(&bytes).expect("valid batch");
+        assert_eq!(batch.len(), 2);
+        let txs: Vec<_> = batch.transactions().expect("tx batch").collect();
+        assert_eq!(txs[0].from(), &[1; 20]);
+        assert_eq!(txs[0].to(), Some(&[2; 20]));
+        assert_eq!(txs[0].selector(), Some([0xa9, 0x05, 0x9c, 0xbb]));
+        assert_eq!(txs[0].input(), &[0xa9, 0x05, 0x9c, 0xbb, 1, 2]);
+        assert_eq!(
+            (txs[0].nonce(), txs[0].gas(), txs[0].tx_type()),
+            (42, 21_000, 2)
+        );
+        assert!(!txs[0].removed());
+        assert_eq!(txs[1].to(), None);
+        assert_eq!(txs[1].selector(), None);
+        assert!(txs[1].removed());
+    }
+
+    #[test]
+    fn logs_round_trip() {
+        let topics = [[1; 32], [2; 32], [3; 32]];
+        let mut w = BatchWriter::new(Source::Logs, 1);
+        w.push_log(&LogFields {
+            address: &[5; 20],
+            topics: &topics,
+            data: b"hello",
+            block_number: 10,
+            log_index: 3,
+            transaction_index: 1,
+            transaction_hash: &[8; 32],
+            removed: true,
+        });
+        let bytes = w.finish();
+        let batch = Batch::parse(&bytes).expect("valid batch");
+        let log = batch.logs().expect("logs").next().expect("one log");
+        assert_eq!(log.address(), &[5; 20]);
+        assert_eq!(
+            log.topics().collect::<Vec<_>>(),
+            vec![&[1; 32], &[2; 32], &[3; 32]]
+        );
+        assert_eq!(log.topic(3), None);
+        assert_eq!(log.data(), b"hello");
+        assert_eq!(
+            (log.block_number(), log.log_index(), log.transaction_index()),
+            (10, 3, 1)
+        );
+        assert!(log.removed());
+    }
+
+    #[test]
+    fn heads_round_trip() {
+        let mut w = BatchWriter::new(Source::Heads, 1);
+        w.push_head(&HeadFields {
+            number: 5,
+            timestamp: 1_700_000_000,
+            hash: &[1; 32],
+            parent_hash: &[2; 32],
+            miner: &[3; 20],
+            gas_used: 100,
+            gas_limit: 30_000_000,
+            base_fee: 7,
+        });
+        let bytes = w.finish();
+        let batch = Batch::parse(&bytes).expect("valid batch");
+        let h = batch.heads().expect("heads").next().expect("one head");
+        assert_eq!(
+            (h.number(), h.timestamp(), h.base_fee()),
+            (5, 1_700_000_000, 7)
+        );
+        assert_eq!(
+            (h.hash(), h.parent_hash(), h.miner()),
+            (&[1; 32], &[2; 32], &[3; 20])
+        );
+        assert_eq!((h.gas_used(), h.gas_limit()), (100, 30_000_000));
+    }
+
+    #[test]
+    fn malformed_batches_are_refused() {
+        assert!(matches!(
+            Batch::parse(&[1, 0, 0]),
+            Err(LayoutError::TooShort { .. })
+        ));
+        assert_eq!(
+            Batch::parse(&[9, 0, 0, 0, 0, 0, 0, 0]).err(),
+            Some(LayoutError::UnknownVersion(9))
+        );
+        assert_eq!(
+            Batch::parse(&[1, 7, 0, 0, 0, 0, 0, 0]).err(),
+            Some(LayoutError::UnknownSource(7))
+        );
+        // Announces one record but carries none.
+        assert!(matches!(
+            Batch::parse(&[1, 2, 0, 0, 1, 0, 0, 0]),
+            Err(LayoutError::TooShort { .. })
+        ));
+        // A record whose input points past the blob.
+        let mut w = BatchWriter::new(Source::PendingTransactions, 1);
+        w.push_tx(&sample_tx(&[1, 2, 3, 4], None));
+        let mut bytes = w.finish();
+        bytes.truncate(bytes.len() - 1);
+        assert_eq!(
+            Batch::parse(&bytes).err(),
+            Some(LayoutError::FieldOutOfBounds { record: 0 })
+        );
+    }
+
+    #[test]
+    fn reading_the_wrong_stream_is_an_error() {
+        let bytes = BatchWriter::new(Source::Heads, 0).finish();
+        let batch = Batch::parse(&bytes).expect("empty heads batch");
+        assert!(batch.is_empty());
+        assert!(matches!(batch.logs(), Err(LayoutError::WrongSource { .. })));
+        assert!(batch.heads().is_ok());
+    }
+
+    #[test]
+    fn record_sizes_match_the_documented_layout() {
+        let doc = include_str!("../../../wit/BATCH_LAYOUT.md");
+        for (name, len) in [
+            ("transaction", tx::LEN),
+            ("header", head::LEN),
+            ("log", log::LEN),
+        ] {
+            let line = format!("{name} record: {len} bytes");
+            assert!(doc.contains(&line), "BATCH_LAYOUT.md must say `{line}`");
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Parsing `eth_subscribe` parameters with errors a client can act on. Each
+//! message names the field and what was wrong; the host sends it back as
+//! JSON-RPC error -32602.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+/// The most addresses (or topics) one filter may name, across all its lists;
+/// DESIGN.md fixes it so a single subscription cannot bloat an index.
+pub const MAX_FILTER_VALUES: usize = 1_000;
+
+/// Why a subscription's parameters were refused; the message is for the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamsError(String);
+
+impl ParamsError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+impl fmt::Display for ParamsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParamsError {}
+
+/// Parses the parameter array the host passes to `subscribe`.
+pub fn array(params: &str) -> Result<Vec<Value>, ParamsError> {
+    match serde_json::from_str(params) {
+        Ok(Value::Array(items)) => Ok(items),
+        Ok(_) => Err(ParamsError::new(
+            "subscription parameters must be a JSON array",
+        )),
+        Err(e) => Err(ParamsError::new(format!(
+            "subscription parameters are not valid JSON: {e}"
+        ))),
+    }
+}
+
+/// Refuses more than `max` parameters after the topic name.
+pub fn at_most(params: &[Value], max: usize, topic: &str) -> Result<(), ParamsError> {
+    if params.len() > max {
+        let allowed = match max {
+            0 => "no parameters".to_string(),
+            1 => "one parameter".to_string(),
+            n => format!("{n} parameters"),
+        };
+        return Err(ParamsError::new(format!(
+            "{topic} takes {allowed}, got {}",
+            params.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The filter object of a subscription, refusing keys it does not know so a
+/// misspelt field is an error rather than a silently wider filter.
+pub fn object<'a>(value: &'a Value, known: &[&str]) -> Result<&'a Map<String, Value>, ParamsError> {
+    let map = value.as_object().ok_or_else(|| {
+        ParamsError::new(format!("filter must be an object, got {}", kind(value)))
+    })?;
+    if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(ParamsError::new(format!(
+            "unknown filter field \"{unknown}\" (expected one of: {})",
+            known.join(", ")
+        )));
+    }
+    Ok(map)
+}
+
+/// Parses `0x` + 2·N hex digits, any case.
+pub fn fixed_hex<const N: usize>(value: &Value, what: &str) -> Result<[u8; N], ParamsError> {
+    let text = value.as_str().ok_or_else(|| {
+        ParamsError::new(format!("{what} must be a hex string, got {}", kind(value)))
+    })?;
+    let digits = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .ok_or_else(|| ParamsError::new(format!("{what} \"{text}\" must start with 0x")))?;
+    let mut out = [0u8; N];
+    if digits.len() != 2 * N {
+        return Err(ParamsError::new(format!(
+            "{what} \"{text}\" must have {} hex digits after 0x, has {}",
+            2 * N,
+            digits.len()
+        )));
+    }
+    hex::decode_to_slice(digits, &mut out)
+        .map_err(|_| ParamsError::new(format!("{what} \"{text}\" is not valid hex")))?;
+    Ok(out)
+}
+
+/// A list field that may also be given as a single string (as geth allows
+/// for `address`). Absent, `null` and `[]` all mean "no constraint" and
+/// return an empty list.
+pub fn hex_list<const N: usize>(
+    value: Option<&Value>,
+    what: &str,
+) -> Result<Vec<[u8; N]>, ParamsError> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(single @ Value::String(_)) => Ok(vec![fixed_hex(single, what)?]),
+        Some(Value::Array(items)) => {
+            if items.len() > MAX_FILTER_VALUES {
+                return Err(too_many(what, items.len()));
+            }
+            items.iter().map(|item| fixed_hex(item, what)).collect()
+        }
+        Some(other) => Err(ParamsError::new(format!(
+            "{what} must be a hex string or an array of them, got {}",
+            kind(other)
+        ))),
+    }
+}
+
+/// The error for a filter naming more than [`MAX_FILTER_VALUES`] values.
+pub fn too_many(what: &str, count: usize) -> ParamsError {
+    ParamsError::new(format!(
+        "too many values in {what}: {count} (at most {MAX_FILTER_VALUES} per filter)"
+    ))
+}
+
+/// A short name for a JSON value's type, for messages.
+pub fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn addresses_parse_in_any_case() {
+        let lower = fixed_hex::<20>(
+            &json!("0xabcdef0123456789abcdef0123456789abcdef01"),
+            "address",
+        );
+        let upper = fixed_hex::<20>(
+            &json!("0xABCDEF0123456789ABCDEF0123456789ABCDEF01"),
+            "address",
+        );
+        assert_eq!(lower, upper);
+        assert_eq!(lower.expect("valid")[0], 0xab);
+    }
+
+    #[test]
+    fn bad_hex_says_what_is_wrong() {
+        let err = |v| {
+            fixed_hex::<20>(&v, "fromAddress")
+                .expect_err("invalid")
+                .to_string()
+        };
+        assert!(
+            err(json!("abcdef0123456789abcdef0123456789abcdef01")).contains("must start with 0x")
+        );
+        assert!(err(json!("0x1234")).contains("must have 40 hex digits after 0x, has 4"));
+        assert!(err(json!("0xzzcdef0123456789abcdef0123456789abcdef01")).contains("not valid hex"));
+        assert!(err(json!(12)).contains("fromAddress must be a hex string, got a number"));
+    }
+
+    #[test]
+    fn lists_accept_a_single_string_and_treat_empty_as_no_constraint() {
+        let one = hex_list::<4>(Some(&json!("0xa9059cbb")), "methodIds").expect("valid");
+        assert_eq!(one, vec![[0xa9, 0x05, 0x9c, 0xbb]]);
+        assert!(hex_list::<4>(None, "methodIds").expect("absent").is_empty());
+        assert!(
+            hex_list::<4>(Some(&Value::Null), "methodIds")
+                .expect("null")
+                .is_empty()
+        );
+        assert!(
+            hex_list::<4>(Some(&json!([])), "methodIds")
+                .expect("empty")
+                .is_empty()
+        );
+        assert!(hex_list::<4>(Some(&json!({})), "methodIds").is_err());
+    }
+
+    #[test]
+    fn lists_are_capped() {
+        let many: Vec<Value> = (0..=MAX_FILTER_VALUES)
+            .map(|i| json!(format!("0x{i:08x}")))
+            .collect();
+        let err = hex_list::<4>(Some(&Value::Array(many)), "methodIds").expect_err("over the cap");
+        assert!(
+            err.to_string()
+                .contains("too many values in methodIds: 1001")
+        );
+    }
+
+    #[test]
+    fn objects_refuse_unknown_fields() {
+        let err =
+            object(&json!({"fromAdress": []}), &["fromAddress", "toAddress"]).expect_err("typo");
+        assert!(
+            err.to_string()
+                .contains("unknown filter field \"fromAdress\"")
+        );
+        assert!(
+            object(&json!([]), &[])
+                .expect_err("not an object")
+                .to_string()
+                .contains("an array")
+        );
+    }
+
+    #[test]
+    fn params_must_be_an_array() {
+        assert_eq!(array("[1, true]").expect("array").len(), 2);
+        assert!(array("{}").is_err());
+        assert!(
+            array("[")
+                .expect_err("bad json")
+                .to_string()
+                .contains("not valid JSON")
+        );
+        assert!(
+            at_most(&[json!(1), json!(2)], 1, "logs")
+                .expect_err("two")
+                .to_string()
+                .contains("logs takes one parameter, got 2")
+        );
+    }
+}

@@ -1,0 +1,377 @@
+//! Transaction matching for `bvPendingTransactions` and `bvMinedTransactions`.
+//!
+//! Rules (DESIGN.md, Alchemy's): a transaction matches when its sender is in
+//! `fromAddress` **or** its receiver is in `toAddress`; when `methodIds` is
+//! given, the first four bytes of its input must also be one of them. An
+//! absent or empty list is no constraint; with both address lists empty every
+//! transaction passes the address test. A contract creation never matches
+//! `toAddress`. At most 1,000 addresses per subscription, any case.
+//!
+//! Subscriptions are indexed by sender and by receiver, so matching a
+//! transaction costs two hash lookups whatever the number of subscriptions.
+
+use std::marker::PhantomData;
+
+use chainsieve_filter_sdk::params::{self, MAX_FILTER_VALUES, ParamsError};
+use chainsieve_filter_sdk::{Filter, Manifest, Payload, SubscriptionId, SubscriptionIndex, TxView};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// Which topic a [`TransactionFilter`] serves; the matching is the same.
+pub trait Topic {
+    const MANIFEST: Manifest;
+}
+
+/// One subscription's constraints, kept to answer `unsubscribe` and to test
+/// the parts of a match the index does not decide.
+#[derive(Debug)]
+struct Constraints {
+    from: FxHashSet<[u8; 20]>,
+    to: FxHashSet<[u8; 20]>,
+    /// Empty means any input.
+    methods: Vec<[u8; 4]>,
+}
+
+impl Constraints {
+    fn parse(params: &str, topic: &str) -> Result<Self, ParamsError> {
+        let items = params::array(params)?;
+        params::at_most(&items, 1, topic)?;
+        let Some(filter) = items.first().filter(|v| !v.is_null()) else {
+            return Ok(Self {
+                from: Default::default(),
+                to: Default::default(),
+                methods: Vec::new(),
+            });
+        };
+        let map = params::object(filter, &["fromAddress", "toAddress", "methodIds"])?;
+        let from = params::hex_list::<20>(map.get("fromAddress"), "fromAddress")?;
+        let to = params::hex_list::<20>(map.get("toAddress"), "toAddress")?;
+        let methods = params::hex_list::<4>(map.get("methodIds"), "methodIds")?;
+        if from.len() + to.len() > MAX_FILTER_VALUES {
+            return Err(params::too_many(
+                "fromAddress and toAddress",
+                from.len() + to.len(),
+            ));
+        }
+        Ok(Self {
+            from: from.into_iter().collect(),
+            to: to.into_iter().collect(),
+            methods,
+        })
+    }
+
+    fn any_address(&self) -> bool {
+        self.from.is_empty() && self.to.is_empty()
+    }
+
+    fn method_ok(&self, tx: &TxView<'_>) -> bool {
+        self.methods.is_empty() || tx.selector().is_some_and(|s| self.methods.contains(&s))
+    }
+}
+
+/// The subscriptions of one transaction topic on one chain.
+#[derive(Debug)]
+pub struct TransactionFilter<T> {
+    subscriptions: FxHashMap<SubscriptionId, Constraints>,
+    by_from: SubscriptionIndex<[u8; 20]>,
+    by_to: SubscriptionIndex<[u8; 20]>,
+    /// Subscriptions with no address constraint: every transaction reaches
+    /// their method test.
+    any_address: Vec<SubscriptionId>,
+    topic: PhantomData<T>,
+}
+
+impl<T> Default for TransactionFilter<T> {
+    fn default() -> Self {
+        Self {
+            subscriptions: FxHashMap::default(),
+            by_from: SubscriptionIndex::default(),
+            by_to: SubscriptionIndex::default(),
+            any_address: Vec::new(),
+            topic: PhantomData,
+        }
+    }
+}
+
+impl<T: Topic> Filter for TransactionFilter<T> {
+    const MANIFEST: Manifest = T::MANIFEST;
+    type Event<'a> = TxView<'a>;
+
+    fn subscribe(&mut self, id: SubscriptionId, params: &str) -> Result<Payload, ParamsError> {
+        let constraints = Constraints::parse(params, T::MANIFEST.topic)?;
+        self.unsubscribe(id);
+        if constraints.any_address() {
+            self.any_address.push(id);
+        }
+        for address in &constraints.from {
+            self.by_from.insert(*address, id);
+        }
+        for address in &constraints.to {
+            self.by_to.insert(*address, id);
+        }
+        self.subscriptions.insert(id, constraints);
+        Ok(T::MANIFEST.payload)
+    }
+
+    fn unsubscribe(&mut self, id: SubscriptionId) {
+        let Some(constraints) = self.subscriptions.remove(&id) else {
+            return;
+        };
+        for address in &constraints.from {
+            self.by_from.remove(address, id);
+        }
+        for address in &constraints.to {
+            self.by_to.remove(address, id);
+        }
+        if constraints.any_address() {
+            self.any_address.retain(|&other| other != id);
+        }
+    }
+
+    fn matches(&self, tx: &TxView<'_>, emit: &mut impl FnMut(SubscriptionId)) {
+        let mut check = |id: SubscriptionId| {
+            if self.subscriptions.get(&id).is_some_and(|c| c.method_ok(tx)) {
+                emit(id);
+            }
+        };
+        let from = tx.from();
+        for &id in self.by_from.get(from) {
+            check(id);
+        }
+        if let Some(to) = tx.to() {
+            for &id in self.by_to.get(to) {
+                // Already considered through its sender.
+                let seen = self
+                    .subscriptions
+                    .get(&id)
+                    .is_some_and(|c| c.from.contains(from));
+                if !seen {
+                    check(id);
+                }
+            }
+        }
+        for &id in &self.any_address {
+            check(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chainsieve_filter_sdk::layout::{BatchWriter, TxFields};
+    use chainsieve_filter_sdk::{Source, match_batch};
+
+    use super::*;
+
+    struct TestTopic;
+    impl Topic for TestTopic {
+        const MANIFEST: Manifest = Manifest {
+            topic: "bvPendingTransactions",
+            source: Source::PendingTransactions,
+            payload: Payload::FullBlockvision,
+        };
+    }
+    type F = TransactionFilter<TestTopic>;
+
+    const A: [u8; 20] = [0xaa; 20];
+    const B: [u8; 20] = [0xbb; 20];
+    const C: [u8; 20] = [0xcc; 20];
+    const TRANSFER: [u8; 4] = [0xa9, 0x05, 0x9c, 0xbb];
+
+    fn hex(address: &[u8; 20]) -> String {
+        format!(
+            "0x{}",
+            address
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    }
+
+    /// (from, to, input) → the (event, subscription) pairs.
+    fn run(filter: &F, txs: &[([u8; 20], Option<[u8; 20]>, &[u8])]) -> Vec<(u32, u64)> {
+        let mut w = BatchWriter::new(Source::PendingTransactions, txs.len());
+        for (from, to, input) in txs {
+            w.push_tx(&TxFields {
+                hash: &[0; 32],
+                from,
+                to: to.as_ref(),
+                tx_type: 2,
+                value: &[0; 32],
+                nonce: 0,
+                gas: 21_000,
+                block_number: 0,
+                input,
+                removed: false,
+            });
+        }
+        let mut pairs: Vec<_> = match_batch(filter, &w.finish())
+            .expect("valid batch")
+            .pairs()
+            .collect();
+        pairs.sort_unstable();
+        pairs
+    }
+
+    fn subscribed(subs: &[(u64, String)]) -> F {
+        let mut f = F::default();
+        for (id, params) in subs {
+            f.subscribe(*id, params).expect("valid params");
+        }
+        f
+    }
+
+    #[test]
+    fn from_or_to_matches() {
+        let f = subscribed(&[(
+            1,
+            format!(
+                r#"[{{"fromAddress":["{}"],"toAddress":["{}"]}}]"#,
+                hex(&A),
+                hex(&B)
+            ),
+        )]);
+        let got = run(
+            &f,
+            &[
+                (A, Some(C), &[]),
+                (C, Some(B), &[]),
+                (C, Some(A), &[]),
+                (B, Some(C), &[]),
+                (A, Some(B), &[]),
+            ],
+        );
+        // Sender A, receiver B, and both at once (reported once).
+        assert_eq!(got, vec![(0, 1), (1, 1), (4, 1)]);
+    }
+
+    #[test]
+    fn method_ids_are_anded_on_top() {
+        let f = subscribed(&[(
+            7,
+            format!(
+                r#"[{{"fromAddress":["{}"],"methodIds":["0xa9059cbb"]}}]"#,
+                hex(&A)
+            ),
+        )]);
+        let mut call = TRANSFER.to_vec();
+        call.extend_from_slice(&[0; 64]);
+        let got = run(
+            &f,
+            &[
+                (A, Some(B), &call),
+                (A, Some(B), &[0x09, 0x5e, 0xa7, 0xb3]),
+                (A, Some(B), &[0xa9, 0x05]),
+                (C, Some(B), &call),
+            ],
+        );
+        assert_eq!(got, vec![(0, 7)]);
+    }
+
+    #[test]
+    fn no_filter_matches_everything_and_method_only_filters_every_address() {
+        let f = subscribed(&[
+            (1, "[]".into()),
+            (2, "[{}]".into()),
+            (3, r#"[{"methodIds":["0xa9059cbb"]}]"#.into()),
+            (4, "[null]".into()),
+        ]);
+        let got = run(&f, &[(A, Some(B), &TRANSFER), (C, None, &[])]);
+        assert_eq!(
+            got,
+            vec![(0, 1), (0, 2), (0, 3), (0, 4), (1, 1), (1, 2), (1, 4)]
+        );
+    }
+
+    #[test]
+    fn contract_creation_never_matches_to_address() {
+        let zero = [0u8; 20];
+        let f = subscribed(&[(1, format!(r#"[{{"toAddress":["{}"]}}]"#, hex(&zero)))]);
+        assert!(run(&f, &[(A, None, &[])]).is_empty());
+        assert_eq!(run(&f, &[(A, Some(zero), &[])]), vec![(0, 1)]);
+    }
+
+    #[test]
+    fn addresses_match_in_any_case() {
+        let upper = format!("0x{}", "AB".repeat(20));
+        let f = subscribed(&[(1, format!(r#"[{{"fromAddress":["{upper}"]}}]"#))]);
+        assert_eq!(run(&f, &[([0xab; 20], None, &[])]), vec![(0, 1)]);
+    }
+
+    #[test]
+    fn unsubscribe_removes_every_index_entry() {
+        let mut f = subscribed(&[
+            (
+                1,
+                format!(
+                    r#"[{{"fromAddress":["{}"],"toAddress":["{}"]}}]"#,
+                    hex(&A),
+                    hex(&B)
+                ),
+            ),
+            (2, "[]".into()),
+            (3, format!(r#"[{{"fromAddress":["{}"]}}]"#, hex(&A))),
+        ]);
+        f.unsubscribe(1);
+        f.unsubscribe(2);
+        f.unsubscribe(99);
+        assert_eq!(
+            run(&f, &[(A, Some(B), &[]), (C, Some(B), &[])]),
+            vec![(0, 3)]
+        );
+        f.unsubscribe(3);
+        assert!(f.by_from.is_empty() && f.by_to.is_empty() && f.any_address.is_empty());
+    }
+
+    #[test]
+    fn resubscribing_an_id_replaces_its_constraints() {
+        let mut f = subscribed(&[(1, format!(r#"[{{"fromAddress":["{}"]}}]"#, hex(&A)))]);
+        f.subscribe(1, &format!(r#"[{{"fromAddress":["{}"]}}]"#, hex(&B)))
+            .expect("valid");
+        assert_eq!(run(&f, &[(A, None, &[]), (B, None, &[])]), vec![(1, 1)]);
+    }
+
+    #[test]
+    fn cost_per_event_does_not_depend_on_unrelated_subscriptions() {
+        let mut f = F::default();
+        for id in 0..5_000u64 {
+            let mut address = [0u8; 20];
+            address[..8].copy_from_slice(&id.to_be_bytes());
+            f.subscribe(id, &format!(r#"[{{"fromAddress":["{}"]}}]"#, hex(&address)))
+                .expect("valid");
+        }
+        // The subscriptions live in the index, not in a list scanned per event.
+        assert!(f.any_address.is_empty());
+        let mut address = [0u8; 20];
+        address[..8].copy_from_slice(&4_321u64.to_be_bytes());
+        assert_eq!(run(&f, &[(address, None, &[])]), vec![(0, 4_321)]);
+    }
+
+    #[test]
+    fn bad_params_are_refused_with_a_reason() {
+        let err = |p: &str| {
+            F::default()
+                .subscribe(1, p)
+                .expect_err("invalid")
+                .to_string()
+        };
+        assert!(
+            err(r#"[{"fromAddress":["0x12"]}]"#)
+                .contains("fromAddress \"0x12\" must have 40 hex digits")
+        );
+        assert!(err(r#"[{"toAddress":"nope"}]"#).contains("toAddress \"nope\" must start with 0x"));
+        assert!(err(r#"[{"methodIds":["0xa9059cbb00"]}]"#).contains("methodIds"));
+        assert!(err(r#"[{"from":[]}]"#).contains("unknown filter field \"from\""));
+        assert!(err(r#"[{}, {}]"#).contains("takes one parameter, got 2"));
+        assert!(err(r#"["0xabc"]"#).contains("filter must be an object"));
+        let many: Vec<String> = (0..600u32).map(|i| format!("\"0x{i:040x}\"")).collect();
+        let msg = err(&format!(
+            r#"[{{"fromAddress":[{}],"toAddress":[{}]}}]"#,
+            many.join(","),
+            many.join(",")
+        ));
+        assert!(
+            msg.contains("too many values in fromAddress and toAddress: 1200"),
+            "{msg}"
+        );
+    }
+}
