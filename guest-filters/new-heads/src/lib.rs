@@ -3,13 +3,13 @@
 
 use chainsieve_filter_sdk::params::{self, ParamsError};
 use chainsieve_filter_sdk::{
-    Filter, HeadView, Manifest, Payload, Source, SubscriptionId, export_filter,
+    Broadcast, Filter, HeadView, Manifest, Payload, Source, SubscriptionId, export_filter,
 };
 
 /// Every subscription receives every header; nothing to index.
 #[derive(Debug, Default)]
 pub struct NewHeads {
-    subscriptions: Vec<SubscriptionId>,
+    subscriptions: Broadcast,
 }
 
 impl Filter for NewHeads {
@@ -29,17 +29,16 @@ impl Filter for NewHeads {
         if extra.count() > 0 {
             return Err(ParamsError::new("newHeads takes no parameters"));
         }
-        self.unsubscribe(id);
-        self.subscriptions.push(id);
+        self.subscriptions.insert(id);
         Ok(Payload::Full)
     }
 
     fn unsubscribe(&mut self, id: SubscriptionId) {
-        self.subscriptions.retain(|&other| other != id);
+        self.subscriptions.remove(id);
     }
 
     fn matches(&self, _head: &HeadView<'_>, emit: &mut impl FnMut(SubscriptionId)) {
-        self.subscriptions.iter().for_each(|&id| emit(id));
+        self.subscriptions.emit_all(emit);
     }
 }
 
@@ -77,6 +76,6 @@ mod tests {
             vec![(0, 1), (0, 2), (1, 1), (1, 2)]
         );
         f.unsubscribe(1);
-        assert_eq!(f.subscriptions, vec![2]);
+        assert_eq!(f.subscriptions.ids(), [2]);
     }
 }

@@ -4,13 +4,13 @@
 
 use chainsieve_filter_sdk::params::{self, ParamsError};
 use chainsieve_filter_sdk::{
-    Filter, Manifest, Payload, Source, SubscriptionId, TxView, export_filter,
+    Broadcast, Filter, Manifest, Payload, Source, SubscriptionId, TxView, export_filter,
 };
 
 /// Every subscription receives every event; nothing to index.
 #[derive(Debug, Default)]
 pub struct NewPendingTransactions {
-    subscriptions: Vec<SubscriptionId>,
+    subscriptions: Broadcast,
 }
 
 impl Filter for NewPendingTransactions {
@@ -36,17 +36,16 @@ impl Filter for NewPendingTransactions {
                 )));
             }
         };
-        self.unsubscribe(id);
-        self.subscriptions.push(id);
+        self.subscriptions.insert(id);
         Ok(payload)
     }
 
     fn unsubscribe(&mut self, id: SubscriptionId) {
-        self.subscriptions.retain(|&other| other != id);
+        self.subscriptions.remove(id);
     }
 
     fn matches(&self, _tx: &TxView<'_>, emit: &mut impl FnMut(SubscriptionId)) {
-        self.subscriptions.iter().for_each(|&id| emit(id));
+        self.subscriptions.emit_all(emit);
     }
 }
 
@@ -65,8 +64,8 @@ mod tests {
         let err = f.subscribe(4, r#"["yes"]"#).expect_err("not a boolean");
         assert!(err.to_string().contains("optional boolean"));
         assert!(f.subscribe(5, "[true, 1]").is_err());
-        assert_eq!(f.subscriptions, vec![1, 2, 3]);
+        assert_eq!(f.subscriptions.ids(), [1, 2, 3]);
         f.unsubscribe(2);
-        assert_eq!(f.subscriptions, vec![1, 3]);
+        assert_eq!(f.subscriptions.ids(), [1, 3]);
     }
 }

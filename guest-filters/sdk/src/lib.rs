@@ -178,6 +178,34 @@ impl<K: Hash + Eq> SubscriptionIndex<K> {
     }
 }
 
+/// Subscriptions that receive every event of their stream, for filters
+/// with nothing to index (`newHeads`, `newPendingTransactions`).
+#[derive(Debug, Default)]
+pub struct Broadcast {
+    ids: Vec<SubscriptionId>,
+}
+
+impl Broadcast {
+    pub fn insert(&mut self, id: SubscriptionId) {
+        if !self.ids.contains(&id) {
+            self.ids.push(id);
+        }
+    }
+
+    pub fn remove(&mut self, id: SubscriptionId) {
+        self.ids.retain(|&other| other != id);
+    }
+
+    /// Emits every subscription, in subscription order.
+    pub fn emit_all(&self, emit: &mut impl FnMut(SubscriptionId)) {
+        self.ids.iter().for_each(|&id| emit(id));
+    }
+
+    pub fn ids(&self) -> &[SubscriptionId] {
+        &self.ids
+    }
+}
+
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({

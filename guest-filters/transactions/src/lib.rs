@@ -187,8 +187,11 @@ mod tests {
         )
     }
 
-    /// (from, to, input) → the (event, subscription) pairs.
-    fn run(filter: &F, txs: &[([u8; 20], Option<[u8; 20]>, &[u8])]) -> Vec<(u32, u64)> {
+    /// A test transaction: sender, receiver (`None`: a creation), input.
+    type Tx<'a> = ([u8; 20], Option<[u8; 20]>, &'a [u8]);
+
+    /// The (event, subscription) pairs of a batch of `txs`.
+    fn run(filter: &F, txs: &[Tx<'_>]) -> Vec<(u32, u64)> {
         let mut w = BatchWriter::new(Source::PendingTransactions, txs.len());
         for (from, to, input) in txs {
             w.push_tx(&TxFields {

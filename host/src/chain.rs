@@ -1,0 +1,136 @@
+//! One served chain: its source, its canonical tracker, and one filter actor
+//! per topic. A hub task takes what the source produces, orders it through
+//! the tracker, splits it into stream batches, and hands each batch to the
+//! actors consuming that stream.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use anyhow::bail;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ChainSpec, SourceConfig};
+use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
+use crate::ingest::canonical::CanonicalChain;
+use crate::ingest::devnet::{self, Devnet, DevnetSettings};
+use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
+
+/// Source events that may wait for the hub; past that the source waits.
+const SOURCE_QUEUE: usize = 1_024;
+
+#[derive(Debug)]
+pub struct Chain {
+    /// The URL prefix (`eth`, `bsc`, `polygon`, …).
+    pub name: String,
+    pub chain_id: u64,
+    /// The recent canonical blocks. Written only by the hub; read by RPC
+    /// methods. Never held across an await.
+    canonical: RwLock<CanonicalChain>,
+    /// One actor per topic.
+    pub filters: BTreeMap<String, FilterHandle>,
+}
+
+impl Chain {
+    /// Starts the chain's filter actors, its source and its hub; they stop
+    /// when `shutdown` is cancelled.
+    pub fn start(
+        spec: &ChainSpec,
+        registry: &FilterRegistry,
+        engine: &Arc<FilterEngine>,
+        devnet_settings: &DevnetSettings,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Arc<Chain>> {
+        let filters = registry
+            .components()
+            .map(|component| {
+                let handle = FilterHandle::spawn(engine.clone(), component.clone(), &spec.name)?;
+                Ok((component.manifest.topic.clone(), handle))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let chain = Arc::new(Chain {
+            name: spec.name.clone(),
+            chain_id: spec.chain_id,
+            canonical: RwLock::new(CanonicalChain::new(spec.window)),
+            filters,
+        });
+        let (events, rx) = mpsc::channel(SOURCE_QUEUE);
+        match &spec.source {
+            SourceConfig::Devnet => {
+                let devnet = Devnet::new(spec.chain_id, devnet_settings);
+                tokio::spawn(devnet::run(devnet, events, shutdown.clone()));
+            }
+            SourceConfig::Node(url) => {
+                bail!(
+                    "chain {}: node sources ({url}) are not supported yet; use source = \"devnet\"",
+                    spec.name
+                )
+            }
+        }
+        tokio::spawn(chain.clone().hub(rx, shutdown.clone()));
+        Ok(chain)
+    }
+
+    /// Read access to the recent canonical blocks.
+    pub fn canonical(&self) -> RwLockReadGuard<'_, CanonicalChain> {
+        // A panic while holding the lock cannot leave the window half
+        // updated in a way readers care about; keep serving.
+        self.canonical
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn hub(
+        self: Arc<Self>,
+        mut source: mpsc::Receiver<SourceEvent>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                event = source.recv() => event,
+            };
+            let Some(event) = event else {
+                tracing::warn!(chain = %self.name, "source stopped");
+                return;
+            };
+            for chain_event in self.order(event) {
+                self.dispatch(&chain_event).await;
+            }
+        }
+    }
+
+    /// Runs blocks through the canonical tracker.
+    fn order(&self, event: SourceEvent) -> Vec<ChainEvent> {
+        match event {
+            SourceEvent::Pending(txs) => vec![ChainEvent::Pending(txs)],
+            SourceEvent::Block(block) => {
+                let mut canonical = self
+                    .canonical
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                match canonical.apply(block.clone()) {
+                    Ok(events) => events,
+                    Err(error) => {
+                        tracing::error!(chain = %self.name, %error, "cannot place block; resynchronising from it");
+                        canonical.reset(block)
+                    }
+                }
+            }
+        }
+    }
+
+    async fn dispatch(&self, event: &ChainEvent) {
+        for batch in EventBatch::from_chain_event(event) {
+            let batch = Arc::new(batch);
+            for filter in self.filters.values() {
+                if filter.source == batch.source
+                    && filter.has_subscribers()
+                    && !filter.send_batch(batch.clone()).await
+                {
+                    tracing::error!(chain = %self.name, topic = %filter.topic, "filter actor stopped");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The TOML configuration (`chainsieve --config FILE`). Every key is
+//! optional; [`Config::default`] is what runs with no file at all: the
+//! devnet on Ethereum, BNB Chain and Polygon, and the demo key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use crate::ingest::devnet::DevnetSettings;
+
+/// The key that works when no keys are configured and every chain runs on
+/// the devnet. Never accepted when any chain reads a real node.
+pub const DEMO_KEY: &str = "demo";
+
+/// The chain served at `/v1/<key>` without a prefix.
+pub const DEFAULT_CHAIN: &str = "eth";
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address of the one listener serving every chain.
+    pub listen: SocketAddr,
+    pub auth: AuthConfig,
+    pub filters: FiltersConfig,
+    /// Chains by URL prefix (`/eth/v1/<key>`); absent: eth, bsc and polygon
+    /// on the devnet.
+    pub chains: BTreeMap<String, ChainConfig>,
+    pub devnet: DevnetSettings,
+    pub limits: LimitsConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let chains = [("eth", 1), ("bsc", 56), ("polygon", 137)]
+            .into_iter()
+            .map(|(name, chain_id)| {
+                (
+                    name.to_string(),
+                    ChainConfig {
+                        chain_id: Some(chain_id),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            auth: AuthConfig::default(),
+            filters: FiltersConfig::default(),
+            chains,
+            devnet: DevnetSettings::default(),
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// API keys accepted in the URL path. None configured and every chain
+    /// on the devnet: the key `demo` works.
+    pub keys: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FiltersConfig {
+    /// Extra filter components (`*.wasm`), loaded at startup; a topic here
+    /// replaces the built-in one. A missing directory is no error.
+    pub dir: PathBuf,
+    /// The longest one call into a filter may run before it is interrupted.
+    pub call_timeout_ms: u64,
+    /// The most linear memory one filter instance may grow to.
+    pub memory_limit_mib: u64,
+}
+
+impl Default for FiltersConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("filters"),
+            call_timeout_ms: 1_000,
+            memory_limit_mib: 256,
+        }
+    }
+}
+
+impl FiltersConfig {
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms)
+    }
+}
+
+/// Where a chain's data comes from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SourceConfig {
+    /// The embedded devnet generator.
+    #[default]
+    Devnet,
+    /// A node's WebSocket JSON-RPC endpoint.
+    Node(String),
+}
+
+impl<'de> Deserialize<'de> for SourceConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "devnet" {
+            Ok(SourceConfig::Devnet)
+        } else if text.starts_with("ws://") || text.starts_with("wss://") {
+            Ok(SourceConfig::Node(text))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "source must be \"devnet\" or a ws:// or wss:// URL, got \"{text}\""
+            )))
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChainConfig {
+    /// Required for chains other than eth (1), bsc (56) and polygon (137).
+    pub chain_id: Option<u64>,
+    pub source: SourceConfig,
+    /// HTTP endpoint for calls; default derived from `source`.
+    pub http: Option<String>,
+    /// Blocks kept for reorg handling and block lookups.
+    pub window: Option<usize>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Frames a connection may have waiting to be written; a subscriber
+    /// that falls this far behind is closed (code 1008) rather than
+    /// slowing anyone else.
+    pub outbound_queue: usize,
+    /// Requests in one JSON-RPC batch.
+    pub max_batch: usize,
+    /// Bytes in one HTTP body or WebSocket frame.
+    pub max_request_bytes: usize,
+    /// Seconds between server pings on an idle WebSocket.
+    pub ping_interval_secs: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            outbound_queue: 4_096,
+            max_batch: 1_000,
+            max_request_bytes: 1 << 20,
+            ping_interval_secs: 30,
+        }
+    }
+}
+
+/// A chain as the server runs it: config with defaults resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainSpec {
+    pub name: String,
+    pub chain_id: u64,
+    pub source: SourceConfig,
+    pub window: usize,
+}
+
+impl Config {
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        Self::from_toml(&text).with_context(|| format!("in config {}", path.display()))
+    }
+
+    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
+        let config: Config = toml::from_str(text).context("parsing TOML")?;
+        config.chain_specs()?;
+        config.keys()?;
+        Ok(config)
+    }
+
+    /// The chains with defaults resolved, validated.
+    pub fn chain_specs(&self) -> anyhow::Result<Vec<ChainSpec>> {
+        if self.chains.is_empty() {
+            bail!("no chains configured");
+        }
+        self.chains
+            .iter()
+            .map(|(name, chain)| {
+                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+                    bail!("chain name \"{name}\" must be lowercase letters, digits or '-' (it is a URL prefix)");
+                }
+                if name == "v1" {
+                    bail!("chain name \"v1\" would clash with the default chain's URL /v1/<key>");
+                }
+                let known = match name.as_str() {
+                    "eth" => Some(1),
+                    "bsc" => Some(56),
+                    "polygon" => Some(137),
+                    _ => None,
+                };
+                let chain_id = chain
+                    .chain_id
+                    .or(known)
+                    .with_context(|| format!("chain \"{name}\" needs a chain_id"))?;
+                Ok(ChainSpec {
+                    name: name.clone(),
+                    chain_id,
+                    source: chain.source.clone(),
+                    window: chain.window.unwrap_or(crate::ingest::canonical::DEFAULT_WINDOW),
+                })
+            })
+            .collect()
+    }
+
+    /// The accepted API keys: the configured ones, or the demo key when
+    /// none are configured and every chain runs on the devnet.
+    pub fn keys(&self) -> anyhow::Result<Vec<String>> {
+        if !self.auth.keys.is_empty() {
+            if self
+                .auth
+                .keys
+                .iter()
+                .any(|k| k.is_empty() || k.contains('/'))
+            {
+                bail!("API keys must be non-empty and contain no '/'");
+            }
+            return Ok(self.auth.keys.clone());
+        }
+        if self
+            .chains
+            .values()
+            .all(|c| c.source == SourceConfig::Devnet)
+        {
+            Ok(vec![DEMO_KEY.to_string()])
+        } else {
+            bail!(
+                "[auth] keys must be set: the demo key only works when every chain runs on the devnet"
+            )
+        }
+    }
+
+    /// The chain served at `/v1/<key>`: eth if configured, else the first.
+    pub fn default_chain(&self) -> Option<&str> {
+        self.chains
+            .get_key_value(DEFAULT_CHAIN)
+            .or_else(|| self.chains.iter().next())
+            .map(|(k, _)| k.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_config_is_three_devnet_chains_and_the_demo_key() {
+        let config = Config::from_toml("").expect("empty config");
+        assert_eq!(config, Config::default());
+        let specs = config.chain_specs().expect("valid");
+        let ids: Vec<_> = specs
+            .iter()
+            .map(|s| (s.name.as_str(), s.chain_id))
+            .collect();
+        assert_eq!(ids, vec![("bsc", 56), ("eth", 1), ("polygon", 137)]);
+        assert_eq!(config.keys().expect("demo"), vec!["demo"]);
+        assert_eq!(config.default_chain(), Some("eth"));
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let config = Config::from_toml(
+            r#"
+            listen = "0.0.0.0:9000"
+            [auth]
+            keys = ["k1", "k2"]
+            [filters]
+            dir = "/etc/chainsieve/filters"
+            [chains.eth]
+            chain_id = 1
+            source = "ws://127.0.0.1:8546"
+            [chains.base]
+            chain_id = 8453
+            source = "devnet"
+            [devnet]
+            seed = 7
+            block_time_ms = 250
+            [limits]
+            outbound_queue = 16
+            "#,
+        )
+        .expect("valid config");
+        assert_eq!(
+            config.chains["eth"].source,
+            SourceConfig::Node("ws://127.0.0.1:8546".into())
+        );
+        assert_eq!(config.keys().expect("keys"), vec!["k1", "k2"]);
+        assert_eq!(config.limits.outbound_queue, 16);
+        assert_eq!(config.limits.max_batch, 1_000);
+        assert_eq!(config.devnet.seed, 7);
+        assert_eq!(config.chain_specs().expect("valid")[0].chain_id, 8453);
+    }
+
+    #[test]
+    fn mistakes_are_explained() {
+        let err = |toml: &str| format!("{:#}", Config::from_toml(toml).expect_err("invalid"));
+        assert!(
+            err("[chains.eth]\nsource = \"http://x\"").contains("must be \"devnet\" or a ws://")
+        );
+        assert!(
+            err("[chains.base]\nsource = \"devnet\"").contains("chain \"base\" needs a chain_id")
+        );
+        assert!(err("[chains.Eth]\nchain_id = 1").contains("lowercase"));
+        assert!(err("[chains.eth]\nsource = \"ws://node:8546\"").contains("demo key only works"));
+        assert!(err("listen = 5").contains("listen"));
+        assert!(err("[auth]\nkeyz = []").contains("unknown field"));
+    }
+}

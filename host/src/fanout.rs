@@ -1,0 +1,111 @@
+//! Delivery to connections. Each connection has a bounded queue of outbound
+//! frames ([`Sink`]); the filter actors push notifications into it without
+//! ever waiting. A connection whose queue is full is flagged and closed by
+//! its session with a reason, so one slow reader never stalls the others.
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The sending side of one connection's outbound queue.
+#[derive(Clone, Debug)]
+pub struct Sink {
+    /// Bounded: its capacity is how far a reader may fall behind.
+    frames: mpsc::Sender<String>,
+    /// Cancelled when a frame did not fit; the session then closes the
+    /// connection (code 1008) instead of silently skipping events.
+    overflowed: CancellationToken,
+}
+
+/// Why a frame was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// The reader fell `capacity` frames behind; the connection is closing.
+    Overflow,
+    /// The connection is gone.
+    Closed,
+}
+
+impl Sink {
+    pub fn new(capacity: usize) -> (Self, mpsc::Receiver<String>) {
+        let (frames, rx) = mpsc::channel(capacity.max(1));
+        (
+            Self {
+                frames,
+                overflowed: CancellationToken::new(),
+            },
+            rx,
+        )
+    }
+
+    /// Queues a frame without waiting.
+    pub fn send(&self, frame: String) -> Result<(), SendError> {
+        match self.frames.try_send(frame) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.overflowed.cancel();
+                Err(SendError::Overflow)
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(SendError::Closed),
+        }
+    }
+
+    /// Queues an `eth_subscription` notification around an already
+    /// serialized payload.
+    pub fn notify(&self, subscription: &str, payload: &str) -> Result<(), SendError> {
+        self.send(notification(subscription, payload))
+    }
+
+    /// Fires when a frame was dropped for lack of room.
+    pub fn overflowed(&self) -> &CancellationToken {
+        &self.overflowed
+    }
+}
+
+const PREFIX: &str = r#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":""#;
+const MIDDLE: &str = r#"","result":"#;
+const SUFFIX: &str = "}}";
+
+/// Splices a subscription id and a serialized payload into a notification:
+/// the payload is serialized once per event, only this frame is per
+/// subscriber.
+pub fn notification(subscription: &str, payload: &str) -> String {
+    let mut frame = String::with_capacity(
+        PREFIX.len() + subscription.len() + MIDDLE.len() + payload.len() + SUFFIX.len(),
+    );
+    frame.push_str(PREFIX);
+    frame.push_str(subscription);
+    frame.push_str(MIDDLE);
+    frame.push_str(payload);
+    frame.push_str(SUFFIX);
+    frame
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    #[test]
+    fn notification_is_valid_json_in_the_subscription_shape() {
+        let frame = notification("0xabc", r#"{"number":"0x1"}"#);
+        let v: Value = serde_json::from_str(&frame).expect("valid JSON");
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":{"number":"0x1"}}})
+        );
+    }
+
+    #[test]
+    fn a_full_queue_flags_overflow_instead_of_waiting() {
+        let (sink, mut rx) = Sink::new(2);
+        assert_eq!(sink.send("a".into()), Ok(()));
+        assert_eq!(sink.send("b".into()), Ok(()));
+        assert!(!sink.overflowed().is_cancelled());
+        assert_eq!(sink.send("c".into()), Err(SendError::Overflow));
+        assert!(sink.overflowed().is_cancelled());
+        assert_eq!(rx.try_recv().ok().as_deref(), Some("a"));
+        drop(rx);
+        assert_eq!(sink.send("d".into()), Err(SendError::Closed));
+    }
+}

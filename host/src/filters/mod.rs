@@ -1,0 +1,21 @@
+//! Filter components: the wasmtime engine and the v0.1.0 bindings
+//! ([`engine`]), the set of loaded components ([`registry`]), and the actor
+//! that owns one instance per (chain, topic) ([`actor`]).
+
+pub mod actor;
+pub mod engine;
+pub mod registry;
+
+/// Host bindings for `chainsieve:filter@0.1.0`. A future 0.2.0 gets its own
+/// module beside this one; the rest of the host talks to [`engine`]'s
+/// version-independent types.
+mod v0_1_0 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.1.0",
+        world: "filter",
+    });
+}
+
+pub use actor::{FilterHandle, SubscribeError};
+pub use engine::{FilterComponent, FilterEngine, FilterManifest};
+pub use registry::FilterRegistry;

@@ -1,0 +1,214 @@
+//! The canonical chain tracker: the last N blocks of one chain, and the
+//! ordering rules of a reorg. Every source (devnet or node) feeds blocks
+//! through it, so subscribers see the same guarantees from both.
+//!
+//! A block whose parent is the tip extends the chain. A block whose parent
+//! is an older block in the window starts a reorg: the blocks above that
+//! ancestor are emitted as [`ChainEvent::Removed`], newest first, then the new
+//! block as [`ChainEvent::Added`]. The RPC methods read the same window
+//! (`eth_getBlockByNumber` and friends), so they agree with the streams.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use alloy_primitives::B256;
+
+use super::events::ChainEvent;
+use super::model::Block;
+
+/// Blocks kept by default; deeper reorgs resynchronise.
+pub const DEFAULT_WINDOW: usize = 128;
+
+/// Why a block could not be placed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrackError {
+    /// The parent is neither the tip nor in the window: either ancestors are
+    /// missing (the source must fetch them first) or the reorg is deeper than
+    /// the window.
+    #[error(
+        "block {number} ({hash}) has parent {parent}, which is not among the last {window} blocks"
+    )]
+    UnknownParent {
+        number: u64,
+        hash: B256,
+        parent: B256,
+        window: usize,
+    },
+}
+
+/// The recent canonical blocks of one chain, oldest first.
+#[derive(Debug)]
+pub struct CanonicalChain {
+    window: usize,
+    blocks: VecDeque<Arc<Block>>,
+}
+
+impl CanonicalChain {
+    pub fn new(window: usize) -> Self {
+        Self {
+            window: window.max(1),
+            blocks: VecDeque::new(),
+        }
+    }
+
+    pub fn tip(&self) -> Option<&Arc<Block>> {
+        self.blocks.back()
+    }
+
+    pub fn by_hash(&self, hash: &B256) -> Option<&Arc<Block>> {
+        self.blocks.iter().rev().find(|b| b.hash == *hash)
+    }
+
+    pub fn by_number(&self, number: u64) -> Option<&Arc<Block>> {
+        let first = self.blocks.front()?.number();
+        let block = self
+            .blocks
+            .get(usize::try_from(number.checked_sub(first)?).ok()?)?;
+        (block.number() == number).then_some(block)
+    }
+
+    /// The oldest block still held.
+    pub fn oldest(&self) -> Option<&Arc<Block>> {
+        self.blocks.front()
+    }
+
+    /// Places `block` and returns the events subscribers must see, in order.
+    /// A block already in the window yields nothing.
+    pub fn apply(&mut self, block: Arc<Block>) -> Result<Vec<ChainEvent>, TrackError> {
+        if self.by_hash(&block.hash).is_some() {
+            return Ok(Vec::new());
+        }
+        let Some(tip) = self.blocks.back() else {
+            return Ok(self.push(block));
+        };
+        if block.parent_hash() == tip.hash {
+            return Ok(self.push(block));
+        }
+        let Some(ancestor) = self
+            .blocks
+            .iter()
+            .rposition(|b| b.hash == block.parent_hash())
+        else {
+            return Err(TrackError::UnknownParent {
+                number: block.number(),
+                hash: block.hash,
+                parent: block.parent_hash(),
+                window: self.window,
+            });
+        };
+        let mut events: Vec<ChainEvent> = Vec::new();
+        while self.blocks.len() > ancestor + 1 {
+            let orphan = self.blocks.pop_back().expect("len > ancestor + 1 > 0");
+            events.push(ChainEvent::Removed(orphan));
+        }
+        events.extend(self.push(block));
+        Ok(events)
+    }
+
+    /// Forgets everything and restarts from `block` (after a reorg deeper
+    /// than the window, or a gap too large to backfill).
+    pub fn reset(&mut self, block: Arc<Block>) -> Vec<ChainEvent> {
+        self.blocks.clear();
+        self.push(block)
+    }
+
+    fn push(&mut self, block: Arc<Block>) -> Vec<ChainEvent> {
+        self.blocks.push_back(block.clone());
+        if self.blocks.len() > self.window {
+            self.blocks.pop_front();
+        }
+        vec![ChainEvent::Added(block)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloy_consensus::Header;
+
+    use super::*;
+
+    /// A block at `number` on branch `branch`, child of `parent`.
+    fn block(number: u64, branch: u8, parent: B256) -> Arc<Block> {
+        let mut hash = [branch; 32];
+        hash[..8].copy_from_slice(&number.to_be_bytes());
+        Arc::new(Block {
+            hash: B256::from(hash),
+            header: Header {
+                number,
+                parent_hash: parent,
+                ..Default::default()
+            },
+            transactions: Vec::new(),
+            logs: Vec::new(),
+        })
+    }
+
+    fn chain(len: u64, window: usize) -> (CanonicalChain, Vec<Arc<Block>>) {
+        let mut c = CanonicalChain::new(window);
+        let mut blocks = Vec::new();
+        let mut parent = B256::ZERO;
+        for n in 0..len {
+            let b = block(n, 1, parent);
+            parent = b.hash;
+            c.apply(b.clone()).expect("extends");
+            blocks.push(b);
+        }
+        (c, blocks)
+    }
+
+    fn describe(events: &[ChainEvent]) -> Vec<(char, u64, u8)> {
+        events
+            .iter()
+            .map(|e| match e {
+                ChainEvent::Added(b) => ('+', b.number(), b.hash[31]),
+                ChainEvent::Removed(b) => ('-', b.number(), b.hash[31]),
+                ChainEvent::Pending(_) => ('p', 0, 0),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn extends_and_keeps_a_window() {
+        let (c, blocks) = chain(10, 4);
+        assert_eq!(c.tip().map(|b| b.number()), Some(9));
+        assert_eq!(c.oldest().map(|b| b.number()), Some(6));
+        assert!(c.by_number(5).is_none());
+        assert_eq!(c.by_number(7).map(|b| b.hash), Some(blocks[7].hash));
+        assert_eq!(c.by_hash(&blocks[8].hash).map(|b| b.number()), Some(8));
+    }
+
+    #[test]
+    fn reorg_removes_newest_first_then_adds() {
+        let (mut c, blocks) = chain(6, 16);
+        // A branch forking after block 2: 3', then 4', 5', 6'.
+        let b3 = block(3, 2, blocks[2].hash);
+        assert_eq!(
+            describe(&c.apply(b3.clone()).expect("reorg")),
+            vec![('-', 5, 1), ('-', 4, 1), ('-', 3, 1), ('+', 3, 2)]
+        );
+        let b4 = block(4, 2, b3.hash);
+        assert_eq!(describe(&c.apply(b4).expect("extends")), vec![('+', 4, 2)]);
+        assert_eq!(c.by_number(3).map(|b| b.hash), Some(b3.hash));
+    }
+
+    #[test]
+    fn duplicates_are_ignored_and_unknown_parents_reported() {
+        let (mut c, blocks) = chain(3, 16);
+        assert!(c.apply(blocks[1].clone()).expect("known").is_empty());
+        let stray = block(9, 3, B256::repeat_byte(0xee));
+        assert!(matches!(
+            c.apply(stray.clone()),
+            Err(TrackError::UnknownParent { number: 9, .. })
+        ));
+        assert_eq!(describe(&c.reset(stray)), vec![('+', 9, 3)]);
+        assert_eq!(c.oldest().map(|b| b.number()), Some(9));
+    }
+
+    #[test]
+    fn reorg_deeper_than_the_window_is_refused() {
+        let (mut c, blocks) = chain(10, 3);
+        let fork = block(2, 2, blocks[1].hash);
+        assert!(c.apply(fork).is_err());
+        assert_eq!(c.tip().map(|b| b.number()), Some(9));
+    }
+}

@@ -1,0 +1,10 @@
+//! Everything upstream of the filters: the chain data model, the sources that
+//! produce it (the embedded devnet; real nodes in a later module), and the
+//! canonical chain tracker that turns blocks into ordered [`ChainEvent`]s.
+
+pub mod canonical;
+pub mod devnet;
+pub mod events;
+pub mod model;
+
+pub use events::{ChainEvent, EventBatch, SourceEvent, StreamEvent};

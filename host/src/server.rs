@@ -1,0 +1,219 @@
+//! The HTTP side: one axum listener for every chain. `/{chain}/v1/{key}`
+//! (and `/v1/{key}` for the default chain) answers JSON-RPC over HTTP POST
+//! and upgrades to a WebSocket on GET. Unknown keys get HTTP 401 with a
+//! JSON-RPC error body and no upgrade.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::chain::Chain;
+use crate::config::{Config, LimitsConfig};
+use crate::filters::{FilterEngine, FilterRegistry};
+use crate::rpc::methods::{self, Context};
+use crate::rpc::{RpcError, error_response};
+use crate::session;
+use crate::subscriptions::Subscriptions;
+
+/// Everything a request handler needs; one per server.
+#[derive(Debug)]
+pub struct AppState {
+    pub chains: BTreeMap<String, Arc<Chain>>,
+    /// Served at `/v1/<key>`.
+    pub default_chain: String,
+    pub keys: HashSet<String>,
+    pub subscriptions: Subscriptions,
+    pub limits: LimitsConfig,
+    /// Cancelled on shutdown: sessions close with 1001, sources stop.
+    pub shutdown: CancellationToken,
+    pub stats: Stats,
+}
+
+/// Counters about the server's connections.
+#[derive(Debug, Default)]
+pub struct Stats {
+    closed_too_slow: AtomicU64,
+}
+
+impl Stats {
+    /// Connections closed because their outbound queue overflowed.
+    pub fn closed_too_slow(&self) -> u64 {
+        self.closed_too_slow.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_closed_too_slow(&self) {
+        self.closed_too_slow.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl AppState {
+    /// Loads the filters and starts every chain.
+    pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<Self>> {
+        let specs = config.chain_specs()?;
+        let keys = config.keys()?.into_iter().collect();
+        let engine = FilterEngine::new(&config.filters)?;
+        let registry = FilterRegistry::load(&engine, &config.filters.dir)?;
+        let mut chains = BTreeMap::new();
+        for spec in &specs {
+            let chain = Chain::start(spec, &registry, &engine, &config.devnet, &shutdown)
+                .with_context(|| format!("starting chain {}", spec.name))?;
+            chains.insert(spec.name.clone(), chain);
+        }
+        let default_chain = config
+            .default_chain()
+            .context("no chains configured")?
+            .to_string();
+        Ok(Arc::new(Self {
+            chains,
+            default_chain,
+            keys,
+            subscriptions: Subscriptions::default(),
+            limits: config.limits.clone(),
+            shutdown,
+            stats: Stats::default(),
+        }))
+    }
+}
+
+/// The routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/{key}", get(ws_default).post(http_default))
+        .route("/{chain}/v1/{key}", get(ws_chain).post(http_chain))
+        .fallback(|| async {
+            json_error(
+                StatusCode::NOT_FOUND,
+                RpcError::invalid_request("unknown path; use /{chain}/v1/{key} or /v1/{key}"),
+            )
+        })
+        .with_state(state)
+}
+
+/// Serves `state` on `listener` until `shutdown` is cancelled.
+pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> anyhow::Result<()> {
+    let shutdown = state.shutdown.clone();
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .context("serving HTTP")
+}
+
+fn json_error(status: StatusCode, error: RpcError) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        error_response(&error),
+    )
+        .into_response()
+}
+
+/// Resolves the chain and checks the key; the error is the HTTP answer.
+fn authorize(
+    state: &AppState,
+    chain: &str,
+    key: &str,
+) -> Result<(Arc<Chain>, Arc<str>), (StatusCode, RpcError)> {
+    let Some(chain) = state.chains.get(chain) else {
+        let known: Vec<&str> = state.chains.keys().map(String::as_str).collect();
+        return Err((
+            StatusCode::NOT_FOUND,
+            RpcError::invalid_request(format!(
+                "unknown chain \"{chain}\" (served: {})",
+                known.join(", ")
+            )),
+        ));
+    };
+    if !state.keys.contains(key) {
+        return Err((
+            StatusCode::UNAUTHORIZED,
+            RpcError::generic("unauthorized: unknown API key"),
+        ));
+    }
+    Ok((chain.clone(), key.into()))
+}
+
+async fn http_default(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+    body: Body,
+) -> Response {
+    let chain = state.default_chain.clone();
+    http(state, &chain, &key, body).await
+}
+
+async fn http_chain(
+    State(state): State<Arc<AppState>>,
+    Path((chain, key)): Path<(String, String)>,
+    body: Body,
+) -> Response {
+    http(state, &chain, &key, body).await
+}
+
+async fn http(state: Arc<AppState>, chain: &str, key: &str, body: Body) -> Response {
+    let (chain, api_key) = match authorize(&state, chain, key) {
+        Ok(found) => found,
+        Err((status, error)) => return json_error(status, error),
+    };
+    let limit = state.limits.max_request_bytes;
+    let Ok(bytes) = to_bytes(body, limit).await else {
+        return json_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            RpcError::limit_exceeded(format!("request body exceeds the limit of {limit} bytes")),
+        );
+    };
+    let ctx = Context {
+        app: &state,
+        chain: &chain,
+        api_key: &api_key,
+        connection: None,
+    };
+    match methods::process(ctx, &bytes).await {
+        Some(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+async fn ws_default(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let chain = state.default_chain.clone();
+    upgrade(state, &chain, &key, ws)
+}
+
+async fn ws_chain(
+    State(state): State<Arc<AppState>>,
+    Path((chain, key)): Path<(String, String)>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    upgrade(state, &chain, &key, ws)
+}
+
+fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -> Response {
+    let (chain, api_key) = match authorize(&state, chain, key) {
+        Ok(found) => found,
+        Err((status, error)) => return json_error(status, error),
+    };
+    // Frames up to the transport limit are read, so that a frame over the
+    // request limit is answered with -32005 instead of a dropped socket.
+    let transport_limit = state
+        .limits
+        .max_request_bytes
+        .saturating_mul(4)
+        .max(16 << 20);
+    ws.max_message_size(transport_limit)
+        .max_frame_size(transport_limit)
+        .on_upgrade(move |socket| session::serve(socket, state, chain, api_key))
+}

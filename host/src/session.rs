@@ -1,0 +1,135 @@
+//! One WebSocket connection. The reader answers requests in order; every
+//! outbound frame (responses and notifications alike) goes through the
+//! connection's bounded queue, so their order is kept and no producer ever
+//! waits on this socket. The writer drains the queue, pings when idle, and
+//! closes the connection with a reason when the queue overflows or the
+//! server shuts down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+
+use crate::chain::Chain;
+use crate::fanout::Sink;
+use crate::rpc::methods::{self, Connection, Context};
+use crate::rpc::{RpcError, error_response};
+use crate::server::AppState;
+
+/// Close code for a subscriber that fell too far behind (policy violation).
+const CLOSE_TOO_SLOW: u16 = close_code::POLICY;
+
+/// How long a close frame may take to reach a peer that is not reading.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a connection ends.
+#[derive(Debug, PartialEq, Eq)]
+enum Ending {
+    /// The client closed or the socket failed: nothing more to send.
+    Gone,
+    /// The outbound queue overflowed.
+    TooSlow,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, api_key: Arc<str>) {
+    let (sink, frames) = Sink::new(state.limits.outbound_queue);
+    let connection = Connection::new(sink);
+    let (mut ws_tx, ws_rx) = socket.split();
+    let ctx = Context {
+        app: &state,
+        chain: &chain,
+        api_key: &api_key,
+        connection: Some(&connection),
+    };
+    let ending = tokio::select! {
+        () = read(ws_rx, ctx) => Ending::Gone,
+        ending = write(&mut ws_tx, frames, &connection.sink, &state) => ending,
+    };
+    // Cancel first: a peer that stopped reading may never take the close.
+    for id in connection.take_owned() {
+        state.subscriptions.remove(&id, &api_key).await;
+    }
+    let close = |code, reason: &str| {
+        Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }))
+    };
+    let frame = match ending {
+        Ending::Gone => return,
+        Ending::TooSlow => {
+            state.stats.count_closed_too_slow();
+            tracing::info!(chain = %chain.name, "closed a connection whose outbound queue overflowed");
+            close(CLOSE_TOO_SLOW, "subscriber too slow: outbound queue full")
+        }
+        Ending::Shutdown => close(close_code::AWAY, "server shutting down"),
+    };
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, ws_tx.send(frame)).await;
+}
+
+/// Answers requests until the client closes or the socket fails.
+async fn read(mut ws_rx: SplitStream<WebSocket>, ctx: Context<'_>) {
+    let connection = ctx.connection.expect("sessions always have a connection");
+    let limit = ctx.app.limits.max_request_bytes;
+    while let Some(Ok(message)) = ws_rx.next().await {
+        let bytes = match &message {
+            Message::Text(text) => text.as_bytes(),
+            Message::Binary(bytes) => bytes.as_ref(),
+            Message::Close(_) => return,
+            // tungstenite answers pings itself.
+            Message::Ping(_) | Message::Pong(_) => continue,
+        };
+        let reply = if bytes.len() > limit {
+            Some(error_response(&RpcError::limit_exceeded(format!(
+                "request of {} bytes exceeds the limit of {limit} bytes",
+                bytes.len()
+            ))))
+        } else {
+            methods::process(ctx, bytes).await
+        };
+        if let Some(reply) = reply
+            && connection.sink.send(reply).is_err()
+        {
+            // Overflowing: the writer is ending the connection.
+            return;
+        }
+    }
+}
+
+/// Drains the outbound queue until the connection must end. Every wait,
+/// including a write to a peer that stopped reading, gives way to overflow
+/// and shutdown.
+async fn write(
+    ws_tx: &mut SplitSink<WebSocket, Message>,
+    mut frames: mpsc::Receiver<String>,
+    sink: &Sink,
+    state: &AppState,
+) -> Ending {
+    let mut ping =
+        tokio::time::interval(Duration::from_secs(state.limits.ping_interval_secs.max(1)));
+    ping.reset();
+    loop {
+        let message = tokio::select! {
+            biased;
+            () = sink.overflowed().cancelled() => return Ending::TooSlow,
+            () = state.shutdown.cancelled() => return Ending::Shutdown,
+            frame = frames.recv() => match frame {
+                Some(frame) => Message::Text(frame.into()),
+                None => return Ending::Gone,
+            },
+            _ = ping.tick() => Message::Ping(Default::default()),
+        };
+        tokio::select! {
+            biased;
+            () = sink.overflowed().cancelled() => return Ending::TooSlow,
+            () = state.shutdown.cancelled() => return Ending::Shutdown,
+            sent = ws_tx.send(message) => if sent.is_err() { return Ending::Gone },
+        }
+        ping.reset();
+    }
+}

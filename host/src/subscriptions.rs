@@ -1,0 +1,99 @@
+//! Every live subscription of the server by public id, so `eth_unsubscribe`
+//! works from the connection that made it and, over HTTP, from any request
+//! with the same API key (the BlockVision SDK unsubscribes that way).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::filters::FilterHandle;
+
+/// A new public subscription id: `0x` + 32 random hex digits.
+pub fn new_id() -> Arc<str> {
+    format!("0x{:032x}", rand::random::<u128>()).into()
+}
+
+#[derive(Debug)]
+struct Live {
+    key: u64,
+    api_key: Arc<str>,
+    filter: FilterHandle,
+}
+
+#[derive(Debug, Default)]
+pub struct Subscriptions {
+    /// Short critical sections only (insert/remove); never held across an
+    /// await.
+    live: Mutex<HashMap<Arc<str>, Live>>,
+    next_key: AtomicU64,
+}
+
+impl Subscriptions {
+    /// A key for a new subscription, unique in this process.
+    pub fn next_key(&self) -> u64 {
+        self.next_key.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn insert(&self, id: Arc<str>, key: u64, api_key: Arc<str>, filter: FilterHandle) {
+        self.lock().insert(
+            id,
+            Live {
+                key,
+                api_key,
+                filter,
+            },
+        );
+    }
+
+    /// Cancels subscription `id` if `api_key` owns it. False if there is no
+    /// such subscription for that key.
+    pub async fn remove(&self, id: &str, api_key: &str) -> bool {
+        let live = {
+            let mut live = self.lock();
+            match live.get(id) {
+                Some(entry) if &*entry.api_key == api_key => live.remove(id),
+                _ => None,
+            }
+        };
+        match live {
+            Some(Live { key, filter, .. }) => {
+                filter.unsubscribe(key).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Live>> {
+        self.live
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_0x_and_32_hex_digits_and_unique() {
+        let a = new_id();
+        let b = new_id();
+        assert_eq!(a.len(), 34);
+        assert!(
+            a.starts_with("0x")
+                && a[2..]
+                    .bytes()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,230 @@
+//! The embedded built-in components, loaded into the host engine and called
+//! through the real WIT exports, must answer exactly what the same filter
+//! logic answers compiled natively.
+
+use chainsieve::config::FiltersConfig;
+use chainsieve::filters::registry::builtin_components;
+use chainsieve::filters::{FilterComponent, FilterEngine};
+use chainsieve_filter_sdk::layout::{BatchWriter, LogFields, TxFields};
+use chainsieve_filter_sdk::{Filter, Payload, Source, match_batch};
+
+fn engine() -> std::sync::Arc<FilterEngine> {
+    FilterEngine::new(&FiltersConfig::default()).expect("engine")
+}
+
+fn builtin(engine: &FilterEngine, topic: &str) -> FilterComponent {
+    builtin_components()
+        .iter()
+        .map(|(file, bytes)| engine.load(file, bytes).expect("built-in loads"))
+        .find(|c| c.manifest.topic == topic)
+        .unwrap_or_else(|| panic!("no built-in for {topic}"))
+}
+
+/// A deterministic mix of transactions over a few senders and receivers.
+fn tx_batch(source: Source, count: usize) -> Vec<u8> {
+    let mut w = BatchWriter::new(source, count);
+    for i in 0..count {
+        let from = [(i % 7) as u8; 20];
+        let to = [(i % 5) as u8 + 100; 20];
+        let input: &[u8] = if i % 3 == 0 {
+            &[0xa9, 0x05, 0x9c, 0xbb, 0, 0]
+        } else {
+            &[]
+        };
+        w.push_tx(&TxFields {
+            hash: &[i as u8; 32],
+            from: &from,
+            to: (i % 11 != 0).then_some(&to),
+            tx_type: (i % 2 * 2) as u8,
+            value: &[0; 32],
+            nonce: i as u64,
+            gas: 21_000,
+            block_number: 0,
+            input,
+            removed: false,
+        });
+    }
+    w.finish()
+}
+
+fn address(byte: u8) -> String {
+    format!("0x{}", format!("{byte:02x}").repeat(20))
+}
+
+const TX_PARAMS: &[&str] = &[
+    "[]",
+    r#"[{"methodIds":["0xa9059cbb"]}]"#,
+    "[{\"fromAddress\":[\"FROM1\"],\"toAddress\":[\"TO2\"]}]",
+    "[{\"fromAddress\":[\"FROM3\",\"FROM4\"],\"methodIds\":[\"0xa9059cbb\"]}]",
+    "[{\"toAddress\":[\"TO0\"]}]",
+];
+
+fn tx_params() -> Vec<String> {
+    TX_PARAMS
+        .iter()
+        .map(|p| {
+            let mut p = p.to_string();
+            for i in 0..7u8 {
+                p = p.replace(&format!("FROM{i}"), &address(i));
+            }
+            for i in 0..5u8 {
+                p = p.replace(
+                    &format!("TO{i}"),
+                    &address(i + 100).to_uppercase().replace("0X", "0x"),
+                );
+            }
+            p
+        })
+        .collect()
+}
+
+/// Subscribes the same params natively and in the component, and compares
+/// the matches of `batch`.
+fn same_answers<F: Filter>(topic: &str, params: &[String], batch: &[u8]) -> usize {
+    let engine = engine();
+    let component = builtin(&engine, topic);
+    let mut instance = engine.instantiate(&component).expect("instance");
+    let mut native = F::default();
+    for (id, p) in params.iter().enumerate() {
+        let wasm_payload = instance
+            .subscribe(id as u64, p)
+            .expect("call")
+            .expect("accepted");
+        let native_payload = native.subscribe(id as u64, p).expect("accepted natively");
+        assert_eq!(wasm_payload, native_payload);
+    }
+    let wasm = instance.match_batch(batch).expect("match");
+    let expected = match_batch(&native, batch).expect("native match");
+    assert_eq!(wasm, expected, "{topic}");
+    wasm.len()
+}
+
+#[test]
+fn manifests_declare_the_five_topics() {
+    let engine = engine();
+    let mut topics: Vec<_> = builtin_components()
+        .iter()
+        .map(|(file, bytes)| {
+            let m = engine.load(file, bytes).expect("loads").manifest;
+            (m.topic, m.source, m.payload)
+        })
+        .collect();
+    topics.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        topics,
+        vec![
+            (
+                "bvMinedTransactions".to_string(),
+                Source::MinedTransactions,
+                Payload::FullBlockvision
+            ),
+            (
+                "bvPendingTransactions".to_string(),
+                Source::PendingTransactions,
+                Payload::FullBlockvision
+            ),
+            ("logs".to_string(), Source::Logs, Payload::Full),
+            ("newHeads".to_string(), Source::Heads, Payload::Full),
+            (
+                "newPendingTransactions".to_string(),
+                Source::PendingTransactions,
+                Payload::Hash
+            ),
+        ]
+    );
+}
+
+#[test]
+fn bv_pending_transactions_component_matches_native() {
+    type Native = chainsieve_bv_pending_transactions::BvPendingFilter;
+    let n = same_answers::<Native>(
+        "bvPendingTransactions",
+        &tx_params(),
+        &tx_batch(Source::PendingTransactions, 200),
+    );
+    assert!(
+        n > 200,
+        "every kind of filter should match something, got {n} pairs"
+    );
+}
+
+#[test]
+fn bv_mined_transactions_component_matches_native() {
+    type Native = chainsieve_bv_mined_transactions::BvMinedFilter;
+    let n = same_answers::<Native>(
+        "bvMinedTransactions",
+        &tx_params(),
+        &tx_batch(Source::MinedTransactions, 64),
+    );
+    assert!(n > 64);
+}
+
+#[test]
+fn new_pending_transactions_component_matches_native() {
+    type Native = chainsieve_new_pending_transactions_filter::NewPendingTransactions;
+    let params = vec!["[]".to_string(), "[true]".to_string()];
+    assert_eq!(
+        same_answers::<Native>(
+            "newPendingTransactions",
+            &params,
+            &tx_batch(Source::PendingTransactions, 10)
+        ),
+        20
+    );
+}
+
+#[test]
+fn logs_component_matches_native() {
+    type Native = chainsieve_logs_filter::Logs;
+    let topic = |b: u8| format!("0x{}", format!("{b:02x}").repeat(32));
+    let params = vec![
+        "[]".to_string(),
+        format!(r#"[{{"address":"{}"}}]"#, address(1)),
+        format!(
+            r#"[{{"topics":[["{}","{}"],null,"{}"]}}]"#,
+            topic(1),
+            topic(2),
+            topic(9)
+        ),
+        format!(
+            r#"[{{"address":["{}","{}"],"topics":[null,["{}",null]]}}]"#,
+            address(2),
+            address(3),
+            topic(4)
+        ),
+    ];
+    let mut w = BatchWriter::new(Source::Logs, 100);
+    for i in 0..100u8 {
+        let topics: Vec<[u8; 32]> = (0..(i % 5)).map(|t| [(i + t) % 10; 32]).collect();
+        w.push_log(&LogFields {
+            address: &[i % 4; 20],
+            topics: &topics,
+            data: &[i; 3],
+            block_number: 1,
+            log_index: i as u32,
+            transaction_index: 0,
+            transaction_hash: &[0; 32],
+            removed: false,
+        });
+    }
+    assert!(same_answers::<Native>("logs", &params, &w.finish()) > 100);
+}
+
+#[test]
+fn refusals_cross_the_boundary_as_messages() {
+    let engine = engine();
+    let component = builtin(&engine, "logs");
+    let mut instance = engine.instantiate(&component).expect("instance");
+    let refusal = instance
+        .subscribe(1, r#"[{"topics":[1]}]"#)
+        .expect("call")
+        .expect_err("refused");
+    assert!(
+        refusal.contains("topics[0] must be null, a topic or an array"),
+        "{refusal}"
+    );
+    // A batch of the wrong stream is the guest's error, not a trap.
+    let heads = BatchWriter::new(Source::Heads, 0).finish();
+    let error = instance.match_batch(&heads).expect_err("wrong stream");
+    assert!(format!("{error:#}").contains("consumes Logs"), "{error:#}");
+}

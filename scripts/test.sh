@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every test chainsieve has, on a fresh machine with only the Rust
+# toolchain: installs what the tests need, then checks formatting, lints and
+# the whole workspace's tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# rust-toolchain.toml pins the compiler and asks for the wasm32-wasip2
+# target; `rustup show` installs both if missing.
+rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
+rustup target add wasm32-wasip2 >/dev/null
+
+# Real JavaScript clients (ethers) for the end-to-end tests.
+if ! command -v node >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq nodejs npm
+fi
+npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace

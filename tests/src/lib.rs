@@ -1,0 +1,256 @@
+//! Test harness: a real chainsieve server on `127.0.0.1:0` fed by a fast,
+//! seeded devnet, and a WebSocket client that waits on events with timeouts
+//! (never sleeps).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chainsieve::config::Config;
+use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_util::sync::CancellationToken;
+
+/// How long any single expected event may take before a test fails.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Devnet settings for tests: fast blocks, fixed seed and genesis time.
+pub fn fast_devnet() -> DevnetSettings {
+    DevnetSettings {
+        seed: 42,
+        block_time_ms: Some(150),
+        genesis_timestamp: Some(1_700_000_000),
+        ..DevnetSettings::default()
+    }
+}
+
+/// The default config (three devnet chains, demo key) with a fast devnet.
+pub fn test_config() -> Config {
+    Config {
+        devnet: fast_devnet(),
+        ..Config::default()
+    }
+}
+
+/// A running server; shut down when dropped.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub state: Arc<chainsieve::AppState>,
+    pub config: Config,
+    shutdown: CancellationToken,
+}
+
+impl TestServer {
+    pub async fn start(config: Config) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding 127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let state = chainsieve::spawn(listener, config.clone(), shutdown.clone())?;
+        Ok(Self {
+            addr,
+            state,
+            config,
+            shutdown,
+        })
+    }
+
+    pub async fn default() -> Self {
+        Self::start(test_config()).await.expect("server starts")
+    }
+
+    pub fn ws_url(&self, chain: &str, key: &str) -> String {
+        format!("ws://{}/{chain}/v1/{key}", self.addr)
+    }
+
+    pub fn http_url(&self, chain: &str, key: &str) -> String {
+        format!("http://{}/{chain}/v1/{key}", self.addr)
+    }
+
+    /// The devnet generator this server runs for `chain_id` (same settings),
+    /// to predict accounts and contracts.
+    pub fn devnet(&self, chain_id: u64) -> Devnet {
+        Devnet::new(chain_id, &self.config.devnet)
+    }
+
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// POSTs a JSON body and returns (status, parsed body or Null).
+    pub async fn post(&self, chain: &str, key: &str, body: &str) -> (u16, Value) {
+        let response = reqwest::Client::new()
+            .post(self.http_url(chain, key))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("HTTP request");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("HTTP body");
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).expect("JSON body")
+        };
+        (status, value)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A JSON-RPC WebSocket client that keeps notifications it has not been
+/// asked for yet.
+pub struct WsClient {
+    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+    notifications: VecDeque<Value>,
+}
+
+impl WsClient {
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let (socket, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .with_context(|| format!("connecting {url}"))?;
+        Ok(Self {
+            socket,
+            next_id: 1,
+            notifications: VecDeque::new(),
+        })
+    }
+
+    /// Sends raw text.
+    pub async fn send_text(&mut self, text: &str) {
+        self.socket
+            .send(Message::text(text))
+            .await
+            .expect("sending a frame");
+    }
+
+    pub async fn send_binary(&mut self, bytes: Vec<u8>) {
+        self.socket
+            .send(Message::binary(bytes))
+            .await
+            .expect("sending a frame");
+    }
+
+    /// The next JSON message that is not a notification.
+    pub async fn next_response(&mut self) -> anyhow::Result<Value> {
+        loop {
+            let message = self.next_json().await?;
+            if message.get("method").and_then(Value::as_str) == Some("eth_subscription") {
+                self.notifications.push_back(message);
+            } else {
+                return Ok(message);
+            }
+        }
+    }
+
+    async fn next_json(&mut self) -> anyhow::Result<Value> {
+        loop {
+            let message = tokio::time::timeout(TIMEOUT, self.socket.next())
+                .await
+                .context("timed out waiting for a message")?
+                .context("connection ended")??;
+            match message {
+                Message::Text(text) => return Ok(serde_json::from_str(&text)?),
+                Message::Binary(bytes) => return Ok(serde_json::from_slice(&bytes)?),
+                Message::Close(frame) => bail!("connection closed: {frame:?}"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Calls `method` and returns the whole response object.
+    pub async fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_text(&request.to_string()).await;
+        let response = self.next_response().await?;
+        if response["id"] != json!(id) {
+            bail!("response {response} does not answer request {id}");
+        }
+        Ok(response)
+    }
+
+    /// Subscribes and returns the subscription id; fails on an error.
+    pub async fn subscribe(&mut self, params: Value) -> anyhow::Result<String> {
+        let response = self.call("eth_subscribe", params.clone()).await?;
+        response["result"]
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| format!("eth_subscribe {params} failed: {response}"))
+    }
+
+    /// The next notification (of any subscription): (subscription, result).
+    pub async fn next_notification(&mut self) -> anyhow::Result<(String, Value)> {
+        let message = match self.notifications.pop_front() {
+            Some(message) => message,
+            None => {
+                let message = self.next_json().await?;
+                if message.get("method").and_then(Value::as_str) != Some("eth_subscription") {
+                    bail!("unexpected non-notification {message}");
+                }
+                message
+            }
+        };
+        let params = &message["params"];
+        let subscription = params["subscription"]
+            .as_str()
+            .context("notification without subscription")?;
+        Ok((subscription.to_string(), params["result"].clone()))
+    }
+
+    /// Collects notifications until `done` has seen `count` for
+    /// subscription `until`; returns every notification received meanwhile.
+    pub async fn collect_until(
+        &mut self,
+        until: &str,
+        count: usize,
+    ) -> anyhow::Result<Vec<(String, Value)>> {
+        let mut seen = 0;
+        let mut all = Vec::new();
+        while seen < count {
+            let (subscription, result) = self.next_notification().await?;
+            if subscription == until {
+                seen += 1;
+            }
+            all.push((subscription, result));
+        }
+        Ok(all)
+    }
+
+    /// Waits for the server to close the connection; returns (code, reason).
+    pub async fn closed(&mut self) -> anyhow::Result<(u16, String)> {
+        loop {
+            let message = tokio::time::timeout(TIMEOUT, self.socket.next())
+                .await
+                .context("timed out waiting for the close")?;
+            match message {
+                Some(Ok(Message::Close(Some(frame)))) => {
+                    return Ok((frame.code.into(), frame.reason.to_string()));
+                }
+                Some(Ok(Message::Close(None))) | None => bail!("closed without a close frame"),
+                Some(Ok(_)) => continue,
+                Some(Err(error)) => bail!("connection failed without a close frame: {error}"),
+            }
+        }
+    }
+}
+
+/// Lowercase `0x` hex of an address.
+pub fn hex_address(address: &alloy_primitives::Address) -> String {
+    format!("{address:#x}")
+}

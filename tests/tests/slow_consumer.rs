@@ -1,0 +1,84 @@
+//! A subscriber that stops reading is closed with code 1008 and a reason once
+//! its outbound queue overflows; other subscribers keep receiving.
+
+use chainsieve::config::{Config, LimitsConfig};
+use chainsieve_tests::{TestServer, WsClient, fast_devnet};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_subscriber_is_closed_and_others_are_unaffected() {
+    let config = Config {
+        limits: LimitsConfig {
+            outbound_queue: 16,
+            ..LimitsConfig::default()
+        },
+        devnet: chainsieve::ingest::devnet::DevnetSettings {
+            block_time_ms: Some(60),
+            transactions_per_block: 40,
+            ..fast_devnet()
+        },
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await.expect("server");
+
+    // The stalled client: a tiny receive buffer, and it never reads after
+    // subscribing.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(1024).expect("small buffer");
+    let stream = socket.connect(server.addr).await.expect("connect");
+    let (mut stalled, _) = tokio_tungstenite::client_async(server.ws_url("eth", "demo"), stream)
+        .await
+        .expect("upgrade");
+    stalled
+        .send(Message::text(json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newPendingTransactions", true]}).to_string()))
+        .await
+        .expect("subscribe");
+    let answer = stalled.next().await.expect("an answer").expect("a frame");
+    assert!(
+        answer.to_text().expect("text").contains("\"result\":\"0x"),
+        "{answer}"
+    );
+
+    let mut healthy = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let heads = healthy
+        .subscribe(json!(["newHeads"]))
+        .await
+        .expect("subscribe");
+    // Wait (on events) until the server has cut the stalled subscriber.
+    while server.state.stats.closed_too_slow() == 0 {
+        let (subscription, _) = healthy
+            .next_notification()
+            .await
+            .expect("heads keep coming");
+        assert_eq!(subscription, heads);
+    }
+    // The healthy client is unaffected, and the stalled one's subscription
+    // is gone.
+    assert_eq!(server.state.subscriptions.len(), 1);
+    healthy
+        .collect_until(&heads, 3)
+        .await
+        .expect("heads after the close");
+
+    // The stalled client finds what was queued, then the close frame.
+    let mut close = None;
+    while let Some(message) = tokio::time::timeout(chainsieve_tests::TIMEOUT, stalled.next())
+        .await
+        .expect("no hang")
+    {
+        if let Message::Close(frame) = message.expect("a clean close") {
+            close = frame;
+            break;
+        }
+    }
+    let frame = close.expect("a close frame with a reason");
+    assert_eq!(u16::from(frame.code), 1008);
+    assert_eq!(
+        frame.reason.as_str(),
+        "subscriber too slow: outbound queue full"
+    );
+}

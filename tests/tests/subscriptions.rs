@@ -1,0 +1,400 @@
+//! Every event type on every chain, over real WebSockets against the real
+//! server. Filtered subscriptions are checked against an unfiltered control
+//! subscription on the same connection: the filtered one is made first, so
+//! every event the control sees was offered to it too, and the expected
+//! matches are exactly the control's events that satisfy the filter.
+
+use std::collections::HashSet;
+
+use alloy_primitives::Address;
+use chainsieve_tests::{TestServer, WsClient, hex_address};
+use serde_json::{Value, json};
+
+const CHAINS: [(&str, u64); 3] = [("eth", 1), ("bsc", 56), ("polygon", 137)];
+const TRANSFER_TOPIC: &str = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+
+fn is_hex(value: &Value, digits: usize) -> bool {
+    value.as_str().is_some_and(|s| {
+        s.len() == 2 + digits
+            && s.starts_with("0x")
+            && s[2..]
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+fn is_quantity(value: &Value) -> bool {
+    value.as_str().is_some_and(|s| {
+        let digits = &s[2.min(s.len())..];
+        s.starts_with("0x")
+            && !digits.is_empty()
+            && (digits == "0" || !digits.starts_with('0'))
+            && digits
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    })
+}
+
+/// Notifications of `subscription` among `all`.
+fn of<'a>(all: &'a [(String, Value)], subscription: &str) -> Vec<&'a Value> {
+    all.iter()
+        .filter(|(s, _)| s == subscription)
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// Checks a transaction object's shape (DESIGN.md's rules).
+fn check_transaction(tx: &Value) {
+    for field in [
+        "hash", "from", "gas", "input", "nonce", "value", "type", "v", "r", "s",
+    ] {
+        assert!(tx.get(field).is_some(), "transaction without {field}: {tx}");
+    }
+    assert!(is_hex(&tx["hash"], 64), "{tx}");
+    assert!(is_hex(&tx["from"], 40), "from must be lowercase: {tx}");
+    assert!(tx["to"].is_null() || is_hex(&tx["to"], 40), "{tx}");
+    for field in ["gas", "nonce", "value", "type", "v", "r", "s"] {
+        assert!(
+            is_quantity(&tx[field]),
+            "{field} is not a canonical quantity: {tx}"
+        );
+    }
+    match tx["type"].as_str() {
+        Some("0x0") => {
+            assert!(
+                is_quantity(&tx["gasPrice"])
+                    && tx.get("maxFeePerGas").is_none()
+                    && tx.get("yParity").is_none(),
+                "{tx}"
+            )
+        }
+        Some("0x2") => {
+            assert!(tx.get("gasPrice").is_none(), "{tx}");
+            assert!(
+                is_quantity(&tx["maxFeePerGas"]) && is_quantity(&tx["maxPriorityFeePerGas"]),
+                "{tx}"
+            );
+            assert!(
+                is_quantity(&tx["yParity"]) && tx["accessList"].is_array(),
+                "{tx}"
+            );
+        }
+        other => panic!("unexpected transaction type {other:?}"),
+    }
+}
+
+fn hashes(values: &[&Value]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| v["hash"].as_str().expect("hash").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_heads_are_consecutive_real_headers_on_every_chain() {
+    let server = TestServer::default().await;
+    for (chain, chain_id) in CHAINS {
+        let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
+            .await
+            .expect("connect");
+        let sub = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+        let heads: Vec<Value> = ws
+            .collect_until(&sub, 3)
+            .await
+            .expect("heads")
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        for head in &heads {
+            for field in [
+                "parentHash",
+                "sha3Uncles",
+                "miner",
+                "stateRoot",
+                "transactionsRoot",
+                "receiptsRoot",
+                "logsBloom",
+                "difficulty",
+                "number",
+                "gasLimit",
+                "gasUsed",
+                "timestamp",
+                "extraData",
+                "mixHash",
+                "nonce",
+                "baseFeePerGas",
+                "hash",
+            ] {
+                assert!(
+                    head.get(field).is_some(),
+                    "{chain}: header without {field}: {head}"
+                );
+            }
+            // The hash is the keccak of the header's RLP: a real header.
+            let header: alloy_consensus::Header =
+                serde_json::from_value(head.clone()).expect("a consensus header");
+            assert_eq!(
+                format!("{:#x}", header.hash_slow()),
+                head["hash"].as_str().expect("hash"),
+                "{chain}"
+            );
+        }
+        for pair in heads.windows(2) {
+            let n0 = u64::from_str_radix(&pair[0]["number"].as_str().expect("number")[2..], 16)
+                .expect("hex");
+            let n1 = u64::from_str_radix(&pair[1]["number"].as_str().expect("number")[2..], 16)
+                .expect("hex");
+            assert_eq!(n1, n0 + 1, "{chain}");
+            assert_eq!(pair[1]["parentHash"], pair[0]["hash"], "{chain}");
+        }
+        // The block methods agree with the stream.
+        let last = &heads[2];
+        let by_hash = ws
+            .call("eth_getBlockByHash", json!([last["hash"], false]))
+            .await
+            .expect("call");
+        assert_eq!(by_hash["result"]["number"], last["number"], "{chain}");
+        let chain_id_hex = ws.call("eth_chainId", json!([])).await.expect("call");
+        assert_eq!(chain_id_hex["result"], json!(format!("{chain_id:#x}")));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_pending_transactions_as_hashes_or_full_objects() {
+    let server = TestServer::default().await;
+    for (chain, _) in CHAINS {
+        let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
+            .await
+            .expect("connect");
+        let full = ws
+            .subscribe(json!(["newPendingTransactions", true]))
+            .await
+            .expect("subscribe");
+        let plain = ws
+            .subscribe(json!(["newPendingTransactions"]))
+            .await
+            .expect("subscribe");
+        let all = ws.collect_until(&plain, 10).await.expect("pending");
+        let full_txs = of(&all, &full);
+        let plain_hashes: Vec<String> = of(&all, &plain)
+            .iter()
+            .map(|v| v.as_str().expect("a hash string").to_string())
+            .collect();
+        assert!(plain_hashes.iter().all(|h| is_hex(&json!(h), 64)));
+        for tx in &full_txs {
+            check_transaction(tx);
+            for field in ["blockHash", "blockNumber", "transactionIndex"] {
+                assert_eq!(
+                    tx[field],
+                    Value::Null,
+                    "{chain}: geth shows pending block fields as null"
+                );
+            }
+        }
+        // Both subscriptions saw the same transactions (the full one earlier).
+        let full_hashes = hashes(&full_txs);
+        assert!(
+            full_hashes.ends_with(&plain_hashes[..]) || full_hashes.len() >= plain_hashes.len(),
+            "{chain}"
+        );
+        let full_set: HashSet<_> = full_hashes.iter().collect();
+        assert!(plain_hashes.iter().all(|h| full_set.contains(h)), "{chain}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bv_pending_transactions_filter_by_sender_or_receiver() {
+    let server = TestServer::default().await;
+    for (chain, chain_id) in CHAINS {
+        let accounts = server.devnet(chain_id).accounts();
+        let senders: Vec<Address> = accounts.iter().step_by(2).copied().collect();
+        let receiver = accounts[1];
+        let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
+            .await
+            .expect("connect");
+        let filter = json!({
+            "fromAddress": senders.iter().map(|a| a.to_checksum(None)).collect::<Vec<_>>(),
+            "toAddress": [hex_address(&receiver).to_uppercase().replace("0X", "0x")],
+        });
+        let filtered = ws
+            .subscribe(json!(["bvPendingTransactions", filter]))
+            .await
+            .expect("subscribe");
+        let nothing = ws
+            .subscribe(json!(["bvPendingTransactions", {"fromAddress": ["0x000000000000000000000000000000000000dead"]}]))
+            .await
+            .expect("subscribe");
+        let control = ws
+            .subscribe(json!(["bvPendingTransactions"]))
+            .await
+            .expect("subscribe");
+        let all = ws.collect_until(&control, 40).await.expect("pending");
+        assert!(
+            of(&all, &nothing).is_empty(),
+            "{chain}: a filter for an unused sender matched"
+        );
+        let matches = |tx: &&Value| {
+            let from: Address = tx["from"].as_str().expect("from").parse().expect("address");
+            let to: Option<Address> = tx["to"].as_str().map(|t| t.parse().expect("address"));
+            senders.contains(&from) || to == Some(receiver)
+        };
+        let control_txs = of(&all, &control);
+        let filtered_txs = of(&all, &filtered);
+        for tx in control_txs.iter().chain(&filtered_txs) {
+            check_transaction(tx);
+            for field in ["blockHash", "blockNumber", "transactionIndex"] {
+                assert_eq!(
+                    tx[field],
+                    json!(""),
+                    "{chain}: bvPendingTransactions shows pending block fields as \"\""
+                );
+            }
+        }
+        assert!(
+            filtered_txs.iter().all(matches),
+            "{chain}: a filtered notification does not match"
+        );
+        let seen_by_control: HashSet<String> = hashes(&control_txs).into_iter().collect();
+        let expected = hashes(
+            &control_txs
+                .iter()
+                .copied()
+                .filter(matches)
+                .collect::<Vec<_>>(),
+        );
+        let got: Vec<String> = hashes(&filtered_txs)
+            .into_iter()
+            .filter(|h| seen_by_control.contains(h))
+            .collect();
+        assert_eq!(got, expected, "{chain}");
+        assert!(
+            !expected.is_empty(),
+            "{chain}: half the senders matched nothing in 40 transactions"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bv_mined_transactions_filter_by_receiver_and_method() {
+    let server = TestServer::default().await;
+    for (chain, chain_id) in CHAINS {
+        let token = chainsieve::ingest::devnet::known_tokens(chain_id)[0].address;
+        let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
+            .await
+            .expect("connect");
+        let transfers = ws
+            .subscribe(json!(["bvMinedTransactions", {"toAddress": [hex_address(&token)], "methodIds": ["0xa9059cbb"]}]))
+            .await
+            .expect("subscribe");
+        let wrong_method = ws
+            .subscribe(json!(["bvMinedTransactions", {"toAddress": [hex_address(&token)], "methodIds": ["0xdeadbeef"]}]))
+            .await
+            .expect("subscribe");
+        let control = ws
+            .subscribe(json!(["bvMinedTransactions", {}]))
+            .await
+            .expect("subscribe");
+        let all = ws.collect_until(&control, 60).await.expect("mined");
+        assert!(
+            of(&all, &wrong_method).is_empty(),
+            "{chain}: methodIds must be and-ed"
+        );
+        let control_txs = of(&all, &control);
+        for tx in &control_txs {
+            check_transaction(tx);
+            assert!(
+                is_hex(&tx["blockHash"], 64)
+                    && is_quantity(&tx["blockNumber"])
+                    && is_quantity(&tx["transactionIndex"]),
+                "{tx}"
+            );
+            assert!(tx.get("removed").is_none(), "{tx}");
+        }
+        let matches = |tx: &&Value| {
+            tx["to"].as_str() == Some(hex_address(&token).as_str())
+                && tx["input"]
+                    .as_str()
+                    .is_some_and(|i| i.starts_with("0xa9059cbb"))
+        };
+        let seen: HashSet<String> = hashes(&control_txs).into_iter().collect();
+        let expected = hashes(
+            &control_txs
+                .iter()
+                .copied()
+                .filter(matches)
+                .collect::<Vec<_>>(),
+        );
+        let got: Vec<String> = hashes(&of(&all, &transfers))
+            .into_iter()
+            .filter(|h| seen.contains(h))
+            .collect();
+        assert_eq!(got, expected, "{chain}");
+        assert!(
+            !expected.is_empty(),
+            "{chain}: no token transfer among 60 mined transactions"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_geth_filter_rules() {
+    let server = TestServer::default().await;
+    for (chain, chain_id) in CHAINS {
+        let token = chainsieve::ingest::devnet::known_tokens(chain_id)[0].address;
+        let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
+            .await
+            .expect("connect");
+        let transfers = ws
+            .subscribe(
+                json!(["logs", {"address": hex_address(&token), "topics": [TRANSFER_TOPIC]}]),
+            )
+            .await
+            .expect("subscribe");
+        // Transfer logs have 3 topics: a 4-position filter never matches.
+        let too_many_positions = ws
+            .subscribe(json!(["logs", {"topics": [TRANSFER_TOPIC, null, null, null]}]))
+            .await
+            .expect("subscribe");
+        let control = ws.subscribe(json!(["logs"])).await.expect("subscribe");
+        let all = ws.collect_until(&control, 60).await.expect("logs");
+        assert!(of(&all, &too_many_positions).is_empty(), "{chain}");
+        let control_logs = of(&all, &control);
+        for log in &control_logs {
+            for field in [
+                "address",
+                "topics",
+                "data",
+                "blockHash",
+                "blockNumber",
+                "transactionHash",
+                "transactionIndex",
+                "logIndex",
+            ] {
+                assert!(log.get(field).is_some(), "log without {field}: {log}");
+            }
+            assert_eq!(log["removed"], json!(false), "{log}");
+            assert!(is_hex(&log["address"], 40), "{log}");
+        }
+        let key = |log: &&Value| format!("{}:{}", log["blockHash"], log["logIndex"]);
+        let matches = |log: &&Value| {
+            log["address"].as_str() == Some(hex_address(&token).as_str())
+                && log["topics"][0] == json!(TRANSFER_TOPIC)
+        };
+        let seen: HashSet<String> = control_logs.iter().map(key).collect();
+        let expected: Vec<String> = control_logs
+            .iter()
+            .filter(|l| matches(l))
+            .map(key)
+            .collect();
+        let got: Vec<String> = of(&all, &transfers)
+            .iter()
+            .map(key)
+            .filter(|k| seen.contains(k))
+            .collect();
+        assert_eq!(got, expected, "{chain}");
+        assert!(
+            !expected.is_empty(),
+            "{chain}: no transfer of the first token among 60 logs"
+        );
+    }
+}
