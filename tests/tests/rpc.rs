@@ -378,3 +378,25 @@ async fn unsubscribe_over_websocket_and_over_http_with_the_same_key() {
         assert_eq!(subscription, heads);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_pings_are_answered() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let server = TestServer::default().await;
+    let (mut socket, _) = tokio_tungstenite::connect_async(server.ws_url("bsc", "demo"))
+        .await
+        .expect("connect");
+    socket
+        .send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .expect("ping");
+    let answer = tokio::time::timeout(chainsieve_tests::TIMEOUT, socket.next())
+        .await
+        .expect("no hang");
+    match answer {
+        Some(Ok(Message::Pong(payload))) => assert_eq!(&payload[..], b"are you there"),
+        other => panic!("expected a pong, got {other:?}"),
+    }
+}
