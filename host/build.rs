@@ -38,7 +38,8 @@ fn main() {
         .expect("host/ sits in the workspace root")
         .to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for watched in ["guest-filters", "wit", "Cargo.lock"] {
+    // Cargo.toml holds the `guest` profile the components are built with.
+    for watched in ["guest-filters", "wit", "Cargo.toml", "Cargo.lock"] {
         println!(
             "cargo:rerun-if-changed={}",
             workspace.join(watched).display()

@@ -12,9 +12,9 @@
 use chainsieve_filter_sdk::params::{self, MAX_FILTER_VALUES, ParamsError};
 use chainsieve_filter_sdk::serde_json::Value;
 use chainsieve_filter_sdk::{
-    Filter, LogView, Manifest, Payload, Source, SubscriptionId, SubscriptionIndex, export_filter,
+    Filter, KeyMap, KeySet, LogView, Manifest, Payload, Source, SubscriptionId, SubscriptionIndex,
+    export_filter,
 };
-use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Topic positions a log can have.
 const MAX_TOPIC_POSITIONS: usize = 4;
@@ -23,9 +23,9 @@ const MAX_TOPIC_POSITIONS: usize = 4;
 #[derive(Debug)]
 struct Criteria {
     /// Empty means any address.
-    addresses: FxHashSet<[u8; 20]>,
+    addresses: KeySet<[u8; 20]>,
     /// One entry per position; `None` matches any topic there.
-    topics: Vec<Option<FxHashSet<[u8; 32]>>>,
+    topics: Vec<Option<KeySet<[u8; 32]>>>,
 }
 
 impl Criteria {
@@ -34,7 +34,7 @@ impl Criteria {
         params::at_most(&items, 1, "logs")?;
         let Some(filter) = items.first().filter(|v| !v.is_null()) else {
             return Ok(Self {
-                addresses: FxHashSet::default(),
+                addresses: KeySet::default(),
                 topics: Vec::new(),
             });
         };
@@ -84,7 +84,7 @@ impl Criteria {
 
 /// Parses topic position `i`: `null`, a topic, or an array of topics in
 /// which a `null` (or emptiness) makes the whole position a wildcard.
-fn position(i: usize, value: &Value) -> Result<Option<FxHashSet<[u8; 32]>>, ParamsError> {
+fn position(i: usize, value: &Value) -> Result<Option<KeySet<[u8; 32]>>, ParamsError> {
     let what = format!("topics[{i}]");
     match value {
         Value::Null => Ok(None),
@@ -97,7 +97,7 @@ fn position(i: usize, value: &Value) -> Result<Option<FxHashSet<[u8; 32]>>, Para
             if options.len() > MAX_FILTER_VALUES {
                 return Err(params::too_many(&what, options.len()));
             }
-            let mut set = FxHashSet::default();
+            let mut set = KeySet::default();
             let mut wildcard = options.is_empty();
             for option in options {
                 match option {
@@ -119,7 +119,7 @@ fn position(i: usize, value: &Value) -> Result<Option<FxHashSet<[u8; 32]>>, Para
 /// The subscriptions of `logs` on one chain.
 #[derive(Debug, Default)]
 pub struct Logs {
-    subscriptions: FxHashMap<SubscriptionId, Criteria>,
+    subscriptions: KeyMap<SubscriptionId, Criteria>,
     by_address: SubscriptionIndex<[u8; 20]>,
     /// Subscriptions with no address but a first-position topic constraint.
     by_topic0: SubscriptionIndex<[u8; 32]>,

@@ -448,10 +448,12 @@ impl<'a> TxView<'a> {
     pub fn hash(&self) -> &'a [u8; 32] {
         array(self.r, tx::HASH)
     }
+    #[inline(always)]
     pub fn from(&self) -> &'a [u8; 20] {
         array(self.r, tx::FROM)
     }
     /// The receiver; `None` for a contract creation.
+    #[inline(always)]
     pub fn to(&self) -> Option<&'a [u8; 20]> {
         (self.r[tx::FLAGS] & tx::HAS_TO != 0).then(|| array(self.r, tx::TO))
     }
@@ -484,6 +486,7 @@ impl<'a> TxView<'a> {
         )
     }
     /// The 4-byte method selector, if the input has one.
+    #[inline(always)]
     pub fn selector(&self) -> Option<[u8; 4]> {
         self.input().first_chunk::<4>().copied()
     }
@@ -530,13 +533,16 @@ pub struct LogView<'a> {
 }
 
 impl<'a> LogView<'a> {
+    #[inline(always)]
     pub fn address(&self) -> &'a [u8; 20] {
         array(self.r, log::ADDRESS)
     }
+    #[inline(always)]
     pub fn topic_count(&self) -> usize {
         usize::from(self.r[log::TOPIC_COUNT]).min(4)
     }
     /// Topic `i`, if the log has that many.
+    #[inline(always)]
     pub fn topic(&self, i: usize) -> Option<&'a [u8; 32]> {
         (i < self.topic_count()).then(|| array(self.r, log::TOPICS + 32 * i))
     }

@@ -13,14 +13,15 @@
 //! - [`SubscriptionIndex`]: key → subscriptions, the building block of indexed
 //!   matching.
 
+pub mod keys;
 pub mod layout;
 pub mod params;
 
 use std::hash::Hash;
 
+pub use keys::{KeyMap, KeySet};
 pub use layout::{Batch, HeadView, LayoutError, LogView, Source, TxView};
 pub use params::ParamsError;
-use rustc_hash::FxHashMap;
 /// Re-exported so filters parse their parameters with the same JSON crate.
 pub use serde_json;
 
@@ -140,13 +141,13 @@ pub fn match_batch<F: Filter>(filter: &F, bytes: &[u8]) -> Result<Matches, Layou
 /// subscription.
 #[derive(Debug)]
 pub struct SubscriptionIndex<K> {
-    map: FxHashMap<K, Vec<SubscriptionId>>,
+    map: KeyMap<K, Vec<SubscriptionId>>,
 }
 
 impl<K> Default for SubscriptionIndex<K> {
     fn default() -> Self {
         Self {
-            map: FxHashMap::default(),
+            map: KeyMap::default(),
         }
     }
 }
@@ -169,6 +170,7 @@ impl<K: Hash + Eq> SubscriptionIndex<K> {
     }
 
     /// The subscriptions filed under `key`.
+    #[inline(always)]
     pub fn get(&self, key: &K) -> &[SubscriptionId] {
         // An empty index answers without hashing the key.
         if self.map.is_empty() {

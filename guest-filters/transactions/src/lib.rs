@@ -13,8 +13,9 @@
 use std::marker::PhantomData;
 
 use chainsieve_filter_sdk::params::{self, MAX_FILTER_VALUES, ParamsError};
-use chainsieve_filter_sdk::{Filter, Manifest, Payload, SubscriptionId, SubscriptionIndex, TxView};
-use rustc_hash::{FxHashMap, FxHashSet};
+use chainsieve_filter_sdk::{
+    Filter, KeyMap, KeySet, Manifest, Payload, SubscriptionId, SubscriptionIndex, TxView,
+};
 
 /// Which topic a [`TransactionFilter`] serves; the matching is the same.
 pub trait Topic {
@@ -25,8 +26,8 @@ pub trait Topic {
 /// the parts of a match the index does not decide.
 #[derive(Debug)]
 struct Constraints {
-    from: FxHashSet<[u8; 20]>,
-    to: FxHashSet<[u8; 20]>,
+    from: KeySet<[u8; 20]>,
+    to: KeySet<[u8; 20]>,
     /// Empty means any input.
     methods: Vec<[u8; 4]>,
 }
@@ -71,7 +72,7 @@ impl Constraints {
 /// The subscriptions of one transaction topic on one chain.
 #[derive(Debug)]
 pub struct TransactionFilter<T> {
-    subscriptions: FxHashMap<SubscriptionId, Constraints>,
+    subscriptions: KeyMap<SubscriptionId, Constraints>,
     by_from: SubscriptionIndex<[u8; 20]>,
     by_to: SubscriptionIndex<[u8; 20]>,
     /// Subscriptions with no address constraint: every transaction reaches
@@ -83,7 +84,7 @@ pub struct TransactionFilter<T> {
 impl<T> Default for TransactionFilter<T> {
     fn default() -> Self {
         Self {
-            subscriptions: FxHashMap::default(),
+            subscriptions: KeyMap::default(),
             by_from: SubscriptionIndex::default(),
             by_to: SubscriptionIndex::default(),
             any_address: Vec::new(),
