@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use alloy_primitives::Address;
 use chainsieve_tests::{TestServer, hex_address};
 use serde_json::{Value, json};
 
@@ -16,25 +17,36 @@ fn js_dir() -> PathBuf {
     dir
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log() {
-    let server = TestServer::default().await;
-    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+/// Runs `tests/js/<script>` against `url`, with the token to watch, and
+/// returns the JSON report it prints last.
+async fn run_client(script: &str, url: &str, token: Address) -> Value {
     let run = tokio::process::Command::new("node")
-        .arg(js_dir().join("ethers_client.mjs"))
-        .arg(server.ws_url("eth", "demo"))
+        .arg(js_dir().join(script))
+        .arg(url)
         .arg(token.to_checksum(None))
         .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(Duration::from_secs(90), run)
         .await
-        .expect("ethers finished")
+        .expect("the client finished")
         .expect("node runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "ethers client failed: {stderr}");
+    assert!(output.status.success(), "{script} failed: {stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let report: Value =
-        serde_json::from_str(stdout.lines().last().expect("a report line")).expect("JSON report");
+    serde_json::from_str(stdout.lines().last().expect("a report line")).expect("JSON report")
+}
+
+/// The server's own answer for block `number`.
+async fn block(server: &TestServer, number: u64) -> Value {
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":[format!("{number:#x}"), false]});
+    server.post("eth", "demo", &body.to_string()).await.1["result"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log() {
+    let server = TestServer::default().await;
+    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let report = run_client("ethers_client.mjs", &server.ws_url("eth", "demo"), token).await;
 
     assert_eq!(report["chainId"], json!("1"));
     let blocks: Vec<u64> = report["blocks"]
@@ -47,9 +59,7 @@ async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log() {
     assert_eq!(blocks[1], blocks[0] + 1, "consecutive block events");
     assert_eq!(report["blockNumber"], json!(blocks[1]));
     // ethers' getBlock agrees with the server's own answer.
-    let body = json!({"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":[format!("{:#x}", blocks[1]), false]});
-    let (_, answer) = server.post("eth", "demo", &body.to_string()).await;
-    assert_eq!(report["blockHash"], answer["result"]["hash"]);
+    assert_eq!(report["blockHash"], block(&server, blocks[1]).await["hash"]);
 
     let pending = report["pending"].as_array().expect("pending");
     assert_eq!(pending.len(), 2);
@@ -68,4 +78,62 @@ async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log() {
         json!("0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef")
     );
     assert_eq!(log["removed"], json!(false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viem_watches_blocks_pending_transactions_and_decodes_a_transfer() {
+    let server = TestServer::default().await;
+    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let report = run_client("viem_client.mjs", &server.ws_url("eth", "demo"), token).await;
+
+    assert_eq!(report["chainId"], json!(1));
+    let blocks = report["blocks"].as_array().expect("blocks");
+    let numbers: Vec<u64> = blocks
+        .iter()
+        .map(|b| {
+            b["number"]
+                .as_str()
+                .expect("number")
+                .parse()
+                .expect("decimal")
+        })
+        .collect();
+    assert_eq!(numbers[1], numbers[0] + 1, "consecutive blocks");
+    assert_eq!(
+        report["blockHash"], blocks[1]["hash"],
+        "getBlock agrees with the subscription"
+    );
+    assert_eq!(blocks[1]["hash"], block(&server, numbers[1]).await["hash"]);
+    assert_eq!(report["pending"].as_array().expect("pending").len(), 2);
+
+    // viem decoded the devnet's Transfer log with the ERC-20 ABI: the sender
+    // is a devnet account and the transaction is in the block it names.
+    let transfer = &report["transfer"];
+    let from: Address = transfer["from"]
+        .as_str()
+        .expect("from")
+        .parse()
+        .expect("address");
+    assert!(server.devnet(1).accounts().contains(&from), "{transfer}");
+    assert!(
+        transfer["value"]
+            .as_str()
+            .expect("value")
+            .parse::<u128>()
+            .expect("decimal")
+            > 0
+    );
+    let number: u64 = transfer["blockNumber"]
+        .as_str()
+        .expect("number")
+        .parse()
+        .expect("decimal");
+    let mined = block(&server, number).await;
+    assert!(
+        mined["transactions"]
+            .as_array()
+            .expect("hashes")
+            .contains(&transfer["transactionHash"]),
+        "{transfer}"
+    );
 }
