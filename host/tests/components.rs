@@ -228,3 +228,63 @@ fn refusals_cross_the_boundary_as_messages() {
     let error = instance.match_batch(&heads).expect_err("wrong stream");
     assert!(format!("{error:#}").contains("consumes Logs"), "{error:#}");
 }
+
+fn builtin_bytes(topic_file: &str) -> &'static [u8] {
+    builtin_components()
+        .iter()
+        .find(|(file, _)| file.contains(topic_file))
+        .map(|(_, bytes)| *bytes)
+        .expect("built-in file")
+}
+
+#[test]
+fn a_component_in_the_filters_dir_replaces_the_builtin_of_its_topic() {
+    let engine = engine();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("my_heads.wasm");
+    std::fs::write(&file, builtin_bytes("new_heads")).expect("write");
+    std::fs::write(dir.path().join("README.txt"), "not a component").expect("write");
+    let registry = chainsieve::filters::FilterRegistry::load(&engine, dir.path()).expect("loads");
+    let heads = registry.get("newHeads").expect("newHeads");
+    assert_eq!(heads.origin, file.display().to_string());
+    assert!(
+        registry
+            .get("logs")
+            .expect("logs")
+            .origin
+            .starts_with("built-in ")
+    );
+    assert_eq!(registry.components().count(), 5);
+}
+
+#[test]
+fn a_bad_component_stops_startup_naming_the_file_and_the_reason() {
+    let engine = engine();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("broken.wasm");
+    std::fs::write(&file, b"\0asm not really").expect("write");
+    let error =
+        chainsieve::filters::FilterRegistry::load(&engine, dir.path()).expect_err("refused");
+    let message = format!("{error:#}");
+    assert!(message.contains(&file.display().to_string()), "{message}");
+    assert!(message.contains("compiling"), "{message}");
+}
+
+#[test]
+fn two_components_with_one_topic_are_refused() {
+    let engine = engine();
+    let dir = tempfile::tempdir().expect("temp dir");
+    for name in ["a.wasm", "b.wasm"] {
+        std::fs::write(dir.path().join(name), builtin_bytes("logs_filter")).expect("write");
+    }
+    let message = format!(
+        "{:#}",
+        chainsieve::filters::FilterRegistry::load(&engine, dir.path()).expect_err("refused")
+    );
+    assert!(
+        message.contains("a.wasm")
+            && message.contains("b.wasm")
+            && message.contains("both declare topic logs"),
+        "{message}"
+    );
+}
