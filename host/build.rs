@@ -9,22 +9,35 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (package, file stem of the built component).
-const GUESTS: &[(&str, &str)] = &[
+/// (package, file stem of the built component, embedded as a built-in).
+/// Examples are built and published but not embedded.
+const GUESTS: &[(&str, &str, bool)] = &[
     (
         "chainsieve-bv-pending-transactions",
         "chainsieve_bv_pending_transactions",
+        true,
     ),
     (
         "chainsieve-bv-mined-transactions",
         "chainsieve_bv_mined_transactions",
+        true,
     ),
     (
         "chainsieve-new-pending-transactions-filter",
         "chainsieve_new_pending_transactions_filter",
+        true,
     ),
-    ("chainsieve-new-heads-filter", "chainsieve_new_heads_filter"),
-    ("chainsieve-logs-filter", "chainsieve_logs_filter"),
+    (
+        "chainsieve-new-heads-filter",
+        "chainsieve_new_heads_filter",
+        true,
+    ),
+    ("chainsieve-logs-filter", "chainsieve_logs_filter", true),
+    (
+        "chainsieve-example-erc20-transfers",
+        "chainsieve_example_erc20_transfers",
+        false,
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";
@@ -39,7 +52,13 @@ fn main() {
         .to_path_buf();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     // Cargo.toml holds the `guest` profile the components are built with.
-    for watched in ["guest-filters", "wit", "Cargo.toml", "Cargo.lock"] {
+    for watched in [
+        "guest-filters",
+        "examples",
+        "wit",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         println!(
             "cargo:rerun-if-changed={}",
             workspace.join(watched).display()
@@ -61,7 +80,7 @@ fn main() {
             "--target-dir",
         ])
         .arg(&guest_target);
-    for (package, _) in GUESTS {
+    for (package, _, _) in GUESTS {
         build.args(["-p", package]);
     }
     // The outer build's flags and wrappers (clippy, coverage, host rustflags)
@@ -94,17 +113,23 @@ fn main() {
     let mut registry = String::from(
         "/// The built-in components: (file name, bytes).\npub const BUILTIN: &[(&str, &[u8])] = &[\n",
     );
-    for (_, stem) in GUESTS {
+    for (_, stem, embed) in GUESTS {
         let file = format!("{stem}.wasm");
         let from = built.join(&file);
-        let embedded = out_dir.join(&file);
-        fs::copy(&from, &embedded).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
         fs::copy(&from, published.join(&file)).unwrap_or_else(|e| panic!("publishing {file}: {e}"));
-        registry.push_str(&format!(
-            "    ({file:?}, include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{file}\"))),\n"
-        ));
+        if *embed {
+            fs::copy(&from, out_dir.join(&file))
+                .unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
+            registry.push_str(&format!(
+                "    ({file:?}, include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{file}\"))),\n"
+            ));
+        }
     }
     registry.push_str("];\n");
+    println!(
+        "cargo:rustc-env=CHAINSIEVE_BUILT_FILTERS_DIR={}",
+        published.display()
+    );
     fs::write(out_dir.join("builtin_filters.rs"), registry).expect("writing builtin_filters.rs");
 }
 

@@ -15,6 +15,11 @@ mod builtin {
     include!(concat!(env!("OUT_DIR"), "/builtin_filters.rs"));
 }
 
+/// Where this build published every component it compiled, the built-ins
+/// and the examples (`target/filters`): a starting point for a filters
+/// directory.
+pub const BUILT_FILTERS_DIR: &str = env!("CHAINSIEVE_BUILT_FILTERS_DIR");
+
 /// The embedded built-in components: (file name, bytes).
 pub fn builtin_components() -> &'static [(&'static str, &'static [u8])] {
     builtin::BUILTIN

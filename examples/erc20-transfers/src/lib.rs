@@ -1,0 +1,273 @@
+//! An example custom filter: `erc20Transfers`, a new `eth_subscribe` type.
+//!
+//! It consumes logs and keeps ERC-20 `Transfer(address,address,uint256)`
+//! events (three topics; ERC-721 transfers have four and are skipped). Every
+//! field is optional and the fields are and-ed:
+//!
+//! ```json
+//! ["erc20Transfers", {"tokens": ["0x…"], "from": ["0x…"], "to": ["0x…"], "minAmount": "1000000"}]
+//! ```
+//!
+//! `minAmount` is in the token's smallest unit, a decimal string or `0x` hex.
+//! Subscriptions naming tokens are indexed by token, so a log only meets the
+//! subscriptions of its own token.
+//!
+//! Build it with `cargo build --release --target wasm32-wasip2 -p
+//! chainsieve-example-erc20-transfers` (the host's build also puts it in
+//! `target/filters/`), drop the `.wasm` into the filters directory, restart.
+
+use chainsieve_filter_sdk::params::{self, ParamsError};
+use chainsieve_filter_sdk::serde_json::Value;
+use chainsieve_filter_sdk::{
+    Filter, KeyMap, KeySet, LogView, Manifest, Payload, Source, SubscriptionId, SubscriptionIndex,
+    export_filter,
+};
+
+/// keccak256("Transfer(address,address,uint256)").
+const TRANSFER: [u8; 32] = [
+    0xdd, 0xf2, 0x52, 0xad, 0x1b, 0xe2, 0xc8, 0x9b, 0x69, 0xc2, 0xb0, 0x68, 0xfc, 0x37, 0x8d, 0xaa,
+    0x95, 0x2b, 0xa7, 0xf1, 0x63, 0xc4, 0xa1, 0x16, 0x28, 0xf5, 0x5a, 0x4d, 0xf5, 0x23, 0xb3, 0xef,
+];
+
+/// One subscription's criteria; empty sets mean any.
+#[derive(Debug)]
+struct Criteria {
+    tokens: KeySet<[u8; 20]>,
+    from: KeySet<[u8; 20]>,
+    to: KeySet<[u8; 20]>,
+    /// Big-endian, so byte order is numeric order.
+    min_amount: [u8; 32],
+}
+
+impl Criteria {
+    fn parse(params: &str) -> Result<Self, ParamsError> {
+        let items = params::array(params)?;
+        params::at_most(&items, 1, "erc20Transfers")?;
+        let empty = Value::Object(Default::default());
+        let filter = items.first().filter(|v| !v.is_null()).unwrap_or(&empty);
+        let map = params::object(filter, &["tokens", "from", "to", "minAmount"])?;
+        let set = |field: &str| -> Result<KeySet<[u8; 20]>, ParamsError> {
+            Ok(params::hex_list::<20>(map.get(field), field)?
+                .into_iter()
+                .collect())
+        };
+        Ok(Self {
+            tokens: set("tokens")?,
+            from: set("from")?,
+            to: set("to")?,
+            min_amount: match map.get("minAmount") {
+                None | Some(Value::Null) => [0; 32],
+                Some(value) => amount(value)?,
+            },
+        })
+    }
+
+    fn matches(&self, log: &LogView<'_>) -> bool {
+        let (Some(from), Some(to)) = (log.topic(1), log.topic(2)) else {
+            return false;
+        };
+        let Some(amount) = log.data().first_chunk::<32>() else {
+            return false;
+        };
+        let address =
+            |word: &[u8; 32]| -> [u8; 20] { word[12..].try_into().expect("20 of 32 bytes") };
+        (self.from.is_empty() || self.from.contains(&address(from)))
+            && (self.to.is_empty() || self.to.contains(&address(to)))
+            && *amount >= self.min_amount
+    }
+}
+
+/// A uint256 from a decimal string (up to 2^128) or `0x` hex (up to 64 digits).
+fn amount(value: &Value) -> Result<[u8; 32], ParamsError> {
+    let bad = || {
+        ParamsError::new(format!(
+            "minAmount must be a decimal or 0x-hex string of a uint256, got {value}"
+        ))
+    };
+    let text = value.as_str().ok_or_else(bad)?;
+    let mut out = [0u8; 32];
+    if let Some(digits) = text.strip_prefix("0x") {
+        if digits.is_empty() || digits.len() > 64 || !digits.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return Err(bad());
+        }
+        let padded = format!("{digits:0>64}");
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&padded[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+    } else {
+        let n: u128 = text.parse().map_err(|_| bad())?;
+        out[16..].copy_from_slice(&n.to_be_bytes());
+    }
+    Ok(out)
+}
+
+/// The subscriptions of `erc20Transfers` on one chain.
+#[derive(Debug, Default)]
+pub struct Erc20Transfers {
+    subscriptions: KeyMap<SubscriptionId, Criteria>,
+    by_token: SubscriptionIndex<[u8; 20]>,
+    /// Subscriptions for transfers of any token.
+    any_token: Vec<SubscriptionId>,
+}
+
+impl Filter for Erc20Transfers {
+    const MANIFEST: Manifest = Manifest {
+        topic: "erc20Transfers",
+        source: Source::Logs,
+        payload: Payload::Full,
+    };
+    type Event<'a> = LogView<'a>;
+
+    fn subscribe(&mut self, id: SubscriptionId, params: &str) -> Result<Payload, ParamsError> {
+        let criteria = Criteria::parse(params)?;
+        self.unsubscribe(id);
+        if criteria.tokens.is_empty() {
+            self.any_token.push(id);
+        }
+        criteria
+            .tokens
+            .iter()
+            .for_each(|token| self.by_token.insert(*token, id));
+        self.subscriptions.insert(id, criteria);
+        Ok(Payload::Full)
+    }
+
+    fn unsubscribe(&mut self, id: SubscriptionId) {
+        let Some(criteria) = self.subscriptions.remove(&id) else {
+            return;
+        };
+        criteria
+            .tokens
+            .iter()
+            .for_each(|token| self.by_token.remove(token, id));
+        self.any_token.retain(|&other| other != id);
+    }
+
+    fn matches(&self, log: &LogView<'_>, emit: &mut impl FnMut(SubscriptionId)) {
+        if log.topic_count() != 3 || log.topic(0) != Some(&TRANSFER) {
+            return;
+        }
+        for &id in self
+            .by_token
+            .get(log.address())
+            .iter()
+            .chain(&self.any_token)
+        {
+            if self.subscriptions.get(&id).is_some_and(|c| c.matches(log)) {
+                emit(id);
+            }
+        }
+    }
+}
+
+export_filter!(Erc20Transfers);
+
+#[cfg(test)]
+mod tests {
+    use chainsieve_filter_sdk::layout::{BatchWriter, LogFields};
+    use chainsieve_filter_sdk::match_batch;
+
+    use super::*;
+
+    const USDC: [u8; 20] = [0x11; 20];
+    const WETH: [u8; 20] = [0x22; 20];
+    const ALICE: [u8; 20] = [0xaa; 20];
+    const BOB: [u8; 20] = [0xbb; 20];
+
+    fn word(address: &[u8; 20]) -> [u8; 32] {
+        let mut w = [0u8; 32];
+        w[12..].copy_from_slice(address);
+        w
+    }
+
+    fn hex(address: &[u8; 20]) -> String {
+        format!(
+            "0x{}",
+            address
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    }
+
+    /// A test transfer: token, from, to, amount, and whether it is an
+    /// ERC-721 transfer (amount as a fourth topic).
+    type TestTransfer = ([u8; 20], [u8; 20], [u8; 20], u128, bool);
+
+    fn run(f: &Erc20Transfers, logs: &[TestTransfer]) -> Vec<(u32, u64)> {
+        let mut w = BatchWriter::new(Source::Logs, logs.len());
+        for (token, from, to, amount, nft) in logs {
+            let mut topics = vec![TRANSFER, word(from), word(to)];
+            let mut data = [0u8; 32];
+            data[16..].copy_from_slice(&amount.to_be_bytes());
+            if *nft {
+                topics.push(data);
+            }
+            w.push_log(&LogFields {
+                address: token,
+                topics: &topics,
+                data: if *nft { &[] } else { &data },
+                block_number: 1,
+                log_index: 0,
+                transaction_index: 0,
+                transaction_hash: &[0; 32],
+                removed: false,
+            });
+        }
+        let mut pairs: Vec<_> = match_batch(f, &w.finish())
+            .expect("logs batch")
+            .pairs()
+            .collect();
+        pairs.sort_unstable();
+        pairs
+    }
+
+    #[test]
+    fn fields_are_anded_and_nft_transfers_skipped() {
+        let mut f = Erc20Transfers::default();
+        f.subscribe(
+            1,
+            &format!(
+                r#"[{{"tokens":["{}"],"to":["{}"],"minAmount":"1000"}}]"#,
+                hex(&USDC),
+                hex(&BOB)
+            ),
+        )
+        .expect("valid");
+        f.subscribe(2, "[]").expect("valid");
+        f.subscribe(
+            3,
+            &format!(r#"[{{"from":["{}"],"minAmount":"0x10000"}}]"#, hex(&ALICE)),
+        )
+        .expect("valid");
+        let got = run(
+            &f,
+            &[
+                (USDC, ALICE, BOB, 5_000, false),  // 1, 2
+                (USDC, ALICE, BOB, 999, false),    // 2 (below 1000)
+                (WETH, ALICE, BOB, 70_000, false), // 2, 3 (not USDC; 70000 ≥ 0x10000)
+                (USDC, BOB, ALICE, 5_000, false),  // 2 (to is not BOB)
+                (USDC, ALICE, BOB, 5_000, true),   // none: an ERC-721 transfer
+            ],
+        );
+        assert_eq!(got, vec![(0, 1), (0, 2), (1, 2), (2, 2), (2, 3), (3, 2)]);
+        f.unsubscribe(2);
+        f.unsubscribe(1);
+        assert_eq!(run(&f, &[(USDC, ALICE, BOB, 1 << 20, false)]), vec![(0, 3)]);
+    }
+
+    #[test]
+    fn bad_params_are_explained() {
+        let err = |p: &str| {
+            Erc20Transfers::default()
+                .subscribe(1, p)
+                .expect_err("invalid")
+                .to_string()
+        };
+        assert!(err(r#"[{"minAmount":"-5"}]"#).contains("minAmount must be a decimal or 0x-hex"));
+        assert!(err(r#"[{"minAmount":12}]"#).contains("minAmount"));
+        assert!(err(r#"[{"token":[]}]"#).contains("unknown filter field \"token\""));
+        assert!(err(r#"[{"tokens":["0x1"]}]"#).contains("tokens \"0x1\" must have 40 hex digits"));
+    }
+}

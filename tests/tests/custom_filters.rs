@@ -1,0 +1,80 @@
+//! A component dropped into the filters directory adds an `eth_subscribe`
+//! type: the example `erc20Transfers` filter, built by the host's build
+//! into `target/filters`, served by a real server next to the built-ins.
+
+use std::collections::HashSet;
+
+use chainsieve::config::{Config, FiltersConfig};
+use chainsieve::filters::registry::BUILT_FILTERS_DIR;
+use chainsieve_tests::{TestServer, WsClient, fast_devnet, hex_address};
+use serde_json::{Value, json};
+
+const TRANSFER_TOPIC: &str = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_topic_from_the_filters_directory_is_served() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = "chainsieve_example_erc20_transfers.wasm";
+    std::fs::copy(
+        std::path::Path::new(BUILT_FILTERS_DIR).join(file),
+        dir.path().join(file),
+    )
+    .expect("copy the example");
+    let config = Config {
+        filters: FiltersConfig {
+            dir: dir.path().to_path_buf(),
+            ..FiltersConfig::default()
+        },
+        devnet: fast_devnet(),
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+
+    let refused = ws
+        .call(
+            "eth_subscribe",
+            json!(["erc20Transfers", {"minAmount": "-1"}]),
+        )
+        .await
+        .expect("call");
+    assert_eq!(refused["error"]["code"], json!(-32602));
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("minAmount must be"),
+        "{refused}"
+    );
+
+    let custom = ws
+        .subscribe(json!(["erc20Transfers", {"tokens": [hex_address(&token)], "minAmount": "0x1"}]))
+        .await
+        .expect("the new topic is served");
+    let control = ws
+        .subscribe(json!(["logs", {"address": hex_address(&token), "topics": [TRANSFER_TOPIC]}]))
+        .await
+        .expect("subscribe");
+    let all = ws.collect_until(&control, 10).await.expect("logs");
+    let key = |log: &Value| format!("{}:{}", log["blockHash"], log["logIndex"]);
+    let of = |id: &str| {
+        all.iter()
+            .filter(|(s, _)| s == id)
+            .map(|(_, log)| log)
+            .collect::<Vec<_>>()
+    };
+    let expected: Vec<String> = of(&control).into_iter().map(key).collect();
+    let seen: HashSet<&String> = expected.iter().collect();
+    let got: Vec<String> = of(&custom)
+        .into_iter()
+        .map(key)
+        .filter(|k| seen.contains(k))
+        .collect();
+    assert_eq!(
+        got, expected,
+        "every USDC transfer of at least 1 unit, in order"
+    );
+}
