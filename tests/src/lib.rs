@@ -254,3 +254,48 @@ impl WsClient {
 pub fn hex_address(address: &alloy_primitives::Address) -> String {
     format!("{address:#x}")
 }
+
+/// Notifications of `subscription` among `all`, in order.
+pub fn of<'a>(all: &'a [(String, Value)], subscription: &str) -> Vec<&'a Value> {
+    all.iter()
+        .filter(|(s, _)| s == subscription)
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// Checks a filtered subscription against an unfiltered control made after
+/// it on the same connection (so every event the control saw was offered to
+/// the filtered one too): among the events the control saw, the filtered
+/// subscription got exactly those satisfying `matches`, in order, each
+/// identified by `key`. Returns how many that was.
+pub fn assert_exact_filter(
+    all: &[(String, Value)],
+    filtered: &str,
+    control: &str,
+    key: impl Fn(&Value) -> String,
+    matches: impl Fn(&Value) -> bool,
+) -> usize {
+    let control_events = of(all, control);
+    let seen: std::collections::HashSet<String> = control_events.iter().map(|v| key(v)).collect();
+    let expected: Vec<String> = control_events
+        .iter()
+        .filter(|v| matches(v))
+        .map(|v| key(v))
+        .collect();
+    let got: Vec<String> = of(all, filtered)
+        .into_iter()
+        .map(&key)
+        .filter(|k| seen.contains(k))
+        .collect();
+    assert_eq!(
+        got, expected,
+        "the filtered subscription must get exactly the matching events"
+    );
+    for event in of(all, filtered) {
+        assert!(
+            matches(event),
+            "a notification that does not match the filter: {event}"
+        );
+    }
+    expected.len()
+}
