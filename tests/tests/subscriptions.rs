@@ -272,7 +272,7 @@ async fn bv_mined_transactions_filter_by_receiver_and_method() {
             .subscribe(json!(["bvMinedTransactions", {}]))
             .await
             .expect("subscribe");
-        let all = ws.collect_until(&control, 60).await.expect("mined");
+        let all = ws.collect_until(&control, 150).await.expect("mined");
         assert!(
             of(&all, &wrong_method).is_empty(),
             "{chain}: methodIds must be and-ed"
@@ -297,7 +297,7 @@ async fn bv_mined_transactions_filter_by_receiver_and_method() {
         let matched = assert_exact_filter(&all, &transfers, &control, tx_hash, |tx| matches(&tx));
         assert!(
             matched > 0,
-            "{chain}: no token transfer among 60 mined transactions"
+            "{chain}: no token transfer among 150 mined transactions"
         );
     }
 }
