@@ -6,10 +6,15 @@
 //! block that mines them. Transactions are really signed (legacy EIP-155 and
 //! EIP-1559), so hashes and senders are what a node would report. They move
 //! the native coin, transfer well-known ERC-20 tokens at their real
-//! addresses, and swap in Uniswap-V2-style pairs at the addresses the real
-//! factories derive (with constant-product reserves), producing `Transfer`,
-//! `Sync` and `Swap` logs. Blocks carry real transaction and receipt roots
-//! and logs blooms. Optional reorgs re-mine the last blocks on a new branch.
+//! addresses, swap in Uniswap-V2-style pairs at the addresses the real
+//! factories derive (with constant-product reserves), and now and then
+//! create a contract, producing `Transfer`, `Sync` and `Swap` logs. Blocks
+//! carry real transaction and receipt roots and logs blooms. Optional reorgs
+//! re-mine the last blocks on a new branch.
+//!
+//! Transaction content never depends on the clock, so the same seed gives
+//! the same transactions on every run; only block hashes follow the genesis
+//! timestamp (fix it in the settings for a byte-identical stream).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,7 +26,8 @@ use alloy_consensus::{
     ReceiptWithBloom, SignableTransaction, Signed, TxEip1559, TxEnvelope, TxLegacy,
 };
 use alloy_primitives::{
-    Address, B256, Bytes, Log as PrimitiveLog, TxKind, U256, address, b256, keccak256, logs_bloom,
+    Address, B256, Bytes, Log as PrimitiveLog, Signature, TxKind, U256, address, b256, keccak256,
+    logs_bloom,
 };
 use alloy_rpc_types_eth::Log;
 use alloy_signer::SignerSync;
@@ -33,29 +39,35 @@ use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use super::canonical::DEFAULT_WINDOW;
 use super::events::SourceEvent;
 use super::model::{Block, Fees, Transaction, TxSignature};
 
-/// The `[devnet]` section of the config.
+/// The `[devnet]` section of the config. Every key is optional.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct DevnetSettings {
     /// Everything generated follows from it (with the chain id): the same
-    /// seed gives the same accounts, transactions and logs.
+    /// seed gives the same accounts, transactions and logs. Default 1.
     pub seed: u64,
-    /// Time between blocks; default the chain's own cadence (Ethereum 12 s,
-    /// BNB Chain 3 s, Polygon 2 s).
+    /// Time between blocks in milliseconds. Default (`None`): the chain's
+    /// own cadence, Ethereum 12 s, BNB Chain 3 s, Polygon 2 s.
     pub block_time_ms: Option<u64>,
-    /// Micro-batches of pending transactions announced between two blocks.
+    /// Micro-batches of pending transactions announced between two blocks
+    /// (0 is read as 1). Default 4.
     pub pending_batches_per_block: u32,
-    /// Transactions per block, spread over the pending micro-batches.
+    /// Transactions per block, spread over the pending micro-batches and
+    /// capped by what fits the chain's gas limit. Default 12.
     pub transactions_per_block: u32,
-    /// Blocks between reorgs; 0 (the default) never reorganises.
+    /// Blocks between reorgs; 0 never reorganises. Default 0.
     pub reorg_every: u64,
-    /// Blocks a reorg replaces.
+    /// Blocks a reorg replaces (0 disables reorgs), at most one less than
+    /// the canonical tracker's window (larger values are capped: the
+    /// tracker could not follow them). Default 2.
     pub reorg_depth: u64,
-    /// Timestamp of block 0; default the time the devnet starts. Set it for
-    /// block hashes that do not change between runs.
+    /// Unix timestamp (seconds) of block 0. Default (`None`): the time the
+    /// devnet starts. Set it for block hashes that do not change between
+    /// runs.
     pub genesis_timestamp: Option<u64>,
 }
 
@@ -101,9 +113,13 @@ pub const SYNC_TOPIC: B256 =
 /// `Swap(address,uint256,uint256,uint256,uint256,address)`.
 pub const SWAP_TOPIC: B256 =
     b256!("0xd78ad95fa46c994b6551d0da85fc275fe613ce37657fb8d5e3d130840159d822");
-const TRANSFER_SELECTOR: [u8; 4] = [0xa9, 0x05, 0x9c, 0xbb];
-const SWAP_SELECTOR: [u8; 4] = [0x02, 0x2c, 0x0d, 0x9f];
+/// `transfer(address,uint256)`.
+pub const TRANSFER_SELECTOR: [u8; 4] = [0xa9, 0x05, 0x9c, 0xbb];
+/// `swap(uint256,uint256,address,bytes)` of a V2 pair.
+pub const SWAP_SELECTOR: [u8; 4] = [0x02, 0x2c, 0x0d, 0x9f];
 
+// The first token of each chain is a stablecoin: tests and examples filter
+// on `known_tokens(chain)[0]`, so keep it first.
 const ETH_TOKENS: &[KnownToken] = &[
     KnownToken {
         symbol: "USDC",
@@ -169,17 +185,30 @@ const QUICKSWAP: Factory = Factory {
     init_code_hash: b256!("0x96e8ac4277198ff8b6f785478aa9a39f403cb768dd02cbee326c3e7da348845f"),
 };
 
-/// How one chain looks: cadence, fees, tokens and pools.
+/// A pool the devnet trades in, with its starting reserves in whole tokens
+/// (they set the starting price: ~3,000 USD per ETH, ~600 per BNB, ~0.25
+/// per POL).
+struct PoolSpec {
+    factory: &'static Factory,
+    a: &'static str,
+    b: &'static str,
+    units_a: u64,
+    units_b: u64,
+}
+
+/// How one chain looks: cadence, gas, fees, tokens and pools.
 struct Profile {
     block_time_ms: u64,
     gas_limit: u64,
-    /// Base fee per gas in wei (0 where the chain burns nothing).
+    /// Base fee per gas in wei, kept fixed: at devnet loads (far below the
+    /// gas target) the EIP-1559 rule would sink it to a few wei within a few
+    /// hundred blocks, which no real chain shows. BNB Chain's is 0.
     base_fee: u64,
-    /// Priority fee (EIP-1559) or premium over the base fee (legacy).
+    /// The typical priority fee (EIP-1559) or premium over the base fee
+    /// (legacy); each transaction pays 1–3 times it.
     tip: u128,
     tokens: &'static [KnownToken],
-    /// (factory, token A symbol, token B symbol, whole units of A, of B).
-    pools: &'static [(&'static Factory, &'static str, &'static str, u64, u64)],
+    pools: &'static [PoolSpec],
 }
 
 fn profile(chain_id: u64) -> Profile {
@@ -190,7 +219,13 @@ fn profile(chain_id: u64) -> Profile {
             base_fee: 0,
             tip: 1_000_000_000,
             tokens: BSC_TOKENS,
-            pools: &[(&PANCAKE_V2, "WBNB", "USDT", 20_000, 12_000_000)],
+            pools: &[PoolSpec {
+                factory: &PANCAKE_V2,
+                a: "WBNB",
+                b: "USDT",
+                units_a: 20_000,
+                units_b: 12_000_000,
+            }],
         },
         137 => Profile {
             block_time_ms: 2_000,
@@ -198,7 +233,13 @@ fn profile(chain_id: u64) -> Profile {
             base_fee: 30_000_000_000,
             tip: 30_000_000_000,
             tokens: POLYGON_TOKENS,
-            pools: &[(&QUICKSWAP, "WPOL", "USDC", 5_000_000, 2_500_000)],
+            pools: &[PoolSpec {
+                factory: &QUICKSWAP,
+                a: "WPOL",
+                b: "USDC",
+                units_a: 10_000_000,
+                units_b: 2_500_000,
+            }],
         },
         _ => Profile {
             block_time_ms: 12_000,
@@ -207,19 +248,44 @@ fn profile(chain_id: u64) -> Profile {
             tip: 1_000_000_000,
             tokens: ETH_TOKENS,
             pools: &[
-                (&UNISWAP_V2, "WETH", "USDC", 10_000, 30_000_000),
-                (&UNISWAP_V2, "WETH", "USDT", 8_000, 24_000_000),
+                PoolSpec {
+                    factory: &UNISWAP_V2,
+                    a: "WETH",
+                    b: "USDC",
+                    units_a: 10_000,
+                    units_b: 30_000_000,
+                },
+                PoolSpec {
+                    factory: &UNISWAP_V2,
+                    a: "WETH",
+                    b: "USDT",
+                    units_a: 8_000,
+                    units_b: 24_000_000,
+                },
             ],
         },
     }
 }
 
-/// The tokens the devnet of `chain_id` trades (Ethereum's for unknown ids).
+/// The tokens the devnet of `chain_id` trades (Ethereum's for unknown ids,
+/// as the devnet then behaves like Ethereum).
 pub fn known_tokens(chain_id: u64) -> &'static [KnownToken] {
     profile(chain_id).tokens
 }
 
-/// The address a V2 factory gives the pair of two tokens.
+/// The pools the devnet of `chain_id` trades in (Ethereum's for unknown ids).
+pub fn known_pools(chain_id: u64) -> Vec<KnownPool> {
+    let profile = profile(chain_id);
+    profile
+        .pools
+        .iter()
+        .map(|spec| pool_info(profile.tokens, spec))
+        .collect()
+}
+
+/// The address a V2 factory gives the pair of two tokens (either order):
+/// CREATE2 with salt `keccak256(token0 ++ token1)`, as `UniswapV2Factory`
+/// deploys it.
 pub fn pair_address(factory: Address, init_code_hash: B256, a: Address, b: Address) -> Address {
     let (token0, token1) = if a < b { (a, b) } else { (b, a) };
     let mut salt = [0u8; 40];
@@ -228,31 +294,38 @@ pub fn pair_address(factory: Address, init_code_hash: B256, a: Address, b: Addre
     factory.create2(keccak256(salt), init_code_hash)
 }
 
-/// The pools the devnet of `chain_id` trades in.
-pub fn known_pools(chain_id: u64) -> Vec<KnownPool> {
-    let profile = profile(chain_id);
-    let token = |symbol: &str| {
-        profile
-            .tokens
-            .iter()
-            .find(|t| t.symbol == symbol)
-            .expect("pool tokens are listed tokens")
-            .address
-    };
-    profile
-        .pools
+fn token(tokens: &[KnownToken], symbol: &str) -> KnownToken {
+    *tokens
         .iter()
-        .map(|(factory, a, b, _, _)| {
-            let (a, b) = (token(a), token(b));
-            KnownPool {
-                dex: factory.dex,
-                factory: factory.address,
-                address: pair_address(factory.address, factory.init_code_hash, a, b),
-                token0: a.min(b),
-                token1: a.max(b),
-            }
-        })
-        .collect()
+        .find(|t| t.symbol == symbol)
+        .expect("pools name listed tokens")
+}
+
+fn pool_info(tokens: &[KnownToken], spec: &PoolSpec) -> KnownPool {
+    let (a, b) = (token(tokens, spec.a).address, token(tokens, spec.b).address);
+    KnownPool {
+        dex: spec.factory.dex,
+        factory: spec.factory.address,
+        address: pair_address(spec.factory.address, spec.factory.init_code_hash, a, b),
+        token0: a.min(b),
+        token1: a.max(b),
+    }
+}
+
+/// `units` whole tokens in the token's smallest unit.
+fn whole(token: KnownToken, units: u64) -> U256 {
+    U256::from(units) * U256::from(10u64).pow(U256::from(token.decimals))
+}
+
+/// The largest ERC-20 transfer, in hundredths of a token: a few thousand
+/// dollars' worth, so amounts look like real payments.
+fn transfer_cap_hundredths(symbol: &str) -> u64 {
+    match symbol {
+        "WETH" => 500,
+        "WBNB" => 2_000,
+        "WPOL" => 2_000_000,
+        _ => 1_000_000,
+    }
 }
 
 /// A pool's reserves, in the pair's token order.
@@ -284,6 +357,18 @@ struct Effects {
 /// How many funded accounts send transactions.
 const ACCOUNTS: usize = 16;
 
+/// Gas used by each kind of transaction (typical mainnet figures).
+const TRANSFER_GAS: u64 = 21_000;
+const TOKEN_TRANSFER_GAS: u64 = 51_000;
+const SWAP_GAS: u64 = 110_000;
+const CREATE_GAS: u64 = 180_000;
+
+/// The gas limit a transaction of `gas_used` asks for: 20% headroom, as
+/// wallets' estimates add.
+fn gas_limit_for(gas_used: u64) -> u64 {
+    gas_used + gas_used / 5
+}
+
 /// The deterministic generator for one chain.
 pub struct Devnet {
     chain_id: u64,
@@ -295,6 +380,8 @@ pub struct Devnet {
     nonces: Vec<u64>,
     pools: Vec<Pool>,
     validator: Address,
+    /// Block 0, kept apart from `recent`, which forgets old blocks.
+    genesis: Arc<Block>,
     /// Announced, not yet mined.
     pending: Vec<Generated>,
     /// The last blocks with their contents, newest last, for reorgs.
@@ -302,6 +389,9 @@ pub struct Devnet {
     /// Pending micro-batches sent since the last block.
     batches_since_block: u32,
     blocks_since_reorg: u64,
+    /// Reorgs so far: part of every block's identity, so a new branch never
+    /// reproduces the hash of a block it replaces or of an older branch.
+    reorgs: u64,
 }
 
 impl std::fmt::Debug for Devnet {
@@ -309,11 +399,14 @@ impl std::fmt::Debug for Devnet {
         f.debug_struct("Devnet")
             .field("chain_id", &self.chain_id)
             .field("settings", &self.settings)
-            .finish()
+            .field("genesis_timestamp", &self.genesis_timestamp)
+            .finish_non_exhaustive()
     }
 }
 
 impl Devnet {
+    /// The devnet of `chain_id` (an unknown id gets Ethereum's tokens,
+    /// pools and cadence), with its genesis block built.
     pub fn new(chain_id: u64, settings: &DevnetSettings) -> Self {
         let profile = profile(chain_id);
         let derive = |label: &str| {
@@ -325,42 +418,18 @@ impl Devnet {
         let signers: Vec<PrivateKeySigner> = (0..ACCOUNTS)
             .map(|i| {
                 PrivateKeySigner::from_bytes(&derive(&format!("account {i}")))
-                    .expect("a keccak output is a valid key")
+                    .expect("a keccak output is a valid secp256k1 key")
             })
             .collect();
-        let pools = known_pools(chain_id)
-            .into_iter()
-            .zip(profile.pools)
-            .map(|(info, (_, a, _, units_a, units_b))| {
-                let units = |symbol: &str, amount: u64| {
-                    let t = profile
-                        .tokens
-                        .iter()
-                        .find(|t| t.symbol == symbol)
-                        .expect("listed token");
-                    U256::from(amount) * U256::from(10u64).pow(U256::from(t.decimals))
-                };
-                let a_address = profile
-                    .tokens
-                    .iter()
-                    .find(|t| t.symbol == *a)
-                    .expect("listed token")
-                    .address;
-                let b_symbol = profile
-                    .tokens
-                    .iter()
-                    .find(|t| {
-                        t.address
-                            == if a_address == info.token0 {
-                                info.token1
-                            } else {
-                                info.token0
-                            }
-                    })
-                    .expect("listed token")
-                    .symbol;
-                let (ra, rb) = (units(a, *units_a), units(b_symbol, *units_b));
-                let (reserve0, reserve1) = if a_address == info.token0 {
+        let pools = profile
+            .pools
+            .iter()
+            .map(|spec| {
+                let info = pool_info(profile.tokens, spec);
+                let a = token(profile.tokens, spec.a);
+                let b = token(profile.tokens, spec.b);
+                let (ra, rb) = (whole(a, spec.units_a), whole(b, spec.units_b));
+                let (reserve0, reserve1) = if a.address == info.token0 {
                     (ra, rb)
                 } else {
                     (rb, ra)
@@ -379,35 +448,46 @@ impl Devnet {
                 .unwrap_or_default()
         });
         let validator = Address::from_slice(&derive("validator")[12..]);
+        // `build_block` reads the devnet; genesis replaces this right after.
+        let placeholder = Arc::new(Block {
+            hash: B256::ZERO,
+            header: Header::default(),
+            transactions: Vec::new(),
+            logs: Vec::new(),
+        });
         let mut devnet = Self {
             chain_id,
             settings: settings.clone(),
             profile,
             genesis_timestamp,
-            rng: ChaCha8Rng::seed_from_u64(settings.seed ^ chain_id.rotate_left(32)),
+            rng: ChaCha8Rng::from_seed(derive("rng").0),
             nonces: vec![0; signers.len()],
             signers,
             pools,
             validator,
+            genesis: placeholder,
             pending: Vec::new(),
             recent: VecDeque::new(),
             batches_since_block: 0,
             blocks_since_reorg: 0,
+            reorgs: 0,
         };
-        let genesis = devnet.build_block(None, &[], 0);
+        let genesis = devnet.build_block(None, &[]);
+        devnet.genesis = genesis.clone();
         devnet.recent.push_back((genesis, Arc::new(Vec::new())));
         devnet
     }
 
-    /// Block 0: the first thing [`run`] sends.
-    pub fn genesis(&self) -> Arc<Block> {
-        self.recent
-            .front()
-            .expect("genesis is built in new")
-            .0
-            .clone()
+    pub fn chain_id(&self) -> u64 {
+        self.chain_id
     }
 
+    /// Block 0: the first thing [`run`] sends.
+    pub fn genesis(&self) -> Arc<Block> {
+        self.genesis.clone()
+    }
+
+    /// The configured block time, else the chain's own.
     pub fn block_time(&self) -> Duration {
         Duration::from_millis(
             self.settings
@@ -424,7 +504,8 @@ impl Devnet {
 
     /// One tick: a micro-batch of pending transactions, or, after
     /// `pending_batches_per_block` of them, the block that mines them (or a
-    /// reorg's whole new branch).
+    /// reorg's whole new branch, oldest first). A tick whose batch would be
+    /// empty yields nothing.
     pub fn next_step(&mut self) -> Vec<SourceEvent> {
         let batches = self.settings.pending_batches_per_block.max(1);
         if self.batches_since_block < batches {
@@ -432,67 +513,101 @@ impl Devnet {
             let count =
                 per_block / batches + u32::from(self.batches_since_block < per_block % batches);
             self.batches_since_block += 1;
-            let txs: Vec<Generated> = (0..count).map(|_| self.generate()).collect();
-            let announced = txs.iter().map(|g| g.tx.clone()).collect();
-            self.pending.extend(txs);
+            let mut announced = Vec::new();
+            for _ in 0..count {
+                // Stop where the next transaction might not fit the block,
+                // so every block mines all that was announced before it.
+                let reserved: u64 = self.pending.iter().map(|g| g.tx.gas).sum();
+                if reserved + gas_limit_for(CREATE_GAS) > self.profile.gas_limit {
+                    break;
+                }
+                let generated = self.generate();
+                announced.push(generated.tx.clone());
+                self.pending.push(generated);
+            }
+            if announced.is_empty() {
+                return Vec::new();
+            }
             return vec![SourceEvent::Pending(announced)];
         }
         self.batches_since_block = 0;
         self.blocks_since_reorg += 1;
         let content = Arc::new(std::mem::take(&mut self.pending));
-        let depth = usize::try_from(self.settings.reorg_depth).unwrap_or(usize::MAX);
+        let depth = self.reorg_depth();
         let reorg =
             self.settings.reorg_every > 0 && self.blocks_since_reorg >= self.settings.reorg_every;
+        // Until the chain is `depth` blocks high the reorg waits.
         if reorg && depth > 0 && self.recent.len() > depth {
             self.blocks_since_reorg = 0;
             return self.reorganise(depth, content);
         }
-        let parent = self
-            .recent
-            .back()
-            .expect("genesis is always recent")
-            .0
-            .clone();
-        let block = self.build_block(Some(&parent), &content, 0);
+        let parent = self.tip();
+        let block = self.build_block(Some(&parent), &content);
         self.remember(block.clone(), content);
         vec![SourceEvent::Block(block)]
     }
 
+    /// The configured reorg depth, capped below the tracker's window.
+    fn reorg_depth(&self) -> usize {
+        usize::try_from(self.settings.reorg_depth)
+            .unwrap_or(usize::MAX)
+            .min(DEFAULT_WINDOW - 1)
+    }
+
+    fn tip(&self) -> Arc<Block> {
+        self.recent
+            .back()
+            .expect("the chain always has a block")
+            .0
+            .clone()
+    }
+
     /// Replaces the last `depth` blocks with a branch that re-mines their
-    /// transactions, then extends it with `content`.
+    /// transactions in the same order (so nonces stay consistent), then
+    /// extends it with `content`: `depth + 1` blocks in all.
     fn reorganise(&mut self, depth: usize, content: Arc<Vec<Generated>>) -> Vec<SourceEvent> {
-        let orphaned: Vec<_> = (0..depth)
-            .map(|_| self.recent.pop_back().expect("len > depth"))
+        self.reorgs += 1;
+        let mut contents: Vec<Arc<Vec<Generated>>> = (0..depth)
+            .map(|_| self.recent.pop_back().expect("more than depth blocks").1)
             .collect();
-        let mut events = Vec::new();
-        let contents = orphaned
-            .iter()
-            .rev()
-            .map(|(_, c)| c.clone())
-            .chain(std::iter::once(content));
-        for content in contents {
-            let parent = self.recent.back().expect("an ancestor remains").0.clone();
-            let block = self.build_block(Some(&parent), &content, 1);
-            self.remember(block.clone(), content);
-            events.push(SourceEvent::Block(block));
-        }
-        events
+        contents.reverse();
+        contents.push(content);
+        contents
+            .into_iter()
+            .map(|content| {
+                let parent = self.tip();
+                let block = self.build_block(Some(&parent), &content);
+                self.remember(block.clone(), content);
+                SourceEvent::Block(block)
+            })
+            .collect()
     }
 
     fn remember(&mut self, block: Arc<Block>, content: Arc<Vec<Generated>>) {
         self.recent.push_back((block, content));
-        let keep = usize::try_from(self.settings.reorg_depth)
-            .unwrap_or(usize::MAX)
-            .saturating_add(1)
-            .max(2);
+        // A reorg of depth d needs the d blocks it replaces and their parent.
+        let keep = self.reorg_depth() + 1;
         while self.recent.len() > keep {
             self.recent.pop_front();
         }
     }
 
-    fn build_block(&self, parent: Option<&Block>, content: &[Generated], branch: u8) -> Arc<Block> {
+    /// The timestamp of block `number`: the block time rounded down to whole
+    /// seconds, at least one second per block (a header has no finer unit
+    /// and a child must be younger than its parent).
+    fn timestamp(&self, number: u64) -> u64 {
+        let millis = self.block_time().as_millis();
+        let elapsed = if millis >= 1_000 {
+            u64::try_from(u128::from(number) * millis / 1_000).unwrap_or(u64::MAX)
+        } else {
+            number
+        };
+        self.genesis_timestamp.saturating_add(elapsed)
+    }
+
+    fn build_block(&self, parent: Option<&Block>, content: &[Generated]) -> Arc<Block> {
         let number = parent.map_or(0, |p| p.number() + 1);
-        let seconds_per_block = self.block_time().as_millis().div_ceil(1_000).max(1) as u64;
+        let branch = self.reorgs;
         let mut cumulative = 0;
         let receipts: Vec<ReceiptEnvelope> = content
             .iter()
@@ -519,24 +634,18 @@ impl Devnet {
             parent_hash: parent.map_or(B256::ZERO, |p| p.hash),
             ommers_hash: EMPTY_OMMER_ROOT_HASH,
             beneficiary: self.validator,
+            // There is no state to commit to; a stable stand-in.
             state_root: keccak256(label),
-            transactions_root: if content.is_empty() {
-                EMPTY_ROOT_HASH
-            } else {
-                calculate_transaction_root(&envelopes)
-            },
-            receipts_root: if content.is_empty() {
-                EMPTY_ROOT_HASH
-            } else {
-                calculate_receipt_root(&receipts)
-            },
+            transactions_root: calculate_transaction_root(&envelopes),
+            receipts_root: calculate_receipt_root(&receipts),
             logs_bloom: logs_bloom(content.iter().flat_map(|g| &g.logs)),
             difficulty: U256::ZERO,
             number,
             gas_limit: self.profile.gas_limit,
             gas_used: cumulative,
-            timestamp: self.genesis_timestamp + number * seconds_per_block,
-            extra_data: Bytes::from(format!("chainsieve devnet/{branch}").into_bytes()),
+            timestamp: self.timestamp(number),
+            // At most 31 bytes: within the 32 consensus allows.
+            extra_data: Bytes::from(format!("chainsieve/{branch}").into_bytes()),
             mix_hash: label,
             nonce: Default::default(),
             base_fee_per_gas: Some(self.profile.base_fee),
@@ -548,23 +657,20 @@ impl Devnet {
             ..Header::default()
         };
         let hash = header.hash_slow();
-        let mut log_index = 0;
         let logs = content
             .iter()
             .enumerate()
             .flat_map(|(tx_index, g)| g.logs.iter().map(move |log| (tx_index, g.tx.hash, log)))
-            .map(|(tx_index, tx_hash, log)| {
-                log_index += 1;
-                Log {
-                    inner: log.clone(),
-                    block_hash: Some(hash),
-                    block_number: Some(number),
-                    block_timestamp: None,
-                    transaction_hash: Some(tx_hash),
-                    transaction_index: Some(tx_index as u64),
-                    log_index: Some(log_index - 1),
-                    removed: false,
-                }
+            .enumerate()
+            .map(|(log_index, (tx_index, tx_hash, log))| Log {
+                inner: log.clone(),
+                block_hash: Some(hash),
+                block_number: Some(number),
+                block_timestamp: None,
+                transaction_hash: Some(tx_hash),
+                transaction_index: Some(tx_index as u64),
+                log_index: Some(log_index as u64),
+                removed: false,
             })
             .collect();
         Arc::new(Block {
@@ -575,69 +681,65 @@ impl Devnet {
         })
     }
 
-    /// A new signed transaction from a random account, with its effects.
+    /// A new signed transaction from a random account, with its effects:
+    /// 40% native transfers, 30% token transfers, 25% swaps, 5% creations.
     fn generate(&mut self) -> Generated {
         let sender = self.rng.random_range(0..self.signers.len());
         let from = self.signers[sender].address();
         let other = self.signers
             [(sender + self.rng.random_range(1..self.signers.len())) % self.signers.len()]
         .address();
-        let roll = self.rng.random_range(0..20);
-        let Effects {
-            to,
-            value,
-            input,
-            gas_used,
-            logs,
-        } = match roll {
+        let effects = match self.rng.random_range(0..20) {
             0..=7 => {
+                // 0.000001 to 5 of the native coin.
                 let wei = U256::from(self.rng.random_range(1u64..5_000_000))
                     * U256::from(1_000_000_000_000u64);
                 Effects {
                     to: Some(other),
                     value: wei,
                     input: Bytes::new(),
-                    gas_used: 21_000,
+                    gas_used: TRANSFER_GAS,
                     logs: Vec::new(),
                 }
             }
-            8..=13 => {
-                let token =
-                    self.profile.tokens[self.rng.random_range(0..self.profile.tokens.len())];
-                let amount = U256::from(self.rng.random_range(1u64..1_000_000))
-                    * U256::from(10u64).pow(U256::from(token.decimals.saturating_sub(2)));
-                let input = abi_call(TRANSFER_SELECTOR, &[word_address(other), amount.into()]);
-                let log = transfer_log(token.address, from, other, amount);
-                Effects {
-                    to: Some(token.address),
-                    value: U256::ZERO,
-                    input,
-                    gas_used: 51_000,
-                    logs: vec![log],
-                }
-            }
+            8..=13 => self.token_transfer(from, other),
             14..=18 => self.swap(from),
             _ => {
                 let salt: [u8; 8] = self.rng.random();
-                let mut code = hex_literal_init_code().to_vec();
+                let mut code = INIT_CODE_PREFIX.to_vec();
                 code.extend_from_slice(&salt);
                 Effects {
                     to: None,
                     value: U256::ZERO,
                     input: Bytes::from(code),
-                    gas_used: 180_000,
+                    gas_used: CREATE_GAS,
                     logs: Vec::new(),
                 }
             }
         };
+        self.sign_and_wrap(sender, effects)
+    }
+
+    /// Signs the call `effects` describes as the next transaction of
+    /// `sender`: a third legacy (EIP-155), the rest EIP-1559.
+    fn sign_and_wrap(&mut self, sender: usize, effects: Effects) -> Generated {
+        let Effects {
+            to,
+            value,
+            input,
+            gas_used,
+            logs,
+        } = effects;
         let kind = to.map_or(TxKind::Create, TxKind::Call);
-        let gas = gas_used + gas_used / 5;
+        let gas = gas_limit_for(gas_used);
         let nonce = self.nonces[sender];
         self.nonces[sender] += 1;
         let legacy = self.rng.random_range(0..3) == 0;
+        let tip = self.profile.tip * self.rng.random_range(100..=300) / 100;
+        let base_fee = u128::from(self.profile.base_fee);
         let signer = &self.signers[sender];
         let (envelope, fees, tx_type) = if legacy {
-            let gas_price = u128::from(self.profile.base_fee) + self.profile.tip;
+            let gas_price = base_fee + tip;
             let tx = TxLegacy {
                 chain_id: Some(self.chain_id),
                 nonce,
@@ -653,13 +755,14 @@ impl Devnet {
                 0,
             )
         } else {
-            let max_fee_per_gas = 2 * u128::from(self.profile.base_fee) + self.profile.tip;
+            // Wallets cap at twice the base fee plus the tip.
+            let max_fee_per_gas = 2 * base_fee + tip;
             let tx = TxEip1559 {
                 chain_id: self.chain_id,
                 nonce,
                 gas_limit: gas,
                 max_fee_per_gas,
-                max_priority_fee_per_gas: self.profile.tip,
+                max_priority_fee_per_gas: tip,
                 to: kind,
                 value,
                 access_list: Default::default(),
@@ -667,7 +770,7 @@ impl Devnet {
             };
             let fees = Fees::Dynamic {
                 max_fee_per_gas,
-                max_priority_fee_per_gas: self.profile.tip,
+                max_priority_fee_per_gas: tip,
             };
             (TxEnvelope::from(sign(signer, tx)), fees, 2)
         };
@@ -683,7 +786,7 @@ impl Devnet {
             tx_type,
             chain_id: Some(self.chain_id),
             nonce,
-            from,
+            from: signer.address(),
             to,
             value,
             gas,
@@ -704,12 +807,31 @@ impl Devnet {
         }
     }
 
-    /// A swap in a random pool, in a random direction, of up to 1% of the
-    /// input reserve; reserves follow x·y = k with the 0.3% fee.
+    /// `transfer(to, amount)` of a random known token, logging `Transfer`.
+    fn token_transfer(&mut self, from: Address, to: Address) -> Effects {
+        let token = self.profile.tokens[self.rng.random_range(0..self.profile.tokens.len())];
+        let hundredths = self
+            .rng
+            .random_range(1..=transfer_cap_hundredths(token.symbol));
+        let amount = U256::from(hundredths)
+            * U256::from(10u64).pow(U256::from(token.decimals.saturating_sub(2)));
+        Effects {
+            to: Some(token.address),
+            value: U256::ZERO,
+            input: abi_call(TRANSFER_SELECTOR, &[to.into_word(), amount.into()]),
+            gas_used: TOKEN_TRANSFER_GAS,
+            logs: vec![transfer_log(token.address, from, to, amount)],
+        }
+    }
+
+    /// A swap in a random pool, in a random direction, of up to 0.3% of the
+    /// input reserve (so prices drift like a market's, not a random walk
+    /// off a cliff); reserves follow x·y = k with the 0.3% fee, rounding
+    /// the output down as the pair contract requires.
     fn swap(&mut self, trader: Address) -> Effects {
         let index = self.rng.random_range(0..self.pools.len());
         let zero_for_one: bool = self.rng.random();
-        let basis_points = U256::from(self.rng.random_range(1u64..=100));
+        let basis_points = U256::from(self.rng.random_range(1u64..=30));
         let pool = &mut self.pools[index];
         let (reserve_in, reserve_out) = if zero_for_one {
             (pool.reserve0, pool.reserve1)
@@ -717,8 +839,7 @@ impl Devnet {
             (pool.reserve1, pool.reserve0)
         };
         let amount_in = (reserve_in * basis_points / U256::from(10_000)).max(U256::from(1));
-        let with_fee = amount_in * U256::from(997);
-        let amount_out = with_fee * reserve_out / (reserve_in * U256::from(1_000) + with_fee);
+        let amount_out = v2_amount_out(amount_in, reserve_in, reserve_out);
         let (token_in, token_out) = if zero_for_one {
             (pool.info.token0, pool.info.token1)
         } else {
@@ -735,16 +856,19 @@ impl Devnet {
         };
         let pair = pool.info.address;
         // swap(uint256 amount0Out, uint256 amount1Out, address to, bytes data)
+        // with empty `data`: its offset (4 words in) and its zero length.
         let input = abi_call(
             SWAP_SELECTOR,
             &[
                 out0.into(),
                 out1.into(),
-                word_address(trader),
+                trader.into_word(),
                 U256::from(0x80).into(),
                 B256::ZERO,
             ],
         );
+        // The order a router-driven swap logs in: the input paid to the
+        // pair, the output paid out, the new reserves, the swap.
         let logs = vec![
             transfer_log(token_in, trader, pair, amount_in),
             transfer_log(token_out, pair, trader, amount_out),
@@ -755,7 +879,7 @@ impl Devnet {
             ),
             PrimitiveLog::new_unchecked(
                 pair,
-                vec![SWAP_TOPIC, word_address(trader), word_address(trader)],
+                vec![SWAP_TOPIC, trader.into_word(), trader.into_word()],
                 words(&[in0.into(), in1.into(), out0.into(), out1.into()]),
             ),
         ];
@@ -763,38 +887,37 @@ impl Devnet {
             to: Some(pair),
             value: U256::ZERO,
             input,
-            gas_used: 110_000,
+            gas_used: SWAP_GAS,
             logs,
         }
     }
 }
 
-fn sign<T: SignableTransaction<alloy_primitives::Signature>>(
-    signer: &PrivateKeySigner,
-    tx: T,
-) -> Signed<T> {
+/// `UniswapV2Library.getAmountOut`: the output for `amount_in` after the
+/// 0.3% fee.
+fn v2_amount_out(amount_in: U256, reserve_in: U256, reserve_out: U256) -> U256 {
+    let with_fee = amount_in * U256::from(997);
+    with_fee * reserve_out / (reserve_in * U256::from(1_000) + with_fee)
+}
+
+fn sign<T: SignableTransaction<Signature>>(signer: &PrivateKeySigner, tx: T) -> Signed<T> {
     let signature = signer
         .sign_hash_sync(&tx.signature_hash())
         .expect("signing with a local key cannot fail");
     tx.into_signed(signature)
 }
 
-/// A minimal contract creation payload (an init code prefix, varied by salt).
-fn hex_literal_init_code() -> &'static [u8] {
-    &[
-        0x60, 0x80, 0x60, 0x40, 0x52, 0x34, 0x80, 0x15, 0x60, 0x0f, 0x57, 0x5f, 0x80, 0xfd, 0x5b,
-        0x50,
-    ]
-}
-
-fn word_address(address: Address) -> B256 {
-    address.into_word()
-}
+/// The start of solc's init code (free memory pointer, non-payable check);
+/// each creation appends a random salt so creations differ.
+const INIT_CODE_PREFIX: [u8; 16] = [
+    0x60, 0x80, 0x60, 0x40, 0x52, 0x34, 0x80, 0x15, 0x60, 0x0f, 0x57, 0x5f, 0x80, 0xfd, 0x5b, 0x50,
+];
 
 fn words(values: &[B256]) -> Bytes {
     values.iter().flat_map(|w| w.0).collect::<Vec<u8>>().into()
 }
 
+/// ABI call data: the selector, then static 32-byte words.
 fn abi_call(selector: [u8; 4], args: &[B256]) -> Bytes {
     let mut input = selector.to_vec();
     input.extend(args.iter().flat_map(|w| w.0));
@@ -804,37 +927,51 @@ fn abi_call(selector: [u8; 4], args: &[B256]) -> Bytes {
 fn transfer_log(token: Address, from: Address, to: Address, amount: U256) -> PrimitiveLog {
     PrimitiveLog::new_unchecked(
         token,
-        vec![TRANSFER_TOPIC, word_address(from), word_address(to)],
+        vec![TRANSFER_TOPIC, from.into_word(), to.into_word()],
         words(&[amount.into()]),
     )
 }
 
 /// Drives `devnet` in real time until `shutdown` is cancelled or the
 /// receiver is gone: genesis first, then one step per
-/// `block_time / (pending_batches_per_block + 1)`.
+/// `block_time / (pending_batches_per_block + 1)`, so a block's pending
+/// batches and the block itself share the block time evenly.
 pub async fn run(mut devnet: Devnet, out: mpsc::Sender<SourceEvent>, shutdown: CancellationToken) {
-    if out
-        .send(SourceEvent::Block(devnet.genesis()))
-        .await
-        .is_err()
-    {
+    if !send(&out, &shutdown, SourceEvent::Block(devnet.genesis())).await {
         return;
     }
     let steps = devnet.settings.pending_batches_per_block.max(1) + 1;
     let mut ticks =
         tokio::time::interval((devnet.block_time() / steps).max(Duration::from_millis(1)));
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // The first tick completes at once; the first batch comes one period
+    // after genesis.
     ticks.tick().await;
     loop {
         tokio::select! {
+            biased;
             () = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
         for event in devnet.next_step() {
-            if out.send(event).await.is_err() {
+            if !send(&out, &shutdown, event).await {
                 return;
             }
         }
+    }
+}
+
+/// Sends `event` unless shutdown comes first (a full channel must not keep
+/// the devnet alive); false when the devnet should stop.
+async fn send(
+    out: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+    event: SourceEvent,
+) -> bool {
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => false,
+        sent = out.send(event) => sent.is_ok(),
     }
 }
 
@@ -845,6 +982,8 @@ mod tests {
     use alloy_consensus::transaction::SignerRecoverable;
     use alloy_eips::eip2718::Encodable2718;
 
+    use super::super::canonical::CanonicalChain;
+    use super::super::events::ChainEvent;
     use super::*;
 
     fn settings() -> DevnetSettings {
@@ -855,19 +994,80 @@ mod tests {
         }
     }
 
-    /// The blocks and pending batches of `steps` ticks.
-    fn run_steps(devnet: &mut Devnet, steps: usize) -> (Vec<Arc<Block>>, Vec<Arc<Transaction>>) {
-        let mut blocks = vec![devnet.genesis()];
-        let mut pending = Vec::new();
+    /// The events of `steps` ticks, genesis first.
+    fn stream(devnet: &mut Devnet, steps: usize) -> Vec<SourceEvent> {
+        let mut events = vec![SourceEvent::Block(devnet.genesis())];
         for _ in 0..steps {
-            for event in devnet.next_step() {
-                match event {
-                    SourceEvent::Block(b) => blocks.push(b),
-                    SourceEvent::Pending(txs) => pending.extend(txs),
-                }
+            events.extend(devnet.next_step());
+        }
+        events
+    }
+
+    /// The blocks and pending transactions of `steps` ticks.
+    fn run_steps(devnet: &mut Devnet, steps: usize) -> (Vec<Arc<Block>>, Vec<Arc<Transaction>>) {
+        let mut blocks = Vec::new();
+        let mut pending = Vec::new();
+        for event in stream(devnet, steps) {
+            match event {
+                SourceEvent::Block(b) => blocks.push(b),
+                SourceEvent::Pending(txs) => pending.extend(txs),
             }
         }
         (blocks, pending)
+    }
+
+    /// Rebuilds the signed envelope from the model's fields alone, so the
+    /// checks below prove the model carries everything a node would report.
+    fn envelope_of(tx: &Transaction) -> TxEnvelope {
+        let chain_id = tx.chain_id.expect("devnet transactions name their chain");
+        let to = tx.to.map_or(TxKind::Create, TxKind::Call);
+        let parity = if tx.tx_type == 0 {
+            tx.signature
+                .v
+                .checked_sub(chain_id * 2 + 35)
+                .expect("EIP-155 v")
+        } else {
+            tx.signature.v
+        };
+        assert!(parity <= 1, "v {} of type {}", tx.signature.v, tx.tx_type);
+        let signature = Signature::new(tx.signature.r, tx.signature.s, parity == 1);
+        match tx.fees {
+            Fees::GasPrice(gas_price) => {
+                assert_eq!(tx.tx_type, 0);
+                let unsigned = TxLegacy {
+                    chain_id: Some(chain_id),
+                    nonce: tx.nonce,
+                    gas_price,
+                    gas_limit: tx.gas,
+                    to,
+                    value: tx.value,
+                    input: tx.input.clone(),
+                };
+                unsigned.into_signed(signature).into()
+            }
+            Fees::Dynamic {
+                max_fee_per_gas,
+                max_priority_fee_per_gas,
+            } => {
+                assert_eq!(tx.tx_type, 2);
+                let unsigned = TxEip1559 {
+                    chain_id,
+                    nonce: tx.nonce,
+                    gas_limit: tx.gas,
+                    max_fee_per_gas,
+                    max_priority_fee_per_gas,
+                    to,
+                    value: tx.value,
+                    access_list: tx.access_list.clone().expect("typed"),
+                    input: tx.input.clone(),
+                };
+                unsigned.into_signed(signature).into()
+            }
+        }
+    }
+
+    fn word(data: &[u8], index: usize) -> U256 {
+        U256::from_be_slice(&data[index * 32..(index + 1) * 32])
     }
 
     #[test]
@@ -886,13 +1086,80 @@ mod tests {
         assert_eq!(
             known_pools(56)[0].address,
             address!("0x16b9a82891338f9bA80E2D6970FddA79D1eb0daE"),
-            "Pancake WBNB/USDT"
+            "PancakeSwap V2 WBNB/USDT"
         );
         for chain in [1, 56, 137] {
+            let tokens: HashSet<Address> = known_tokens(chain).iter().map(|t| t.address).collect();
             for pool in known_pools(chain) {
                 assert!(pool.token0 < pool.token1);
+                assert!(tokens.contains(&pool.token0) && tokens.contains(&pool.token1));
+                assert_eq!(
+                    pool.address,
+                    pair_address(
+                        pool.factory,
+                        pair_init_code(pool.dex),
+                        pool.token1,
+                        pool.token0
+                    ),
+                    "either token order gives the same pair"
+                );
             }
         }
+    }
+
+    fn pair_init_code(dex: &str) -> B256 {
+        [UNISWAP_V2, PANCAKE_V2, QUICKSWAP]
+            .into_iter()
+            .find(|f| f.dex == dex)
+            .expect("a known dex")
+            .init_code_hash
+    }
+
+    #[test]
+    fn settings_read_from_toml_with_defaults() {
+        let empty: DevnetSettings = toml::from_str("").expect("every key is optional");
+        assert_eq!(empty, DevnetSettings::default());
+        let set: DevnetSettings =
+            toml::from_str("seed = 9\nblock_time_ms = 500\nreorg_every = 4").expect("valid");
+        assert_eq!(
+            set,
+            DevnetSettings {
+                seed: 9,
+                block_time_ms: Some(500),
+                reorg_every: 4,
+                ..DevnetSettings::default()
+            }
+        );
+        assert!(toml::from_str::<DevnetSettings>("sed = 1").is_err());
+    }
+
+    #[test]
+    fn cadence_and_timestamps() {
+        let at = |chain, block_time_ms| {
+            let mut devnet = Devnet::new(
+                chain,
+                &DevnetSettings {
+                    block_time_ms,
+                    ..settings()
+                },
+            );
+            let (blocks, _) = run_steps(&mut devnet, 25);
+            (
+                devnet.block_time(),
+                blocks
+                    .iter()
+                    .map(|b| b.header.timestamp - 1_700_000_000)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(
+            at(1, None),
+            (Duration::from_secs(12), vec![0, 12, 24, 36, 48, 60])
+        );
+        assert_eq!(at(56, None).0, Duration::from_secs(3));
+        assert_eq!(at(137, None).0, Duration::from_secs(2));
+        assert_eq!(at(1, Some(1_500)).1, vec![0, 1, 3, 4, 6, 7]);
+        assert_eq!(at(1, Some(150)).1, vec![0, 1, 2, 3, 4, 5]);
     }
 
     #[test]
@@ -900,206 +1167,484 @@ mod tests {
         let (a, pa) = run_steps(&mut Devnet::new(1, &settings()), 30);
         let (b, pb) = run_steps(&mut Devnet::new(1, &settings()), 30);
         let hashes = |blocks: &[Arc<Block>]| blocks.iter().map(|b| b.hash).collect::<Vec<_>>();
+        let tx_hashes = |txs: &[Arc<Transaction>]| txs.iter().map(|t| t.hash).collect::<Vec<_>>();
         assert_eq!(hashes(&a), hashes(&b));
         assert_eq!(pa, pb);
-        let (c, _) = run_steps(
-            &mut Devnet::new(
-                1,
-                &DevnetSettings {
-                    seed: 8,
-                    ..settings()
-                },
-            ),
-            30,
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.logs, y.logs);
+        }
+        assert_eq!(
+            Devnet::new(1, &settings()).accounts(),
+            Devnet::new(1, &settings()).accounts()
         );
+
+        let other_seed = DevnetSettings {
+            seed: 8,
+            ..settings()
+        };
+        let (c, pc) = run_steps(&mut Devnet::new(1, &other_seed), 30);
         assert_ne!(hashes(&a), hashes(&c));
+        assert_ne!(tx_hashes(&pa), tx_hashes(&pc));
         let (d, _) = run_steps(&mut Devnet::new(56, &settings()), 30);
         assert_ne!(hashes(&a)[1..], hashes(&d)[1..]);
+
+        // Without a fixed genesis time, transactions still repeat exactly.
+        let clock = DevnetSettings {
+            genesis_timestamp: None,
+            ..settings()
+        };
+        let (_, pe) = run_steps(&mut Devnet::new(1, &clock), 30);
+        assert_eq!(tx_hashes(&pa), tx_hashes(&pe));
     }
 
     #[test]
     fn transactions_are_really_signed() {
-        let mut devnet = Devnet::new(137, &settings());
-        let (_, pending) = run_steps(&mut devnet, 40);
-        let mut types = HashSet::new();
-        for tx in &pending {
-            types.insert(tx.tx_type);
-            let signature = alloy_primitives::Signature::new(
-                tx.signature.r,
-                tx.signature.s,
-                tx.signature.v % 2 == if tx.tx_type == 0 { 0 } else { 1 },
-            );
-            let (envelope, v_ok) = match &tx.fees {
-                Fees::GasPrice(gas_price) => {
-                    let unsigned = TxLegacy {
-                        chain_id: Some(137),
-                        nonce: tx.nonce,
-                        gas_price: *gas_price,
-                        gas_limit: tx.gas,
-                        to: tx.to.map_or(TxKind::Create, TxKind::Call),
-                        value: tx.value,
-                        input: tx.input.clone(),
-                    };
-                    (
-                        TxEnvelope::from(unsigned.into_signed(signature)),
-                        tx.signature.v == 137 * 2 + 35 + u64::from(signature.v()),
-                    )
-                }
-                Fees::Dynamic {
-                    max_fee_per_gas,
-                    max_priority_fee_per_gas,
-                } => {
-                    let unsigned = TxEip1559 {
-                        chain_id: 137,
-                        nonce: tx.nonce,
-                        gas_limit: tx.gas,
-                        max_fee_per_gas: *max_fee_per_gas,
-                        max_priority_fee_per_gas: *max_priority_fee_per_gas,
-                        to: tx.to.map_or(TxKind::Create, TxKind::Call),
-                        value: tx.value,
-                        access_list: Default::default(),
-                        input: tx.input.clone(),
-                    };
-                    (
-                        TxEnvelope::from(unsigned.into_signed(signature)),
-                        tx.signature.v <= 1,
-                    )
-                }
-            };
-            assert!(v_ok, "v {} for type {}", tx.signature.v, tx.tx_type);
-            assert_eq!(
-                keccak256(envelope.encoded_2718()),
-                tx.hash,
-                "hash is keccak of the signed encoding"
-            );
-            assert_eq!(
-                envelope.recover_signer().expect("recovers"),
-                tx.from,
-                "from recovers from the signature"
-            );
-        }
-        assert_eq!(
-            types,
-            HashSet::from([0, 2]),
-            "legacy and EIP-1559 both appear"
-        );
-        let mut nonces: HashMap<Address, Vec<u64>> = HashMap::new();
-        for tx in &pending {
-            nonces.entry(tx.from).or_default().push(tx.nonce);
-        }
-        for sequence in nonces.values() {
-            assert_eq!(
-                *sequence,
-                (0..sequence.len() as u64).collect::<Vec<_>>(),
-                "nonces are consecutive"
-            );
-        }
-    }
-
-    #[test]
-    fn blocks_chain_and_mine_every_announced_transaction_once() {
-        let mut devnet = Devnet::new(1, &settings());
-        let (blocks, pending) = run_steps(&mut devnet, 50);
-        assert_eq!(blocks.len(), 11);
-        for pair in blocks.windows(2) {
-            assert_eq!(pair[1].parent_hash(), pair[0].hash);
-            assert_eq!(pair[1].number(), pair[0].number() + 1);
-            assert!(pair[1].header.timestamp > pair[0].header.timestamp);
-        }
-        let mined: Vec<B256> = blocks
-            .iter()
-            .flat_map(|b| b.transactions.iter().map(|t| t.hash))
-            .collect();
-        let announced: Vec<B256> = pending.iter().map(|t| t.hash).collect();
-        assert_eq!(
-            mined,
-            announced[..mined.len()],
-            "mined in announcement order, each once"
-        );
-        for block in &blocks {
-            assert_eq!(block.hash, block.header.hash_slow());
-            let logs: Vec<_> = block.logs.iter().map(|l| l.inner.clone()).collect();
-            assert_eq!(block.header.logs_bloom, logs_bloom(&logs));
-            for (i, log) in block.logs.iter().enumerate() {
+        for chain in [1, 56, 137] {
+            let devnet = &mut Devnet::new(chain, &settings());
+            let accounts: HashSet<Address> = devnet.accounts().into_iter().collect();
+            assert_eq!(accounts.len(), ACCOUNTS);
+            let (_, pending) = run_steps(devnet, 40);
+            let mut types = HashSet::new();
+            let mut nonces: HashMap<Address, Vec<u64>> = HashMap::new();
+            for tx in &pending {
+                types.insert(tx.tx_type);
+                assert_eq!(tx.chain_id, Some(chain));
+                assert!(accounts.contains(&tx.from));
+                let envelope = envelope_of(tx);
                 assert_eq!(
-                    (log.block_hash, log.block_number, log.log_index),
-                    (Some(block.hash), Some(block.number()), Some(i as u64))
+                    keccak256(envelope.encoded_2718()),
+                    tx.hash,
+                    "hash is keccak of the signed encoding"
+                );
+                assert_eq!(
+                    envelope.recover_signer().expect("recovers"),
+                    tx.from,
+                    "from recovers from the signature"
+                );
+                nonces.entry(tx.from).or_default().push(tx.nonce);
+            }
+            assert_eq!(
+                types,
+                HashSet::from([0, 2]),
+                "legacy and EIP-1559 both appear"
+            );
+            for sequence in nonces.values() {
+                assert_eq!(
+                    *sequence,
+                    (0..sequence.len() as u64).collect::<Vec<_>>(),
+                    "nonces are consecutive"
                 );
             }
         }
     }
 
     #[test]
-    fn token_transfers_and_swaps_emit_their_logs() {
+    fn blocks_chain_with_real_roots_and_logs() {
         let mut devnet = Devnet::new(1, &settings());
-        let (blocks, _) = run_steps(&mut devnet, 100);
-        let pools = known_pools(1);
-        let mut transfers = 0;
-        let mut k_before: HashMap<Address, U256> = HashMap::new();
+        let (blocks, _) = run_steps(&mut devnet, 50);
+        assert_eq!(blocks.len(), 11);
+        assert_eq!(
+            devnet.genesis().hash,
+            blocks[0].hash,
+            "genesis stays block 0"
+        );
+        assert_eq!(blocks[0].number(), 0);
+        for pair in blocks.windows(2) {
+            assert_eq!(pair[1].parent_hash(), pair[0].hash);
+            assert_eq!(pair[1].number(), pair[0].number() + 1);
+            assert!(pair[1].header.timestamp > pair[0].header.timestamp);
+        }
         for block in &blocks {
-            for log in &block.logs {
-                let topics = log.topics();
-                if topics[0] == TRANSFER_TOPIC {
-                    transfers += 1;
-                    assert_eq!(topics.len(), 3);
-                }
-                if topics[0] == SYNC_TOPIC {
-                    let data = &log.data().data;
-                    let k = U256::from_be_slice(&data[..32]) * U256::from_be_slice(&data[32..64]);
-                    let previous = k_before.insert(log.address(), k);
-                    assert!(
-                        previous.is_none_or(|p| k >= p),
-                        "x·y never shrinks with the fee"
-                    );
-                    assert!(pools.iter().any(|p| p.address == log.address()));
-                }
+            let h = &block.header;
+            assert_eq!(block.hash, h.hash_slow());
+            let envelopes: Vec<TxEnvelope> = block
+                .transactions
+                .iter()
+                .map(|tx| envelope_of(tx))
+                .collect();
+            assert_eq!(h.transactions_root, calculate_transaction_root(&envelopes));
+            if block.transactions.is_empty() {
+                assert_eq!(h.receipts_root, EMPTY_ROOT_HASH);
+            } else {
+                assert_ne!(h.receipts_root, EMPTY_ROOT_HASH);
             }
-            for tx in &block.transactions {
-                if tx.input.starts_with(&TRANSFER_SELECTOR) {
-                    let log = block
-                        .logs
-                        .iter()
-                        .find(|l| l.transaction_hash == Some(tx.hash))
-                        .expect("a transfer logs");
-                    assert_eq!(Some(log.address()), tx.to);
-                    assert_eq!(log.topics()[1], tx.from.into_word());
-                }
+            let logs: Vec<_> = block.logs.iter().map(|l| l.inner.clone()).collect();
+            assert_eq!(h.logs_bloom, logs_bloom(&logs));
+            assert!(h.gas_used <= h.gas_limit);
+            assert_eq!(
+                h.gas_used == 0,
+                block.transactions.is_empty(),
+                "gas used follows the transactions"
+            );
+            assert_eq!(h.withdrawals_root, Some(EMPTY_ROOT_HASH));
+            assert_eq!(h.base_fee_per_gas, Some(12_000_000_000));
+            for (i, log) in block.logs.iter().enumerate() {
+                let tx_index = log.transaction_index.expect("index") as usize;
+                assert_eq!(
+                    (log.block_hash, log.block_number, log.log_index, log.removed),
+                    (
+                        Some(block.hash),
+                        Some(block.number()),
+                        Some(i as u64),
+                        false
+                    )
+                );
+                assert_eq!(
+                    log.transaction_hash,
+                    Some(block.transactions[tx_index].hash)
+                );
             }
         }
-        assert!(transfers > 10 && !k_before.is_empty());
     }
 
     #[test]
-    fn reorgs_remine_orphaned_transactions_on_a_new_branch() {
+    fn pending_transactions_are_announced_once_before_their_block() {
+        for reorg_every in [0, 3] {
+            let mut devnet = Devnet::new(
+                56,
+                &DevnetSettings {
+                    reorg_every,
+                    ..settings()
+                },
+            );
+            let mut announced = HashSet::new();
+            let mut mined = HashSet::new();
+            let mut blocks = 0;
+            for event in stream(&mut devnet, 100) {
+                match event {
+                    SourceEvent::Pending(txs) => {
+                        assert!(!txs.is_empty(), "no empty batches");
+                        for tx in txs {
+                            assert!(announced.insert(tx.hash), "announced once");
+                        }
+                    }
+                    SourceEvent::Block(block) => {
+                        blocks += 1;
+                        for tx in &block.transactions {
+                            assert!(announced.contains(&tx.hash), "announced before mined");
+                            mined.insert(tx.hash);
+                        }
+                    }
+                }
+            }
+            assert!(blocks >= 20);
+            // 100 steps end right after a block: nothing is left unmined.
+            assert_eq!(announced, mined);
+        }
+    }
+
+    #[test]
+    fn token_transfers_log_transfer_events() {
+        let mut devnet = Devnet::new(1, &settings());
+        let (blocks, _) = run_steps(&mut devnet, 100);
+        let tokens: HashSet<Address> = known_tokens(1).iter().map(|t| t.address).collect();
+        let mut transfers = 0;
+        let mut kinds = HashSet::new();
+        for block in &blocks {
+            for tx in &block.transactions {
+                let logs: Vec<&Log> = block
+                    .logs
+                    .iter()
+                    .filter(|l| l.transaction_hash == Some(tx.hash))
+                    .collect();
+                let selector = tx.input.get(..4);
+                let Some(to) = tx.to else {
+                    kinds.insert("create");
+                    assert!(!tx.input.is_empty() && logs.is_empty());
+                    continue;
+                };
+                if tx.input.is_empty() {
+                    kinds.insert("native");
+                    assert!(tx.value > U256::ZERO && logs.is_empty());
+                    assert_eq!(tx.gas, gas_limit_for(TRANSFER_GAS));
+                } else if selector == Some(&TRANSFER_SELECTOR[..]) {
+                    kinds.insert("erc20");
+                    transfers += 1;
+                    assert_eq!(tx.input.len(), 4 + 2 * 32);
+                    assert!(tx.input[4..16].iter().all(|b| *b == 0), "address padding");
+                    let recipient = Address::from_slice(&tx.input[16..36]);
+                    let amount = word(&tx.input[4..], 1);
+                    assert!(tokens.contains(&to));
+                    assert_eq!(logs.len(), 1);
+                    let log = logs[0];
+                    assert_eq!(Some(log.address()), tx.to);
+                    assert_eq!(
+                        log.topics(),
+                        [TRANSFER_TOPIC, tx.from.into_word(), recipient.into_word()]
+                    );
+                    assert_eq!(log.data().data[..], amount.to_be_bytes::<32>()[..]);
+                } else {
+                    assert_eq!(selector, Some(&SWAP_SELECTOR[..]));
+                    kinds.insert("swap");
+                }
+            }
+        }
+        assert!(transfers > 10);
+        assert_eq!(kinds.len(), 4, "every kind appears: {kinds:?}");
+    }
+
+    #[test]
+    fn swaps_follow_the_constant_product_rule() {
+        for chain in [1, 56, 137] {
+            let mut devnet = Devnet::new(chain, &settings());
+            let (blocks, _) = run_steps(&mut devnet, 150);
+            let pools: HashMap<Address, KnownPool> = known_pools(chain)
+                .into_iter()
+                .map(|p| (p.address, p))
+                .collect();
+            let mut reserves: HashMap<Address, (U256, U256)> = HashMap::new();
+            let mut swaps = 0;
+            for block in &blocks {
+                for tx in &block.transactions {
+                    if tx.input.get(..4) != Some(&SWAP_SELECTOR[..]) {
+                        continue;
+                    }
+                    swaps += 1;
+                    let pair = tx.to.expect("a call");
+                    let pool = pools[&pair];
+                    let logs: Vec<&Log> = block
+                        .logs
+                        .iter()
+                        .filter(|l| l.transaction_hash == Some(tx.hash))
+                        .collect();
+                    let topics: Vec<B256> = logs.iter().map(|l| l.topics()[0]).collect();
+                    assert_eq!(
+                        topics,
+                        [TRANSFER_TOPIC, TRANSFER_TOPIC, SYNC_TOPIC, SWAP_TOPIC]
+                    );
+                    let (sync, swap) = (logs[2], logs[3]);
+                    assert_eq!((sync.address(), swap.address()), (pair, pair));
+                    assert_eq!(
+                        swap.topics()[1..],
+                        [tx.from.into_word(), tx.from.into_word()]
+                    );
+                    let data = &swap.data().data;
+                    let (in0, in1, out0, out1) =
+                        (word(data, 0), word(data, 1), word(data, 2), word(data, 3));
+                    let args = &tx.input[4..];
+                    assert_eq!((word(args, 0), word(args, 1)), (out0, out1));
+                    assert_eq!(word(args, 3), U256::from(0x80), "bytes offset");
+                    assert_eq!(args.len(), 5 * 32);
+                    // The paid-in transfer is of the input token, to the pair.
+                    let (token_in, amount_in) = if in0 > U256::ZERO {
+                        (pool.token0, in0)
+                    } else {
+                        (pool.token1, in1)
+                    };
+                    assert_eq!(logs[0].address(), token_in);
+                    assert_eq!(logs[0].topics()[2], pair.into_word());
+                    assert_eq!(word(&logs[0].data().data, 0), amount_in);
+                    let (r0, r1) = (word(&sync.data().data, 0), word(&sync.data().data, 1));
+                    assert!(r0 < U256::from(1u8) << 112 && r1 < U256::from(1u8) << 112);
+                    if let Some((p0, p1)) = reserves.insert(pair, (r0, r1)) {
+                        assert_eq!((r0, r1), (p0 + in0 - out0, p1 + in1 - out1));
+                        assert!(r0 * r1 >= p0 * p1, "k never shrinks");
+                        // The pair's own check: k holds on fee-adjusted balances.
+                        let adjusted0 = r0 * U256::from(1_000) - in0 * U256::from(3);
+                        let adjusted1 = r1 * U256::from(1_000) - in1 * U256::from(3);
+                        assert!(adjusted0 * adjusted1 >= p0 * p1 * U256::from(1_000_000));
+                    }
+                }
+            }
+            assert!(swaps > 10, "{swaps} swaps on chain {chain}");
+            // Prices stay near where they started (token0 of WETH/USDC is USDC).
+            if chain == 1 {
+                let (r_usdc, r_weth) = reserves[&known_pools(1)[0].address];
+                let price =
+                    (r_usdc.to::<u128>() as f64 / 1e6) / (r_weth.to::<u128>() as f64 / 1e18);
+                assert!((2_000.0..4_000.0).contains(&price), "ETH at {price} USDC");
+            }
+        }
+    }
+
+    /// Feeds the devnet through the canonical tracker and checks each reorg.
+    fn check_reorgs(chain_id: u64, every: u64, depth: u64, steps: usize) -> usize {
         let mut devnet = Devnet::new(
-            56,
+            chain_id,
             &DevnetSettings {
-                reorg_every: 5,
-                reorg_depth: 2,
+                reorg_every: every,
+                reorg_depth: depth,
                 ..settings()
             },
         );
-        let (blocks, _) = run_steps(&mut devnet, 40);
-        let by_hash: HashMap<B256, &Arc<Block>> = blocks.iter().map(|b| (b.hash, b)).collect();
-        let forks: Vec<&Arc<Block>> = blocks
-            .windows(2)
-            .filter(|w| w[1].parent_hash() != w[0].hash)
-            .map(|w| &w[1])
-            .collect();
-        assert!(!forks.is_empty(), "a reorg happened");
-        for fork in forks {
-            let ancestor = by_hash[&fork.parent_hash()];
-            assert_eq!(fork.number(), ancestor.number() + 1);
-            let orphan = blocks
-                .iter()
-                .find(|b| b.number() == fork.number() && b.hash != fork.hash)
-                .expect("the orphaned block");
-            let orphan_txs: Vec<B256> = orphan.transactions.iter().map(|t| t.hash).collect();
-            let fork_txs: Vec<B256> = fork.transactions.iter().map(|t| t.hash).collect();
-            assert_eq!(
-                orphan_txs, fork_txs,
-                "the new branch re-mines the orphaned transactions"
-            );
+        let mut chain = CanonicalChain::new(DEFAULT_WINDOW);
+        chain.apply(devnet.genesis()).expect("genesis");
+        let mut seen = HashSet::from([devnet.genesis().hash]);
+        let mut reorgs = 0;
+        for _ in 0..steps {
+            let blocks: Vec<Arc<Block>> = devnet
+                .next_step()
+                .into_iter()
+                .filter_map(|e| match e {
+                    SourceEvent::Block(b) => Some(b),
+                    SourceEvent::Pending(_) => None,
+                })
+                .collect();
+            let Some(first) = blocks.first() else {
+                continue;
+            };
+            for block in &blocks {
+                assert!(seen.insert(block.hash), "no block hash repeats");
+            }
+            let tip = chain.tip().expect("a tip").clone();
+            let forked = first.parent_hash() != tip.hash;
+            if forked {
+                reorgs += 1;
+                assert_eq!(blocks.len() as u64, depth + 1);
+                let ancestor = chain
+                    .by_hash(&first.parent_hash())
+                    .expect("the branch starts on an earlier canonical block");
+                assert_eq!(ancestor.number(), tip.number() - depth);
+                let heights: Vec<u64> = blocks.iter().map(|b| b.number()).collect();
+                assert_eq!(
+                    heights,
+                    (tip.number() - depth + 1..=tip.number() + 1).collect::<Vec<_>>()
+                );
+                for (replacement, height) in blocks.iter().zip(ancestor.number() + 1..=tip.number())
+                {
+                    let orphan = chain.by_number(height).expect("the orphaned block");
+                    assert_ne!(orphan.hash, replacement.hash);
+                    let txs = |b: &Block| b.transactions.iter().map(|t| t.hash).collect::<Vec<_>>();
+                    assert_eq!(
+                        txs(orphan),
+                        txs(replacement),
+                        "orphaned transactions re-mined"
+                    );
+                    let logs =
+                        |b: &Block| b.logs.iter().map(|l| l.inner.clone()).collect::<Vec<_>>();
+                    assert_eq!(logs(orphan), logs(replacement));
+                }
+            } else {
+                assert_eq!(blocks.len(), 1);
+            }
+            let mut removed = 0;
+            for block in blocks {
+                for event in chain.apply(block).expect("the tracker places every block") {
+                    if let ChainEvent::Removed(_) = event {
+                        removed += 1;
+                    }
+                }
+            }
+            assert_eq!(removed, if forked { depth } else { 0 });
         }
+        reorgs
+    }
+
+    #[test]
+    fn reorgs_replace_the_last_blocks_and_remine_their_transactions() {
+        // Every 5 blocks, depth 2: a reorg each 25 steps.
+        assert!(check_reorgs(56, 5, 2, 80) >= 3);
+        // Reorgs more often than their depth: branches overlap earlier ones.
+        assert!(check_reorgs(1, 1, 3, 60) >= 8);
+        assert!(check_reorgs(137, 2, 2, 60) >= 5);
+        // Off by default.
+        assert_eq!(check_reorgs(1, 0, 2, 60), 0);
+        // Deeper than the tracker can follow: capped.
+        let deep = DevnetSettings {
+            reorg_depth: u64::MAX,
+            ..settings()
+        };
+        assert_eq!(Devnet::new(1, &deep).reorg_depth(), DEFAULT_WINDOW - 1);
+    }
+
+    #[test]
+    fn empty_blocks_when_no_transactions() {
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                transactions_per_block: 0,
+                ..settings()
+            },
+        );
+        let events = stream(&mut devnet, 10);
+        assert_eq!(
+            events.len(),
+            3,
+            "genesis and two blocks, no pending batches"
+        );
+        for event in events {
+            let SourceEvent::Block(block) = event else {
+                panic!("only blocks");
+            };
+            assert!(block.transactions.is_empty());
+            assert_eq!(block.header.transactions_root, EMPTY_ROOT_HASH);
+            assert_eq!(block.header.receipts_root, EMPTY_ROOT_HASH);
+        }
+    }
+
+    #[test]
+    fn blocks_never_overflow_the_gas_limit() {
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                transactions_per_block: 400,
+                pending_batches_per_block: 1,
+                ..settings()
+            },
+        );
+        let (blocks, _) = run_steps(&mut devnet, 4);
+        let block = &blocks[1];
+        assert!(block.transactions.len() > 100);
+        let limits: u64 = block.transactions.iter().map(|t| t.gas).sum();
+        assert!(limits <= block.header.gas_limit);
+    }
+
+    #[tokio::test]
+    async fn run_sends_genesis_then_steps_until_shutdown() {
+        let fast = DevnetSettings {
+            block_time_ms: Some(50),
+            ..settings()
+        };
+        let devnet = Devnet::new(1, &fast);
+        let genesis = devnet.genesis().hash;
+        let (out, mut events) = mpsc::channel(16);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(devnet, out, shutdown.clone()));
+        let next = async |events: &mut mpsc::Receiver<SourceEvent>| {
+            tokio::time::timeout(Duration::from_secs(5), events.recv())
+                .await
+                .expect("events keep coming")
+                .expect("the devnet runs")
+        };
+        let SourceEvent::Block(first) = next(&mut events).await else {
+            panic!("genesis comes first");
+        };
+        assert_eq!(first.hash, genesis);
+        let mut pending = 0;
+        loop {
+            match next(&mut events).await {
+                SourceEvent::Pending(_) => pending += 1,
+                SourceEvent::Block(block) => {
+                    assert_eq!((block.number(), pending), (1, 4));
+                    break;
+                }
+            }
+        }
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("run returns on shutdown")
+            .expect("run does not panic");
+
+        // A full channel nobody reads does not keep it alive either.
+        let (out, _unread) = mpsc::channel(1);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(Devnet::new(1, &fast), out, shutdown.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("run returns on shutdown while blocked")
+            .expect("run does not panic");
+
+        // Nor does a receiver that is gone.
+        let (out, events) = mpsc::channel(1);
+        drop(events);
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            run(Devnet::new(1, &fast), out, CancellationToken::new()),
+        )
+        .await
+        .expect("run returns when the receiver is gone");
     }
 }
