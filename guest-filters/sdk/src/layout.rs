@@ -369,7 +369,8 @@ impl<'a> Batch<'a> {
         self.records.is_empty()
     }
 
-    fn records(&self, expected: Source) -> Result<std::slice::ChunksExact<'a, u8>, LayoutError> {
+    /// The record area, once the batch is known to carry `expected`'s kind.
+    fn records(&self, expected: Source) -> Result<&'a [u8], LayoutError> {
         let same_kind = match expected {
             Source::PendingTransactions | Source::MinedTransactions => {
                 matches!(
@@ -385,37 +386,40 @@ impl<'a> Batch<'a> {
                 found: self.source,
             });
         }
-        Ok(self.records.chunks_exact(self.source.record_len()))
+        Ok(self.records)
     }
 
     /// The transactions of a pending or mined batch.
     pub fn transactions(&self) -> Result<impl Iterator<Item = TxView<'a>> + 'a, LayoutError> {
         let blob = self.blob;
-        Ok(self
-            .records(Source::MinedTransactions)?
-            .map(move |r| TxView { r, blob }))
+        // Fixed-size records: field reads compile to constant offsets with
+        // no bounds checks (`parse` checked the area is whole records).
+        let (records, _) = self.records(Source::MinedTransactions)?.as_chunks();
+        Ok(records.iter().map(move |r| TxView { r, blob }))
     }
 
     /// The headers of a heads batch.
     pub fn heads(&self) -> Result<impl Iterator<Item = HeadView<'a>> + 'a, LayoutError> {
-        Ok(self.records(Source::Heads)?.map(|r| HeadView { r }))
+        let (records, _) = self.records(Source::Heads)?.as_chunks();
+        Ok(records.iter().map(|r| HeadView { r }))
     }
 
     /// The logs of a logs batch.
     pub fn logs(&self) -> Result<impl Iterator<Item = LogView<'a>> + 'a, LayoutError> {
         let blob = self.blob;
-        Ok(self
-            .records(Source::Logs)?
-            .map(move |r| LogView { r, blob }))
+        let (records, _) = self.records(Source::Logs)?.as_chunks();
+        Ok(records.iter().map(move |r| LogView { r, blob }))
     }
 }
 
+#[inline(always)]
 fn get_u64(r: &[u8], at: usize) -> u64 {
     let mut b = [0; 8];
     b.copy_from_slice(&r[at..at + 8]);
     u64::from_le_bytes(b)
 }
 
+#[inline(always)]
 fn get_u32(r: &[u8], at: usize) -> u32 {
     let mut b = [0; 4];
     b.copy_from_slice(&r[at..at + 4]);
@@ -431,6 +435,7 @@ fn blob_field(blob: &[u8], offset: u32, len: u32) -> &[u8] {
         .unwrap_or_default()
 }
 
+#[inline(always)]
 fn array<const N: usize>(r: &[u8], at: usize) -> &[u8; N] {
     r[at..at + N]
         .try_into()
@@ -440,7 +445,7 @@ fn array<const N: usize>(r: &[u8], at: usize) -> &[u8; N] {
 /// A transaction in a batch; borrowing, no copies.
 #[derive(Clone, Copy, Debug)]
 pub struct TxView<'a> {
-    r: &'a [u8],
+    r: &'a [u8; tx::LEN],
     blob: &'a [u8],
 }
 
@@ -495,7 +500,7 @@ impl<'a> TxView<'a> {
 /// A block header in a batch.
 #[derive(Clone, Copy, Debug)]
 pub struct HeadView<'a> {
-    r: &'a [u8],
+    r: &'a [u8; head::LEN],
 }
 
 impl<'a> HeadView<'a> {
@@ -528,7 +533,7 @@ impl<'a> HeadView<'a> {
 /// A log in a batch.
 #[derive(Clone, Copy, Debug)]
 pub struct LogView<'a> {
-    r: &'a [u8],
+    r: &'a [u8; log::LEN],
     blob: &'a [u8],
 }
 

@@ -128,26 +128,47 @@ impl<T: Topic> Filter for TransactionFilter<T> {
         }
     }
 
+    #[inline(always)]
     fn matches(&self, tx: &TxView<'_>, emit: &mut impl FnMut(SubscriptionId)) {
+        let from = tx.from();
+        let by_from = self.by_from.get(from);
+        let by_to = tx.to().map_or(&[][..], |to| self.by_to.get(to));
+        // Most transactions concern no subscriber: decide that without
+        // setting up the per-candidate checks.
+        if by_from.is_empty() && by_to.is_empty() && self.any_address.is_empty() {
+            return;
+        }
+        self.emit_candidates(tx, by_from, by_to, emit);
+    }
+}
+
+impl<T> TransactionFilter<T> {
+    /// Tests the candidates the indexes found for `tx` against the method
+    /// constraints, each subscription once.
+    fn emit_candidates(
+        &self,
+        tx: &TxView<'_>,
+        by_from: &[SubscriptionId],
+        by_to: &[SubscriptionId],
+        emit: &mut impl FnMut(SubscriptionId),
+    ) {
+        let from = tx.from();
         let mut check = |id: SubscriptionId| {
             if self.subscriptions.get(&id).is_some_and(|c| c.method_ok(tx)) {
                 emit(id);
             }
         };
-        let from = tx.from();
-        for &id in self.by_from.get(from) {
+        for &id in by_from {
             check(id);
         }
-        if let Some(to) = tx.to() {
-            for &id in self.by_to.get(to) {
-                // Already considered through its sender.
-                let seen = self
-                    .subscriptions
-                    .get(&id)
-                    .is_some_and(|c| c.from.contains(from));
-                if !seen {
-                    check(id);
-                }
+        for &id in by_to {
+            // Already considered through its sender.
+            let seen = self
+                .subscriptions
+                .get(&id)
+                .is_some_and(|c| c.from.contains(from));
+            if !seen {
+                check(id);
             }
         }
         for &id in &self.any_address {
