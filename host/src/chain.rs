@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use anyhow::bail;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -14,6 +13,7 @@ use crate::config::{ChainSpec, SourceConfig};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{self, Devnet, DevnetSettings};
+use crate::ingest::upstream::{self, UpstreamSettings};
 use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
 
 /// Source events that may wait for the hub; past that the source waits.
@@ -61,10 +61,13 @@ impl Chain {
                 tokio::spawn(devnet::run(devnet, events, shutdown.clone()));
             }
             SourceConfig::Node(url) => {
-                bail!(
-                    "chain {}: node sources ({url}) are not supported yet; use source = \"devnet\"",
-                    spec.name
-                )
+                let settings = UpstreamSettings {
+                    chain: spec.name.clone(),
+                    url: url.clone(),
+                    chain_id: spec.chain_id,
+                    backfill_limit: spec.window as u64,
+                };
+                tokio::spawn(upstream::run(settings, events, shutdown.clone()));
             }
         }
         tokio::spawn(chain.clone().hub(rx, shutdown.clone()));

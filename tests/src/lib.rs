@@ -2,6 +2,8 @@
 //! seeded devnet, and a WebSocket client that waits on events with timeouts
 //! (never sleeps).
 
+pub mod anvil;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,0 +1,88 @@
+//! What a node source has already sent downstream: the recent canonical
+//! blocks (to connect a new head to them) and the transactions already
+//! announced or mined (so none is announced as pending twice, or after it
+//! was mined).
+
+use std::collections::VecDeque;
+use std::num::NonZeroUsize;
+
+use alloy_primitives::B256;
+use lru::LruCache;
+
+use crate::ingest::model::Block;
+
+/// Transaction hashes remembered; older ones may be announced again, which
+/// only a transaction pending for hours could hit.
+const SEEN_TRANSACTIONS: NonZeroUsize = NonZeroUsize::new(1 << 17).expect("non-zero");
+
+#[derive(Debug)]
+pub struct Delivered {
+    /// (number, hash) of the delivered canonical blocks, oldest first.
+    blocks: VecDeque<(u64, B256)>,
+    /// Blocks remembered: a new head is connected within this depth.
+    depth: usize,
+    /// Transactions announced as pending or seen mined.
+    seen: LruCache<B256, ()>,
+}
+
+impl Delivered {
+    pub fn new(depth: u64) -> Self {
+        Self {
+            blocks: VecDeque::new(),
+            depth: usize::try_from(depth).unwrap_or(usize::MAX).max(1),
+            seen: LruCache::new(SEEN_TRANSACTIONS),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    pub fn contains(&self, hash: &B256) -> bool {
+        self.blocks.iter().rev().any(|(_, h)| h == hash)
+    }
+
+    /// The number of the last delivered block (0 before any).
+    pub fn tip_number(&self) -> u64 {
+        self.blocks.back().map_or(0, |(n, _)| *n)
+    }
+
+    /// Records `block` as the new tip: blocks at or above its height were
+    /// replaced by a reorg, and a block that links to nothing held (a
+    /// resynchronisation) starts the record afresh, so the record is always
+    /// one linked chain.
+    pub fn push(&mut self, block: &Block) {
+        while self
+            .blocks
+            .back()
+            .is_some_and(|(n, _)| *n >= block.number())
+        {
+            self.blocks.pop_back();
+        }
+        if self
+            .blocks
+            .back()
+            .is_some_and(|(_, tip)| *tip != block.parent_hash())
+        {
+            self.blocks.clear();
+        }
+        self.blocks.push_back((block.number(), block.hash));
+        if self.blocks.len() > self.depth {
+            self.blocks.pop_front();
+        }
+        for tx in &block.transactions {
+            self.seen.put(tx.hash, ());
+        }
+    }
+
+    /// Whether a pending `hash` is worth fetching.
+    pub fn is_new_pending(&self, hash: &B256) -> bool {
+        !self.seen.contains(hash)
+    }
+
+    /// Marks a pending transaction announced; false if it already was, or
+    /// was mined.
+    pub fn take_pending(&mut self, hash: B256) -> bool {
+        self.seen.put(hash, ()).is_none()
+    }
+}

@@ -1,0 +1,428 @@
+//! A node as a chain's source: any node speaking Ethereum JSON-RPC over
+//! WebSocket (geth, reth, erigon, bsc, bor, anvil).
+//!
+//! One session per connection: check `eth_chainId`, subscribe to heads and
+//! pending transactions, catch up from the last block delivered to the
+//! node's head, then follow. For every head the full block and its logs are
+//! fetched in one batched round trip. A head whose parent was not delivered
+//! is connected by walking back by parent hash (a reorg) or forward by
+//! number (a gap after a reconnect), so the canonical tracker downstream
+//! always receives linked blocks in ascending order: no gap, no duplicate.
+//! A break deeper than the backfill limit is logged and resynchronised
+//! from the head.
+//!
+//! - [`client`]: the JSON-RPC client over one WebSocket.
+//! - [`wire`]: the node's JSON read into the model.
+//! - [`delivered`]: what this source has already sent downstream.
+
+mod client;
+mod delivered;
+mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::{B256, U64};
+use backon::{BackoffBuilder, ExponentialBuilder};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use client::NodeError;
+use client::{Call, NodeClient, decode};
+use delivered::Delivered;
+use wire::{NodeBlock, NodeLog, NodeTransaction};
+
+use super::SourceEvent;
+use super::model::Block;
+
+/// Blocks fetched per round trip while filling a gap.
+const GAP_CHUNK: u64 = 32;
+
+/// The first delay before reconnecting; it doubles (with jitter) per
+/// failed attempt up to [`MAX_RETRY`].
+const MIN_RETRY: Duration = Duration::from_millis(250);
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// Where and what to follow.
+#[derive(Clone, Debug)]
+pub struct UpstreamSettings {
+    /// The chain's name, for logs.
+    pub chain: String,
+    pub url: String,
+    /// The chain id the node must report.
+    pub chain_id: u64,
+    /// The most blocks fetched to connect a new head to the last one
+    /// delivered (reorg depth or reconnect gap); past it, resynchronise.
+    /// The chain's tracker window: deeper history could not be placed.
+    pub backfill_limit: u64,
+}
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error("the node reports chain id {found}, but this chain is configured with {expected}")]
+    WrongChain { expected: u64, found: u64 },
+    /// The receiver is gone: the server is stopping.
+    #[error("the server is stopping")]
+    Stopping,
+}
+
+/// Follows the node until `shutdown`, reconnecting with backoff. State
+/// changes are logged once, not per retry.
+pub async fn run(
+    settings: UpstreamSettings,
+    out: mpsc::Sender<SourceEvent>,
+    shutdown: CancellationToken,
+) {
+    let mut delivered = Delivered::new(settings.backfill_limit);
+    let mut retries = retry_delays();
+    let mut down_since: Option<String> = None;
+    loop {
+        let mut live = false;
+        let result = tokio::select! {
+            () = shutdown.cancelled() => return,
+            result = session(&settings, &mut delivered, &out, &mut live) => result,
+        };
+        let error = match result {
+            Err(SessionError::Stopping) => return,
+            Err(error) => error,
+        };
+        if live {
+            retries = retry_delays();
+        }
+        let reason = error.to_string();
+        if down_since.as_deref() != Some(reason.as_str()) || live {
+            tracing::warn!(chain = %settings.chain, url = %settings.url, %reason, "upstream down; reconnecting");
+            down_since = Some(reason);
+        } else {
+            tracing::debug!(chain = %settings.chain, %reason, "upstream still down");
+        }
+        let delay = retries.next().unwrap_or(MAX_RETRY);
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+fn retry_delays() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(MIN_RETRY)
+        .with_max_delay(MAX_RETRY)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// The subscriptions of one session.
+struct Subscriptions {
+    heads: String,
+    pending: String,
+    /// The node sends full transactions; otherwise only hashes.
+    full_pending: bool,
+}
+
+/// One connection, from connect to failure. Sets `live` once subscribed.
+async fn session(
+    settings: &UpstreamSettings,
+    delivered: &mut Delivered,
+    out: &mpsc::Sender<SourceEvent>,
+    live: &mut bool,
+) -> Result<std::convert::Infallible, SessionError> {
+    let (client, mut notifications) = NodeClient::connect(&settings.url).await?;
+    let found: U64 = client.call("eth_chainId", json!([])).await?;
+    if found.to::<u64>() != settings.chain_id {
+        return Err(SessionError::WrongChain {
+            expected: settings.chain_id,
+            found: found.to(),
+        });
+    }
+    let subs = subscribe(&client).await?;
+    *live = true;
+    tracing::info!(
+        chain = %settings.chain, url = %settings.url,
+        full_pending = subs.full_pending, "upstream live"
+    );
+    let mut follower = Follower {
+        client: &client,
+        delivered,
+        out,
+        limit: settings.backfill_limit,
+        chain: &settings.chain,
+    };
+    // Catch up now rather than at the next head: after a reconnect the gap
+    // is filled before anything new is followed.
+    let latest: Option<NodeBlock> = client
+        .call("eth_getBlockByNumber", json!(["latest", true]))
+        .await?;
+    if let Some(latest) = latest {
+        let logs = follower.logs_of(latest.hash()).await?;
+        follower.head(latest.into_model(logs)).await?;
+    }
+    loop {
+        let Some(first) = notifications.recv().await else {
+            return Err(NodeError::Closed.into());
+        };
+        // Take everything already queued: pending transactions go down as
+        // one batch, in order with the heads between them.
+        let mut pending = Vec::new();
+        let mut next = Some(first);
+        while let Some(notification) = next.take() {
+            if notification.subscription == subs.heads {
+                follower.flush_pending(&mut pending, &subs).await?;
+                let head: HeadRef = decode("newHeads", &notification.result)?;
+                follower.head_by_hash(head.hash).await?;
+            } else if notification.subscription == subs.pending {
+                pending.push(notification.result);
+            }
+            next = notifications.try_recv().ok();
+        }
+        follower.flush_pending(&mut pending, &subs).await?;
+    }
+}
+
+/// Subscribes to heads and pending transactions, full objects if the node
+/// offers them, hashes otherwise.
+async fn subscribe(client: &NodeClient) -> Result<Subscriptions, SessionError> {
+    let heads: String = client.call("eth_subscribe", json!(["newHeads"])).await?;
+    let (pending, full_pending) = match client
+        .call::<String>("eth_subscribe", json!(["newPendingTransactions", true]))
+        .await
+    {
+        Ok(id) => (id, true),
+        Err(NodeError::Rpc { .. }) => (
+            client
+                .call("eth_subscribe", json!(["newPendingTransactions"]))
+                .await?,
+            false,
+        ),
+        Err(other) => return Err(other.into()),
+    };
+    Ok(Subscriptions {
+        heads,
+        pending,
+        full_pending,
+    })
+}
+
+/// The part of a `newHeads` notification needed to fetch the block.
+#[derive(Deserialize)]
+struct HeadRef {
+    hash: B256,
+}
+
+/// Turns heads and pending transactions into linked source events.
+struct Follower<'a> {
+    client: &'a NodeClient,
+    delivered: &'a mut Delivered,
+    out: &'a mpsc::Sender<SourceEvent>,
+    limit: u64,
+    chain: &'a str,
+}
+
+impl Follower<'_> {
+    /// Fetches the block `hash` with its logs; `None` if the node no
+    /// longer has it.
+    async fn block_by_hash(&self, hash: B256) -> Result<Option<Arc<Block>>, NodeError> {
+        let results = self
+            .client
+            .batch(&[
+                Call::new("eth_getBlockByHash", json!([hash, true])),
+                Call::new("eth_getLogs", json!([{ "blockHash": hash }])),
+            ])
+            .await?;
+        let block: Option<NodeBlock> = decode("eth_getBlockByHash", &results[0])?;
+        let logs: Vec<NodeLog> = decode("eth_getLogs", &results[1])?;
+        Ok(block.map(|b| b.into_model(logs)))
+    }
+
+    async fn logs_of(&self, hash: B256) -> Result<Vec<NodeLog>, NodeError> {
+        self.client
+            .call("eth_getLogs", json!([{ "blockHash": hash }]))
+            .await
+    }
+
+    async fn head_by_hash(&mut self, hash: B256) -> Result<(), SessionError> {
+        if self.delivered.contains(&hash) {
+            return Ok(());
+        }
+        match self.block_by_hash(hash).await? {
+            Some(block) => self.head(block).await,
+            // Reorged away before we asked; the next head supersedes it.
+            None => Ok(()),
+        }
+    }
+
+    /// Connects `head` to what was delivered and sends the missing blocks
+    /// in ascending order.
+    async fn head(&mut self, head: Arc<Block>) -> Result<(), SessionError> {
+        if self.delivered.contains(&head.hash) {
+            return Ok(());
+        }
+        let branch = self.connect(head).await?;
+        for block in branch.into_iter().rev() {
+            self.delivered.push(&block);
+            if self.out.send(SourceEvent::Block(block)).await.is_err() {
+                return Err(SessionError::Stopping);
+            }
+        }
+        Ok(())
+    }
+
+    /// The blocks from `head` down to the first whose parent was delivered,
+    /// newest first; only `head` when that is further than the limit.
+    async fn connect(&self, head: Arc<Block>) -> Result<Vec<Arc<Block>>, NodeError> {
+        let mut branch = vec![head];
+        loop {
+            let oldest = branch.last().expect("branch starts with the head");
+            let (parent, oldest_number) = (oldest.parent_hash(), oldest.number());
+            if self.delivered.is_empty() || self.delivered.contains(&parent) || oldest.number() == 0
+            {
+                return Ok(branch);
+            }
+            if branch.len() as u64 > self.limit {
+                let head = branch.swap_remove(0);
+                tracing::error!(
+                    chain = %self.chain, head = head.number(), limit = self.limit,
+                    "the new head does not connect to the last delivered block within the backfill limit; resynchronising from it"
+                );
+                return Ok(vec![head]);
+            }
+            let tip = self.delivered.tip_number();
+            let gap_bottom = tip.saturating_add(1);
+            if oldest.number() > gap_bottom {
+                // A gap: fetch the blocks below `oldest` by number, a chunk
+                // per round trip, and keep them while they link.
+                let top = oldest.number() - 1;
+                let bottom = top.saturating_sub(GAP_CHUNK - 1).max(gap_bottom);
+                let fetched = self.blocks_by_number(bottom, top).await?;
+                let before = branch.len();
+                for block in fetched.into_iter().rev() {
+                    let expected = branch.last().expect("non-empty").parent_hash();
+                    if block.hash != expected {
+                        break;
+                    }
+                    branch.push(block);
+                }
+                if branch.len() > before {
+                    continue;
+                }
+            }
+            // A reorg (or a gap that moved under us): walk back by hash.
+            match self.block_by_hash(parent).await? {
+                Some(block) => branch.push(block),
+                None => {
+                    return Err(NodeError::Decode {
+                        method: "eth_getBlockByHash".into(),
+                        reason: format!(
+                            "the node does not have block {parent}, parent of block {oldest_number}"
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Blocks `bottom..=top` with their logs, in two round trips.
+    async fn blocks_by_number(&self, bottom: u64, top: u64) -> Result<Vec<Arc<Block>>, NodeError> {
+        let calls: Vec<Call> = (bottom..=top)
+            .map(|n| Call::new("eth_getBlockByNumber", json!([U64::from(n), true])))
+            .collect();
+        let mut blocks = Vec::with_capacity(calls.len());
+        for raw in self.client.batch(&calls).await? {
+            let Some(block): Option<NodeBlock> = decode("eth_getBlockByNumber", &raw)? else {
+                break;
+            };
+            blocks.push(block);
+        }
+        if blocks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let log_calls: Vec<Call> = blocks
+            .iter()
+            .map(|b| Call::new("eth_getLogs", json!([{ "blockHash": b.hash() }])))
+            .collect();
+        let logs = self.client.batch(&log_calls).await?;
+        blocks
+            .into_iter()
+            .zip(logs)
+            .map(|(block, raw)| Ok(block.into_model(decode("eth_getLogs", &raw)?)))
+            .collect()
+    }
+
+    /// Sends the queued pending transactions as one batch, skipping those
+    /// already announced or already mined.
+    async fn flush_pending(
+        &mut self,
+        queued: &mut Vec<Box<serde_json::value::RawValue>>,
+        subs: &Subscriptions,
+    ) -> Result<(), SessionError> {
+        if queued.is_empty() {
+            return Ok(());
+        }
+        let txs = match self
+            .pending_transactions(std::mem::take(queued), subs)
+            .await
+        {
+            Ok(txs) => txs,
+            Err(error) => {
+                tracing::warn!(chain = %self.chain, %error, "pending transactions dropped");
+                return Ok(());
+            }
+        };
+        if txs.is_empty() {
+            return Ok(());
+        }
+        self.out
+            .send(SourceEvent::Pending(txs))
+            .await
+            .map_err(|_| SessionError::Stopping)
+    }
+
+    async fn pending_transactions(
+        &mut self,
+        queued: Vec<Box<serde_json::value::RawValue>>,
+        subs: &Subscriptions,
+    ) -> Result<Vec<Arc<super::model::Transaction>>, NodeError> {
+        let objects: Vec<NodeTransaction> = if subs.full_pending {
+            queued
+                .iter()
+                .map(|raw| decode("newPendingTransactions", raw))
+                .collect::<Result<_, _>>()?
+        } else {
+            let hashes: Vec<B256> = queued
+                .iter()
+                .map(|raw| decode("newPendingTransactions", raw))
+                .collect::<Result<Vec<B256>, _>>()?
+                .into_iter()
+                .filter(|hash| self.delivered.is_new_pending(hash))
+                .collect();
+            if hashes.is_empty() {
+                return Ok(Vec::new());
+            }
+            let calls: Vec<Call> = hashes
+                .iter()
+                .map(|h| Call::new("eth_getTransactionByHash", json!([h])))
+                .collect();
+            let mut objects = Vec::with_capacity(calls.len());
+            for raw in self.client.batch(&calls).await? {
+                // Mined or dropped since it was announced.
+                if let Some(tx) =
+                    decode::<Option<NodeTransaction>>("eth_getTransactionByHash", &raw)?
+                {
+                    objects.push(tx);
+                }
+            }
+            objects
+        };
+        Ok(objects
+            .into_iter()
+            .filter(|tx| self.delivered.take_pending(tx.hash()))
+            .map(|tx| Arc::new(tx.into_model()))
+            .collect())
+    }
+}

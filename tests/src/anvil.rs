@@ -1,0 +1,174 @@
+//! Real upstream nodes for tests: anvil from npm (`tests/js`, installed by
+//! the test command), one process per chain, on a free port, with `HOME`
+//! in a temp dir (anvil writes state files there).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::TIMEOUT;
+
+/// Anvil's first dev account (funded, unlocked).
+pub const DEV_ACCOUNT: &str = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266";
+/// Anvil's second dev account.
+pub const DEV_ACCOUNT_2: &str = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8";
+
+fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("js/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil")
+}
+
+/// One anvil process. Killed when dropped.
+pub struct Anvil {
+    pub chain_id: u64,
+    pub port: u16,
+    child: Child,
+    home: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+impl Anvil {
+    /// Starts anvil for `chain_id` on a free port.
+    pub async fn start(chain_id: u64) -> anyhow::Result<Self> {
+        let home = tempfile::tempdir().context("anvil home")?;
+        let (child, port) = spawn(chain_id, 0, &home).await?;
+        Ok(Self {
+            chain_id,
+            port,
+            child,
+            home,
+            http: reqwest::Client::new(),
+        })
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the node, dumping its chain to a state file, and starts it
+    /// again on the same port from that file: the same chain, resumed.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        let pid = self.child.id().context("anvil already exited")?;
+        // SIGTERM lets anvil dump its state; SIGKILL would not.
+        let status = Command::new("kill")
+            .arg(pid.to_string())
+            .status()
+            .await
+            .context("kill anvil")?;
+        if !status.success() {
+            bail!("kill {pid} failed");
+        }
+        tokio::time::timeout(TIMEOUT, self.child.wait())
+            .await
+            .context("anvil did not stop")??;
+        let (child, _) = spawn(self.chain_id, self.port, &self.home).await?;
+        self.child = child;
+        Ok(())
+    }
+
+    /// A JSON-RPC call over HTTP; errors if the node answers with an error.
+    pub async fn rpc(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+        let answer: Value = self
+            .http
+            .post(format!("http://127.0.0.1:{}", self.port))
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("calling {method}"))?
+            .json()
+            .await
+            .with_context(|| format!("reading {method}"))?;
+        if let Some(error) = answer.get("error") {
+            bail!("{method}: {error}");
+        }
+        Ok(answer["result"].clone())
+    }
+
+    /// Sends a transaction from an unlocked dev account (anvil signs it
+    /// with the account's key); returns its hash.
+    pub async fn send(&self, tx: Value) -> anyhow::Result<String> {
+        let hash = self.rpc("eth_sendTransaction", json!([tx])).await?;
+        hash.as_str()
+            .map(str::to_string)
+            .context("transaction hash")
+    }
+
+    /// Mines `blocks` empty-or-not blocks.
+    pub async fn mine(&self, blocks: u64) -> anyhow::Result<()> {
+        self.rpc("anvil_mine", json!([format!("{blocks:#x}")]))
+            .await
+            .map(drop)
+    }
+
+    /// Turns automatic mining (one block per transaction) on or off.
+    pub async fn automine(&self, on: bool) -> anyhow::Result<()> {
+        self.rpc("evm_setAutomine", json!([on])).await.map(drop)
+    }
+
+    pub async fn block_number(&self) -> anyhow::Result<u64> {
+        let n = self.rpc("eth_blockNumber", json!([])).await?;
+        let text = n.as_str().context("block number")?;
+        u64::from_str_radix(text.trim_start_matches("0x"), 16).context("hex block number")
+    }
+
+    /// The block `number` as the node serves it (transaction hashes only).
+    pub async fn block(&self, number: u64) -> anyhow::Result<Value> {
+        self.rpc(
+            "eth_getBlockByNumber",
+            json!([format!("{number:#x}"), false]),
+        )
+        .await
+    }
+
+    /// Replaces the last `depth` blocks with new (empty) ones.
+    pub async fn reorg(&self, depth: u64) -> anyhow::Result<()> {
+        self.rpc("anvil_reorg", json!([depth, []])).await.map(drop)
+    }
+}
+
+/// Starts anvil and waits for the line that gives its port.
+async fn spawn(chain_id: u64, port: u16, home: &tempfile::TempDir) -> anyhow::Result<(Child, u16)> {
+    let state = home.path().join("state.json");
+    let mut child = Command::new(binary())
+        .args([
+            "--port",
+            &port.to_string(),
+            "--chain-id",
+            &chain_id.to_string(),
+        ])
+        .arg("--state")
+        .arg(&state)
+        .env("HOME", home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {} (is tests/js installed?)", binary().display()))?;
+    let stdout = child.stdout.take().context("anvil stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let port = tokio::time::timeout(TIMEOUT, async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(address) = line.strip_prefix("Listening on ") {
+                let port = address
+                    .rsplit(':')
+                    .next()
+                    .context("address without port")?
+                    .trim()
+                    .parse::<u16>()
+                    .context("port number")?;
+                return Ok(port);
+            }
+        }
+        bail!("anvil exited before listening")
+    })
+    .await
+    .context("anvil did not start listening")??;
+    // Keep draining stdout so anvil never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, port))
+}
