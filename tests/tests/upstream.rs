@@ -186,10 +186,7 @@ async fn check_chain(server: &TestServer, name: &str, anvil: &Anvil) {
 
     let pending: Vec<&Value> = of(&all, &pending_full);
     assert_eq!(
-        pending
-            .iter()
-            .map(|tx| hash_of(tx))
-            .collect::<Vec<_>>(),
+        pending.iter().map(|tx| hash_of(tx)).collect::<Vec<_>>(),
         sent,
         "{name}: bvPendingTransactions in order"
     );
@@ -226,10 +223,7 @@ async fn check_chain(server: &TestServer, name: &str, anvil: &Anvil) {
 
     let mined: Vec<&Value> = of(&all, &mined_from);
     assert_eq!(
-        mined
-            .iter()
-            .map(|tx| hash_of(tx))
-            .collect::<Vec<_>>(),
+        mined.iter().map(|tx| hash_of(tx)).collect::<Vec<_>>(),
         sent,
         "{name}: bvMinedTransactions fromAddress"
     );
