@@ -49,22 +49,23 @@ impl Anvil {
         format!("ws://127.0.0.1:{}", self.port)
     }
 
-    /// Stops the node, dumping its chain to a state file, and starts it
-    /// again on the same port from that file: the same chain, resumed.
-    pub async fn restart(&mut self) -> anyhow::Result<()> {
-        let pid = self.child.id().context("anvil already exited")?;
-        // SIGTERM lets anvil dump its state; SIGKILL would not.
-        let status = Command::new("kill")
-            .arg(pid.to_string())
-            .status()
-            .await
-            .context("kill anvil")?;
-        if !status.success() {
-            bail!("kill {pid} failed");
+    /// Stops the node (it dumps its chain to its state file), mines
+    /// `mined_while_down` blocks on that chain in a node on another port,
+    /// then starts the node again on its own port from the state file: the
+    /// same chain, resumed, possibly ahead of what its clients saw.
+    pub async fn restart(&mut self, mined_while_down: u64) -> anyhow::Result<()> {
+        stop(&mut self.child).await?;
+        if mined_while_down > 0 {
+            let (mut offline, port) = spawn(self.chain_id, 0, &self.home).await?;
+            rpc(
+                &self.http,
+                port,
+                "anvil_mine",
+                json!([format!("{mined_while_down:#x}")]),
+            )
+            .await?;
+            stop(&mut offline).await?;
         }
-        tokio::time::timeout(TIMEOUT, self.child.wait())
-            .await
-            .context("anvil did not stop")??;
         let (child, _) = spawn(self.chain_id, self.port, &self.home).await?;
         self.child = child;
         Ok(())
@@ -72,21 +73,7 @@ impl Anvil {
 
     /// A JSON-RPC call over HTTP; errors if the node answers with an error.
     pub async fn rpc(&self, method: &str, params: Value) -> anyhow::Result<Value> {
-        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-        let answer: Value = self
-            .http
-            .post(format!("http://127.0.0.1:{}", self.port))
-            .json(&body)
-            .send()
-            .await
-            .with_context(|| format!("calling {method}"))?
-            .json()
-            .await
-            .with_context(|| format!("reading {method}"))?;
-        if let Some(error) = answer.get("error") {
-            bail!("{method}: {error}");
-        }
-        Ok(answer["result"].clone())
+        rpc(&self.http, self.port, method, params).await
     }
 
     /// Sends a transaction from an unlocked dev account (anvil signs it
@@ -129,6 +116,47 @@ impl Anvil {
     pub async fn reorg(&self, depth: u64) -> anyhow::Result<()> {
         self.rpc("anvil_reorg", json!([depth, []])).await.map(drop)
     }
+}
+
+async fn rpc(
+    http: &reqwest::Client,
+    port: u16,
+    method: &str,
+    params: Value,
+) -> anyhow::Result<Value> {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    let answer: Value = http
+        .post(format!("http://127.0.0.1:{port}"))
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| format!("calling {method}"))?
+        .json()
+        .await
+        .with_context(|| format!("reading {method}"))?;
+    if let Some(error) = answer.get("error") {
+        bail!("{method}: {error}");
+    }
+    Ok(answer["result"].clone())
+}
+
+/// Stops anvil with SIGTERM (so it dumps its state; SIGKILL would not)
+/// and waits for it to exit.
+async fn stop(child: &mut Child) -> anyhow::Result<()> {
+    let pid = child.id().context("anvil already exited")?;
+    let status = Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .await
+        .context("kill anvil")?;
+    if !status.success() {
+        bail!("kill {pid} failed");
+    }
+    tokio::time::timeout(TIMEOUT, child.wait())
+        .await
+        .context("anvil did not stop")?
+        .context("waiting for anvil")?;
+    Ok(())
 }
 
 /// Starts anvil and waits for the line that gives its port.

@@ -61,23 +61,32 @@ fn number(value: &Value) -> u64 {
 }
 
 /// The receipt of `hash` once its block has arrived on the `newHeads`
-/// subscription `heads` (so everything before it was processed too).
-/// Anvil answers `eth_sendTransaction` before its automine block exists,
-/// so the receipt is looked up again after each head.
-async fn mined(client: &mut WsClient, heads: &str, anvil: &Anvil, hash: &str) -> Value {
+/// subscription `heads` (so everything before it was processed too), and
+/// every notification received meanwhile. Anvil answers
+/// `eth_sendTransaction` before its automine block exists, so the receipt
+/// is looked up again after each head.
+async fn mined(
+    client: &mut WsClient,
+    heads: &str,
+    anvil: &Anvil,
+    hash: &str,
+) -> (Value, Vec<(String, Value)>) {
     let mut newest = 0;
+    let mut received = Vec::new();
     loop {
         let receipt = anvil
             .rpc("eth_getTransactionReceipt", json!([hash]))
             .await
             .expect("receipt");
         if !receipt.is_null() && newest >= number(&receipt["blockNumber"]) {
-            return receipt;
+            return (receipt, received);
         }
         loop {
-            let (sub, head) = client.next_notification().await.expect("a head");
-            if sub == heads {
-                newest = number(&head["number"]);
+            let (sub, result) = client.next_notification().await.expect("a head");
+            let head = (sub == heads).then(|| number(&result["number"]));
+            received.push((sub, result));
+            if let Some(head) = head {
+                newest = head;
                 break;
             }
         }
@@ -114,7 +123,7 @@ async fn check_chain(server: &TestServer, name: &str, anvil: &Anvil) {
         .send(json!({ "from": DEV_ACCOUNT, "data": ping_contract() }))
         .await
         .expect("deploy");
-    let receipt = mined(&mut client, &heads, anvil, &deploy).await;
+    let (receipt, _) = mined(&mut client, &heads, anvil, &deploy).await;
     let contract = receipt["contractAddress"]
         .as_str()
         .unwrap_or_else(|| panic!("{name}: contract address in {receipt}"))
@@ -267,4 +276,174 @@ async fn check_chain(server: &TestServer, name: &str, anvil: &Anvil) {
         .find(|tx| tx["hash"] == deploy.as_str())
         .expect("deployment in its block");
     assert_eq!(creation["to"], Value::Null);
+}
+
+/// Deploys the Ping contract and returns its address once its block has
+/// been delivered on `heads`.
+async fn deploy_ping(client: &mut WsClient, heads: &str, anvil: &Anvil) -> String {
+    let deploy = anvil
+        .send(json!({ "from": DEV_ACCOUNT, "data": ping_contract() }))
+        .await
+        .expect("deploy");
+    let (receipt, _) = mined(client, heads, anvil, &deploy).await;
+    receipt["contractAddress"]
+        .as_str()
+        .expect("contract address")
+        .to_string()
+}
+
+/// Reorgs of depth 1, 3 and 10 (`anvil_reorg` replaces the last blocks
+/// with empty ones; anvil itself sends no removed logs): subscribers get
+/// the orphaned logs with `removed: true` newest block first, the orphaned
+/// transactions with `"removed": true`, then every header of the new
+/// branch in ascending order.
+#[tokio::test]
+async fn reorgs_remove_and_reemit_exactly() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = server(&[("eth", &anvil)]).await;
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    let contract = deploy_ping(&mut client, &heads, &anvil).await;
+    let logs = client
+        .subscribe(json!(["logs", { "address": contract }]))
+        .await
+        .expect("logs");
+    let orphans = client
+        .subscribe(json!(["bvMinedTransactions", { "toAddress": [contract] }]))
+        .await
+        .expect("mined");
+    for depth in [1u64, 3, 10] {
+        // `depth` blocks, each with one call (automine) and its log.
+        let mut calls = Vec::new();
+        for _ in 0..depth {
+            calls.push(
+                anvil
+                    .send(json!({ "from": DEV_ACCOUNT, "to": contract, "data": "0x" }))
+                    .await
+                    .expect("call"),
+            );
+        }
+        let (receipt, mut before) =
+            mined(&mut client, &heads, &anvil, calls.last().expect("calls")).await;
+        let tip = number(&receipt["blockNumber"]);
+        while of(&before, &logs).len() < depth as usize
+            || of(&before, &orphans).len() < depth as usize
+        {
+            before.push(client.next_notification().await.expect("log or tx"));
+        }
+        let old_logs: Vec<Value> = of(&before, &logs).into_iter().cloned().collect();
+        let old_txs: Vec<Value> = of(&before, &orphans).into_iter().cloned().collect();
+        assert_eq!(old_txs.iter().map(hash_of).collect::<Vec<_>>(), calls);
+
+        anvil.reorg(depth).await.expect("anvil_reorg");
+        // One more block on the new branch, so the change is seen whether
+        // or not anvil announces the replaced blocks.
+        anvil.mine(1).await.expect("mine");
+        let new_tip = tip + 1;
+        let mut after = Vec::new();
+        while of(&after, &heads)
+            .last()
+            .is_none_or(|h| number(&h["number"]) != new_tip)
+            || of(&after, &logs).len() < depth as usize
+            || of(&after, &orphans).len() < depth as usize
+        {
+            after.push(client.next_notification().await.expect("reorg events"));
+        }
+
+        let mut expected_logs: Vec<Value> = old_logs.iter().rev().cloned().collect();
+        for log in &mut expected_logs {
+            log["removed"] = json!(true);
+        }
+        let removed_logs: Vec<Value> = of(&after, &logs).into_iter().cloned().collect();
+        assert_eq!(
+            removed_logs, expected_logs,
+            "depth {depth}: removed logs, newest first"
+        );
+        let removed_txs: Vec<&Value> = of(&after, &orphans);
+        assert_eq!(
+            removed_txs.iter().map(|tx| hash_of(tx)).collect::<Vec<_>>(),
+            calls.iter().rev().cloned().collect::<Vec<_>>(),
+            "depth {depth}: removed transactions, newest first"
+        );
+        assert!(removed_txs.iter().all(|tx| tx["removed"] == true));
+        let new_heads = of(&after, &heads);
+        let numbers: Vec<u64> = new_heads.iter().map(|h| number(&h["number"])).collect();
+        assert_eq!(
+            numbers,
+            (tip - depth + 1..=new_tip).collect::<Vec<_>>(),
+            "depth {depth}: the new branch's headers in order"
+        );
+        for head in new_heads {
+            let node = anvil.block(number(&head["number"])).await.expect("block");
+            assert_eq!(
+                head["hash"], node["hash"],
+                "depth {depth}: new branch hashes"
+            );
+        }
+    }
+}
+
+/// A node killed mid-stream and restarted on the same chain, with blocks
+/// mined while it was unreachable: every block reaches subscribers once,
+/// in order, and the other chain never stops.
+#[tokio::test]
+async fn reconnect_backfills_without_gap_or_duplicate() {
+    let (mut eth, bsc) = tokio::try_join!(Anvil::start(1), Anvil::start(56)).expect("anvils");
+    let server = server(&[("eth", &eth), ("bsc", &bsc)]).await;
+    let mut eth_client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect eth");
+    let mut bsc_client = WsClient::connect(&server.ws_url("bsc", KEY))
+        .await
+        .expect("connect bsc");
+    let _eth_heads = eth_client
+        .subscribe(json!(["newHeads"]))
+        .await
+        .expect("heads");
+    let bsc_heads = bsc_client
+        .subscribe(json!(["newHeads"]))
+        .await
+        .expect("heads");
+
+    eth.mine(3).await.expect("mine");
+    let first = eth_client.next_notification().await.expect("head").1;
+    let start = number(&first["number"]);
+    let mut eth_seen = vec![start];
+    while eth_seen.last() != Some(&3) {
+        eth_seen.push(number(
+            &eth_client.next_notification().await.expect("head").1["number"],
+        ));
+    }
+
+    eth.restart(4)
+        .await
+        .expect("restart with 4 blocks mined meanwhile");
+    // BNB Chain keeps flowing whatever happens to Ethereum's node.
+    bsc.mine(2).await.expect("mine bsc");
+    // (The node's head at connect time, block 0, may come first.)
+    let mut bsc_seen = Vec::new();
+    while bsc_seen.last() != Some(&2) {
+        let (sub, head) = bsc_client.next_notification().await.expect("bsc head");
+        assert_eq!(sub, bsc_heads);
+        bsc_seen.push(number(&head["number"]));
+    }
+    assert!(bsc_seen == [1, 2] || bsc_seen == [0, 1, 2], "{bsc_seen:?}");
+
+    eth.mine(2).await.expect("mine after restart");
+    while eth_seen.last() != Some(&9) {
+        eth_seen.push(number(
+            &eth_client.next_notification().await.expect("head").1["number"],
+        ));
+    }
+    assert_eq!(
+        eth_seen,
+        (start..=9).collect::<Vec<_>>(),
+        "no gap, no duplicate"
+    );
+    for n in 1..=9 {
+        let node = eth.block(n).await.expect("block");
+        assert!(!node.is_null(), "block {n} survived the restart");
+    }
 }
