@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ChainSpec, SourceConfig};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{self, Devnet, DevnetSettings};
-use crate::ingest::upstream::{self, UpstreamSettings};
+use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
 use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
 
 /// Source events that may wait for the hub; past that the source waits.
@@ -29,6 +29,9 @@ pub struct Chain {
     canonical: RwLock<CanonicalChain>,
     /// One actor per topic.
     pub filters: BTreeMap<String, FilterHandle>,
+    /// A node source's state (`None` for the devnet, which is always live);
+    /// the source publishes, readers see the latest.
+    pub upstream: Option<watch::Receiver<UpstreamStatus>>,
 }
 
 impl Chain {
@@ -48,17 +51,12 @@ impl Chain {
                 Ok((component.manifest.topic.clone(), handle))
             })
             .collect::<anyhow::Result<_>>()?;
-        let chain = Arc::new(Chain {
-            name: spec.name.clone(),
-            chain_id: spec.chain_id,
-            canonical: RwLock::new(CanonicalChain::new(spec.window)),
-            filters,
-        });
         let (events, rx) = mpsc::channel(SOURCE_QUEUE);
-        match &spec.source {
+        let upstream = match &spec.source {
             SourceConfig::Devnet => {
                 let devnet = Devnet::new(spec.chain_id, devnet_settings);
                 tokio::spawn(devnet::run(devnet, events, shutdown.clone()));
+                None
             }
             SourceConfig::Node(url) => {
                 let settings = UpstreamSettings {
@@ -67,9 +65,18 @@ impl Chain {
                     chain_id: spec.chain_id,
                     backfill_limit: spec.window as u64,
                 };
-                tokio::spawn(upstream::run(settings, events, shutdown.clone()));
+                let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
+                tokio::spawn(upstream::run(settings, events, status, shutdown.clone()));
+                Some(watcher)
             }
-        }
+        };
+        let chain = Arc::new(Chain {
+            name: spec.name.clone(),
+            chain_id: spec.chain_id,
+            canonical: RwLock::new(CanonicalChain::new(spec.window)),
+            filters,
+            upstream,
+        });
         tokio::spawn(chain.clone().hub(rx, shutdown.clone()));
         Ok(chain)
     }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use alloy_primitives::keccak256;
 use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve::ingest::upstream::UpstreamStatus;
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2};
 use chainsieve_tests::{TestServer, WsClient, of};
 use serde_json::{Value, json};
@@ -445,5 +446,103 @@ async fn reconnect_backfills_without_gap_or_duplicate() {
     for n in 1..=9 {
         let node = eth.block(n).await.expect("block");
         assert!(!node.is_null(), "block {n} survived the restart");
+    }
+}
+
+/// A node on another chain than configured is refused, with a reason that
+/// names both chain ids.
+#[tokio::test]
+async fn a_node_on_the_wrong_chain_is_refused() {
+    let bsc = Anvil::start(56).await.expect("anvil");
+    let server = TestServer::start(Config {
+        chains: BTreeMap::from([(
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(1),
+                source: SourceConfig::Node(bsc.ws_url()),
+                ..Default::default()
+            },
+        )]),
+        auth: AuthConfig {
+            keys: vec![KEY.to_string()],
+        },
+        ..Config::default()
+    })
+    .await
+    .expect("server starts");
+    let mut status = server.state.chains["eth"]
+        .upstream
+        .clone()
+        .expect("a node source reports its status");
+    let seen = tokio::time::timeout(
+        chainsieve_tests::TIMEOUT,
+        status.wait_for(|s| matches!(s, UpstreamStatus::Down { .. })),
+    )
+    .await
+    .expect("refused in time")
+    .expect("status channel open")
+    .clone();
+    assert_eq!(
+        seen,
+        UpstreamStatus::Down {
+            reason: "the node reports chain id 56, but this chain is configured with 1".into()
+        }
+    );
+}
+
+/// A reorg deeper than the chain's window cannot be connected: the source
+/// resynchronises from the new head and keeps following.
+#[tokio::test]
+async fn a_reorg_deeper_than_the_window_resynchronises() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = TestServer::start(Config {
+        chains: BTreeMap::from([(
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(1),
+                source: SourceConfig::Node(anvil.ws_url()),
+                window: Some(4),
+                ..Default::default()
+            },
+        )]),
+        auth: AuthConfig {
+            keys: vec![KEY.to_string()],
+        },
+        ..Config::default()
+    })
+    .await
+    .expect("server starts");
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    anvil.mine(8).await.expect("mine");
+    let mut seen = Vec::new();
+    while seen.last() != Some(&8) {
+        let (sub, head) = client.next_notification().await.expect("head");
+        assert_eq!(sub, heads);
+        seen.push(number(&head["number"]));
+    }
+    anvil.reorg(6).await.expect("reorg deeper than the window");
+    anvil.mine(2).await.expect("mine");
+    let mut after = Vec::new();
+    while after
+        .last()
+        .is_none_or(|h: &Value| number(&h["number"]) != 10)
+    {
+        after.push(client.next_notification().await.expect("head").1);
+    }
+    let numbers: Vec<u64> = after.iter().map(|h| number(&h["number"])).collect();
+    // Anvil announces the replacement blocks from height 3: the first
+    // cannot be connected within the window of 4 (5..=8), so the source
+    // resynchronises from it and follows the new branch from there.
+    assert_eq!(
+        numbers,
+        (3..=10).collect::<Vec<_>>(),
+        "resynchronised from the new branch"
+    );
+    for head in &after {
+        let node = anvil.block(number(&head["number"])).await.expect("block");
+        assert_eq!(head["hash"], node["hash"]);
     }
 }

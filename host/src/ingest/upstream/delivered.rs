@@ -42,6 +42,11 @@ impl Delivered {
         self.blocks.iter().rev().any(|(_, h)| h == hash)
     }
 
+    /// The number of the oldest block still recorded (0 before any).
+    pub fn bottom_number(&self) -> u64 {
+        self.blocks.front().map_or(0, |(n, _)| *n)
+    }
+
     /// The number of the last delivered block (0 before any).
     pub fn tip_number(&self) -> u64 {
         self.blocks.back().map_or(0, |(n, _)| *n)

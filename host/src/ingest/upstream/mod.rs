@@ -26,7 +26,7 @@ use alloy_primitives::{B256, U64};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use client::NodeError;
@@ -59,6 +59,18 @@ pub struct UpstreamSettings {
     pub backfill_limit: u64,
 }
 
+/// Where a node source stands; the latest value is kept for readiness
+/// checks and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpstreamStatus {
+    /// Not connected yet.
+    Connecting,
+    /// Subscribed and following the node.
+    Live,
+    /// The last session failed; retrying with backoff.
+    Down { reason: String },
+}
+
 /// Why a session ended.
 #[derive(Debug, thiserror::Error)]
 enum SessionError {
@@ -72,10 +84,11 @@ enum SessionError {
 }
 
 /// Follows the node until `shutdown`, reconnecting with backoff. State
-/// changes are logged once, not per retry.
+/// changes are logged once, not per retry, and published on `status`.
 pub async fn run(
     settings: UpstreamSettings,
     out: mpsc::Sender<SourceEvent>,
+    status: watch::Sender<UpstreamStatus>,
     shutdown: CancellationToken,
 ) {
     let mut delivered = Delivered::new(settings.backfill_limit);
@@ -85,7 +98,7 @@ pub async fn run(
         let mut live = false;
         let result = tokio::select! {
             () = shutdown.cancelled() => return,
-            result = session(&settings, &mut delivered, &out, &mut live) => result,
+            result = session(&settings, &mut delivered, &out, &status, &mut live) => result,
         };
         let error = match result {
             Err(SessionError::Stopping) => return,
@@ -97,6 +110,9 @@ pub async fn run(
         let reason = error.to_string();
         if down_since.as_deref() != Some(reason.as_str()) || live {
             tracing::warn!(chain = %settings.chain, url = %settings.url, %reason, "upstream down; reconnecting");
+            status.send_replace(UpstreamStatus::Down {
+                reason: reason.clone(),
+            });
             down_since = Some(reason);
         } else {
             tracing::debug!(chain = %settings.chain, %reason, "upstream still down");
@@ -131,6 +147,7 @@ async fn session(
     settings: &UpstreamSettings,
     delivered: &mut Delivered,
     out: &mpsc::Sender<SourceEvent>,
+    status: &watch::Sender<UpstreamStatus>,
     live: &mut bool,
 ) -> Result<std::convert::Infallible, SessionError> {
     let (client, mut notifications) = NodeClient::connect(&settings.url).await?;
@@ -143,6 +160,7 @@ async fn session(
     }
     let subs = subscribe(&client).await?;
     *live = true;
+    status.send_replace(UpstreamStatus::Live);
     tracing::info!(
         chain = %settings.chain, url = %settings.url,
         full_pending = subs.full_pending, "upstream live"
@@ -280,24 +298,26 @@ impl Follower<'_> {
         loop {
             let oldest = branch.last().expect("branch starts with the head");
             let (parent, oldest_number) = (oldest.parent_hash(), oldest.number());
-            if self.delivered.is_empty() || self.delivered.contains(&parent) || oldest.number() == 0
-            {
+            if self.delivered.is_empty() || self.delivered.contains(&parent) {
                 return Ok(branch);
             }
-            if branch.len() as u64 > self.limit {
+            // The parent can only be among the delivered blocks if its
+            // height is; below them, or past the limit, nothing will link.
+            let reachable = oldest_number > self.delivered.bottom_number();
+            if !reachable || branch.len() as u64 > self.limit {
                 let head = branch.swap_remove(0);
                 tracing::error!(
                     chain = %self.chain, head = head.number(), limit = self.limit,
-                    "the new head does not connect to the last delivered block within the backfill limit; resynchronising from it"
+                    "the new head does not connect to the delivered blocks within the backfill limit (a deeper reorg or a longer outage); resynchronising from it"
                 );
                 return Ok(vec![head]);
             }
             let tip = self.delivered.tip_number();
             let gap_bottom = tip.saturating_add(1);
-            if oldest.number() > gap_bottom {
+            if oldest_number > gap_bottom {
                 // A gap: fetch the blocks below `oldest` by number, a chunk
                 // per round trip, and keep them while they link.
-                let top = oldest.number() - 1;
+                let top = oldest_number - 1;
                 let bottom = top.saturating_sub(GAP_CHUNK - 1).max(gap_bottom);
                 let fetched = self.blocks_by_number(bottom, top).await?;
                 let before = branch.len();
