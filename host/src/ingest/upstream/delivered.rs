@@ -91,3 +91,86 @@ impl Delivered {
         self.seen.put(hash, ()).is_none()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use alloy_consensus::Header;
+    use alloy_primitives::{Address, Bytes, U256};
+
+    use super::*;
+    use crate::ingest::model::{Fees, Transaction, TxSignature};
+
+    fn transaction(hash: B256) -> Transaction {
+        Transaction {
+            hash,
+            tx_type: 0,
+            chain_id: Some(1),
+            nonce: 0,
+            from: Address::ZERO,
+            to: None,
+            value: U256::ZERO,
+            gas: 21_000,
+            fees: Fees::GasPrice(1),
+            input: Bytes::new(),
+            access_list: None,
+            signature: TxSignature {
+                v: 27,
+                r: U256::ZERO,
+                s: U256::ZERO,
+            },
+        }
+    }
+
+    fn block(number: u64, branch: u8, parent: B256, txs: &[B256]) -> Block {
+        let mut hash = [branch; 32];
+        hash[..8].copy_from_slice(&number.to_be_bytes());
+        Block {
+            hash: B256::from(hash),
+            header: Header {
+                number,
+                parent_hash: parent,
+                ..Default::default()
+            },
+            transactions: txs.iter().map(|h| Arc::new(transaction(*h))).collect(),
+            logs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn keeps_one_linked_chain() {
+        let mut d = Delivered::new(3);
+        let b1 = block(1, 0, B256::ZERO, &[]);
+        let b2 = block(2, 0, b1.hash, &[]);
+        let b3 = block(3, 0, b2.hash, &[]);
+        let b4 = block(4, 0, b3.hash, &[]);
+        for b in [&b1, &b2, &b3, &b4] {
+            d.push(b);
+        }
+        assert!(!d.contains(&b1.hash), "older than the depth");
+        assert_eq!((d.bottom_number(), d.tip_number()), (2, 4));
+        // A reorg replacing 3 and 4.
+        let c3 = block(3, 1, b2.hash, &[]);
+        d.push(&c3);
+        assert!(d.contains(&c3.hash) && !d.contains(&b3.hash) && !d.contains(&b4.hash));
+        assert_eq!(d.tip_number(), 3);
+        // A block linking to nothing held starts afresh.
+        let far = block(40, 2, B256::repeat_byte(9), &[]);
+        d.push(&far);
+        assert!(!d.contains(&b2.hash) && d.contains(&far.hash));
+        assert_eq!(d.bottom_number(), 40);
+    }
+
+    #[test]
+    fn a_pending_transaction_is_announced_once_and_never_after_it_was_mined() {
+        let mut d = Delivered::new(8);
+        let (a, b) = (B256::repeat_byte(1), B256::repeat_byte(2));
+        assert!(d.is_new_pending(&a));
+        assert!(d.take_pending(a));
+        assert!(!d.take_pending(a), "announced twice");
+        d.push(&block(1, 0, B256::ZERO, &[b]));
+        assert!(!d.is_new_pending(&b));
+        assert!(!d.take_pending(b), "already mined");
+    }
+}

@@ -26,13 +26,14 @@ use alloy_primitives::{B256, U64};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use serde::Deserialize;
 use serde_json::json;
+use serde_json::value::RawValue;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use client::NodeError;
 use client::{Call, NodeClient, decode};
 use delivered::Delivered;
-use wire::{NodeBlock, NodeLog, NodeTransaction};
+use wire::{NodeBlock, NodeTransaction};
 
 use super::SourceEvent;
 use super::model::Block;
@@ -179,7 +180,7 @@ async fn session(
         .await?;
     if let Some(latest) = latest {
         let logs = follower.logs_of(latest.hash()).await?;
-        follower.head(latest.into_model(logs)).await?;
+        follower.head(latest.into_model(&logs)).await?;
     }
     loop {
         let Some(first) = notifications.recv().await else {
@@ -254,11 +255,11 @@ impl Follower<'_> {
             ])
             .await?;
         let block: Option<NodeBlock> = decode("eth_getBlockByHash", &results[0])?;
-        let logs: Vec<NodeLog> = decode("eth_getLogs", &results[1])?;
-        Ok(block.map(|b| b.into_model(logs)))
+        let logs: Vec<Box<RawValue>> = decode("eth_getLogs", &results[1])?;
+        Ok(block.map(|b| b.into_model(&logs)))
     }
 
-    async fn logs_of(&self, hash: B256) -> Result<Vec<NodeLog>, NodeError> {
+    async fn logs_of(&self, hash: B256) -> Result<Vec<Box<RawValue>>, NodeError> {
         self.client
             .call("eth_getLogs", json!([{ "blockHash": hash }]))
             .await
@@ -370,7 +371,10 @@ impl Follower<'_> {
         blocks
             .into_iter()
             .zip(logs)
-            .map(|(block, raw)| Ok(block.into_model(decode("eth_getLogs", &raw)?)))
+            .map(|(block, raw)| {
+                let logs: Vec<Box<RawValue>> = decode("eth_getLogs", &raw)?;
+                Ok(block.into_model(&logs))
+            })
             .collect()
     }
 
@@ -409,10 +413,7 @@ impl Follower<'_> {
         subs: &Subscriptions,
     ) -> Result<Vec<Arc<super::model::Transaction>>, NodeError> {
         let objects: Vec<NodeTransaction> = if subs.full_pending {
-            queued
-                .iter()
-                .map(|raw| decode("newPendingTransactions", raw))
-                .collect::<Result<_, _>>()?
+            wire::readable(&queued, "pending transaction", 0).collect()
         } else {
             let hashes: Vec<B256> = queued
                 .iter()
@@ -444,5 +445,110 @@ impl Follower<'_> {
             .filter(|tx| self.delivered.take_pending(tx.hash()))
             .map(|tx| Arc::new(tx.into_model()))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::{SinkExt, StreamExt};
+    use serde_json::Value;
+    use tokio::net::TcpListener;
+    use tokio_tungstenite::tungstenite::Message;
+
+    use super::*;
+
+    fn pending_tx(hash: &str) -> Value {
+        json!({
+            "hash": hash, "type": "0x0", "nonce": "0x0", "gasPrice": "0x1", "gas": "0x5208",
+            "from": "0x00000000000000000000000000000000000000aa",
+            "to": "0x00000000000000000000000000000000000000bb",
+            "value": "0x0", "input": "0x", "v": "0x1b", "r": "0x1", "s": "0x1",
+            "blockHash": null, "blockNumber": null, "transactionIndex": null,
+        })
+    }
+
+    /// Answers one request (or batch) the way a node that refuses full
+    /// pending transactions would.
+    fn answer(request: &Value) -> Value {
+        if let Some(batch) = request.as_array() {
+            return Value::Array(batch.iter().map(answer).collect());
+        }
+        let id = request["id"].clone();
+        let params = &request["params"];
+        let result = match request["method"].as_str().expect("method") {
+            "eth_chainId" => json!("0x89"),
+            "eth_subscribe" if params[0] == "newHeads" => json!("0xheads"),
+            "eth_subscribe" if params.get(1) == Some(&json!(true)) => {
+                return json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32602, "message": "full transactions not supported" } });
+            }
+            "eth_subscribe" => json!("0xpending"),
+            "eth_getBlockByNumber" => Value::Null,
+            "eth_getTransactionByHash" => pending_tx(params[0].as_str().expect("hash")),
+            other => panic!("unexpected {other}"),
+        };
+        json!({ "jsonrpc": "2.0", "id": id, "result": result })
+    }
+
+    /// A node that offers only pending hashes: the source falls back to
+    /// fetching the transactions (batched), and announces each once.
+    #[tokio::test]
+    async fn pending_hashes_are_fetched_and_deduplicated() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("ws://{}", listener.local_addr().expect("addr"));
+        let (a, b) = (
+            format!("0x{}", "aa".repeat(32)),
+            format!("0x{}", "bb".repeat(32)),
+        );
+        let (hashes_a, hashes_b) = (a.clone(), b.clone());
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
+            let mut subscribed = 0;
+            while let Some(Ok(Message::Text(text))) = ws.next().await {
+                let request: Value = serde_json::from_str(&text).expect("JSON");
+                if request["method"] == "eth_subscribe"
+                    && request["params"].get(1).is_none()
+                    && request["params"][0] != "newHeads"
+                {
+                    subscribed += 1;
+                }
+                ws.send(Message::text(answer(&request).to_string()))
+                    .await
+                    .expect("send");
+                if request["method"] == "eth_getBlockByNumber" && subscribed == 1 {
+                    // a, then a again, then b.
+                    for hash in [&hashes_a, &hashes_a, &hashes_b] {
+                        let note = json!({ "jsonrpc": "2.0", "method": "eth_subscription", "params": { "subscription": "0xpending", "result": hash } });
+                        ws.send(Message::text(note.to_string()))
+                            .await
+                            .expect("notify");
+                    }
+                }
+            }
+        });
+        let (out, mut events) = mpsc::channel(16);
+        let (status, mut watcher) = watch::channel(UpstreamStatus::Connecting);
+        let shutdown = CancellationToken::new();
+        let settings = UpstreamSettings {
+            chain: "polygon".into(),
+            url,
+            chain_id: 137,
+            backfill_limit: 16,
+        };
+        tokio::spawn(run(settings, out, status, shutdown.clone()));
+        let mut announced = Vec::new();
+        while announced.len() < 2 {
+            let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
+                .await
+                .expect("pending in time")
+                .expect("source running");
+            let SourceEvent::Pending(txs) = event else {
+                panic!("only pending transactions were sent");
+            };
+            announced.extend(txs.iter().map(|tx| tx.hash.to_string()));
+        }
+        assert_eq!(announced, vec![a, b], "each once, in order");
+        assert_eq!(*watcher.borrow_and_update(), UpstreamStatus::Live);
+        shutdown.cancel();
     }
 }

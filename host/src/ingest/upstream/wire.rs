@@ -6,22 +6,30 @@
 //! transaction types appear. Nothing here refuses a block for that: every
 //! field the filters and the wire shapes need is read, absent signature
 //! parts read as zero, an unknown type keeps its number, and fields this
-//! server does not serve are skipped.
+//! server does not serve are skipped. A transaction or log that cannot be
+//! read at all (a malformed object) is skipped alone, logged and counted in
+//! [`SKIPPED`], rather than stopping the chain.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloy_eips::eip2930::AccessList;
 use alloy_primitives::{Address, B256, Bytes, U64, U128, U256};
 use alloy_rpc_types_eth::Log;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::ingest::model::{Block, Fees, Transaction, TxSignature};
 
+/// Transactions and logs skipped because they could not be read.
+pub static SKIPPED: AtomicU64 = AtomicU64::new(0);
+
 /// `eth_getBlockBy*` with full transactions. The header fields are read by
-/// alloy's RPC header type; `transactions` directly into [`NodeTransaction`].
+/// alloy's RPC header type; each transaction is kept as raw text and read
+/// into [`NodeTransaction`] alone, so one bad object costs only itself.
 #[derive(Debug, Deserialize)]
 pub struct NodeBlock {
-    pub transactions: Vec<NodeTransaction>,
+    transactions: Vec<Box<RawValue>>,
     #[serde(flatten)]
     pub header: alloy_rpc_types_eth::Header,
 }
@@ -144,23 +152,178 @@ impl NodeBlock {
         self.header.hash
     }
 
-    /// Joins the block with its logs (from `eth_getLogs` by block hash).
-    pub fn into_model(self, logs: Vec<NodeLog>) -> Arc<Block> {
+    /// Joins the block with its logs (`eth_getLogs` by block hash, kept
+    /// raw for the same reason as the transactions).
+    pub fn into_model(self, logs: &[Box<RawValue>]) -> Arc<Block> {
         let hash = self.header.hash;
         let number = self.header.inner.number;
+        let transactions = readable::<NodeTransaction>(&self.transactions, "transaction", number)
+            .map(|tx| Arc::new(tx.into_model()))
+            .collect();
+        let logs = readable::<NodeLog>(logs, "log", number)
+            .enumerate()
+            .map(|(i, log)| log.into_model(hash, number, i))
+            .collect();
         Arc::new(Block {
             hash,
             header: self.header.inner,
-            transactions: self
-                .transactions
-                .into_iter()
-                .map(|tx| Arc::new(tx.into_model()))
-                .collect(),
-            logs: logs
-                .into_iter()
-                .enumerate()
-                .map(|(i, log)| log.into_model(hash, number, i))
-                .collect(),
+            transactions,
+            logs,
         })
+    }
+}
+
+/// Reads each object as `T`, skipping (logged, counted) those that fail.
+pub(super) fn readable<'a, T: serde::de::DeserializeOwned>(
+    objects: &'a [Box<RawValue>],
+    what: &'static str,
+    block: u64,
+) -> impl Iterator<Item = T> + 'a {
+    objects
+        .iter()
+        .filter_map(move |raw| match serde_json::from_str(raw.get()) {
+            Ok(value) => Some(value),
+            Err(error) => {
+                SKIPPED.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(block, %error, "skipping an unreadable {what}");
+                None
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn header() -> serde_json::Value {
+        json!({
+            "hash": "0x9f6c8d8e4a7f0c2a1c2f1d7d0f6b1a3c4e5d6f708192a3b4c5d6e7f8091a2b3c",
+            "parentHash": "0x1111111111111111111111111111111111111111111111111111111111111111",
+            "sha3Uncles": "0x1dcc4de8dec75d7aab85b567b6ccd41ad312451b948a7413f0a142fd40d49347",
+            "miner": "0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97",
+            "stateRoot": "0x2222222222222222222222222222222222222222222222222222222222222222",
+            "transactionsRoot": "0x3333333333333333333333333333333333333333333333333333333333333333",
+            "receiptsRoot": "0x4444444444444444444444444444444444444444444444444444444444444444",
+            "logsBloom": format!("0x{}", "00".repeat(256)),
+            "difficulty": "0x0",
+            "number": "0x10",
+            "gasLimit": "0x1c9c380",
+            "gasUsed": "0x5208",
+            "timestamp": "0x6553f100",
+            "extraData": "0x",
+            "mixHash": "0x5555555555555555555555555555555555555555555555555555555555555555",
+            "nonce": "0x0000000000000000",
+            "baseFeePerGas": "0x7",
+            "size": "0x220",
+            // A field this server does not know (BNB Chain, Polygon add some).
+            "milliTimestamp": "0x18bce5a4000",
+        })
+    }
+
+    fn tx(hash_byte: u8, extra: serde_json::Value) -> serde_json::Value {
+        let mut tx = json!({
+            "hash": format!("0x{}", format!("{hash_byte:02x}").repeat(32)),
+            "nonce": "0x1",
+            "from": "0x00000000000000000000000000000000000000aa",
+            "to": "0x00000000000000000000000000000000000000bb",
+            "value": "0xde0b6b3a7640000",
+            "gas": "0x5208",
+            "input": "0xa9059cbb",
+            "blockHash": "0x9f6c8d8e4a7f0c2a1c2f1d7d0f6b1a3c4e5d6f708192a3b4c5d6e7f8091a2b3c",
+            "blockNumber": "0x10",
+            "transactionIndex": "0x0",
+        });
+        for (k, v) in extra.as_object().expect("object") {
+            tx[k] = v.clone();
+        }
+        tx
+    }
+
+    fn raw(values: &[serde_json::Value]) -> Vec<Box<RawValue>> {
+        values
+            .iter()
+            .map(|v| RawValue::from_string(v.to_string()).expect("JSON"))
+            .collect()
+    }
+
+    #[test]
+    fn blocks_keep_every_readable_transaction_whatever_its_type() {
+        let mut block = header();
+        block["transactions"] = json!([
+            tx(
+                1,
+                json!({ "type": "0x0", "gasPrice": "0x3b9aca00", "v": "0x25", "r": "0x1", "s": "0x2", "chainId": "0x1" })
+            ),
+            tx(
+                2,
+                json!({ "type": "0x2", "chainId": "0x1", "maxFeePerGas": "0x77359400", "maxPriorityFeePerGas": "0x1", "accessList": [], "v": "0x1", "yParity": "0x1", "r": "0x1", "s": "0x2" })
+            ),
+            // A blob transaction: its blob fields are not served, not fatal.
+            tx(
+                3,
+                json!({ "type": "0x3", "chainId": "0x1", "maxFeePerGas": "0x2", "maxPriorityFeePerGas": "0x1", "maxFeePerBlobGas": "0x1", "blobVersionedHashes": ["0x01aa"], "accessList": [], "yParity": "0x0", "r": "0x1", "s": "0x2" })
+            ),
+            // A system transaction: no signature, no type field, gas price 0.
+            tx(4, json!({ "gasPrice": "0x0" })),
+            // A type this server has never heard of keeps its number.
+            tx(
+                5,
+                json!({ "type": "0x7e", "sourceHash": "0x01", "mint": "0x0" })
+            ),
+            // Unreadable (no hash): skipped alone.
+            json!({ "from": "0x00000000000000000000000000000000000000aa" }),
+        ]);
+        let logs = raw(&[
+            json!({
+                "address": "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48",
+                "topics": ["0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"],
+                "data": "0x01",
+                "logIndex": "0x0",
+                "transactionHash": format!("0x{}", "01".repeat(32)),
+                "transactionIndex": "0x0",
+                "removed": false,
+            }),
+            json!({ "address": "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48", "topics": "not a list" }),
+        ]);
+        let skipped = SKIPPED.load(Ordering::Relaxed);
+        let node: NodeBlock = serde_json::from_value(block).expect("block reads");
+        let block = node.into_model(&logs);
+        assert!(SKIPPED.load(Ordering::Relaxed) >= skipped + 2);
+
+        assert_eq!(block.number(), 16);
+        assert_eq!(block.header.base_fee_per_gas, Some(7));
+        let types: Vec<u8> = block.transactions.iter().map(|t| t.tx_type).collect();
+        assert_eq!(types, vec![0, 2, 3, 0, 0x7e]);
+        assert_eq!(block.transactions[0].fees, Fees::GasPrice(1_000_000_000));
+        assert_eq!(block.transactions[0].signature.v, 0x25);
+        assert_eq!(
+            block.transactions[1].fees,
+            Fees::Dynamic {
+                max_fee_per_gas: 2_000_000_000,
+                max_priority_fee_per_gas: 1
+            }
+        );
+        assert_eq!(block.transactions[1].signature.v, 1);
+        assert_eq!(block.transactions[3].signature.r, U256::ZERO);
+        assert_eq!(
+            block.transactions[4].input.as_ref(),
+            &[0xa9, 0x05, 0x9c, 0xbb]
+        );
+
+        assert_eq!(block.logs.len(), 1, "the unreadable log is skipped");
+        let log = &block.logs[0];
+        assert_eq!(log.block_hash, Some(block.hash), "block fields filled in");
+        assert_eq!(log.block_number, Some(16));
+        assert_eq!(log.log_index, Some(0));
+    }
+
+    #[test]
+    fn a_header_missing_a_required_field_is_an_error() {
+        let mut block = header();
+        block.as_object_mut().expect("object").remove("parentHash");
+        block["transactions"] = json!([]);
+        assert!(serde_json::from_value::<NodeBlock>(block).is_err());
     }
 }
