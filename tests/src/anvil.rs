@@ -34,8 +34,13 @@ pub struct Anvil {
 impl Anvil {
     /// Starts anvil for `chain_id` on a free port.
     pub async fn start(chain_id: u64) -> anyhow::Result<Self> {
+        Self::start_on(chain_id, 0).await
+    }
+
+    /// Starts anvil for `chain_id` on `port` (0: any free port).
+    pub async fn start_on(chain_id: u64, port: u16) -> anyhow::Result<Self> {
         let home = tempfile::tempdir().context("anvil home")?;
-        let (child, port) = spawn(chain_id, 0, &home).await?;
+        let (child, port) = spawn(chain_id, port, &home).await?;
         Ok(Self {
             chain_id,
             port,

@@ -449,6 +449,21 @@ async fn reconnect_backfills_without_gap_or_duplicate() {
     }
 }
 
+/// Waits until `chain`'s node source is subscribed and following.
+async fn wait_live(server: &TestServer, chain: &str) {
+    let mut status = server.state.chains[chain]
+        .upstream
+        .clone()
+        .expect("a node source reports its status");
+    tokio::time::timeout(
+        chainsieve_tests::TIMEOUT,
+        status.wait_for(|s| *s == UpstreamStatus::Live),
+    )
+    .await
+    .expect("live in time")
+    .expect("status channel open");
+}
+
 /// A node on another chain than configured is refused, with a reason that
 /// names both chain ids.
 #[tokio::test]
@@ -512,6 +527,8 @@ async fn a_reorg_deeper_than_the_window_resynchronises() {
     })
     .await
     .expect("server starts");
+    // Following before anything is mined, so the window holds 5..=8.
+    wait_live(&server, "eth").await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -533,16 +550,76 @@ async fn a_reorg_deeper_than_the_window_resynchronises() {
         after.push(client.next_notification().await.expect("head").1);
     }
     let numbers: Vec<u64> = after.iter().map(|h| number(&h["number"])).collect();
-    // Anvil announces the replacement blocks from height 3: the first
-    // cannot be connected within the window of 4 (5..=8), so the source
-    // resynchronises from it and follows the new branch from there.
+    // Anvil announces the replacement blocks from height 3. Heads below
+    // the window (5..=8) cannot be told from stale announcements and are
+    // passed over; block 5' does not connect within the window, so the
+    // source resynchronises from it and follows the new branch.
     assert_eq!(
         numbers,
-        (3..=10).collect::<Vec<_>>(),
+        (5..=10).collect::<Vec<_>>(),
         "resynchronised from the new branch"
     );
     for head in &after {
         let node = anvil.block(number(&head["number"])).await.expect("block");
         assert_eq!(head["hash"], node["hash"]);
     }
+}
+
+/// An unreachable node is reported with the URL and the reason, the server
+/// runs on, and the chain goes live once the node appears.
+#[tokio::test]
+async fn an_unreachable_node_is_reported_and_joined_when_it_appears() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let url = format!("ws://127.0.0.1:{port}");
+    let server = TestServer::start(Config {
+        chains: BTreeMap::from([(
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(1),
+                source: SourceConfig::Node(url.clone()),
+                ..Default::default()
+            },
+        )]),
+        auth: AuthConfig {
+            keys: vec![KEY.to_string()],
+        },
+        ..Config::default()
+    })
+    .await
+    .expect("the server starts without its node");
+    let mut status = server.state.chains["eth"]
+        .upstream
+        .clone()
+        .expect("a node source reports its status");
+    let down = tokio::time::timeout(
+        chainsieve_tests::TIMEOUT,
+        status.wait_for(|s| matches!(s, UpstreamStatus::Down { .. })),
+    )
+    .await
+    .expect("reported in time")
+    .expect("status channel open")
+    .clone();
+    let UpstreamStatus::Down { reason } = down else {
+        unreachable!("waited for Down");
+    };
+    assert!(
+        reason.starts_with(&format!("connecting to {url}: ")),
+        "{reason}"
+    );
+    // The server answers meanwhile.
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let chain_id = client
+        .call("eth_chainId", json!([]))
+        .await
+        .expect("chainId");
+    assert_eq!(chain_id["result"], "0x1");
+    // The node comes up on that port: the chain goes live.
+    let _anvil = Anvil::start_on(1, port).await.expect("anvil on the port");
+    wait_live(&server, "eth").await;
 }

@@ -194,7 +194,7 @@ async fn session(
             if notification.subscription == subs.heads {
                 follower.flush_pending(&mut pending, &subs).await?;
                 let head: HeadRef = decode("newHeads", &notification.result)?;
-                follower.head_by_hash(head.hash).await?;
+                follower.head_by_hash(head.hash, head.number.to()).await?;
             } else if notification.subscription == subs.pending {
                 pending.push(notification.result);
             }
@@ -232,6 +232,7 @@ async fn subscribe(client: &NodeClient) -> Result<Subscriptions, SessionError> {
 #[derive(Deserialize)]
 struct HeadRef {
     hash: B256,
+    number: U64,
 }
 
 /// Turns heads and pending transactions into linked source events.
@@ -265,8 +266,8 @@ impl Follower<'_> {
             .await
     }
 
-    async fn head_by_hash(&mut self, hash: B256) -> Result<(), SessionError> {
-        if self.delivered.contains(&hash) {
+    async fn head_by_hash(&mut self, hash: B256, number: u64) -> Result<(), SessionError> {
+        if self.delivered.contains(&hash) || self.is_stale(number) {
             return Ok(());
         }
         match self.block_by_hash(hash).await? {
@@ -274,6 +275,14 @@ impl Follower<'_> {
             // Reorged away before we asked; the next head supersedes it.
             None => Ok(()),
         }
+    }
+
+    /// A head below every delivered block was announced before the block
+    /// this session caught up to (the node queues heads while the latest
+    /// block is fetched); delivering it would repeat blocks. A real reorg
+    /// that deep (and shorter) shows with the node's next head.
+    fn is_stale(&self, number: u64) -> bool {
+        !self.delivered.is_empty() && number < self.delivered.bottom_number()
     }
 
     /// Connects `head` to what was delivered and sends the missing blocks
