@@ -3,7 +3,7 @@
 //!
 //! Data flows one way:
 //!
-//! - [`ingest`] — sources (the embedded [`ingest::devnet`]; real nodes later)
+//! - [`ingest`] — sources (the embedded [`ingest::devnet`], nodes through [`ingest::upstream`])
 //!   produce blocks and pending transactions; [`ingest::canonical`] orders
 //!   them (reorgs become removals then additions) and [`ingest::events`]
 //!   splits them into per-stream batches.
