@@ -11,9 +11,9 @@
 //! A break deeper than the backfill limit is logged and resynchronised
 //! from the head.
 //!
-//! - [`client`]: the JSON-RPC client over one WebSocket.
-//! - [`wire`]: the node's JSON read into the model.
-//! - [`delivered`]: what this source has already sent downstream.
+//! - `client`: the JSON-RPC client over one WebSocket.
+//! - `wire`: the node's JSON read into the model.
+//! - `delivered`: what this source has already sent downstream.
 
 mod client;
 mod delivered;
