@@ -10,11 +10,20 @@ cd "$(dirname "$0")/.."
 rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 rustup target add wasm32-wasip2 >/dev/null
 
-# Real JavaScript clients (ethers) for the end-to-end tests.
+# Real JavaScript clients (ethers, viem) and anvil, the upstream node of the
+# real-node tests, from npm.
 if ! command -v node >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq nodejs npm
 fi
 npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
+
+# web3.py for the Python client test, in a venv of its own.
+if [ ! -x tests/py/.venv/bin/python ]; then
+    python3 -m venv tests/py/.venv || {
+        apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv tests/py/.venv
+    }
+fi
+tests/py/.venv/bin/pip install -q --disable-pip-version-check -r tests/py/requirements.txt
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

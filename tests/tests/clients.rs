@@ -17,11 +17,34 @@ fn js_dir() -> PathBuf {
     dir
 }
 
-/// Runs `tests/js/<script>` against `url`, with the token to watch, and
+/// `tests/py/.venv`'s Python, where the test command installs web3.py.
+fn python() -> PathBuf {
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("py/.venv/bin/python");
+    assert!(
+        python.exists(),
+        "tests/py/.venv is missing: run the README's test command (scripts/test.sh), which installs it"
+    );
+    python
+}
+
+/// Runs a client script (`tests/js/*.mjs` with Node.js, `tests/py/*.py`
+/// with the venv's Python) against `url`, with the token to watch, and
 /// returns the JSON report it prints last.
 async fn run_client(script: &str, url: &str, token: Address) -> Value {
-    let run = tokio::process::Command::new("node")
-        .arg(js_dir().join(script))
+    let mut command = if script.ends_with(".py") {
+        let mut c = tokio::process::Command::new(python());
+        c.arg(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("py")
+                .join(script),
+        );
+        c
+    } else {
+        let mut c = tokio::process::Command::new("node");
+        c.arg(js_dir().join(script));
+        c
+    };
+    let run = command
         .arg(url)
         .arg(token.to_checksum(None))
         .kill_on_drop(true)
@@ -144,4 +167,41 @@ async fn viem_watches_blocks_pending_transactions_and_decodes_a_transfer() {
             .contains(&transfer["transactionHash"]),
         "{transfer}"
     );
+}
+
+/// web3.py (from PyPI) subscribes with `["newPendingTransactions", false]`
+/// and binary frames, and decodes every result into its own types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web3_py_gets_heads_pending_hashes_and_a_filtered_log() {
+    let server = TestServer::default().await;
+    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let report = run_client("web3_client.py", &server.ws_url("eth", "demo"), token).await;
+
+    assert_eq!(report["chainId"], json!(1));
+    let heads = report["heads"].as_array().expect("heads");
+    let numbers: Vec<u64> = heads
+        .iter()
+        .map(|h| h["number"].as_u64().expect("number"))
+        .collect();
+    assert_eq!(numbers[1], numbers[0] + 1, "consecutive heads");
+    assert_eq!(heads[1]["hash"], block(&server, numbers[1]).await["hash"]);
+    assert_eq!(report["blockHash"], heads[1]["hash"], "get_block agrees");
+
+    let pending = report["pending"].as_array().expect("pending");
+    assert_eq!(pending.len(), 2);
+    assert!(pending.iter().all(|h| {
+        h.as_str()
+            .is_some_and(|h| h.len() == 66 && h.starts_with("0x"))
+    }));
+
+    let log = &report["log"];
+    assert_eq!(
+        log["address"].as_str().map(str::to_lowercase),
+        Some(hex_address(&token))
+    );
+    assert_eq!(
+        log["topics"][0],
+        json!("0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef")
+    );
+    assert_eq!(log["removed"], json!(false));
 }
