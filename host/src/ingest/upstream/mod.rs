@@ -38,6 +38,10 @@ use wire::{NodeBlock, NodeTransaction};
 use super::SourceEvent;
 use super::model::Block;
 
+/// How long the node may stay silent before it is asked whether it is
+/// still there (it fails the session if it does not answer in time).
+const IDLE_PROBE: Duration = Duration::from_secs(30);
+
 /// Blocks fetched per round trip while filling a gap.
 const GAP_CHUNK: u64 = 32;
 
@@ -183,8 +187,15 @@ async fn session(
         follower.head(latest.into_model(&logs)).await?;
     }
     loop {
-        let Some(first) = notifications.recv().await else {
-            return Err(NodeError::Closed.into());
+        let first = match tokio::time::timeout(IDLE_PROBE, notifications.recv()).await {
+            Ok(Some(first)) => first,
+            Ok(None) => return Err(NodeError::Closed.into()),
+            // A connection that died without closing looks just like a
+            // quiet node: ask something, and fail if nothing answers.
+            Err(_) => {
+                client.call::<U64>("eth_chainId", json!([])).await?;
+                continue;
+            }
         };
         // Take everything already queued: pending transactions go down as
         // one batch, in order with the heads between them.
@@ -498,53 +509,87 @@ mod tests {
         json!({ "jsonrpc": "2.0", "id": id, "result": result })
     }
 
-    /// A node that offers only pending hashes: the source falls back to
-    /// fetching the transactions (batched), and announces each once.
-    #[tokio::test]
-    async fn pending_hashes_are_fetched_and_deduplicated() {
+    /// A scripted node on a free port: answers with [`answer`], and after
+    /// the catch-up (`eth_getBlockByNumber`) sends `after_catch_up`
+    /// notifications, then answers nothing more when `then_silent`.
+    async fn scripted_node(after_catch_up: Vec<Value>, then_silent: bool) -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("ws://{}", listener.local_addr().expect("addr"));
-        let (a, b) = (
-            format!("0x{}", "aa".repeat(32)),
-            format!("0x{}", "bb".repeat(32)),
-        );
-        let (hashes_a, hashes_b) = (a.clone(), b.clone());
         tokio::spawn(async move {
             let (tcp, _) = listener.accept().await.expect("accept");
             let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
-            let mut subscribed = 0;
+            let mut silent = false;
             while let Some(Ok(Message::Text(text))) = ws.next().await {
-                let request: Value = serde_json::from_str(&text).expect("JSON");
-                if request["method"] == "eth_subscribe"
-                    && request["params"].get(1).is_none()
-                    && request["params"][0] != "newHeads"
-                {
-                    subscribed += 1;
+                if silent {
+                    continue;
                 }
+                let request: Value = serde_json::from_str(&text).expect("JSON");
                 ws.send(Message::text(answer(&request).to_string()))
                     .await
                     .expect("send");
-                if request["method"] == "eth_getBlockByNumber" && subscribed == 1 {
-                    // a, then a again, then b.
-                    for hash in [&hashes_a, &hashes_a, &hashes_b] {
-                        let note = json!({ "jsonrpc": "2.0", "method": "eth_subscription", "params": { "subscription": "0xpending", "result": hash } });
+                if request["method"] == "eth_getBlockByNumber" {
+                    for note in &after_catch_up {
                         ws.send(Message::text(note.to_string()))
                             .await
                             .expect("notify");
                     }
+                    silent = then_silent;
                 }
             }
         });
-        let (out, mut events) = mpsc::channel(16);
-        let (status, mut watcher) = watch::channel(UpstreamStatus::Connecting);
-        let shutdown = CancellationToken::new();
-        let settings = UpstreamSettings {
+        url
+    }
+
+    fn settings(url: String) -> UpstreamSettings {
+        UpstreamSettings {
             chain: "polygon".into(),
             url,
             chain_id: 137,
             backfill_limit: 16,
-        };
-        tokio::spawn(run(settings, out, status, shutdown.clone()));
+        }
+    }
+
+    /// A connection that goes quiet without closing is probed and, when
+    /// the probe goes unanswered, dropped and reported.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_node_is_probed_and_dropped() {
+        let url = scripted_node(Vec::new(), true).await;
+        let (out, _events) = mpsc::channel(16);
+        let (status, mut watcher) = watch::channel(UpstreamStatus::Connecting);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(settings(url), out, status, shutdown.clone()));
+        let down = watcher
+            .wait_for(|s| matches!(s, UpstreamStatus::Down { .. }))
+            .await
+            .expect("status channel open")
+            .clone();
+        assert_eq!(
+            down,
+            UpstreamStatus::Down {
+                reason: "eth_chainId got no answer within 30s".into()
+            }
+        );
+        shutdown.cancel();
+    }
+
+    /// A node that offers only pending hashes: the source falls back to
+    /// fetching the transactions (batched), and announces each once.
+    #[tokio::test]
+    async fn pending_hashes_are_fetched_and_deduplicated() {
+        let (a, b) = (
+            format!("0x{}", "aa".repeat(32)),
+            format!("0x{}", "bb".repeat(32)),
+        );
+        // a, then a again, then b.
+        let notes = [&a, &a, &b]
+            .iter()
+            .map(|hash| json!({ "jsonrpc": "2.0", "method": "eth_subscription", "params": { "subscription": "0xpending", "result": hash } }))
+            .collect();
+        let url = scripted_node(notes, false).await;
+        let (out, mut events) = mpsc::channel(16);
+        let (status, mut watcher) = watch::channel(UpstreamStatus::Connecting);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(settings(url), out, status, shutdown.clone()));
         let mut announced = Vec::new();
         while announced.len() < 2 {
             let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
