@@ -25,6 +25,7 @@ pub mod config;
 pub mod fanout;
 pub mod filters;
 pub mod ingest;
+pub mod price;
 pub mod rpc;
 pub mod server;
 pub mod session;
