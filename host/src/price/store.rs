@@ -1,0 +1,424 @@
+//! The price history of one chain in an embedded database (redb): pools
+//! and their tokens, every pool state by block, block times, and token
+//! metadata. It survives restarts (a file per chain) and rolls back
+//! orphaned blocks exactly.
+
+use std::path::Path;
+
+use alloy_primitives::{Address, U256};
+use anyhow::Context;
+use redb::{Database, MultimapTableDefinition, ReadableDatabase, ReadableTable, TableDefinition};
+
+/// A DEX pool kind: what its state events carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    /// Uniswap V2 style: `Sync(reserve0, reserve1)`.
+    V2,
+    /// Uniswap V3 style: `Swap(…, sqrtPriceX96, liquidity, tick)`.
+    V3,
+}
+
+/// A pool the index prices from: its tokens in the pool's own order and
+/// the factory that created it (on the allow-list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool {
+    pub address: Address,
+    pub kind: PoolKind,
+    pub token0: Address,
+    pub token1: Address,
+    pub factory: Address,
+}
+
+/// A pool's state after a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolState {
+    V2 {
+        reserve0: U256,
+        reserve1: U256,
+    },
+    V3 {
+        sqrt_price_x96: U256,
+        liquidity: u128,
+    },
+}
+
+/// Token metadata read by `eth_call`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Token {
+    pub name: String,
+    pub decimals: u8,
+}
+
+type Addr = [u8; 20];
+
+/// block number → timestamp.
+const BLOCK_TIMES: TableDefinition<u64, u64> = TableDefinition::new("block_times");
+/// (timestamp, block number), to find the block at a time.
+const TIME_INDEX: TableDefinition<(u64, u64), ()> = TableDefinition::new("time_index");
+/// pool → kind, token0, token1, factory.
+const POOLS: TableDefinition<Addr, (u8, Addr, Addr, Addr)> = TableDefinition::new("pools");
+/// (lower token, higher token) → pools of that pair.
+const PAIRS: MultimapTableDefinition<(Addr, Addr), Addr> = MultimapTableDefinition::new("pairs");
+/// (pool, block) → encoded state.
+const STATES: TableDefinition<(Addr, u64), [u8; 64]> = TableDefinition::new("states");
+/// block → pools whose state it set, to roll the block back.
+const BLOCK_STATES: MultimapTableDefinition<u64, Addr> =
+    MultimapTableDefinition::new("block_states");
+/// token → (decimals, name).
+const TOKENS: TableDefinition<Addr, (u8, &str)> = TableDefinition::new("tokens");
+
+/// One block's changes to the index.
+#[derive(Debug, Default)]
+pub struct BlockUpdate {
+    pub number: u64,
+    pub timestamp: u64,
+    /// Pools learned in this block (created, or first seen and checked).
+    pub pools: Vec<Pool>,
+    /// The last state of each pool that changed in this block.
+    pub states: Vec<(Address, PoolState)>,
+}
+
+pub struct PriceStore {
+    db: Database,
+}
+
+impl std::fmt::Debug for PriceStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PriceStore").finish_non_exhaustive()
+    }
+}
+
+impl PriceStore {
+    /// Opens (or creates) the database file at `path`.
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        let db = Database::create(path)
+            .with_context(|| format!("opening the price database {}", path.display()))?;
+        Self::init(db)
+    }
+
+    /// A database in memory, for the devnet (whose history is regenerated
+    /// at every start) and tests.
+    pub fn in_memory() -> anyhow::Result<Self> {
+        let db = Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .context("creating an in-memory price database")?;
+        Self::init(db)
+    }
+
+    fn init(db: Database) -> anyhow::Result<Self> {
+        let txn = db.begin_write()?;
+        txn.open_table(BLOCK_TIMES)?;
+        txn.open_table(TIME_INDEX)?;
+        txn.open_table(POOLS)?;
+        txn.open_multimap_table(PAIRS)?;
+        txn.open_table(STATES)?;
+        txn.open_multimap_table(BLOCK_STATES)?;
+        txn.open_table(TOKENS)?;
+        txn.commit().context("creating the price tables")?;
+        Ok(Self { db })
+    }
+
+    /// Records a block: its time, the pools it revealed, their states.
+    pub fn apply(&self, update: &BlockUpdate) -> anyhow::Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut times = txn.open_table(BLOCK_TIMES)?;
+            let mut index = txn.open_table(TIME_INDEX)?;
+            if let Some(old) = times.insert(update.number, update.timestamp)? {
+                index.remove((old.value(), update.number))?;
+            }
+            index.insert((update.timestamp, update.number), ())?;
+            let mut pools = txn.open_table(POOLS)?;
+            let mut pairs = txn.open_multimap_table(PAIRS)?;
+            for pool in &update.pools {
+                pools.insert(pool.address.0.0, encode_pool(pool))?;
+                pairs.insert(pair_key(pool.token0, pool.token1), pool.address.0.0)?;
+            }
+            let mut states = txn.open_table(STATES)?;
+            let mut touched = txn.open_multimap_table(BLOCK_STATES)?;
+            for (pool, state) in &update.states {
+                states.insert((pool.0.0, update.number), encode_state(state))?;
+                touched.insert(update.number, pool.0.0)?;
+            }
+        }
+        txn.commit()
+            .with_context(|| format!("storing block {}", update.number))
+    }
+
+    /// Forgets what block `number` set (it left the canonical chain).
+    /// Pools it revealed stay known: they exist on every branch that
+    /// created them, and an unknown pool is only ever checked once.
+    pub fn roll_back(&self, number: u64) -> anyhow::Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut times = txn.open_table(BLOCK_TIMES)?;
+            if let Some(old) = times.remove(number)? {
+                txn.open_table(TIME_INDEX)?.remove((old.value(), number))?;
+            }
+            let mut states = txn.open_table(STATES)?;
+            let mut touched = txn.open_multimap_table(BLOCK_STATES)?;
+            for pool in touched.remove_all(number)? {
+                states.remove((pool?.value(), number))?;
+            }
+        }
+        txn.commit()
+            .with_context(|| format!("rolling back block {number}"))
+    }
+
+    /// The newest block recorded.
+    pub fn tip(&self) -> anyhow::Result<Option<(u64, u64)>> {
+        let txn = self.db.begin_read()?;
+        let times = txn.open_table(BLOCK_TIMES)?;
+        Ok(times.last()?.map(|(n, t)| (n.value(), t.value())))
+    }
+
+    /// The newest block at or before `timestamp`: (number, timestamp).
+    pub fn block_at(&self, timestamp: u64) -> anyhow::Result<Option<(u64, u64)>> {
+        let txn = self.db.begin_read()?;
+        let index = txn.open_table(TIME_INDEX)?;
+        let found = index.range(..=(timestamp, u64::MAX))?.next_back();
+        Ok(match found {
+            Some(entry) => {
+                let (key, _) = entry?;
+                let (time, number) = key.value();
+                Some((number, time))
+            }
+            None => None,
+        })
+    }
+
+    /// The pools of the pair (either order).
+    pub fn pools_of(&self, a: Address, b: Address) -> anyhow::Result<Vec<Pool>> {
+        let txn = self.db.begin_read()?;
+        let pairs = txn.open_multimap_table(PAIRS)?;
+        let pools = txn.open_table(POOLS)?;
+        let mut found = Vec::new();
+        for address in pairs.get(pair_key(a, b))? {
+            let address = address?.value();
+            if let Some(record) = pools.get(address)? {
+                found.push(decode_pool(address, record.value()));
+            }
+        }
+        Ok(found)
+    }
+
+    pub fn pool(&self, address: Address) -> anyhow::Result<Option<Pool>> {
+        let txn = self.db.begin_read()?;
+        let pools = txn.open_table(POOLS)?;
+        Ok(pools
+            .get(address.0.0)?
+            .map(|r| decode_pool(address.0.0, r.value())))
+    }
+
+    /// The pool's newest state at or before `block`: (its block, state).
+    pub fn state_at(&self, pool: Address, block: u64) -> anyhow::Result<Option<(u64, PoolState)>> {
+        let txn = self.db.begin_read()?;
+        let states = txn.open_table(STATES)?;
+        let found = states.range((pool.0.0, 0)..=(pool.0.0, block))?.next_back();
+        Ok(match found {
+            Some(entry) => {
+                let (key, value) = entry?;
+                Some((key.value().1, decode_state(&value.value())))
+            }
+            None => None,
+        })
+    }
+
+    pub fn token(&self, address: Address) -> anyhow::Result<Option<Token>> {
+        let txn = self.db.begin_read()?;
+        let tokens = txn.open_table(TOKENS)?;
+        Ok(tokens.get(address.0.0)?.map(|t| {
+            let (decimals, name) = t.value();
+            Token {
+                name: name.to_string(),
+                decimals,
+            }
+        }))
+    }
+
+    pub fn put_token(&self, address: Address, token: &Token) -> anyhow::Result<()> {
+        let txn = self.db.begin_write()?;
+        txn.open_table(TOKENS)?
+            .insert(address.0.0, (token.decimals, token.name.as_str()))?;
+        txn.commit().context("storing token metadata")
+    }
+}
+
+fn pair_key(a: Address, b: Address) -> (Addr, Addr) {
+    if a <= b {
+        (a.0.0, b.0.0)
+    } else {
+        (b.0.0, a.0.0)
+    }
+}
+
+fn encode_pool(pool: &Pool) -> (u8, Addr, Addr, Addr) {
+    let kind = match pool.kind {
+        PoolKind::V2 => 2,
+        PoolKind::V3 => 3,
+    };
+    (kind, pool.token0.0.0, pool.token1.0.0, pool.factory.0.0)
+}
+
+fn decode_pool(address: Addr, (kind, token0, token1, factory): (u8, Addr, Addr, Addr)) -> Pool {
+    Pool {
+        address: Address::from(address),
+        kind: if kind == 3 {
+            PoolKind::V3
+        } else {
+            PoolKind::V2
+        },
+        token0: Address::from(token0),
+        token1: Address::from(token1),
+        factory: Address::from(factory),
+    }
+}
+
+/// A state in 64 bytes: two big-endian words (V3's liquidity widened; a
+/// V3 state is told apart by its pool's kind, so no tag is stored).
+fn encode_state(state: &PoolState) -> [u8; 64] {
+    let (a, b) = match *state {
+        PoolState::V2 { reserve0, reserve1 } => (reserve0, reserve1),
+        PoolState::V3 {
+            sqrt_price_x96,
+            liquidity,
+        } => (
+            sqrt_price_x96,
+            U256::from(liquidity) | (U256::from(1) << 255),
+        ),
+    };
+    let mut out = [0u8; 64];
+    out[..32].copy_from_slice(&a.to_be_bytes::<32>());
+    out[32..].copy_from_slice(&b.to_be_bytes::<32>());
+    out
+}
+
+fn decode_state(bytes: &[u8; 64]) -> PoolState {
+    let a = U256::from_be_slice(&bytes[..32]);
+    let b = U256::from_be_slice(&bytes[32..]);
+    // Reserves are uint112, so the top bit marks a V3 state.
+    if b.bit(255) {
+        PoolState::V3 {
+            sqrt_price_x96: a,
+            liquidity: (b & U256::from(u128::MAX)).to(),
+        }
+    } else {
+        PoolState::V2 {
+            reserve0: a,
+            reserve1: b,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(byte: u8) -> Address {
+        Address::repeat_byte(byte)
+    }
+
+    fn v2(r0: u64, r1: u64) -> PoolState {
+        PoolState::V2 {
+            reserve0: U256::from(r0),
+            reserve1: U256::from(r1),
+        }
+    }
+
+    #[test]
+    fn states_by_block_times_and_rollback() {
+        let store = PriceStore::in_memory().expect("store");
+        let pool = Pool {
+            address: addr(0xaa),
+            kind: PoolKind::V2,
+            token0: addr(1),
+            token1: addr(2),
+            factory: addr(0xf0),
+        };
+        store
+            .apply(&BlockUpdate {
+                number: 10,
+                timestamp: 1_000,
+                pools: vec![pool],
+                states: vec![(pool.address, v2(1, 2))],
+            })
+            .expect("block 10");
+        store
+            .apply(&BlockUpdate {
+                number: 11,
+                timestamp: 1_012,
+                pools: vec![],
+                states: vec![],
+            })
+            .expect("block 11");
+        let v3 = PoolState::V3 {
+            sqrt_price_x96: U256::from(7),
+            liquidity: u128::MAX,
+        };
+        store
+            .apply(&BlockUpdate {
+                number: 12,
+                timestamp: 1_024,
+                pools: vec![],
+                states: vec![(pool.address, v3)],
+            })
+            .expect("block 12");
+
+        assert_eq!(store.pools_of(addr(2), addr(1)).expect("pools"), vec![pool]);
+        assert_eq!(store.pool(pool.address).expect("pool"), Some(pool));
+        assert_eq!(
+            store.state_at(pool.address, 11).expect("state"),
+            Some((10, v2(1, 2)))
+        );
+        assert_eq!(
+            store.state_at(pool.address, 12).expect("state"),
+            Some((12, v3))
+        );
+        assert_eq!(store.state_at(pool.address, 9).expect("state"), None);
+        assert_eq!(store.block_at(1_020).expect("time"), Some((11, 1_012)));
+        assert_eq!(store.block_at(999).expect("time"), None);
+        assert_eq!(store.tip().expect("tip"), Some((12, 1_024)));
+
+        store.roll_back(12).expect("roll back");
+        assert_eq!(
+            store.state_at(pool.address, 12).expect("state"),
+            Some((10, v2(1, 2)))
+        );
+        assert_eq!(store.tip().expect("tip"), Some((11, 1_012)));
+        assert_eq!(store.block_at(2_000).expect("time"), Some((11, 1_012)));
+    }
+
+    #[test]
+    fn survives_a_reopen() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("eth.redb");
+        {
+            let store = PriceStore::open(&path).expect("open");
+            store
+                .put_token(
+                    addr(1),
+                    &Token {
+                        name: "Wrapped Ether".into(),
+                        decimals: 18,
+                    },
+                )
+                .expect("token");
+            store
+                .apply(&BlockUpdate {
+                    number: 5,
+                    timestamp: 50,
+                    ..Default::default()
+                })
+                .expect("block");
+        }
+        let store = PriceStore::open(&path).expect("reopen");
+        assert_eq!(
+            store.token(addr(1)).expect("token"),
+            Some(Token {
+                name: "Wrapped Ether".into(),
+                decimals: 18
+            })
+        );
+        assert_eq!(store.tip().expect("tip"), Some((5, 50)));
+    }
+}
