@@ -1,6 +1,8 @@
 //! On-chain token prices from DEX pools (`token_price`).
 //!
+//! - [`dex`]: pool events, identifying calls, default factories and base tokens.
 //! - [`math`]: exact pool prices, liquidity weighting, decimal output.
 //! - [`store`]: the price history in an embedded database.
+pub mod dex;
 pub mod math;
 pub mod store;
