@@ -54,19 +54,46 @@ const fn v3(name: &'static str, address: Address) -> Factory {
 /// The factories trusted by default on a chain (empty for unknown ids).
 pub fn default_factories(chain_id: u64) -> &'static [Factory] {
     const ETHEREUM: &[Factory] = &[
-        v2("Uniswap V2", address!("0x5C69bEe701ef814a2B6a3EDD4B1652CB9cc5aA6f")),
-        v2("SushiSwap", address!("0xC0AEe478e3658e2610c5F7A4A2E1777cE9e4f2Ac")),
-        v3("Uniswap V3", address!("0x1F98431c8aD98523631AE4a59f267346ea31F984")),
+        v2(
+            "Uniswap V2",
+            address!("0x5C69bEe701ef814a2B6a3EDD4B1652CB9cc5aA6f"),
+        ),
+        v2(
+            "SushiSwap",
+            address!("0xC0AEe478e3658e2610c5F7A4A2E1777cE9e4f2Ac"),
+        ),
+        v3(
+            "Uniswap V3",
+            address!("0x1F98431c8aD98523631AE4a59f267346ea31F984"),
+        ),
     ];
     const BSC: &[Factory] = &[
-        v2("PancakeSwap V2", address!("0xcA143Ce32Fe78f1f7019d7d551a6402fC5350c73")),
-        v3("PancakeSwap V3", address!("0x0BFbCF9fa4f9C56B0F40a671Ad40E0805A091865")),
-        v3("Uniswap V3", address!("0xdB1d10011AD0Ff90774D0C6Bb92e5C5c8b4461F7")),
+        v2(
+            "PancakeSwap V2",
+            address!("0xcA143Ce32Fe78f1f7019d7d551a6402fC5350c73"),
+        ),
+        v3(
+            "PancakeSwap V3",
+            address!("0x0BFbCF9fa4f9C56B0F40a671Ad40E0805A091865"),
+        ),
+        v3(
+            "Uniswap V3",
+            address!("0xdB1d10011AD0Ff90774D0C6Bb92e5C5c8b4461F7"),
+        ),
     ];
     const POLYGON: &[Factory] = &[
-        v2("QuickSwap", address!("0x5757371414417b8C6CAad45bAeF941aBc7d3Ab32")),
-        v2("SushiSwap", address!("0xc35DADB65012eC5796536bD9864eD8773aBc74C4")),
-        v3("Uniswap V3", address!("0x1F98431c8aD98523631AE4a59f267346ea31F984")),
+        v2(
+            "QuickSwap",
+            address!("0x5757371414417b8C6CAad45bAeF941aBc7d3Ab32"),
+        ),
+        v2(
+            "SushiSwap",
+            address!("0xc35DADB65012eC5796536bD9864eD8773aBc74C4"),
+        ),
+        v3(
+            "Uniswap V3",
+            address!("0x1F98431c8aD98523631AE4a59f267346ea31F984"),
+        ),
     ];
     match chain_id {
         1 => ETHEREUM,
@@ -259,6 +286,9 @@ mod tests {
             })
         );
         // A Sync with missing data is not a pool event.
-        assert_eq!(decode(&log(pool, vec![Sync::SIGNATURE_HASH], vec![1])), None);
+        assert_eq!(
+            decode(&log(pool, vec![Sync::SIGNATURE_HASH], vec![1])),
+            None
+        );
     }
 }

@@ -172,6 +172,13 @@ impl PriceStore {
         Ok(times.last()?.map(|(n, t)| (n.value(), t.value())))
     }
 
+    /// The time of block `number`, if recorded.
+    pub fn block_time(&self, number: u64) -> anyhow::Result<Option<u64>> {
+        let txn = self.db.begin_read()?;
+        let times = txn.open_table(BLOCK_TIMES)?;
+        Ok(times.get(number)?.map(|t| t.value()))
+    }
+
     /// The newest block at or before `timestamp`: (number, timestamp).
     pub fn block_at(&self, timestamp: u64) -> anyhow::Result<Option<(u64, u64)>> {
         let txn = self.db.begin_read()?;

@@ -1,0 +1,309 @@
+//! Answers `token_price` from the store: the pair's pools at the block of
+//! the requested time, weighted by liquidity, or a route through one base
+//! token when the pair has no pool of its own.
+
+use alloy_primitives::Address;
+use num_bigint::BigUint;
+
+use super::math::{self, Price};
+use super::store::{PoolState, PriceStore, Token};
+
+/// A `token_price` answer, in the request's token order.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PriceAnswer {
+    /// Block time (seconds) of the newest pool state used.
+    pub timestamp: u64,
+    pub token0: Address,
+    pub token0_name: String,
+    /// Amount of token0 for one token1.
+    pub token0_price: String,
+    pub token1: Address,
+    pub token1_name: String,
+    /// Amount of token1 for one token0.
+    pub token1_price: String,
+    /// Blocks of the pool states used, ascending.
+    pub block_numbers: Vec<u64>,
+}
+
+/// Why there is no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum PriceError {
+    /// Nothing indexed prices this pair (-32001).
+    #[error("{0}")]
+    NotFound(String),
+    /// The store failed (-32603).
+    #[error("price index: {0:#}")]
+    Store(#[from] anyhow::Error),
+}
+
+/// One priced hop: how much of `quote` one `base` buys.
+struct Quote {
+    price: Price,
+    /// Liquidity behind it (the smallest hop's, for a route).
+    weight: BigUint,
+    blocks: Vec<u64>,
+}
+
+/// The price of `token1` in `token0` and back at `timestamp` (seconds; the
+/// latest indexed block when absent, before the first indexed block or
+/// after the last).
+pub fn token_price(
+    store: &PriceStore,
+    base_tokens: &[Address],
+    timestamp: Option<u64>,
+    token0: Address,
+    token1: Address,
+) -> Result<PriceAnswer, PriceError> {
+    let block = match timestamp {
+        Some(t) => store.block_at(t)?.or(store.tip()?),
+        None => store.tip()?,
+    };
+    let Some((block, _)) = block else {
+        return Err(PriceError::NotFound(
+            "no price data indexed on this chain yet".into(),
+        ));
+    };
+    let quote = match quote(store, token1, token0, block)? {
+        Some(direct) => direct,
+        None => route(store, base_tokens, token1, token0, block)?.ok_or_else(|| {
+            PriceError::NotFound(format!(
+                "no pool prices {token0:#x} against {token1:#x}, directly or through a base token"
+            ))
+        })?,
+    };
+    let mut blocks = quote.blocks;
+    blocks.sort_unstable();
+    blocks.dedup();
+    let newest = *blocks.last().expect("a quote uses at least one state");
+    let timestamp = store.block_time(newest)?.unwrap_or_default();
+    let name = |token| -> Result<String, PriceError> {
+        Ok(store.token(token)?.map(|t| t.name).unwrap_or_default())
+    };
+    Ok(PriceAnswer {
+        timestamp,
+        token0,
+        token0_name: name(token0)?,
+        token0_price: math::to_decimal(&quote.price),
+        token1,
+        token1_name: name(token1)?,
+        token1_price: math::to_decimal(&quote.price.recip()),
+        block_numbers: blocks,
+    })
+}
+
+/// How much `quote_token` one `base` buys at `block`, from their direct
+/// pools; `None` when no pool of the pair has a usable state.
+fn quote(
+    store: &PriceStore,
+    base: Address,
+    quote_token: Address,
+    block: u64,
+) -> anyhow::Result<Option<Quote>> {
+    let mut priced = Vec::new();
+    let mut blocks = Vec::new();
+    for pool in store.pools_of(base, quote_token)? {
+        let Some((at, state)) = store.state_at(pool.address, block)? else {
+            continue;
+        };
+        let (Some(t0), Some(t1)) = (store.token(pool.token0)?, store.token(pool.token1)?) else {
+            continue;
+        };
+        let Some((price, weight)) = pool_price(&state, &t0, &t1) else {
+            continue;
+        };
+        // `price` is token1 per token0; orient it to quote per base.
+        let price = if pool.token0 == base {
+            price
+        } else {
+            price.recip()
+        };
+        priced.push((price, weight));
+        blocks.push(at);
+    }
+    let total: BigUint = priced.iter().map(|(_, w)| w).sum();
+    Ok(math::weighted(&priced).map(|price| Quote {
+        price,
+        weight: total,
+        blocks,
+    }))
+}
+
+/// One whole token0 in token1, and the pool's liquidity.
+fn pool_price(state: &PoolState, t0: &Token, t1: &Token) -> Option<(Price, BigUint)> {
+    match *state {
+        PoolState::V2 { reserve0, reserve1 } => Some((
+            math::v2_price(reserve0, reserve1, t0.decimals, t1.decimals)?,
+            math::v2_liquidity(reserve0, reserve1),
+        )),
+        PoolState::V3 {
+            sqrt_price_x96,
+            liquidity,
+        } => Some((
+            math::v3_price(sqrt_price_x96, t0.decimals, t1.decimals)?,
+            BigUint::from(liquidity),
+        )),
+    }
+}
+
+/// `base` → X → `quote_token` through the first base token X (in the
+/// chain's order of preference) that both hops have pools for.
+fn route(
+    store: &PriceStore,
+    base_tokens: &[Address],
+    base: Address,
+    quote_token: Address,
+    block: u64,
+) -> anyhow::Result<Option<Quote>> {
+    for &via in base_tokens {
+        if via == base || via == quote_token {
+            continue;
+        }
+        let Some(first) = quote(store, base, via, block)? else {
+            continue;
+        };
+        let Some(second) = quote(store, via, quote_token, block)? else {
+            continue;
+        };
+        let mut blocks = first.blocks;
+        blocks.extend(second.blocks);
+        return Ok(Some(Quote {
+            price: first.price * second.price,
+            weight: first.weight.min(second.weight),
+            blocks,
+        }));
+    }
+    Ok(None)
+}
+
+/// Reads a request's `timestamp`: seconds, or milliseconds from 10^12 up.
+pub fn seconds(timestamp: u64) -> u64 {
+    if timestamp >= 1_000_000_000_000 {
+        timestamp / 1_000
+    } else {
+        timestamp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloy_primitives::U256;
+
+    use super::*;
+    use crate::price::store::{BlockUpdate, Pool, PoolKind};
+
+    fn token(byte: u8) -> Address {
+        Address::repeat_byte(byte)
+    }
+
+    fn pool(byte: u8, kind: PoolKind, t0: Address, t1: Address) -> Pool {
+        Pool {
+            address: Address::repeat_byte(byte),
+            kind,
+            token0: t0,
+            token1: t1,
+            factory: Address::repeat_byte(0xf0),
+        }
+    }
+
+    fn v2(r0: u128, r1: u128) -> PoolState {
+        PoolState::V2 {
+            reserve0: U256::from(r0),
+            reserve1: U256::from(r1),
+        }
+    }
+
+    const E18: u128 = 1_000_000_000_000_000_000;
+    const E6: u128 = 1_000_000;
+
+    /// WETH (18) and USDC (6) and a token only paired with WETH.
+    fn store() -> (PriceStore, Address, Address, Address) {
+        let store = PriceStore::in_memory().expect("store");
+        let (usdc, weth, pepe) = (token(0x0a), token(0x0b), token(0x0c));
+        for (t, name, decimals) in [
+            (usdc, "USD Coin", 6),
+            (weth, "Wrapped Ether", 18),
+            (pepe, "Pepe", 18),
+        ] {
+            store
+                .put_token(
+                    t,
+                    &Token {
+                        name: name.into(),
+                        decimals,
+                    },
+                )
+                .expect("token");
+        }
+        let direct = pool(0xa1, PoolKind::V2, usdc, weth);
+        let pepe_weth = pool(0xa2, PoolKind::V2, weth, pepe);
+        // Block 10: 2,000 USDC per WETH; 1 WETH buys 1,000,000 PEPE.
+        store
+            .apply(&BlockUpdate {
+                number: 10,
+                timestamp: 1_000,
+                pools: vec![direct, pepe_weth],
+                states: vec![
+                    (direct.address, v2(2_000_000 * E6, 1_000 * E18)),
+                    (pepe_weth.address, v2(10 * E18, 10_000_000 * E18)),
+                ],
+            })
+            .expect("block 10");
+        // Block 20: 2,500 USDC per WETH.
+        store
+            .apply(&BlockUpdate {
+                number: 20,
+                timestamp: 1_120,
+                pools: vec![],
+                states: vec![(direct.address, v2(2_500_000 * E6, 1_000 * E18))],
+            })
+            .expect("block 20");
+        (store, usdc, weth, pepe)
+    }
+
+    #[test]
+    fn direct_prices_by_time_in_both_orders() {
+        let (store, usdc, weth, _) = store();
+        let at = |t: Option<u64>, a, b| token_price(&store, &[weth], t, a, b).expect("price");
+        let before = at(Some(1_100), usdc, weth);
+        assert_eq!(before.token0_price, "2000", "USDC for one WETH");
+        assert_eq!(before.token1_price, "0.0005");
+        assert_eq!(
+            (before.block_numbers.clone(), before.timestamp),
+            (vec![10], 1_000)
+        );
+        assert_eq!(before.token0_name, "USD Coin");
+        let after = at(Some(1_120), weth, usdc);
+        assert_eq!(after.token0_price, "0.0004", "WETH for one USDC");
+        assert_eq!(after.token1_price, "2500");
+        // Before the first indexed block, and after the last: the latest.
+        assert_eq!(at(Some(5), usdc, weth).token0_price, "2500");
+        assert_eq!(at(Some(99_999), usdc, weth).token0_price, "2500");
+        assert_eq!(at(None, usdc, weth).block_numbers, vec![20]);
+    }
+
+    #[test]
+    fn routes_through_a_base_token() {
+        let (store, usdc, weth, pepe) = store();
+        // USDC per PEPE at block 10: 2,000 / 1,000,000.
+        let p = token_price(&store, &[weth], Some(1_000), usdc, pepe).expect("price");
+        assert_eq!(p.token0_price, "0.002");
+        assert_eq!(p.token1_price, "500");
+        assert_eq!(p.block_numbers, vec![10]);
+        // Both hops' blocks are listed.
+        let p = token_price(&store, &[weth], None, usdc, pepe).expect("price");
+        assert_eq!(p.block_numbers, vec![10, 20]);
+        assert_eq!(p.timestamp, 1_120);
+        // Without the base token there is no route.
+        assert!(matches!(
+            token_price(&store, &[], None, usdc, pepe),
+            Err(PriceError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn milliseconds_are_recognised() {
+        assert_eq!(seconds(1_700_000_000), 1_700_000_000);
+        assert_eq!(seconds(1_700_000_000_123), 1_700_000_000);
+    }
+}
