@@ -89,6 +89,8 @@ impl Default for DevnetSettings {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KnownToken {
     pub symbol: &'static str,
+    /// What its `name()` returns on that chain.
+    pub name: &'static str,
     pub address: Address,
     pub decimals: u8,
 }
@@ -123,16 +125,19 @@ pub const SWAP_SELECTOR: [u8; 4] = [0x02, 0x2c, 0x0d, 0x9f];
 const ETH_TOKENS: &[KnownToken] = &[
     KnownToken {
         symbol: "USDC",
+        name: "USD Coin",
         address: address!("0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"),
         decimals: 6,
     },
     KnownToken {
         symbol: "WETH",
+        name: "Wrapped Ether",
         address: address!("0xC02aaA39b223FE8D0A0e5C4F27eAD9083C756Cc2"),
         decimals: 18,
     },
     KnownToken {
         symbol: "USDT",
+        name: "Tether USD",
         address: address!("0xdAC17F958D2ee523a2206206994597C13D831ec7"),
         decimals: 6,
     },
@@ -140,11 +145,13 @@ const ETH_TOKENS: &[KnownToken] = &[
 const BSC_TOKENS: &[KnownToken] = &[
     KnownToken {
         symbol: "USDT",
+        name: "Tether USD",
         address: address!("0x55d398326f99059fF775485246999027B3197955"),
         decimals: 18,
     },
     KnownToken {
         symbol: "WBNB",
+        name: "Wrapped BNB",
         address: address!("0xbb4CdB9CBd36B01bD1cBaEBF2De08d9173bc095c"),
         decimals: 18,
     },
@@ -152,11 +159,13 @@ const BSC_TOKENS: &[KnownToken] = &[
 const POLYGON_TOKENS: &[KnownToken] = &[
     KnownToken {
         symbol: "USDC",
+        name: "USD Coin",
         address: address!("0x3c499c542cEF5E3811e1192ce70d8cC03d5c3359"),
         decimals: 6,
     },
     KnownToken {
         symbol: "WPOL",
+        name: "Wrapped Polygon Ecosystem Token",
         address: address!("0x0d500B1d8E8eF31E21C99d1Db9A6444d3ADf1270"),
         decimals: 18,
     },

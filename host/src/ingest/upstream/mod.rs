@@ -30,8 +30,8 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-pub use client::NodeError;
-use client::{Call, NodeClient, decode};
+use client::{Call, decode};
+pub use client::{NodeClient, NodeError};
 use delivered::Delivered;
 use wire::{NodeBlock, NodeTransaction};
 

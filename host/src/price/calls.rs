@@ -1,0 +1,133 @@
+//! The contract calls the index makes (identify a pool, read a token),
+//! answered by the chain's source: a node over `eth_call`, or the devnet,
+//! which knows its own contracts.
+
+use std::collections::HashMap;
+
+use alloy_primitives::{Address, Bytes};
+use alloy_sol_types::SolCall;
+use futures_util::future::BoxFuture;
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use super::dex;
+use crate::ingest::devnet;
+use crate::ingest::upstream::{NodeClient, NodeError};
+
+/// Runs a read-only call at the latest block.
+pub trait ChainCalls: Send + Sync {
+    /// The call's return data; `None` when it reverts (or `to` has no code).
+    fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>>;
+}
+
+/// `eth_call` on a node, over a connection of its own (opened on first
+/// use, reopened after a failure).
+#[derive(Debug)]
+pub struct NodeCalls {
+    url: String,
+    /// The open connection; a mutex so calls take turns reconnecting.
+    client: Mutex<Option<NodeClient>>,
+}
+
+impl NodeCalls {
+    pub fn new(url: String) -> Self {
+        Self {
+            url,
+            client: Mutex::new(None),
+        }
+    }
+}
+
+impl ChainCalls for NodeCalls {
+    fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>> {
+        Box::pin(async move {
+            let mut slot = self.client.lock().await;
+            if slot.is_none() {
+                let (client, _notifications) = NodeClient::connect(&self.url).await?;
+                *slot = Some(client);
+            }
+            let client = slot.as_ref().expect("connected above");
+            match client
+                .call::<Bytes>("eth_call", json!([{ "to": to, "data": data }, "latest"]))
+                .await
+            {
+                Ok(result) => Ok(Some(result)),
+                // The contract refused: not a pool or token of the kind asked.
+                Err(NodeError::Rpc { .. }) => Ok(None),
+                Err(other) => {
+                    *slot = None;
+                    Err(other.into())
+                }
+            }
+        })
+    }
+}
+
+/// The devnet's contracts: its tokens and its V2 pairs and factories.
+#[derive(Debug)]
+pub struct DevnetCalls {
+    tokens: HashMap<Address, devnet::KnownToken>,
+    pools: Vec<devnet::KnownPool>,
+}
+
+impl DevnetCalls {
+    pub fn new(chain_id: u64) -> Self {
+        Self {
+            tokens: devnet::known_tokens(chain_id)
+                .iter()
+                .map(|t| (t.address, *t))
+                .collect(),
+            pools: devnet::known_pools(chain_id),
+        }
+    }
+
+    fn answer(&self, to: Address, data: &[u8]) -> Option<Vec<u8>> {
+        let selector: [u8; 4] = data.get(..4)?.try_into().ok()?;
+        if let Some(token) = self.tokens.get(&to) {
+            return match selector {
+                dex::decimalsCall::SELECTOR => {
+                    Some(dex::decimalsCall::abi_encode_returns(&token.decimals))
+                }
+                dex::nameCall::SELECTOR => {
+                    Some(dex::nameCall::abi_encode_returns(&token.name.to_string()))
+                }
+                _ => None,
+            };
+        }
+        if let Some(pool) = self.pools.iter().find(|p| p.address == to) {
+            return match selector {
+                dex::token0Call::SELECTOR => {
+                    Some(dex::token0Call::abi_encode_returns(&pool.token0))
+                }
+                dex::token1Call::SELECTOR => {
+                    Some(dex::token1Call::abi_encode_returns(&pool.token1))
+                }
+                dex::factoryCall::SELECTOR => {
+                    Some(dex::factoryCall::abi_encode_returns(&pool.factory))
+                }
+                _ => None,
+            };
+        }
+        if selector == dex::getPairCall::SELECTOR {
+            let call = dex::getPairCall::abi_decode(data).ok()?;
+            let pair = self
+                .pools
+                .iter()
+                .find(|p| {
+                    p.factory == to
+                        && ((p.token0, p.token1) == (call.tokenA, call.tokenB)
+                            || (p.token1, p.token0) == (call.tokenA, call.tokenB))
+                })
+                .map_or(Address::ZERO, |p| p.address);
+            return Some(dex::getPairCall::abi_encode_returns(&pair));
+        }
+        None
+    }
+}
+
+impl ChainCalls for DevnetCalls {
+    fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>> {
+        let answer = self.answer(to, &data).map(Bytes::from);
+        Box::pin(async move { Ok(answer) })
+    }
+}

@@ -1,0 +1,341 @@
+//! Keeps a chain's price store in step with its canonical chain: every
+//! added block's pool events become pool states (and new pools), every
+//! removed block is rolled back.
+//!
+//! A pool counts only if a trusted factory made it: pools announced by a
+//! trusted factory's `PairCreated`/`PoolCreated` are taken as they are; a
+//! pool first seen by its `Sync`/`Swap` is asked for its tokens and
+//! factory, and the factory is asked whether that pool is its pool for the
+//! pair, so a contract that merely claims a trusted factory sets no price.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use alloy_primitives::{Address, Bytes, U256};
+use alloy_sol_types::SolCall;
+use anyhow::Context;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::calls::ChainCalls;
+use super::dex::{self, Factory, PoolEvent};
+use super::store::{BlockUpdate, Pool, PoolKind, PriceStore, Token};
+use crate::ingest::ChainEvent;
+use crate::ingest::model::Block;
+
+pub struct Indexer {
+    chain: String,
+    store: Arc<PriceStore>,
+    calls: Arc<dyn ChainCalls>,
+    factories: Vec<Factory>,
+    /// Pools (and tokens) already found wanting, so they are not asked
+    /// again on every event.
+    rejected: HashSet<Address>,
+}
+
+impl Indexer {
+    pub fn new(
+        chain: String,
+        store: Arc<PriceStore>,
+        calls: Arc<dyn ChainCalls>,
+        factories: Vec<Factory>,
+    ) -> Self {
+        Self {
+            chain,
+            store,
+            calls,
+            factories,
+            rejected: HashSet::new(),
+        }
+    }
+
+    pub async fn apply(&mut self, event: &ChainEvent) -> anyhow::Result<()> {
+        match event {
+            ChainEvent::Added(block) => self.add(block).await,
+            ChainEvent::Removed(block) => self.store.roll_back(block.number()),
+            ChainEvent::Pending(_) => Ok(()),
+        }
+    }
+
+    async fn add(&mut self, block: &Block) -> anyhow::Result<()> {
+        let mut learned: HashMap<Address, Pool> = HashMap::new();
+        let mut states = HashMap::new();
+        let mut order = Vec::new();
+        for log in &block.logs {
+            match dex::decode(log) {
+                Some(PoolEvent::Created {
+                    factory,
+                    pool,
+                    kind,
+                    token0,
+                    token1,
+                }) => {
+                    let usable = self.trusted(factory, kind)
+                        && self.tokens_readable(&[token0, token1]).await?;
+                    if usable {
+                        learned.insert(
+                            pool,
+                            Pool {
+                                address: pool,
+                                kind,
+                                token0,
+                                token1,
+                                factory,
+                            },
+                        );
+                    }
+                }
+                Some(PoolEvent::State { pool, state }) => {
+                    let kind = match state {
+                        super::store::PoolState::V2 { .. } => PoolKind::V2,
+                        super::store::PoolState::V3 { .. } => PoolKind::V3,
+                    };
+                    let known = match learned.get(&pool) {
+                        Some(p) => Some(*p),
+                        None => self.store.pool(pool)?,
+                    };
+                    let pool_record = match known {
+                        Some(p) => Some(p),
+                        None => self.identify(pool, kind).await?,
+                    };
+                    let Some(record) = pool_record.filter(|p| p.kind == kind) else {
+                        continue;
+                    };
+                    learned.entry(pool).or_insert(record);
+                    if states.insert(pool, state).is_none() {
+                        order.push(pool);
+                    }
+                }
+                None => {}
+            }
+        }
+        let update = BlockUpdate {
+            number: block.number(),
+            timestamp: block.header.timestamp,
+            pools: learned.into_values().collect(),
+            states: order.into_iter().map(|p| (p, states[&p])).collect(),
+        };
+        self.store.apply(&update)
+    }
+
+    fn trusted(&self, factory: Address, kind: PoolKind) -> bool {
+        self.factories
+            .iter()
+            .any(|f| f.address == factory && f.kind == kind)
+    }
+
+    /// A pool first seen by its state event: its tokens and factory, and
+    /// the factory's confirmation; `None` (remembered) when any of it
+    /// fails.
+    async fn identify(&mut self, pool: Address, kind: PoolKind) -> anyhow::Result<Option<Pool>> {
+        if self.rejected.contains(&pool) {
+            return Ok(None);
+        }
+        let found = self.ask_pool(pool, kind).await?;
+        if found.is_none() {
+            tracing::debug!(chain = %self.chain, %pool, "ignoring a pool no trusted factory made");
+            self.rejected.insert(pool);
+        }
+        Ok(found)
+    }
+
+    async fn ask_pool(&mut self, pool: Address, kind: PoolKind) -> anyhow::Result<Option<Pool>> {
+        let (Some(token0), Some(token1), Some(factory)) = (
+            self.ask::<dex::token0Call>(pool, dex::token0Call {})
+                .await?,
+            self.ask::<dex::token1Call>(pool, dex::token1Call {})
+                .await?,
+            self.ask::<dex::factoryCall>(pool, dex::factoryCall {})
+                .await?,
+        ) else {
+            return Ok(None);
+        };
+        if !self.trusted(factory, kind) {
+            return Ok(None);
+        }
+        let confirmed = match kind {
+            PoolKind::V2 => {
+                self.ask::<dex::getPairCall>(
+                    factory,
+                    dex::getPairCall {
+                        tokenA: token0,
+                        tokenB: token1,
+                    },
+                )
+                .await?
+            }
+            PoolKind::V3 => {
+                let Some(fee) = self.ask::<dex::feeCall>(pool, dex::feeCall {}).await? else {
+                    return Ok(None);
+                };
+                self.ask::<dex::getPoolCall>(
+                    factory,
+                    dex::getPoolCall {
+                        tokenA: token0,
+                        tokenB: token1,
+                        fee,
+                    },
+                )
+                .await?
+            }
+        };
+        if confirmed != Some(pool) || !self.tokens_readable(&[token0, token1]).await? {
+            return Ok(None);
+        }
+        Ok(Some(Pool {
+            address: pool,
+            kind,
+            token0,
+            token1,
+            factory,
+        }))
+    }
+
+    /// Makes sure both tokens' metadata is stored; false if a token cannot
+    /// be read (no `decimals()`, or one above 255).
+    async fn tokens_readable(&mut self, tokens: &[Address]) -> anyhow::Result<bool> {
+        for &token in tokens {
+            if self.store.token(token)?.is_some() {
+                continue;
+            }
+            if self.rejected.contains(&token) {
+                return Ok(false);
+            }
+            let Some(decimals) = self.decimals(token).await? else {
+                tracing::debug!(chain = %self.chain, %token, "ignoring a token without readable decimals");
+                self.rejected.insert(token);
+                return Ok(false);
+            };
+            let name = self.name(token).await?;
+            self.store.put_token(token, &Token { name, decimals })?;
+        }
+        Ok(true)
+    }
+
+    /// `decimals()`, refusing a value above 255 rather than wrapping it.
+    async fn decimals(&self, token: Address) -> anyhow::Result<Option<u8>> {
+        let Some(raw) = self
+            .calls
+            .call(token, dex::decimalsCall {}.abi_encode().into())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let word: Option<U256> = (raw.len() >= 32).then(|| U256::from_be_slice(&raw[..32]));
+        Ok(word.and_then(|w| u8::try_from(w).ok()))
+    }
+
+    /// `name()` as a string, or in the bytes32 form some old tokens use;
+    /// empty when neither reads.
+    async fn name(&self, token: Address) -> anyhow::Result<String> {
+        let Some(raw) = self
+            .calls
+            .call(token, dex::nameCall {}.abi_encode().into())
+            .await?
+        else {
+            return Ok(String::new());
+        };
+        if let Ok(name) = dex::nameCall::abi_decode_returns(&raw) {
+            return Ok(name);
+        }
+        Ok(bytes32_text(&raw))
+    }
+
+    async fn ask<C: SolCall>(&self, to: Address, call: C) -> anyhow::Result<Option<C::Return>> {
+        let data: Bytes = call.abi_encode().into();
+        let Some(raw) = self.calls.call(to, data).await? else {
+            return Ok(None);
+        };
+        Ok(C::abi_decode_returns(&raw).ok())
+    }
+}
+
+/// A bytes32 name (MKR, SAI): the text before the first zero byte.
+fn bytes32_text(raw: &[u8]) -> String {
+    let word = raw.get(..32).unwrap_or(raw);
+    let end = word.iter().position(|&b| b == 0).unwrap_or(word.len());
+    String::from_utf8_lossy(&word[..end]).into_owned()
+}
+
+/// Feeds `events` (from the chain's hub, in canonical order) to `indexer`
+/// until `shutdown`. A failure is logged and the event skipped: prices may
+/// then lag, the chain's streams never do.
+pub async fn run(
+    mut indexer: Indexer,
+    mut events: mpsc::UnboundedReceiver<ChainEvent>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let event = tokio::select! {
+            () = shutdown.cancelled() => return,
+            event = events.recv() => event,
+        };
+        let Some(event) = event else { return };
+        if let Err(error) = indexer.apply(&event).await.context("indexing pool events") {
+            tracing::warn!(chain = %indexer.chain, error = format!("{error:#}"), "price index");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::devnet::{Devnet, DevnetSettings, known_pools, known_tokens};
+    use crate::price::calls::DevnetCalls;
+    use crate::price::dex::default_factories;
+    use crate::price::query::token_price;
+
+    #[test]
+    fn bytes32_names_are_read() {
+        let mut raw = [0u8; 32];
+        raw[..5].copy_from_slice(b"Maker");
+        assert_eq!(bytes32_text(&raw), "Maker");
+    }
+
+    /// The devnet's swaps, indexed through the same path as a node's,
+    /// price its pairs: every known pool is learned from its `Sync` (and
+    /// confirmed by its factory), with the tokens' real names.
+    #[tokio::test]
+    async fn devnet_blocks_price_its_pairs() {
+        let settings = DevnetSettings {
+            seed: 3,
+            transactions_per_block: 40,
+            genesis_timestamp: Some(1_700_000_000),
+            ..DevnetSettings::default()
+        };
+        let mut devnet = Devnet::new(1, &settings);
+        let store = Arc::new(PriceStore::in_memory().expect("store"));
+        let mut indexer = Indexer::new(
+            "eth".into(),
+            store.clone(),
+            Arc::new(DevnetCalls::new(1)),
+            default_factories(1).to_vec(),
+        );
+        indexer
+            .apply(&ChainEvent::Added(devnet.genesis()))
+            .await
+            .expect("genesis");
+        for _ in 0..40 {
+            for event in devnet.next_step() {
+                if let crate::ingest::SourceEvent::Block(block) = event {
+                    indexer
+                        .apply(&ChainEvent::Added(block))
+                        .await
+                        .expect("block");
+                }
+            }
+        }
+        let pools = known_pools(1);
+        let pool = pools[0];
+        let learned = store.pools_of(pool.token0, pool.token1).expect("pools");
+        assert_eq!(learned.len(), 1, "the pair's pool is learned");
+        assert_eq!(learned[0].factory, pool.factory);
+        let answer = token_price(&store, &[], None, pool.token0, pool.token1).expect("price");
+        let token0 = known_tokens(1)
+            .iter()
+            .find(|t| t.address == pool.token0)
+            .expect("known token");
+        assert_eq!(answer.token0_name, token0.name);
+        assert!(!answer.block_numbers.is_empty());
+    }
+}
