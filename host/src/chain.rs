@@ -9,12 +9,13 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ChainSpec, SourceConfig};
+use crate::config::{ChainSpec, Config, SourceConfig};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::canonical::CanonicalChain;
-use crate::ingest::devnet::{self, Devnet, DevnetSettings};
+use crate::ingest::devnet::{self, Devnet};
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
 use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
+use crate::price::PriceIndex;
 
 /// Source events that may wait for the hub; past that the source waits.
 const SOURCE_QUEUE: usize = 1_024;
@@ -32,6 +33,10 @@ pub struct Chain {
     /// A node source's state (`None` for the devnet, which is always live);
     /// the source publishes, readers see the latest.
     pub upstream: Option<watch::Receiver<UpstreamStatus>>,
+    /// `token_price`'s index of this chain's pools.
+    pub price: Arc<PriceIndex>,
+    /// Canonical blocks for the price indexer, in order.
+    price_events: mpsc::UnboundedSender<ChainEvent>,
 }
 
 impl Chain {
@@ -41,7 +46,7 @@ impl Chain {
         spec: &ChainSpec,
         registry: &FilterRegistry,
         engine: &Arc<FilterEngine>,
-        devnet_settings: &DevnetSettings,
+        config: &Config,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Arc<Chain>> {
         let filters = registry
@@ -54,7 +59,7 @@ impl Chain {
         let (events, rx) = mpsc::channel(SOURCE_QUEUE);
         let upstream = match &spec.source {
             SourceConfig::Devnet => {
-                let devnet = Devnet::new(spec.chain_id, devnet_settings);
+                let devnet = Devnet::new(spec.chain_id, &config.devnet);
                 tokio::spawn(devnet::run(devnet, events, shutdown.clone()));
                 None
             }
@@ -70,12 +75,15 @@ impl Chain {
                 Some(watcher)
             }
         };
+        let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown)?;
         let chain = Arc::new(Chain {
             name: spec.name.clone(),
             chain_id: spec.chain_id,
             canonical: RwLock::new(CanonicalChain::new(spec.window)),
             filters,
             upstream,
+            price,
+            price_events,
         });
         tokio::spawn(chain.clone().hub(rx, shutdown.clone()));
         Ok(chain)
@@ -105,6 +113,10 @@ impl Chain {
                 return;
             };
             for chain_event in self.order(event) {
+                if !matches!(chain_event, ChainEvent::Pending(_)) {
+                    // The indexer stops only at shutdown.
+                    let _ = self.price_events.send(chain_event.clone());
+                }
                 self.dispatch(&chain_event).await;
             }
         }

@@ -31,6 +31,7 @@ pub struct Config {
     pub chains: BTreeMap<String, ChainConfig>,
     pub devnet: DevnetSettings,
     pub limits: LimitsConfig,
+    pub price: PriceConfig,
 }
 
 impl Default for Config {
@@ -54,8 +55,20 @@ impl Default for Config {
             chains,
             devnet: DevnetSettings::default(),
             limits: LimitsConfig::default(),
+            price: PriceConfig::default(),
         }
     }
+}
+
+/// Where `token_price` keeps its history.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PriceConfig {
+    /// A directory for one database file per node-fed chain
+    /// (`<chain>.redb`), so price history survives restarts. Unset: kept
+    /// in memory. Devnet chains always keep it in memory (their history is
+    /// generated afresh at every start).
+    pub data_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]

@@ -66,7 +66,7 @@ impl AppState {
         let registry = FilterRegistry::load(&engine, &config.filters.dir)?;
         let mut chains = BTreeMap::new();
         for spec in &specs {
-            let chain = Chain::start(spec, &registry, &engine, &config.devnet, &shutdown)
+            let chain = Chain::start(spec, &registry, &engine, config, &shutdown)
                 .with_context(|| format!("starting chain {}", spec.name))?;
             chains.insert(spec.name.clone(), chain);
         }

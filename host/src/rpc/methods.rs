@@ -14,6 +14,7 @@ use crate::chain::Chain;
 use crate::fanout::Sink;
 use crate::filters::SubscribeError;
 use crate::filters::actor::Subscribe;
+use crate::price::query::PriceError;
 use crate::server::AppState;
 use crate::subscriptions;
 
@@ -324,8 +325,7 @@ fn parse_fixed<T: std::str::FromStr>(text: &str) -> Option<T> {
         .flatten()
 }
 
-/// Validates a `token_price` request. The price engine is a later piece of
-/// work; until then every valid request is answered "no price data".
+/// `token_price`: validates the request, then asks the chain's price index.
 fn token_price(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
     let object = match params {
         Value::Object(_) => params,
@@ -364,19 +364,25 @@ fn token_price(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError>
             "token0 and token1 are the same token",
         ));
     }
-    match map.get("timestamp") {
-        None | Some(Value::Null) => {}
-        Some(Value::Number(n)) if n.as_u64().is_some() => {}
+    let timestamp = match map.get("timestamp") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
         Some(other) => {
             return Err(RpcError::invalid_params(format!(
                 "timestamp must be a non-negative whole number of seconds (or milliseconds), got {other}"
             )));
         }
+    };
+    match chain.price.token_price(timestamp, token0, token1) {
+        Ok(answer) => result(&answer),
+        Err(PriceError::NotFound(reason)) => {
+            Err(RpcError::not_found(format!("{reason} on {}", chain.name)))
+        }
+        Err(PriceError::Store(error)) => {
+            tracing::error!(chain = %chain.name, error = format!("{error:#}"), "token_price");
+            Err(RpcError::internal("the price index could not be read"))
+        }
     }
-    Err(RpcError::not_found(format!(
-        "no price data for {token0:#x}/{token1:#x} on {}",
-        chain.name
-    )))
 }
 
 #[cfg(test)]

@@ -1,0 +1,119 @@
+//! `token_price` end to end on the devnet: its DEX swaps feed the same
+//! indexer a node's blocks do, and the answers match the pools' reserves.
+
+use chainsieve::ingest::devnet::{SYNC_TOPIC, known_pools, known_tokens};
+use chainsieve_tests::{TestServer, WsClient};
+use serde_json::{Value, json};
+
+fn hex_u128(word: &str) -> u128 {
+    u128::from_str_radix(word.trim_start_matches('0'), 16).unwrap_or(0)
+}
+
+/// Asks `token_price` after every new head until it answers (the indexer
+/// runs beside the streams, so a `Sync` log may arrive before its block is
+/// indexed).
+async fn price_after_heads(client: &mut WsClient, heads: &str, params: Value) -> Value {
+    loop {
+        let answer = client
+            .call("token_price", params.clone())
+            .await
+            .expect("token_price");
+        if answer.get("result").is_some() {
+            return answer["result"].clone();
+        }
+        assert_eq!(answer["error"]["code"], -32001, "{answer}");
+        loop {
+            let (sub, _) = client.next_notification().await.expect("a head");
+            if sub == heads {
+                break;
+            }
+        }
+    }
+}
+
+/// The WETH/USDC pair's `Sync` reserves at a block, and `token_price` at
+/// that block's time, agree in both token orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devnet_prices_follow_the_pool_reserves() {
+    let server = TestServer::default().await;
+    let tokens = known_tokens(1);
+    let usdc = tokens.iter().find(|t| t.symbol == "USDC").expect("USDC");
+    let weth = tokens.iter().find(|t| t.symbol == "WETH").expect("WETH");
+    let pool = known_pools(1)
+        .into_iter()
+        .find(|p| {
+            (p.token0, p.token1) == (usdc.address, weth.address)
+                || (p.token0, p.token1) == (weth.address, usdc.address)
+        })
+        .expect("a WETH/USDC pool");
+    let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let syncs = client
+        .subscribe(json!(["logs", { "address": pool.address, "topics": [SYNC_TOPIC] }]))
+        .await
+        .expect("logs");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    // The first Sync of the pair, and its block's time (devnet blocks are
+    // at least a second apart, so the time names that block).
+    let sync = loop {
+        let (sub, result) = client.next_notification().await.expect("notification");
+        if sub == syncs {
+            break result;
+        }
+    };
+    let data = sync["data"].as_str().expect("data");
+    let (reserve0, reserve1) = (hex_u128(&data[2..66]), hex_u128(&data[66..130]));
+    let block = sync["blockNumber"].as_str().expect("number").to_string();
+    let header = client
+        .call("eth_getBlockByNumber", json!([block, false]))
+        .await
+        .expect("block");
+    let timestamp = u64::from_str_radix(
+        header["result"]["timestamp"]
+            .as_str()
+            .expect("timestamp")
+            .trim_start_matches("0x"),
+        16,
+    )
+    .expect("hex");
+    let (r_usdc, r_weth) = if pool.token0 == usdc.address {
+        (reserve0, reserve1)
+    } else {
+        (reserve1, reserve0)
+    };
+    // USDC for one WETH, from the reserves (a float cross-check of the
+    // server's exact arithmetic).
+    let expected = (r_usdc as f64 / 1e6) / (r_weth as f64 / 1e18);
+
+    let answer = price_after_heads(
+        &mut client,
+        &heads,
+        json!({ "timestamp": timestamp, "token0": usdc.address, "token1": weth.address }),
+    )
+    .await;
+    let usdc_per_weth: f64 = answer["token0Price"]
+        .as_str()
+        .expect("price")
+        .parse()
+        .expect("decimal");
+    assert!(
+        ((usdc_per_weth - expected) / expected).abs() < 1e-12,
+        "{answer} vs {expected}"
+    );
+    assert_eq!(answer["token0Name"], "USD Coin");
+    assert_eq!(answer["token1Name"], "Wrapped Ether");
+    assert_eq!(answer["blockNumbers"].as_array().expect("blocks").len(), 1);
+    assert!(answer["timestamp"].as_u64().expect("time") <= timestamp);
+
+    // The other order, and milliseconds: the reciprocal.
+    let flipped = price_after_heads(
+        &mut client,
+        &heads,
+        json!({ "timestamp": timestamp * 1_000, "token0": weth.address, "token1": usdc.address }),
+    )
+    .await;
+    assert_eq!(flipped["token1Price"], answer["token0Price"]);
+    assert_eq!(flipped["token0Price"], answer["token1Price"]);
+    assert_eq!(flipped["token0"], json!(weth.address));
+}
