@@ -28,6 +28,8 @@ pub fn fast_devnet() -> DevnetSettings {
         seed: 42,
         block_time_ms: Some(150),
         genesis_timestamp: Some(1_700_000_000),
+        // Tests start at block 0; the price tests ask for a past.
+        history_blocks: 0,
         ..DevnetSettings::default()
     }
 }

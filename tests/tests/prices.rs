@@ -117,3 +117,37 @@ async fn devnet_prices_follow_the_pool_reserves() {
     assert_eq!(flipped["token0Price"], answer["token1Price"]);
     assert_eq!(flipped["token0"], json!(weth.address));
 }
+
+/// The devnet generates its past at startup, so a price at an earlier time
+/// is answered from the blocks of that time right away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devnet_history_answers_past_timestamps() {
+    let mut config = chainsieve_tests::test_config();
+    config.devnet.history_blocks = 60;
+    config.devnet.transactions_per_block = 30;
+    let genesis = config.devnet.genesis_timestamp.expect("fixed genesis");
+    let server = TestServer::start(config).await.expect("server");
+    let tokens = known_tokens(1);
+    let usdc = tokens.iter().find(|t| t.symbol == "USDC").expect("USDC");
+    let weth = tokens.iter().find(|t| t.symbol == "WETH").expect("WETH");
+    let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    // Fast devnet blocks are one second apart: block 30's time.
+    let past = genesis + 30;
+    let answer = price_after_heads(
+        &mut client,
+        &heads,
+        json!({ "timestamp": past, "token0": usdc.address, "token1": weth.address }),
+    )
+    .await;
+    let blocks: Vec<u64> = answer["blockNumbers"]
+        .as_array()
+        .expect("blocks")
+        .iter()
+        .map(|b| b.as_u64().expect("number"))
+        .collect();
+    assert!(blocks.iter().all(|&b| b <= 30), "{answer}");
+    assert!(answer["timestamp"].as_u64().expect("time") <= past);
+}

@@ -65,10 +65,14 @@ pub struct DevnetSettings {
     /// the canonical tracker's window (larger values are capped: the
     /// tracker could not follow them). Default 2.
     pub reorg_depth: u64,
-    /// Unix timestamp (seconds) of block 0. Default (`None`): the time the
-    /// devnet starts. Set it for block hashes that do not change between
-    /// runs.
+    /// Unix timestamp (seconds) of block 0. Default (`None`): as long
+    /// before the start as `history_blocks` take, so the last of them is
+    /// now. Set it for block hashes that do not change between runs.
     pub genesis_timestamp: Option<u64>,
+    /// Blocks generated back to back at startup, before the real-time
+    /// cadence begins: a past for `token_price` history and block lookups
+    /// to answer from right away. Default 300 (an hour of Ethereum).
+    pub history_blocks: u64,
 }
 
 impl Default for DevnetSettings {
@@ -81,6 +85,7 @@ impl Default for DevnetSettings {
             reorg_every: 0,
             reorg_depth: 2,
             genesis_timestamp: None,
+            history_blocks: 300,
         }
     }
 }
@@ -451,10 +456,15 @@ impl Devnet {
             })
             .collect();
         let genesis_timestamp = settings.genesis_timestamp.unwrap_or_else(|| {
-            SystemTime::now()
+            let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
-                .unwrap_or_default()
+                .unwrap_or_default();
+            let block_ms = settings
+                .block_time_ms
+                .unwrap_or(profile.block_time_ms)
+                .max(1);
+            now.saturating_sub(block_offset(settings.history_blocks, block_ms))
         });
         let validator = Address::from_slice(&derive("validator")[12..]);
         // `build_block` reads the devnet; genesis replaces this right after.
@@ -601,17 +611,11 @@ impl Devnet {
         }
     }
 
-    /// The timestamp of block `number`: the block time rounded down to whole
-    /// seconds, at least one second per block (a header has no finer unit
-    /// and a child must be younger than its parent).
+    /// The timestamp of block `number` (see [`block_offset`]).
     fn timestamp(&self, number: u64) -> u64 {
-        let millis = self.block_time().as_millis();
-        let elapsed = if millis >= 1_000 {
-            u64::try_from(u128::from(number) * millis / 1_000).unwrap_or(u64::MAX)
-        } else {
-            number
-        };
-        self.genesis_timestamp.saturating_add(elapsed)
+        let millis = u64::try_from(self.block_time().as_millis()).unwrap_or(u64::MAX);
+        self.genesis_timestamp
+            .saturating_add(block_offset(number, millis))
     }
 
     fn build_block(&self, parent: Option<&Block>, content: &[Generated]) -> Arc<Block> {
@@ -949,6 +953,18 @@ pub async fn run(mut devnet: Devnet, out: mpsc::Sender<SourceEvent>, shutdown: C
     if !send(&out, &shutdown, SourceEvent::Block(devnet.genesis())).await {
         return;
     }
+    // The generated past, back to back.
+    let mut history = devnet.settings.history_blocks;
+    while history > 0 {
+        for event in devnet.next_step() {
+            if matches!(event, SourceEvent::Block(_)) {
+                history = history.saturating_sub(1);
+            }
+            if !send(&out, &shutdown, event).await {
+                return;
+            }
+        }
+    }
     let steps = devnet.settings.pending_batches_per_block.max(1) + 1;
     let mut ticks =
         tokio::time::interval((devnet.block_time() / steps).max(Duration::from_millis(1)));
@@ -967,6 +983,17 @@ pub async fn run(mut devnet: Devnet, out: mpsc::Sender<SourceEvent>, shutdown: C
                 return;
             }
         }
+    }
+}
+
+/// Seconds from genesis to block `number` at `block_ms` per block: whole
+/// seconds, at least one per block (a header has no finer unit and a child
+/// must be younger than its parent).
+fn block_offset(number: u64, block_ms: u64) -> u64 {
+    if block_ms >= 1_000 {
+        u64::try_from(u128::from(number) * u128::from(block_ms) / 1_000).unwrap_or(u64::MAX)
+    } else {
+        number
     }
 }
 
@@ -1596,6 +1623,47 @@ mod tests {
         assert!(block.transactions.len() > 100);
         let limits: u64 = block.transactions.iter().map(|t| t.gas).sum();
         assert!(limits <= block.header.gas_limit);
+    }
+
+    /// The generated past comes at once: with an hour per block, five
+    /// blocks after genesis can only be the history.
+    #[tokio::test]
+    async fn run_sends_the_history_back_to_back() {
+        let slow = DevnetSettings {
+            block_time_ms: Some(3_600_000),
+            genesis_timestamp: None,
+            history_blocks: 5,
+            ..settings()
+        };
+        let devnet = Devnet::new(1, &slow);
+        let genesis_time = devnet.genesis().header.timestamp;
+        let (out, mut events) = mpsc::channel(64);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(devnet, out, shutdown.clone()));
+        let mut blocks = Vec::new();
+        while blocks.len() < 6 {
+            let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
+                .await
+                .expect("history arrives at once")
+                .expect("the devnet runs");
+            if let SourceEvent::Block(block) = event {
+                blocks.push(block);
+            }
+        }
+        let last = &blocks[5];
+        assert_eq!(last.number(), 5);
+        assert_eq!(last.header.timestamp, genesis_time + 5 * 3_600);
+        // The last history block is (about) now: genesis was set back.
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        assert!(
+            last.header.timestamp.abs_diff(now) <= 60,
+            "{} vs {now}",
+            last.header.timestamp
+        );
+        shutdown.cancel();
     }
 
     #[tokio::test]
