@@ -55,23 +55,26 @@ pub fn token_price(
     token0: Address,
     token1: Address,
 ) -> Result<PriceAnswer, PriceError> {
-    let block = match timestamp {
-        Some(t) => store.block_at(t)?.or(store.tip()?),
-        None => store.tip()?,
-    };
-    let Some((block, _)) = block else {
+    let Some((tip, _)) = store.tip()? else {
         return Err(PriceError::NotFound(
             "no price data indexed on this chain yet".into(),
         ));
     };
-    let quote = match quote(store, token1, token0, block)? {
-        Some(direct) => direct,
-        None => route(store, base_tokens, token1, token0, block)?.ok_or_else(|| {
-            PriceError::NotFound(format!(
-                "no pool prices {token0:#x} against {token1:#x}, directly or through a base token"
-            ))
-        })?,
+    let at = match timestamp {
+        Some(t) => store.block_at(t)?.map_or(tip, |(block, _)| block),
+        None => tip,
     };
+    // Before the pair's first indexed price, the latest one.
+    let quote = match price_at(store, base_tokens, token1, token0, at)? {
+        Some(quote) => Some(quote),
+        None if at != tip => price_at(store, base_tokens, token1, token0, tip)?,
+        None => None,
+    }
+    .ok_or_else(|| {
+        PriceError::NotFound(format!(
+            "no pool prices {token0:#x} against {token1:#x}, directly or through a base token"
+        ))
+    })?;
     let mut blocks = quote.blocks;
     blocks.sort_unstable();
     blocks.dedup();
@@ -90,6 +93,21 @@ pub fn token_price(
         token1_price: math::to_decimal(&quote.price.recip()),
         block_numbers: blocks,
     })
+}
+
+/// How much `quote_token` one `base` buys at `block`: from their own
+/// pools, else through a base token.
+fn price_at(
+    store: &PriceStore,
+    base_tokens: &[Address],
+    base: Address,
+    quote_token: Address,
+    block: u64,
+) -> anyhow::Result<Option<Quote>> {
+    match quote(store, base, quote_token, block)? {
+        Some(direct) => Ok(Some(direct)),
+        None => route(store, base_tokens, base, quote_token, block),
+    }
 }
 
 /// How much `quote_token` one `base` buys at `block`, from their direct
@@ -278,6 +296,30 @@ mod tests {
         assert_eq!(after.token1_price, "2500");
         // Before the first indexed block, and after the last: the latest.
         assert_eq!(at(Some(5), usdc, weth).token0_price, "2500");
+        // A pair first priced later than the time asked: its latest price.
+        let late = pool(0xa3, PoolKind::V2, usdc, token(0x0d));
+        store
+            .put_token(
+                token(0x0d),
+                &Token {
+                    name: "Late".into(),
+                    decimals: 6,
+                },
+            )
+            .expect("token");
+        store
+            .apply(&BlockUpdate {
+                number: 21,
+                timestamp: 1_130,
+                pools: vec![late],
+                states: vec![(late.address, v2(3 * E6, E6))],
+            })
+            .expect("block 21");
+        let p = token_price(&store, &[], Some(1_000), usdc, token(0x0d)).expect("price");
+        assert_eq!(
+            (p.token0_price.as_str(), p.block_numbers.clone()),
+            ("3", vec![21])
+        );
         assert_eq!(at(Some(99_999), usdc, weth).token0_price, "2500");
         assert_eq!(at(None, usdc, weth).block_numbers, vec![20]);
     }

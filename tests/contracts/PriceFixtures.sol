@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+// Contracts for the token_price end-to-end tests on anvil: tokens (one
+// with the bytes32 name some old tokens use), a Uniswap-V2-style factory
+// and pair, a Uniswap-V3-style factory and pool that emit the real events.
+// The tests place the factories' code at the real factory addresses
+// (anvil_setCode), so the server's default allow-list applies unchanged.
+pragma solidity ^0.8.20;
+
+contract TestToken {
+    string public name;
+    uint8 public decimals;
+
+    constructor(string memory name_, uint8 decimals_) {
+        name = name_;
+        decimals = decimals_;
+    }
+}
+
+/// `name()` as bytes32, as MKR and SAI do.
+contract Bytes32Token {
+    bytes32 public name;
+    uint8 public decimals;
+
+    constructor(bytes32 name_, uint8 decimals_) {
+        name = name_;
+        decimals = decimals_;
+    }
+}
+
+contract TestPair {
+    event Sync(uint112 reserve0, uint112 reserve1);
+
+    address public factory;
+    address public token0;
+    address public token1;
+
+    constructor(address factory_, address token0_, address token1_) {
+        factory = factory_;
+        token0 = token0_;
+        token1 = token1_;
+    }
+
+    /// What a swap or a liquidity change ends with: the new reserves.
+    function sync(uint112 reserve0, uint112 reserve1) external {
+        emit Sync(reserve0, reserve1);
+    }
+}
+
+contract TestV2Factory {
+    event PairCreated(address indexed token0, address indexed token1, address pair, uint256 index);
+
+    mapping(address => mapping(address => address)) public getPair;
+    uint256 public pairs;
+
+    function createPair(address tokenA, address tokenB) external returns (address pair) {
+        (address token0, address token1) = tokenA < tokenB ? (tokenA, tokenB) : (tokenB, tokenA);
+        pair = address(new TestPair(address(this), token0, token1));
+        getPair[token0][token1] = pair;
+        getPair[token1][token0] = pair;
+        pairs += 1;
+        emit PairCreated(token0, token1, pair, pairs);
+    }
+}
+
+contract TestV3Pool {
+    event Swap(
+        address indexed sender,
+        address indexed recipient,
+        int256 amount0,
+        int256 amount1,
+        uint160 sqrtPriceX96,
+        uint128 liquidity,
+        int24 tick
+    );
+
+    address public factory;
+    address public token0;
+    address public token1;
+    uint24 public fee;
+
+    constructor(address factory_, address token0_, address token1_, uint24 fee_) {
+        factory = factory_;
+        token0 = token0_;
+        token1 = token1_;
+        fee = fee_;
+    }
+
+    /// What a swap ends with: the new price and in-range liquidity.
+    function swapTo(uint160 sqrtPriceX96, uint128 liquidity) external {
+        emit Swap(msg.sender, msg.sender, 1, -1, sqrtPriceX96, liquidity, 0);
+    }
+}
+
+contract TestV3Factory {
+    mapping(address => mapping(address => mapping(uint24 => address))) public getPool;
+
+    /// Deploys without announcing it (no PoolCreated), so the server meets
+    /// the pool first through its Swap and must ask the factory.
+    function createPool(address tokenA, address tokenB, uint24 fee) external returns (address pool) {
+        (address token0, address token1) = tokenA < tokenB ? (tokenA, tokenB) : (tokenB, tokenA);
+        pool = address(new TestV3Pool(address(this), token0, token1, fee));
+        getPool[token0][token1][fee] = pool;
+        getPool[token1][token0][fee] = pool;
+    }
+}
