@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 rustup target add wasm32-wasip2 >/dev/null
 
-# Real JavaScript clients (ethers, viem) and anvil, the upstream node of the
-# real-node tests, from npm.
+# Real JavaScript clients (ethers, viem), anvil (the upstream node of the
+# real-node tests) and solc (the price tests' contracts), from npm.
 if ! command -v node >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq nodejs npm
 fi

@@ -56,6 +56,7 @@ impl Chain {
                 Ok((component.manifest.topic.clone(), handle))
             })
             .collect::<anyhow::Result<_>>()?;
+        let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown)?;
         let (events, rx) = mpsc::channel(SOURCE_QUEUE);
         let upstream = match &spec.source {
             SourceConfig::Devnet => {
@@ -69,13 +70,13 @@ impl Chain {
                     url: url.clone(),
                     chain_id: spec.chain_id,
                     backfill_limit: spec.window as u64,
+                    resume_from: price.resume_from()?,
                 };
                 let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
                 tokio::spawn(upstream::run(settings, events, status, shutdown.clone()));
                 Some(watcher)
             }
         };
-        let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown)?;
         let chain = Arc::new(Chain {
             name: spec.name.clone(),
             chain_id: spec.chain_id,

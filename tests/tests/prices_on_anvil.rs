@@ -182,7 +182,7 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
     let code = compile().await;
     let anvil = Anvil::start(1).await.expect("anvil");
     let data_dir = tempfile::tempdir().expect("data dir");
-    let server = TestServer::start(Config {
+    let config = Config {
         chains: BTreeMap::from([(
             "eth".to_string(),
             ChainConfig {
@@ -198,9 +198,8 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
             data_dir: Some(data_dir.path().to_path_buf()),
         },
         ..Config::default()
-    })
-    .await
-    .expect("server");
+    };
+    let server = TestServer::start(config.clone()).await.expect("server");
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -476,4 +475,29 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
         .await
         .expect("answer");
     assert_eq!(unknown["error"]["code"], -32001, "{unknown}");
+
+    // A restart: the history survives in the data directory, and a trade
+    // made while the server was down (not the node's head by the time it
+    // is back) is indexed from where the index stopped.
+    drop(client);
+    server.shutdown();
+    drop(server);
+    chain
+        .send(Some(pair), reserves(3_500), Some(t0 + 10_000))
+        .await;
+    anvil.mine(3).await.expect("mine");
+    let server = TestServer::start(config).await.expect("server again");
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    let kept = client
+        .call("token_price", ask(Some(t0 + 150), beta, alpha))
+        .await
+        .expect("price");
+    assert_eq!(price_of(&kept, "token0Price"), "2000", "{kept}");
+    price_when(&mut client, &heads, &anvil, ask(None, beta, alpha), |a| {
+        a["result"]["token0Price"] == "3500"
+    })
+    .await;
 }

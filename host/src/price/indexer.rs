@@ -111,6 +111,7 @@ impl Indexer {
         }
         let update = BlockUpdate {
             number: block.number(),
+            hash: block.hash,
             timestamp: block.header.timestamp,
             pools: learned.into_values().collect(),
             states: order.into_iter().map(|p| (p, states[&p])).collect(),

@@ -44,9 +44,9 @@ impl PriceIndex {
         config: &PriceConfig,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<(Arc<Self>, mpsc::UnboundedSender<ChainEvent>)> {
-        let (store, calls): (PriceStore, Arc<dyn ChainCalls>) = match &spec.source {
+        let (store, calls): (Arc<PriceStore>, Arc<dyn ChainCalls>) = match &spec.source {
             SourceConfig::Devnet => (
-                PriceStore::in_memory()?,
+                Arc::new(PriceStore::in_memory()?),
                 Arc::new(DevnetCalls::new(spec.chain_id)),
             ),
             SourceConfig::Node(url) => {
@@ -55,20 +55,19 @@ impl PriceIndex {
                         std::fs::create_dir_all(dir).with_context(|| {
                             format!("creating the price data directory {}", dir.display())
                         })?;
-                        PriceStore::open(&dir.join(format!("{}.redb", spec.name)))?
+                        open_shared(&dir.join(format!("{}.redb", spec.name)))?
                     }
                     None => {
                         tracing::warn!(
                             chain = %spec.name,
                             "price history is kept in memory; set [price] data_dir to keep it across restarts"
                         );
-                        PriceStore::in_memory()?
+                        Arc::new(PriceStore::in_memory()?)
                     }
                 };
                 (store, Arc::new(NodeCalls::new(url.clone())))
             }
         };
-        let store = Arc::new(store);
         let indexer = indexer::Indexer::new(
             spec.name.clone(),
             store.clone(),
@@ -86,6 +85,12 @@ impl PriceIndex {
         ))
     }
 
+    /// The newest indexed block, where a node source resumes so that
+    /// blocks made while the server was down are indexed too.
+    pub fn resume_from(&self) -> anyhow::Result<Option<(u64, alloy_primitives::B256)>> {
+        self.store.tip_block()
+    }
+
     /// `token_price`: `timestamp` in seconds or milliseconds.
     pub fn token_price(
         &self,
@@ -101,4 +106,25 @@ impl PriceIndex {
             token1,
         )
     }
+}
+
+/// Opens the database at `path`, or shares the one already open in this
+/// process (a database file admits one opener; a server restarted in the
+/// same process, as tests do, may start before the old one let go).
+fn open_shared(path: &std::path::Path) -> anyhow::Result<Arc<PriceStore>> {
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+    use std::sync::{Mutex, OnceLock, Weak};
+    static OPEN: OnceLock<Mutex<HashMap<PathBuf, Weak<PriceStore>>>> = OnceLock::new();
+    let mut open = OPEN
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| anyhow::anyhow!("price database registry poisoned"))?;
+    let key = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    if let Some(store) = open.get(&key).and_then(Weak::upgrade) {
+        return Ok(store);
+    }
+    let store = Arc::new(PriceStore::open(path)?);
+    open.insert(key, Arc::downgrade(&store));
+    Ok(store)
 }

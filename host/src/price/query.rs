@@ -259,6 +259,7 @@ mod tests {
         store
             .apply(&BlockUpdate {
                 number: 10,
+                hash: alloy_primitives::B256::with_last_byte(10),
                 timestamp: 1_000,
                 pools: vec![direct, pepe_weth],
                 states: vec![
@@ -271,6 +272,7 @@ mod tests {
         store
             .apply(&BlockUpdate {
                 number: 20,
+                hash: alloy_primitives::B256::with_last_byte(20),
                 timestamp: 1_120,
                 pools: vec![],
                 states: vec![(direct.address, v2(2_500_000 * E6, 1_000 * E18))],
@@ -310,6 +312,7 @@ mod tests {
         store
             .apply(&BlockUpdate {
                 number: 21,
+                hash: alloy_primitives::B256::with_last_byte(21),
                 timestamp: 1_130,
                 pools: vec![late],
                 states: vec![(late.address, v2(3 * E6, E6))],

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::{Address, B256, U256};
 use anyhow::Context;
 use redb::{Database, MultimapTableDefinition, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -53,6 +53,8 @@ type Addr = [u8; 20];
 
 /// block number → timestamp.
 const BLOCK_TIMES: TableDefinition<u64, u64> = TableDefinition::new("block_times");
+/// block number → hash, to resume after a restart from the last block.
+const BLOCK_HASHES: TableDefinition<u64, [u8; 32]> = TableDefinition::new("block_hashes");
 /// (timestamp, block number), to find the block at a time.
 const TIME_INDEX: TableDefinition<(u64, u64), ()> = TableDefinition::new("time_index");
 /// pool → kind, token0, token1, factory.
@@ -71,6 +73,7 @@ const TOKENS: TableDefinition<Addr, (u8, &str)> = TableDefinition::new("tokens")
 #[derive(Debug, Default)]
 pub struct BlockUpdate {
     pub number: u64,
+    pub hash: B256,
     pub timestamp: u64,
     /// Pools learned in this block (created, or first seen and checked).
     pub pools: Vec<Pool>,
@@ -108,6 +111,7 @@ impl PriceStore {
     fn init(db: Database) -> anyhow::Result<Self> {
         let txn = db.begin_write()?;
         txn.open_table(BLOCK_TIMES)?;
+        txn.open_table(BLOCK_HASHES)?;
         txn.open_table(TIME_INDEX)?;
         txn.open_table(POOLS)?;
         txn.open_multimap_table(PAIRS)?;
@@ -128,6 +132,8 @@ impl PriceStore {
                 index.remove((old.value(), update.number))?;
             }
             index.insert((update.timestamp, update.number), ())?;
+            txn.open_table(BLOCK_HASHES)?
+                .insert(update.number, update.hash.0)?;
             let mut pools = txn.open_table(POOLS)?;
             let mut pairs = txn.open_multimap_table(PAIRS)?;
             for pool in &update.pools {
@@ -155,6 +161,7 @@ impl PriceStore {
             if let Some(old) = times.remove(number)? {
                 txn.open_table(TIME_INDEX)?.remove((old.value(), number))?;
             }
+            txn.open_table(BLOCK_HASHES)?.remove(number)?;
             let mut states = txn.open_table(STATES)?;
             let mut touched = txn.open_multimap_table(BLOCK_STATES)?;
             for pool in touched.remove_all(number)? {
@@ -170,6 +177,16 @@ impl PriceStore {
         let txn = self.db.begin_read()?;
         let times = txn.open_table(BLOCK_TIMES)?;
         Ok(times.last()?.map(|(n, t)| (n.value(), t.value())))
+    }
+
+    /// The newest block recorded: (number, hash), where a node source
+    /// resumes after a restart.
+    pub fn tip_block(&self) -> anyhow::Result<Option<(u64, B256)>> {
+        let txn = self.db.begin_read()?;
+        let hashes = txn.open_table(BLOCK_HASHES)?;
+        Ok(hashes
+            .last()?
+            .map(|(n, h)| (n.value(), B256::from(h.value()))))
     }
 
     /// The time of block `number`, if recorded.
@@ -345,6 +362,7 @@ mod tests {
         store
             .apply(&BlockUpdate {
                 number: 10,
+                hash: B256::with_last_byte(10),
                 timestamp: 1_000,
                 pools: vec![pool],
                 states: vec![(pool.address, v2(1, 2))],
@@ -353,6 +371,7 @@ mod tests {
         store
             .apply(&BlockUpdate {
                 number: 11,
+                hash: B256::with_last_byte(11),
                 timestamp: 1_012,
                 pools: vec![],
                 states: vec![],
@@ -365,6 +384,7 @@ mod tests {
         store
             .apply(&BlockUpdate {
                 number: 12,
+                hash: B256::with_last_byte(12),
                 timestamp: 1_024,
                 pools: vec![],
                 states: vec![(pool.address, v3)],
@@ -385,6 +405,10 @@ mod tests {
         assert_eq!(store.block_at(1_020).expect("time"), Some((11, 1_012)));
         assert_eq!(store.block_at(999).expect("time"), None);
         assert_eq!(store.tip().expect("tip"), Some((12, 1_024)));
+        assert_eq!(
+            store.tip_block().expect("tip"),
+            Some((12, B256::with_last_byte(12)))
+        );
 
         store.roll_back(12).expect("roll back");
         assert_eq!(
@@ -392,6 +416,10 @@ mod tests {
             Some((10, v2(1, 2)))
         );
         assert_eq!(store.tip().expect("tip"), Some((11, 1_012)));
+        assert_eq!(
+            store.tip_block().expect("tip"),
+            Some((11, B256::with_last_byte(11)))
+        );
         assert_eq!(store.block_at(2_000).expect("time"), Some((11, 1_012)));
     }
 
@@ -413,6 +441,7 @@ mod tests {
             store
                 .apply(&BlockUpdate {
                     number: 5,
+                    hash: B256::with_last_byte(5),
                     timestamp: 50,
                     ..Default::default()
                 })

@@ -80,6 +80,12 @@ impl Delivered {
         }
     }
 
+    /// Starts from a block delivered before a restart.
+    pub fn resume(&mut self, number: u64, hash: B256) {
+        self.blocks.clear();
+        self.blocks.push_back((number, hash));
+    }
+
     /// Whether a pending `hash` is worth fetching.
     pub fn is_new_pending(&self, hash: &B256) -> bool {
         !self.seen.contains(hash)
