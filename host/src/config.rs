@@ -142,6 +142,9 @@ pub struct ChainConfig {
     pub http: Option<String>,
     /// Blocks kept for reorg handling and block lookups.
     pub window: Option<usize>,
+    /// Node chains: fill `token_price` history from this block up to where
+    /// the index starts, by `eth_getLogs` (resumed after a restart).
+    pub price_from_block: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -177,6 +180,7 @@ pub struct ChainSpec {
     pub chain_id: u64,
     pub source: SourceConfig,
     pub window: usize,
+    pub price_from_block: Option<u64>,
 }
 
 impl Config {
@@ -222,6 +226,7 @@ impl Config {
                     chain_id,
                     source: chain.source.clone(),
                     window: chain.window.unwrap_or(crate::ingest::canonical::DEFAULT_WINDOW),
+                    price_from_block: chain.price_from_block,
                 })
             })
             .collect()

@@ -177,104 +177,115 @@ fn price_of(answer: &Value, field: &str) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
-    let code = compile().await;
-    let anvil = Anvil::start(1).await.expect("anvil");
-    let data_dir = tempfile::tempdir().expect("data dir");
-    let config = Config {
-        chains: BTreeMap::from([(
-            "eth".to_string(),
-            ChainConfig {
-                chain_id: Some(1),
-                source: SourceConfig::Node(anvil.ws_url()),
-                ..Default::default()
-            },
-        )]),
-        auth: AuthConfig {
-            keys: vec![KEY.to_string()],
-        },
-        price: PriceConfig {
-            data_dir: Some(data_dir.path().to_path_buf()),
-        },
-        ..Config::default()
-    };
-    let server = TestServer::start(config.clone()).await.expect("server");
-    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
-        .await
-        .expect("connect");
-    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
-    let chain = Chain { anvil: &anvil };
+/// Deployed fixtures: three tokens, both factories at Uniswap's
+/// addresses, an ALPHA/BETA pair (announced by PairCreated), and a start
+/// time `t0` safely after the node's latest block.
+struct Fixture {
+    alpha: Address,
+    beta: Address,
+    gamma: Address,
+    pair: Address,
+    alpha_first: bool,
+    t0: u64,
+}
 
-    // Tokens: 18 and 6 decimals, and a bytes32-named one with 8.
-    let alpha = chain
-        .deploy(
-            &code["TestToken"].0,
-            TestToken::constructorCall {
-                name_: "Alpha Token".into(),
-                decimals_: 18,
-            }
-            .abi_encode(),
-        )
-        .await;
-    let beta = chain
-        .deploy(
-            &code["TestToken"].0,
-            TestToken::constructorCall {
-                name_: "Beta Dollar".into(),
-                decimals_: 6,
-            }
-            .abi_encode(),
-        )
-        .await;
-    let mut gamma_name = [0u8; 32];
-    gamma_name[..5].copy_from_slice(b"Gamma");
-    let gamma = chain
-        .deploy(
-            &code["Bytes32Token"].0,
-            Bytes32Token::constructorCall {
-                name_: gamma_name.into(),
-                decimals_: 8,
-            }
-            .abi_encode(),
-        )
-        .await;
-    // The factories, at Uniswap's addresses.
-    for (factory, name) in [
-        (UNISWAP_V2_FACTORY, "TestV2Factory"),
-        (UNISWAP_V3_FACTORY, "TestV3Factory"),
-    ] {
-        anvil
-            .rpc("anvil_setCode", json!([factory, code[name].1]))
+impl Fixture {
+    async fn deploy(chain: &Chain<'_>, code: &BTreeMap<String, (String, String)>) -> Self {
+        let anvil = chain.anvil;
+        // Tokens: 18 and 6 decimals, and a bytes32-named one with 8.
+        let alpha = chain
+            .deploy(
+                &code["TestToken"].0,
+                TestToken::constructorCall {
+                    name_: "Alpha Token".into(),
+                    decimals_: 18,
+                }
+                .abi_encode(),
+            )
+            .await;
+        let beta = chain
+            .deploy(
+                &code["TestToken"].0,
+                TestToken::constructorCall {
+                    name_: "Beta Dollar".into(),
+                    decimals_: 6,
+                }
+                .abi_encode(),
+            )
+            .await;
+        let mut gamma_name = [0u8; 32];
+        gamma_name[..5].copy_from_slice(b"Gamma");
+        let gamma = chain
+            .deploy(
+                &code["Bytes32Token"].0,
+                Bytes32Token::constructorCall {
+                    name_: gamma_name.into(),
+                    decimals_: 8,
+                }
+                .abi_encode(),
+            )
+            .await;
+        // The factories, at Uniswap's addresses.
+        for (factory, name) in [
+            (UNISWAP_V2_FACTORY, "TestV2Factory"),
+            (UNISWAP_V3_FACTORY, "TestV3Factory"),
+        ] {
+            anvil
+                .rpc("anvil_setCode", json!([factory, code[name].1]))
+                .await
+                .expect("setCode");
+        }
+        // An ALPHA/BETA pair, announced by PairCreated.
+        chain
+            .send(
+                Some(UNISWAP_V2_FACTORY),
+                TestV2Factory::createPairCall {
+                    tokenA: alpha,
+                    tokenB: beta,
+                }
+                .abi_encode(),
+                None,
+            )
+            .await;
+        let pair = chain
+            .call(
+                UNISWAP_V2_FACTORY,
+                TestV2Factory::getPairCall {
+                    tokenA: alpha,
+                    tokenB: beta,
+                },
+            )
+            .await;
+        let alpha_first = chain.call(pair, TestPair::token0Call {}).await == alpha;
+        let latest = anvil
+            .rpc("eth_getBlockByNumber", json!(["latest", false]))
             .await
-            .expect("setCode");
+            .expect("latest");
+        let t0 = u64::from_str_radix(
+            latest["timestamp"]
+                .as_str()
+                .expect("time")
+                .trim_start_matches("0x"),
+            16,
+        )
+        .expect("hex")
+            + 1_000;
+
+        Fixture {
+            alpha,
+            beta,
+            gamma,
+            pair,
+            alpha_first,
+            t0,
+        }
     }
-    // An ALPHA/BETA pair, announced by PairCreated.
-    chain
-        .send(
-            Some(UNISWAP_V2_FACTORY),
-            TestV2Factory::createPairCall {
-                tokenA: alpha,
-                tokenB: beta,
-            }
-            .abi_encode(),
-            None,
-        )
-        .await;
-    let pair = chain
-        .call(
-            UNISWAP_V2_FACTORY,
-            TestV2Factory::getPairCall {
-                tokenA: alpha,
-                tokenB: beta,
-            },
-        )
-        .await;
-    let alpha_first = chain.call(pair, TestPair::token0Call {}).await == alpha;
-    // Reserves for `beta_per_alpha` BETA per ALPHA, in the pair's order.
-    let reserves = |beta_per_alpha: u128| {
+
+    /// A `sync` call setting reserves for `beta_per_alpha` BETA per ALPHA
+    /// (10 ALPHA deep), in the pair's token order.
+    fn reserves(&self, beta_per_alpha: u128) -> Vec<u8> {
         let (r_alpha, r_beta) = (10 * 10u128.pow(18), 10 * beta_per_alpha * 10u128.pow(6));
-        let (r0, r1) = if alpha_first {
+        let (r0, r1) = if self.alpha_first {
             (r_alpha, r_beta)
         } else {
             (r_beta, r_alpha)
@@ -284,26 +295,58 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
             reserve1: alloy_primitives::Uint::from(r1),
         }
         .abi_encode()
-    };
+    }
+}
 
-    let latest = anvil
-        .rpc("eth_getBlockByNumber", json!(["latest", false]))
+/// A server config reading `anvil` as Ethereum, keeping price history in
+/// `data_dir`, backfilling from `from_block` if given.
+fn node_config(anvil: &Anvil, data_dir: &std::path::Path, from_block: Option<u64>) -> Config {
+    Config {
+        chains: BTreeMap::from([(
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(1),
+                source: SourceConfig::Node(anvil.ws_url()),
+                price_from_block: from_block,
+                ..Default::default()
+            },
+        )]),
+        auth: AuthConfig {
+            keys: vec![KEY.to_string()],
+        },
+        price: PriceConfig {
+            data_dir: Some(data_dir.to_path_buf()),
+        },
+        ..Config::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
+    let code = compile().await;
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let data_dir = tempfile::tempdir().expect("data dir");
+    let config = node_config(&anvil, data_dir.path(), Some(0));
+    let server = TestServer::start(config.clone()).await.expect("server");
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
-        .expect("latest");
-    let t0 = u64::from_str_radix(
-        latest["timestamp"]
-            .as_str()
-            .expect("time")
-            .trim_start_matches("0x"),
-        16,
-    )
-    .expect("hex")
-        + 1_000;
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    let chain = Chain { anvil: &anvil };
+
+    let fixture = Fixture::deploy(&chain, &code).await;
+    let (alpha, beta, gamma, pair, t0) = (
+        fixture.alpha,
+        fixture.beta,
+        fixture.gamma,
+        fixture.pair,
+        fixture.t0,
+    );
     let trade1 = chain
-        .send(Some(pair), reserves(2_000), Some(t0 + 100))
+        .send(Some(pair), fixture.reserves(2_000), Some(t0 + 100))
         .await;
     let trade2 = chain
-        .send(Some(pair), reserves(2_500), Some(t0 + 200))
+        .send(Some(pair), fixture.reserves(2_500), Some(t0 + 200))
         .await;
     let (block1, block2) = (chain.block_of(&trade1).await, chain.block_of(&trade2).await);
 
@@ -447,7 +490,7 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
 
     // A trade, then a reorg that undoes it: the answer comes back.
     let trade3 = chain
-        .send(Some(pair), reserves(3_000), Some(t0 + 500))
+        .send(Some(pair), fixture.reserves(3_000), Some(t0 + 500))
         .await;
     let block3 = chain.block_of(&trade3).await;
     price_when(&mut client, &heads, &anvil, ask(None, beta, alpha), |a| {
@@ -483,7 +526,7 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
     server.shutdown();
     drop(server);
     chain
-        .send(Some(pair), reserves(3_500), Some(t0 + 10_000))
+        .send(Some(pair), fixture.reserves(3_500), Some(t0 + 10_000))
         .await;
     anvil.mine(3).await.expect("mine");
     let server = TestServer::start(config).await.expect("server again");
@@ -500,4 +543,42 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
         a["result"]["token0Price"] == "3500"
     })
     .await;
+}
+
+/// History from before the server ever ran: with `price_from_block`, the
+/// pool's creation and trades are fetched by `eth_getLogs` and answer for
+/// their times (the live index alone starts at the node's head).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_is_backfilled_from_a_configured_block() {
+    let code = compile().await;
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let chain = Chain { anvil: &anvil };
+    let fixture = Fixture::deploy(&chain, &code).await;
+    let t0 = fixture.t0;
+    let trade = chain
+        .send(Some(fixture.pair), fixture.reserves(2_000), Some(t0 + 100))
+        .await;
+    chain
+        .send(Some(fixture.pair), fixture.reserves(2_500), Some(t0 + 200))
+        .await;
+    anvil.mine(5).await.expect("mine");
+
+    let data_dir = tempfile::tempdir().expect("data dir");
+    let server = TestServer::start(node_config(&anvil, data_dir.path(), Some(0)))
+        .await
+        .expect("server");
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    let params = json!({ "timestamp": t0 + 150, "token0": fixture.beta, "token1": fixture.alpha });
+    let answer = price_when(&mut client, &heads, &anvil, params, |a| {
+        a["result"]["token0Price"] == "2000"
+    })
+    .await;
+    assert_eq!(
+        answer["result"]["blockNumbers"],
+        json!([chain.block_of(&trade).await])
+    );
+    assert_eq!(answer["result"]["token1Name"], "Alpha Token");
 }

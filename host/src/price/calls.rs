@@ -7,12 +7,14 @@ use std::collections::HashMap;
 use alloy_primitives::{Address, Bytes};
 use alloy_sol_types::SolCall;
 use futures_util::future::BoxFuture;
+use serde::de::DeserializeOwned;
 use serde_json::json;
+use serde_json::value::RawValue;
 use tokio::sync::Mutex;
 
 use super::dex;
 use crate::ingest::devnet;
-use crate::ingest::upstream::{NodeClient, NodeError};
+use crate::ingest::upstream::{Call, NodeClient, NodeError, decode};
 
 /// Runs a read-only call at the latest block.
 pub trait ChainCalls: Send + Sync {
@@ -20,44 +22,63 @@ pub trait ChainCalls: Send + Sync {
     fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>>;
 }
 
-/// `eth_call` on a node, over a connection of its own (opened on first
-/// use, reopened after a failure).
+/// Requests to a node over a connection of the price index's own (opened
+/// on first use, reopened after a failure), apart from the source's.
 #[derive(Debug)]
-pub struct NodeCalls {
+pub struct NodeConnection {
     url: String,
-    /// The open connection; a mutex so calls take turns reconnecting.
+    /// The open connection; a mutex so requests take turns reconnecting.
     client: Mutex<Option<NodeClient>>,
 }
 
-impl NodeCalls {
+impl NodeConnection {
     pub fn new(url: String) -> Self {
         Self {
             url,
             client: Mutex::new(None),
         }
     }
+
+    /// Sends `calls` as one batch (see [`NodeClient::batch`]).
+    pub async fn batch(&self, calls: &[Call]) -> Result<Vec<Box<RawValue>>, NodeError> {
+        let mut slot = self.client.lock().await;
+        if slot.is_none() {
+            let (client, _notifications) = NodeClient::connect(&self.url).await?;
+            *slot = Some(client);
+        }
+        let client = slot.as_ref().expect("connected above");
+        let result = client.batch(calls).await;
+        if matches!(&result, Err(e) if !matches!(e, NodeError::Rpc { .. })) {
+            *slot = None;
+        }
+        result
+    }
+
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        params: serde_json::Value,
+    ) -> Result<T, NodeError> {
+        let mut results = self.batch(&[Call::new(method, params)]).await?;
+        let raw = results.pop().ok_or(NodeError::Closed)?;
+        decode(method, &raw)
+    }
 }
 
-impl ChainCalls for NodeCalls {
+impl ChainCalls for NodeConnection {
     fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>> {
         Box::pin(async move {
-            let mut slot = self.client.lock().await;
-            if slot.is_none() {
-                let (client, _notifications) = NodeClient::connect(&self.url).await?;
-                *slot = Some(client);
-            }
-            let client = slot.as_ref().expect("connected above");
-            match client
-                .call::<Bytes>("eth_call", json!([{ "to": to, "data": data }, "latest"]))
-                .await
+            match NodeConnection::call::<Bytes>(
+                self,
+                "eth_call",
+                json!([{ "to": to, "data": data }, "latest"]),
+            )
+            .await
             {
                 Ok(result) => Ok(Some(result)),
                 // The contract refused: not a pool or token of the kind asked.
                 Err(NodeError::Rpc { .. }) => Ok(None),
-                Err(other) => {
-                    *slot = None;
-                    Err(other.into())
-                }
+                Err(other) => Err(other.into()),
             }
         })
     }

@@ -57,7 +57,9 @@ impl Indexer {
         }
     }
 
-    async fn add(&mut self, block: &Block) -> anyhow::Result<()> {
+    /// Indexes the pool events of a canonical block (a whole block, or a
+    /// backfilled one carrying only its header fields and logs).
+    pub async fn add(&mut self, block: &Block) -> anyhow::Result<()> {
         let mut learned: HashMap<Address, Pool> = HashMap::new();
         let mut states = HashMap::new();
         let mut order = Vec::new();

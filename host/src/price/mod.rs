@@ -1,11 +1,13 @@
 //! On-chain token prices from DEX pools (`token_price`).
 //!
+//! - [`backfill`]: history from a configured block, by `eth_getLogs`.
 //! - [`calls`]: contract calls against the chain's source (node or devnet).
 //! - [`dex`]: pool events, identifying calls, default factories and base tokens.
 //! - [`indexer`]: pool events of canonical blocks into the store; rollbacks.
 //! - [`math`]: exact pool prices, liquidity weighting, decimal output.
 //! - [`query`]: the `token_price` answer: pools at a time, routes.
 //! - [`store`]: the price history in an embedded database.
+pub mod backfill;
 pub mod calls;
 pub mod dex;
 pub mod indexer;
@@ -22,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ChainSpec, PriceConfig, SourceConfig};
 use crate::ingest::ChainEvent;
-use calls::{ChainCalls, DevnetCalls, NodeCalls};
+use calls::{ChainCalls, DevnetCalls, NodeConnection};
 use query::{PriceAnswer, PriceError};
 use store::PriceStore;
 
@@ -65,7 +67,24 @@ impl PriceIndex {
                         Arc::new(PriceStore::in_memory()?)
                     }
                 };
-                (store, Arc::new(NodeCalls::new(url.clone())))
+                let node = Arc::new(NodeConnection::new(url.clone()));
+                if let Some(from) = spec.price_from_block {
+                    let indexer = indexer::Indexer::new(
+                        spec.name.clone(),
+                        store.clone(),
+                        node.clone(),
+                        dex::default_factories(spec.chain_id).to_vec(),
+                    );
+                    tokio::spawn(backfill::run(
+                        spec.name.clone(),
+                        node.clone(),
+                        store.clone(),
+                        indexer,
+                        from,
+                        shutdown.clone(),
+                    ));
+                }
+                (store, node)
             }
         };
         let indexer = indexer::Indexer::new(

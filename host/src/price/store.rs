@@ -66,6 +66,8 @@ const STATES: TableDefinition<(Addr, u64), [u8; 64]> = TableDefinition::new("sta
 /// block → pools whose state it set, to roll the block back.
 const BLOCK_STATES: MultimapTableDefinition<u64, Addr> =
     MultimapTableDefinition::new("block_states");
+/// Progress markers (`backfill_next`: the next block to backfill).
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// token → (decimals, name).
 const TOKENS: TableDefinition<Addr, (u8, &str)> = TableDefinition::new("tokens");
 
@@ -118,6 +120,7 @@ impl PriceStore {
         txn.open_table(STATES)?;
         txn.open_multimap_table(BLOCK_STATES)?;
         txn.open_table(TOKENS)?;
+        txn.open_table(META)?;
         txn.commit().context("creating the price tables")?;
         Ok(Self { db })
     }
@@ -187,6 +190,25 @@ impl PriceStore {
         Ok(hashes
             .last()?
             .map(|(n, h)| (n.value(), B256::from(h.value()))))
+    }
+
+    /// The oldest block recorded.
+    pub fn first_block(&self) -> anyhow::Result<Option<u64>> {
+        let txn = self.db.begin_read()?;
+        let times = txn.open_table(BLOCK_TIMES)?;
+        Ok(times.first()?.map(|(n, _)| n.value()))
+    }
+
+    pub fn marker(&self, name: &str) -> anyhow::Result<Option<u64>> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        Ok(meta.get(name)?.map(|v| v.value()))
+    }
+
+    pub fn set_marker(&self, name: &str, value: u64) -> anyhow::Result<()> {
+        let txn = self.db.begin_write()?;
+        txn.open_table(META)?.insert(name, value)?;
+        txn.commit().context("storing a progress marker")
     }
 
     /// The time of block `number`, if recorded.

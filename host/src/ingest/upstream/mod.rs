@@ -30,9 +30,9 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use client::{Call, decode};
-pub use client::{NodeClient, NodeError};
+pub use client::{Call, NodeClient, NodeError, decode};
 use delivered::Delivered;
+pub use wire::read_logs;
 use wire::{NodeBlock, NodeTransaction};
 
 use super::SourceEvent;

@@ -173,6 +173,18 @@ impl NodeBlock {
     }
 }
 
+/// Logs of `eth_getLogs` over a block range, each keeping its own block
+/// fields; unreadable ones, or ones without a block, are skipped (logged,
+/// counted).
+pub fn read_logs(objects: &[Box<RawValue>]) -> Vec<Log> {
+    readable::<NodeLog>(objects, "log", 0)
+        .filter_map(|log| {
+            let (hash, number) = (log.block_hash?, log.block_number?.to::<u64>());
+            Some(log.into_model(hash, number, 0))
+        })
+        .collect()
+}
+
 /// Reads each object as `T`, skipping (logged, counted) those that fail.
 pub(super) fn readable<'a, T: serde::de::DeserializeOwned>(
     objects: &'a [Box<RawValue>],
