@@ -65,6 +65,28 @@ async fn block(server: &TestServer, number: u64) -> Value {
     server.post("eth", "demo", &body.to_string()).await.1["result"].clone()
 }
 
+/// A client's report holds two pending transaction hashes and a
+/// `Transfer` log of `token`, as the client decoded them.
+fn assert_pending_hashes_and_transfer_log(report: &Value, token: Address) {
+    let pending = report["pending"].as_array().expect("pending");
+    assert_eq!(pending.len(), 2);
+    assert!(pending.iter().all(|h| {
+        h.as_str()
+            .is_some_and(|h| h.len() == 66 && h.starts_with("0x"))
+    }));
+
+    let log = &report["log"];
+    assert_eq!(
+        log["address"].as_str().map(str::to_lowercase),
+        Some(hex_address(&token))
+    );
+    assert_eq!(
+        log["topics"][0],
+        json!("0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef")
+    );
+    assert_eq!(log["removed"], json!(false));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log() {
     let server = TestServer::default().await;
@@ -84,23 +106,7 @@ async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log() {
     // ethers' getBlock agrees with the server's own answer.
     assert_eq!(report["blockHash"], block(&server, blocks[1]).await["hash"]);
 
-    let pending = report["pending"].as_array().expect("pending");
-    assert_eq!(pending.len(), 2);
-    assert!(pending.iter().all(|h| {
-        h.as_str()
-            .is_some_and(|h| h.len() == 66 && h.starts_with("0x"))
-    }));
-
-    let log = &report["log"];
-    assert_eq!(
-        log["address"].as_str().map(str::to_lowercase),
-        Some(hex_address(&token))
-    );
-    assert_eq!(
-        log["topics"][0],
-        json!("0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef")
-    );
-    assert_eq!(log["removed"], json!(false));
+    assert_pending_hashes_and_transfer_log(&report, token);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,21 +193,5 @@ async fn web3_py_gets_heads_pending_hashes_and_a_filtered_log() {
     assert_eq!(heads[1]["hash"], block(&server, numbers[1]).await["hash"]);
     assert_eq!(report["blockHash"], heads[1]["hash"], "get_block agrees");
 
-    let pending = report["pending"].as_array().expect("pending");
-    assert_eq!(pending.len(), 2);
-    assert!(pending.iter().all(|h| {
-        h.as_str()
-            .is_some_and(|h| h.len() == 66 && h.starts_with("0x"))
-    }));
-
-    let log = &report["log"];
-    assert_eq!(
-        log["address"].as_str().map(str::to_lowercase),
-        Some(hex_address(&token))
-    );
-    assert_eq!(
-        log["topics"][0],
-        json!("0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef")
-    );
-    assert_eq!(log["removed"], json!(false));
+    assert_pending_hashes_and_transfer_log(&report, token);
 }

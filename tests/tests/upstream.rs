@@ -28,15 +28,20 @@ async fn server(nodes: &[(&str, &Anvil)]) -> TestServer {
             )
         })
         .collect();
-    TestServer::start(Config {
+    TestServer::start(keyed(chains))
+        .await
+        .expect("server starts")
+}
+
+/// A config serving `chains` with the test's API key.
+fn keyed(chains: BTreeMap<String, ChainConfig>) -> Config {
+    Config {
         chains,
         auth: AuthConfig {
             keys: vec![KEY.to_string()],
         },
         ..Config::default()
-    })
-    .await
-    .expect("server starts")
+    }
 }
 
 /// The topic of the log the test contract emits on every call.
@@ -451,17 +456,39 @@ async fn reconnect_backfills_without_gap_or_duplicate() {
 
 /// Waits until `chain`'s node source is subscribed and following.
 async fn wait_live(server: &TestServer, chain: &str) {
+    status_when(server, chain, |s| *s == UpstreamStatus::Live).await;
+}
+
+/// The first status of `chain`'s node source that `accept` takes.
+async fn status_when(
+    server: &TestServer,
+    chain: &str,
+    accept: impl Fn(&UpstreamStatus) -> bool,
+) -> UpstreamStatus {
     let mut status = server.state.chains[chain]
         .upstream
         .clone()
         .expect("a node source reports its status");
-    tokio::time::timeout(
-        chainsieve_tests::TIMEOUT,
-        status.wait_for(|s| *s == UpstreamStatus::Live),
-    )
+    tokio::time::timeout(chainsieve_tests::TIMEOUT, status.wait_for(accept))
+        .await
+        .expect("the status came in time")
+        .expect("status channel open")
+        .clone()
+}
+
+/// A server reading the node at `url` as Ethereum.
+async fn eth_server(url: String, window: Option<usize>) -> TestServer {
+    TestServer::start(keyed(BTreeMap::from([(
+        "eth".to_string(),
+        ChainConfig {
+            chain_id: Some(1),
+            source: SourceConfig::Node(url),
+            window,
+            ..Default::default()
+        },
+    )])))
     .await
-    .expect("live in time")
-    .expect("status channel open");
+    .expect("server starts")
 }
 
 /// A node on another chain than configured is refused, with a reason that
@@ -469,34 +496,8 @@ async fn wait_live(server: &TestServer, chain: &str) {
 #[tokio::test]
 async fn a_node_on_the_wrong_chain_is_refused() {
     let bsc = Anvil::start(56).await.expect("anvil");
-    let server = TestServer::start(Config {
-        chains: BTreeMap::from([(
-            "eth".to_string(),
-            ChainConfig {
-                chain_id: Some(1),
-                source: SourceConfig::Node(bsc.ws_url()),
-                ..Default::default()
-            },
-        )]),
-        auth: AuthConfig {
-            keys: vec![KEY.to_string()],
-        },
-        ..Config::default()
-    })
-    .await
-    .expect("server starts");
-    let mut status = server.state.chains["eth"]
-        .upstream
-        .clone()
-        .expect("a node source reports its status");
-    let seen = tokio::time::timeout(
-        chainsieve_tests::TIMEOUT,
-        status.wait_for(|s| matches!(s, UpstreamStatus::Down { .. })),
-    )
-    .await
-    .expect("refused in time")
-    .expect("status channel open")
-    .clone();
+    let server = eth_server(bsc.ws_url(), None).await;
+    let seen = status_when(&server, "eth", |s| matches!(s, UpstreamStatus::Down { .. })).await;
     assert_eq!(
         seen,
         UpstreamStatus::Down {
@@ -510,23 +511,7 @@ async fn a_node_on_the_wrong_chain_is_refused() {
 #[tokio::test]
 async fn a_reorg_deeper_than_the_window_resynchronises() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = TestServer::start(Config {
-        chains: BTreeMap::from([(
-            "eth".to_string(),
-            ChainConfig {
-                chain_id: Some(1),
-                source: SourceConfig::Node(anvil.ws_url()),
-                window: Some(4),
-                ..Default::default()
-            },
-        )]),
-        auth: AuthConfig {
-            keys: vec![KEY.to_string()],
-        },
-        ..Config::default()
-    })
-    .await
-    .expect("server starts");
+    let server = eth_server(anvil.ws_url(), Some(4)).await;
     // Following before anything is mined, so the window holds 5..=8.
     wait_live(&server, "eth").await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
@@ -575,34 +560,8 @@ async fn an_unreachable_node_is_reported_and_joined_when_it_appears() {
         .expect("free port")
         .port();
     let url = format!("ws://127.0.0.1:{port}");
-    let server = TestServer::start(Config {
-        chains: BTreeMap::from([(
-            "eth".to_string(),
-            ChainConfig {
-                chain_id: Some(1),
-                source: SourceConfig::Node(url.clone()),
-                ..Default::default()
-            },
-        )]),
-        auth: AuthConfig {
-            keys: vec![KEY.to_string()],
-        },
-        ..Config::default()
-    })
-    .await
-    .expect("the server starts without its node");
-    let mut status = server.state.chains["eth"]
-        .upstream
-        .clone()
-        .expect("a node source reports its status");
-    let down = tokio::time::timeout(
-        chainsieve_tests::TIMEOUT,
-        status.wait_for(|s| matches!(s, UpstreamStatus::Down { .. })),
-    )
-    .await
-    .expect("reported in time")
-    .expect("status channel open")
-    .clone();
+    let server = eth_server(url.clone(), None).await;
+    let down = status_when(&server, "eth", |s| matches!(s, UpstreamStatus::Down { .. })).await;
     let UpstreamStatus::Down { reason } = down else {
         unreachable!("waited for Down");
     };

@@ -14,7 +14,7 @@ use tokio::sync::Mutex;
 
 use super::dex;
 use crate::ingest::devnet;
-use crate::ingest::upstream::{Call, NodeClient, NodeError, decode};
+use crate::ingest::upstream::{Call, NodeClient, NodeError, single};
 
 /// Runs a read-only call at the latest block.
 pub trait ChainCalls: Send + Sync {
@@ -59,9 +59,7 @@ impl NodeConnection {
         method: &'static str,
         params: serde_json::Value,
     ) -> Result<T, NodeError> {
-        let mut results = self.batch(&[Call::new(method, params)]).await?;
-        let raw = results.pop().ok_or(NodeError::Closed)?;
-        decode(method, &raw)
+        single(method, self.batch(&[Call::new(method, params)]).await?)
     }
 }
 

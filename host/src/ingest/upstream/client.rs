@@ -116,9 +116,7 @@ impl NodeClient {
         method: &'static str,
         params: serde_json::Value,
     ) -> Result<T, NodeError> {
-        let mut results = self.batch(&[Call::new(method, params)]).await?;
-        let raw = results.pop().ok_or(NodeError::Closed)?;
-        decode(method, &raw)
+        single(method, self.batch(&[Call::new(method, params)]).await?)
     }
 
     /// Sends `calls` as one JSON-RPC batch (one frame, one round trip) and
@@ -168,6 +166,15 @@ impl NodeClient {
                 method: calls.first().map_or("batch", |c| c.method).to_string(),
             })?
     }
+}
+
+/// Parses the result of a one-call batch.
+pub fn single<T: DeserializeOwned>(
+    method: &str,
+    mut results: Vec<Box<RawValue>>,
+) -> Result<T, NodeError> {
+    let raw = results.pop().ok_or(NodeError::Closed)?;
+    decode(method, &raw)
 }
 
 /// Parses one raw result.

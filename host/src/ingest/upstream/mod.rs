@@ -30,7 +30,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-pub use client::{Call, NodeClient, NodeError, decode};
+pub use client::{Call, NodeClient, NodeError, decode, single};
 use delivered::Delivered;
 pub use wire::read_logs;
 use wire::{NodeBlock, NodeTransaction};
