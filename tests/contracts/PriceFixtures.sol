@@ -6,24 +6,63 @@
 // (anvil_setCode), so the server's default allow-list applies unchanged.
 pragma solidity ^0.8.20;
 
-contract TestToken {
-    string public name;
-    uint8 public decimals;
+/// A minimal ERC-20: the deployer holds the whole supply.
+abstract contract ERC20 {
+    event Transfer(address indexed from, address indexed to, uint256 value);
+    event Approval(address indexed owner, address indexed spender, uint256 value);
 
-    constructor(string memory name_, uint8 decimals_) {
-        name = name_;
+    uint8 public decimals;
+    uint256 public totalSupply;
+    mapping(address => uint256) public balanceOf;
+    mapping(address => mapping(address => uint256)) public allowance;
+
+    constructor(uint8 decimals_, uint256 supply) {
         decimals = decimals_;
+        totalSupply = supply;
+        balanceOf[msg.sender] = supply;
+        emit Transfer(address(0), msg.sender, supply);
+    }
+
+    function transfer(address to, uint256 value) external returns (bool) {
+        _move(msg.sender, to, value);
+        return true;
+    }
+
+    function approve(address spender, uint256 value) external returns (bool) {
+        allowance[msg.sender][spender] = value;
+        emit Approval(msg.sender, spender, value);
+        return true;
+    }
+
+    function transferFrom(address from, address to, uint256 value) external returns (bool) {
+        require(allowance[from][msg.sender] >= value, "allowance");
+        allowance[from][msg.sender] -= value;
+        _move(from, to, value);
+        return true;
+    }
+
+    function _move(address from, address to, uint256 value) private {
+        require(balanceOf[from] >= value, "balance");
+        balanceOf[from] -= value;
+        balanceOf[to] += value;
+        emit Transfer(from, to, value);
+    }
+}
+
+contract TestToken is ERC20 {
+    string public name;
+
+    constructor(string memory name_, uint8 decimals_) ERC20(decimals_, 1e30) {
+        name = name_;
     }
 }
 
 /// `name()` as bytes32, as MKR and SAI do.
-contract Bytes32Token {
+contract Bytes32Token is ERC20 {
     bytes32 public name;
-    uint8 public decimals;
 
-    constructor(bytes32 name_, uint8 decimals_) {
+    constructor(bytes32 name_, uint8 decimals_) ERC20(decimals_, 1e30) {
         name = name_;
-        decimals = decimals_;
     }
 }
 
