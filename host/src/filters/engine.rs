@@ -21,18 +21,24 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// The process-wide engine: compiled components belong to an engine, so one
 /// engine lets every server in the process (tests start many) share them.
+/// Engine and ticker are made inside one `get_or_init`, so racing callers
+/// cannot start two tickers (which would halve every deadline).
 fn shared_engine() -> anyhow::Result<&'static Engine> {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    if let Some(engine) = ENGINE.get() {
-        return Ok(engine);
-    }
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| start_engine().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow!("{e}"))
+}
+
+/// The engine, and the thread that advances its epoch until it is gone.
+fn start_engine() -> anyhow::Result<Engine> {
     let mut config = Config::new();
     config.epoch_interruption(true);
     // Measured (DESIGN.md): component-model async support adds ~650 ns to
     // every call, and filters never need it.
     config.concurrency_support(false);
     let engine = anyhow_result(Engine::new(&config)).context("configuring the wasmtime engine")?;
-    let engine = ENGINE.get_or_init(|| engine);
     let weak = engine.weak();
     thread::Builder::new()
         .name("filter-epoch".into())
@@ -283,5 +289,31 @@ fn payload(p: wit::Payload) -> Payload {
         wit::Payload::Hash => Payload::Hash,
         wit::Payload::Full => Payload::Full,
         wit::Payload::FullBlockvision => Payload::FullBlockvision,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Callers racing for the engine share one epoch ticker: a second one
+    /// would advance the epoch twice as fast and halve every deadline.
+    #[test]
+    fn racing_callers_start_one_ticker() {
+        let callers: Vec<_> = (0..8)
+            .map(|_| thread::spawn(|| shared_engine().map(|_| ()).map_err(|e| e.to_string())))
+            .collect();
+        for caller in callers {
+            caller.join().expect("no panic").expect("the engine starts");
+        }
+        let tickers = std::fs::read_dir("/proc/self/task")
+            .expect("Linux task list")
+            .filter_map(Result::ok)
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|name| name.trim() == "filter-epoch")
+            })
+            .count();
+        assert_eq!(tickers, 1);
     }
 }
