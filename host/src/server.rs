@@ -166,11 +166,22 @@ async fn http(state: Arc<AppState>, chain: &str, key: &str, body: Body) -> Respo
         Err((status, error)) => return json_error(status, error),
     };
     let limit = state.limits.max_request_bytes;
-    let Ok(bytes) = to_bytes(body, limit).await else {
-        return json_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            RpcError::limit_exceeded(format!("request body exceeds the limit of {limit} bytes")),
-        );
+    let bytes = match to_bytes(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(error) if is_length_limit(&error) => {
+            return json_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                RpcError::limit_exceeded(format!(
+                    "request body exceeds the limit of {limit} bytes"
+                )),
+            );
+        }
+        Err(error) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                RpcError::invalid_request(format!("the request body could not be read: {error}")),
+            );
+        }
     };
     let ctx = Context {
         app: &state,
@@ -182,6 +193,19 @@ async fn http(state: Arc<AppState>, chain: &str, key: &str, body: Body) -> Respo
         Some(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     }
+}
+
+/// Whether reading a body failed on the size limit (rather than, say, a
+/// connection that broke mid-body).
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 async fn ws_default(
@@ -216,4 +240,23 @@ fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -
     ws.max_message_size(transport_limit)
         .max_frame_size(transport_limit)
         .on_upgrade(move |socket| session::serve(socket, state, chain, api_key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn body_errors_tell_the_size_limit_from_a_broken_body() {
+        let too_big = to_bytes(Body::from(vec![0u8; 16]), 8)
+            .await
+            .expect_err("over the limit");
+        assert!(is_length_limit(&too_big));
+        let broken = Body::from_stream(futures_util::stream::iter([
+            Ok(axum::body::Bytes::from_static(b"{")),
+            Err(std::io::Error::other("connection reset")),
+        ]));
+        let broken = to_bytes(broken, 1_024).await.expect_err("a broken body");
+        assert!(!is_length_limit(&broken));
+    }
 }
