@@ -220,8 +220,8 @@ impl EventBatch {
                         topics: &topics,
                         data: &log.data().data,
                         block_number: block.number(),
-                        log_index: log.log_index.unwrap_or_default() as u32,
-                        transaction_index: log.transaction_index.unwrap_or_default() as u32,
+                        log_index: layout_index(log.log_index),
+                        transaction_index: layout_index(log.transaction_index),
                         transaction_hash: &log.transaction_hash.unwrap_or_default().0,
                         removed: *removed,
                     })
@@ -230,6 +230,14 @@ impl EventBatch {
         }
         w.finish()
     }
+}
+
+/// A position as the batch layout's u32 field holds it. A block's gas
+/// limit keeps real positions far below 2^32; a larger one (only a
+/// malformed source could send it) saturates rather than wrapping to a
+/// small, wrong index.
+fn layout_index(position: Option<u64>) -> u32 {
+    u32::try_from(position.unwrap_or_default()).unwrap_or(u32::MAX)
 }
 
 fn push_tx(w: &mut BatchWriter, tx: &Transaction, block_number: u64, removed: bool) {
@@ -256,4 +264,16 @@ pub enum SourceEvent {
     /// A block, canonical as far as the source knows; a block whose parent is
     /// not the current tip makes the tracker reorganise.
     Block(Arc<Block>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_saturate_instead_of_wrapping() {
+        assert_eq!(layout_index(Some(7)), 7);
+        assert_eq!(layout_index(None), 0);
+        assert_eq!(layout_index(Some(u64::from(u32::MAX) + 5)), u32::MAX);
+    }
 }
