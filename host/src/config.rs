@@ -60,6 +60,14 @@ impl Default for Config {
     }
 }
 
+fn in_range(key: &str, value: u64, low: u64, high: u64) -> anyhow::Result<()> {
+    if (low..=high).contains(&value) {
+        Ok(())
+    } else {
+        bail!("{key} must be between {low} and {high}, got {value}")
+    }
+}
+
 /// Where `token_price` keeps its history.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
@@ -192,9 +200,77 @@ impl Config {
 
     pub fn from_toml(text: &str) -> anyhow::Result<Self> {
         let config: Config = toml::from_str(text).context("parsing TOML")?;
-        config.chain_specs()?;
-        config.keys()?;
+        config.validate()?;
         Ok(config)
+    }
+
+    /// Checks everything a server needs before anything starts: chains,
+    /// keys, and that every number is in a range the server can run with
+    /// (an out-of-range value is refused here, naming the key and the
+    /// range, rather than overflowing or panicking later).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let specs = self.chain_specs()?;
+        self.keys()?;
+        let limits = &self.limits;
+        in_range(
+            "limits.outbound_queue",
+            limits.outbound_queue as u64,
+            1,
+            1 << 20,
+        )?;
+        in_range("limits.max_batch", limits.max_batch as u64, 1, 100_000)?;
+        in_range(
+            "limits.max_request_bytes",
+            limits.max_request_bytes as u64,
+            1_024,
+            1 << 30,
+        )?;
+        in_range(
+            "limits.ping_interval_secs",
+            limits.ping_interval_secs,
+            1,
+            86_400,
+        )?;
+        let devnet = &self.devnet;
+        in_range(
+            "devnet.pending_batches_per_block",
+            u64::from(devnet.pending_batches_per_block),
+            0,
+            1_000,
+        )?;
+        in_range(
+            "devnet.transactions_per_block",
+            u64::from(devnet.transactions_per_block),
+            0,
+            100_000,
+        )?;
+        if let Some(ms) = devnet.block_time_ms {
+            in_range("devnet.block_time_ms", ms, 1, 3_600_000)?;
+        }
+        in_range("devnet.history_blocks", devnet.history_blocks, 0, 1_000_000)?;
+        for spec in &specs {
+            in_range(
+                &format!("chains.{}.window", spec.name),
+                spec.window as u64,
+                1,
+                1_000_000,
+            )?;
+        }
+        if devnet.reorg_every > 0 {
+            for spec in specs.iter().filter(|s| s.source == SourceConfig::Devnet) {
+                // The tracker must hold the reorg's common ancestor.
+                let most = (spec.window as u64).saturating_sub(1);
+                if devnet.reorg_depth > most {
+                    bail!(
+                        "devnet.reorg_depth {} is deeper than chain {}'s window of {} blocks allows (at most {most})",
+                        devnet.reorg_depth,
+                        spec.name,
+                        spec.window
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The chains with defaults resolved, validated.
@@ -334,5 +410,52 @@ mod tests {
         assert!(err("[chains.eth]\nsource = \"ws://node:8546\"").contains("demo key only works"));
         assert!(err("listen = 5").contains("listen"));
         assert!(err("[auth]\nkeyz = []").contains("unknown field"));
+    }
+
+    /// Numbers the server could not run with are refused up front, naming
+    /// the key and the range, instead of overflowing or panicking later.
+    #[test]
+    fn numbers_out_of_range_are_refused() {
+        let err = |toml: &str| format!("{:#}", Config::from_toml(toml).expect_err("invalid"));
+        for (toml, expected) in [
+            (
+                "[limits]\nping_interval_secs = 18446744073709551615",
+                "limits.ping_interval_secs must be between 1 and 86400, got 18446744073709551615",
+            ),
+            (
+                "[limits]\noutbound_queue = 0",
+                "limits.outbound_queue must be between 1 and 1048576, got 0",
+            ),
+            (
+                "[limits]\noutbound_queue = 4611686018427387904",
+                "limits.outbound_queue must be between 1 and 1048576",
+            ),
+            (
+                "[limits]\nmax_batch = 0",
+                "limits.max_batch must be between 1",
+            ),
+            (
+                "[devnet]\npending_batches_per_block = 4294967295",
+                "devnet.pending_batches_per_block must be between 0 and 1000",
+            ),
+            (
+                "[devnet]\nblock_time_ms = 0",
+                "devnet.block_time_ms must be between 1",
+            ),
+            (
+                "[chains.eth]\nwindow = 0",
+                "chains.eth.window must be between 1 and 1000000, got 0",
+            ),
+            (
+                "[devnet]\nreorg_every = 5\nreorg_depth = 8\n[chains.eth]\nwindow = 8",
+                "devnet.reorg_depth 8 is deeper than chain eth's window of 8 blocks allows (at most 7)",
+            ),
+        ] {
+            let message = err(toml);
+            assert!(message.contains(expected), "{toml}: {message}");
+        }
+        // The edges themselves are fine.
+        Config::from_toml("[limits]\noutbound_queue = 1\nping_interval_secs = 86400")
+            .expect("valid edges");
     }
 }

@@ -60,6 +60,7 @@ impl Stats {
 impl AppState {
     /// Loads the filters and starts every chain.
     pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<Self>> {
+        config.validate()?;
         let specs = config.chain_specs()?;
         let keys = config.keys()?.into_iter().collect();
         let engine = FilterEngine::new(&config.filters)?;
