@@ -47,7 +47,7 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
         connection: Some(&connection),
     };
     let ending = tokio::select! {
-        () = read(ws_rx, ctx) => Ending::Gone,
+        ending = read(ws_rx, ctx) => ending,
         ending = write(&mut ws_tx, frames, &connection.sink, &state) => ending,
     };
     // Cancel first: a peer that stopped reading may never take the close.
@@ -72,15 +72,16 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, ws_tx.send(frame)).await;
 }
 
-/// Answers requests until the client closes or the socket fails.
-async fn read(mut ws_rx: SplitStream<WebSocket>, ctx: Context<'_>) {
+/// Answers requests until the client closes or the socket fails, or a
+/// reply finds the outbound queue full.
+async fn read(mut ws_rx: SplitStream<WebSocket>, ctx: Context<'_>) -> Ending {
     let connection = ctx.connection.expect("sessions always have a connection");
     let limit = ctx.app.limits.max_request_bytes;
     while let Some(Ok(message)) = ws_rx.next().await {
         let bytes = match &message {
             Message::Text(text) => text.as_bytes(),
             Message::Binary(bytes) => bytes.as_ref(),
-            Message::Close(_) => return,
+            Message::Close(_) => return Ending::Gone,
             // tungstenite answers pings itself.
             Message::Ping(_) | Message::Pong(_) => continue,
         };
@@ -95,10 +96,16 @@ async fn read(mut ws_rx: SplitStream<WebSocket>, ctx: Context<'_>) {
         if let Some(reply) = reply
             && connection.sink.send(reply).is_err()
         {
-            // Overflowing: the writer is ending the connection.
-            return;
+            // A client that sends faster than it reads overflows its queue
+            // like a slow subscriber, and is closed the same way.
+            return if connection.sink.overflowed().is_cancelled() {
+                Ending::TooSlow
+            } else {
+                Ending::Gone
+            };
         }
     }
+    Ending::Gone
 }
 
 /// Drains the outbound queue until the connection must end. Every wait,

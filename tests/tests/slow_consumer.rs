@@ -82,3 +82,57 @@ async fn a_stalled_subscriber_is_closed_and_others_are_unaffected() {
         "subscriber too slow: outbound queue full"
     );
 }
+
+/// A client that sends requests and never reads the replies overflows its
+/// queue with replies alone: it is closed like a slow subscriber (1008,
+/// counted), not dropped without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_its_replies_is_closed_with_a_reason() {
+    let config = Config {
+        limits: LimitsConfig {
+            outbound_queue: 16,
+            ..LimitsConfig::default()
+        },
+        ..chainsieve_tests::test_config()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(1024).expect("small buffer");
+    let stream = socket.connect(server.addr).await.expect("connect");
+    let (mut greedy, _) = tokio_tungstenite::client_async(server.ws_url("eth", "demo"), stream)
+        .await
+        .expect("upgrade");
+    // Each request is answered with a whole block; send until the server
+    // has given up on this client (the counter is the event waited on).
+    let request =
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["earliest", true]})
+            .to_string();
+    let mut sent = 0;
+    while server.state.stats.closed_too_slow() == 0 {
+        assert!(sent < 1_000_000, "the queue never overflowed");
+        let send = greedy.send(Message::text(request.clone()));
+        match tokio::time::timeout(chainsieve_tests::TIMEOUT, send).await {
+            Ok(Ok(())) => sent += 1,
+            // The server closed the socket: it must have counted it first.
+            Ok(Err(_)) => break,
+            Err(_) => panic!("the server stopped reading without closing"),
+        }
+    }
+    assert_eq!(server.state.stats.closed_too_slow(), 1);
+    let mut close = None;
+    while let Some(message) = tokio::time::timeout(chainsieve_tests::TIMEOUT, greedy.next())
+        .await
+        .expect("no hang")
+    {
+        match message {
+            Ok(Message::Close(frame)) => {
+                close = frame;
+                break;
+            }
+            Ok(_) => continue,
+            Err(_) => break,
+        }
+    }
+    let frame = close.expect("a close frame");
+    assert_eq!(u16::from(frame.code), 1008);
+}
