@@ -161,6 +161,12 @@ impl WsClient {
         }
     }
 
+    /// Forgets the notifications that arrived before the last response, so
+    /// what is read next came after it.
+    pub fn discard_buffered(&mut self) {
+        self.notifications.clear();
+    }
+
     async fn next_json(&mut self) -> anyhow::Result<Value> {
         loop {
             let message = tokio::time::timeout(TIMEOUT, self.socket.next())

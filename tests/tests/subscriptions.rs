@@ -359,3 +359,36 @@ async fn logs_follow_geth_filter_rules() {
         );
     }
 }
+
+/// `eth_unsubscribe` answering `true` is the last word about that id: no
+/// notification of it follows, while a subscription of the same topic
+/// (same actor, so later batches) keeps receiving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_follows_an_unsubscribe_answer() {
+    let server = TestServer::default().await;
+    let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let gone = client
+        .subscribe(json!(["newPendingTransactions"]))
+        .await
+        .expect("subscribe");
+    // Let notifications flow before cancelling.
+    client.collect_until(&gone, 2).await.expect("pending");
+    let answer = client
+        .call("eth_unsubscribe", json!([gone]))
+        .await
+        .expect("unsubscribe");
+    assert_eq!(answer["result"], json!(true));
+    // What arrived before the answer may still name `gone`; nothing after.
+    client.discard_buffered();
+    let control = client
+        .subscribe(json!(["newPendingTransactions"]))
+        .await
+        .expect("subscribe");
+    let after = client.collect_until(&control, 3).await.expect("control");
+    assert!(
+        of(&after, &gone).is_empty(),
+        "notifications after `true`: {after:?}"
+    );
+}

@@ -55,7 +55,9 @@ pub struct Subscribe {
 enum Command {
     Batch(Arc<EventBatch>),
     Subscribe(Subscribe, oneshot::Sender<Result<(), SubscribeError>>),
-    Unsubscribe(u64),
+    /// Acknowledged once the subscription is gone from the actor: nothing
+    /// is queued for it after that.
+    Unsubscribe(u64, oneshot::Sender<()>),
 }
 
 /// The handle the chain and the sessions use to reach an actor.
@@ -122,9 +124,24 @@ impl FilterHandle {
         answer.await.map_err(|_| stopped())?
     }
 
+    /// Removes subscription `key` and returns once the actor has: the
+    /// caller can then answer `true` knowing no notification for it
+    /// follows. The command is handed over without an await point, so a
+    /// caller cancelled midway (a closed connection) still unsubscribes.
     pub async fn unsubscribe(&self, key: u64) {
-        // A stopped actor has no subscriptions left to remove.
-        let _ = self.commands.send(Command::Unsubscribe(key)).await;
+        let (ack, done) = oneshot::channel();
+        match self.commands.try_send(Command::Unsubscribe(key, ack)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(command)) => {
+                let commands = self.commands.clone();
+                tokio::spawn(async move {
+                    let _ = commands.send(command).await;
+                });
+            }
+            // A stopped actor has no subscriptions left to remove.
+            Err(mpsc::error::TrySendError::Closed(_)) => return,
+        }
+        let _ = done.await;
     }
 }
 
@@ -158,7 +175,10 @@ impl Actor {
                     // session's cleanup unsubscribes.
                     let _ = reply.send(outcome);
                 }
-                Command::Unsubscribe(key) => self.unsubscribe(key),
+                Command::Unsubscribe(key, ack) => {
+                    self.unsubscribe(key);
+                    let _ = ack.send(());
+                }
             }
         }
     }
