@@ -167,18 +167,37 @@ struct Actor {
 impl Actor {
     fn run(mut self, mut rx: mpsc::Receiver<Command>) {
         while let Some(command) = rx.blocking_recv() {
-            match command {
-                Command::Batch(batch) => self.deliver(&batch),
-                Command::Subscribe(request, reply) => {
-                    let outcome = self.subscribe(request);
-                    // The requester may have gone; nothing to undo then, its
-                    // session's cleanup unsubscribes.
-                    let _ = reply.send(outcome);
-                }
-                Command::Unsubscribe(key, ack) => {
-                    self.unsubscribe(key);
-                    let _ = ack.send(());
-                }
+            // A panic (a bug on the host side of a call) must not end the
+            // actor silently: the instance is the only state a command can
+            // leave half-changed, so it is dropped and rebuilt on next use,
+            // like after a trap. A subscriber waiting on a reply sees the
+            // filter unavailable.
+            let handled =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(command)));
+            if let Err(panic) = handled {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(chain = %self.chain, topic = %self.component.manifest.topic, panic = %what, "filter actor panicked; rebuilding the instance");
+                self.instance = None;
+            }
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Batch(batch) => self.deliver(&batch),
+            Command::Subscribe(request, reply) => {
+                let outcome = self.subscribe(request);
+                // The requester may have gone; nothing to undo then, its
+                // session's cleanup unsubscribes.
+                let _ = reply.send(outcome);
+            }
+            Command::Unsubscribe(key, ack) => {
+                self.unsubscribe(key);
+                let _ = ack.send(());
             }
         }
     }
