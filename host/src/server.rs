@@ -65,11 +65,20 @@ impl AppState {
         let keys = config.keys()?.into_iter().collect();
         let engine = FilterEngine::new(&config.filters)?;
         let registry = FilterRegistry::load(&engine, &config.filters.dir)?;
+        // The chains' tasks stop with the server, or at once if a later
+        // chain fails to start (nothing is left running behind an error).
+        let chains_running = shutdown.child_token();
         let mut chains = BTreeMap::new();
         for spec in &specs {
-            let chain = Chain::start(spec, &registry, &engine, config, &shutdown)
-                .with_context(|| format!("starting chain {}", spec.name))?;
-            chains.insert(spec.name.clone(), chain);
+            match Chain::start(spec, &registry, &engine, config, &chains_running) {
+                Ok(chain) => {
+                    chains.insert(spec.name.clone(), chain);
+                }
+                Err(error) => {
+                    chains_running.cancel();
+                    return Err(error.context(format!("starting chain {}", spec.name)));
+                }
+            }
         }
         let default_chain = config
             .default_chain()

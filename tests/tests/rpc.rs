@@ -405,3 +405,28 @@ async fn websocket_pings_are_answered() {
         other => panic!("expected a pong, got {other:?}"),
     }
 }
+
+/// A chain that cannot start fails the whole start with a message naming
+/// the chain and the cause (and the chains started before it are stopped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_that_cannot_start_is_named() {
+    let not_a_dir = tempfile::NamedTempFile::new().expect("a file");
+    let mut config = test_config();
+    config.auth.keys = vec!["k".into()];
+    config.chains.insert(
+        "polygon".into(),
+        ChainConfig {
+            source: chainsieve::config::SourceConfig::Node("ws://127.0.0.1:9".into()),
+            ..ChainConfig::default()
+        },
+    );
+    config.price.data_dir = Some(not_a_dir.path().join("data"));
+    let error = match TestServer::start(config).await {
+        Ok(_) => panic!("a data directory inside a file cannot be created"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(
+        error.starts_with("starting chain polygon: creating the price data directory"),
+        "{error}"
+    );
+}
