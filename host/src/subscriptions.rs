@@ -2,9 +2,9 @@
 //! works from the connection that made it and, over HTTP, from any request
 //! with the same API key (the BlockVision SDK unsubscribes that way).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::filters::FilterHandle;
 
@@ -13,11 +13,17 @@ pub fn new_id() -> Arc<str> {
     format!("0x{:032x}", rand::random::<u128>()).into()
 }
 
+/// The ids one connection owns (cancelled when it closes).
+pub type OwnedIds = Mutex<HashSet<Arc<str>>>;
+
 #[derive(Debug)]
 struct Live {
     key: u64,
     api_key: Arc<str>,
     filter: FilterHandle,
+    /// The connection that made it: a cancel from elsewhere (HTTP) takes
+    /// the id out of its set too. Weak, as the connection may be gone.
+    owner: Weak<OwnedIds>,
 }
 
 #[derive(Debug, Default)]
@@ -34,13 +40,21 @@ impl Subscriptions {
         self.next_key.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub fn insert(&self, id: Arc<str>, key: u64, api_key: Arc<str>, filter: FilterHandle) {
+    pub fn insert(
+        &self,
+        id: Arc<str>,
+        key: u64,
+        api_key: Arc<str>,
+        filter: FilterHandle,
+        owner: &Arc<OwnedIds>,
+    ) {
         self.lock().insert(
             id,
             Live {
                 key,
                 api_key,
                 filter,
+                owner: Arc::downgrade(owner),
             },
         );
     }
@@ -56,7 +70,15 @@ impl Subscriptions {
             }
         };
         match live {
-            Some(Live { key, filter, .. }) => {
+            Some(Live {
+                key, filter, owner, ..
+            }) => {
+                if let Some(owner) = owner.upgrade() {
+                    owner
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .remove(id);
+                }
                 filter.unsubscribe(key).await;
                 true
             }

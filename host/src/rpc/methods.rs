@@ -3,7 +3,7 @@
 //! (`eth_chainId`, `net_version`, `eth_blockNumber`, `eth_getBlockBy*`, …).
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use alloy_primitives::{Address, B256, U64};
 use serde_json::Value;
@@ -16,7 +16,7 @@ use crate::filters::SubscribeError;
 use crate::filters::actor::Subscribe;
 use crate::price::query::PriceError;
 use crate::server::AppState;
-use crate::subscriptions;
+use crate::subscriptions::{self, OwnedIds};
 
 /// What `web3_clientVersion` answers.
 pub const CLIENT_VERSION: &str = concat!("chainsieve/v", env!("CARGO_PKG_VERSION"));
@@ -25,15 +25,16 @@ pub const CLIENT_VERSION: &str = concat!("chainsieve/v", env!("CARGO_PKG_VERSION
 #[derive(Debug)]
 pub struct Connection {
     pub sink: Sink,
-    /// The subscriptions this connection made, cancelled when it closes.
-    pub owned: Mutex<HashSet<Arc<str>>>,
+    /// The subscriptions this connection made, cancelled when it closes;
+    /// shared with the registry so a cancel over HTTP updates it too.
+    pub owned: Arc<OwnedIds>,
 }
 
 impl Connection {
     pub fn new(sink: Sink) -> Self {
         Self {
             sink,
-            owned: Mutex::new(HashSet::new()),
+            owned: Arc::default(),
         }
     }
 
@@ -177,9 +178,13 @@ async fn subscribe(
     // Register before the actor can deliver, so a close racing with this
     // call still finds and cancels it.
     connection.owned().insert(id.clone());
-    ctx.app
-        .subscriptions
-        .insert(id.clone(), key, ctx.api_key.clone(), filter.clone());
+    ctx.app.subscriptions.insert(
+        id.clone(),
+        key,
+        ctx.api_key.clone(),
+        filter.clone(),
+        &connection.owned,
+    );
     let ack = call.id.clone().filter(|_| !in_batch).map(Some);
     let acked = ack.is_some();
     let request = Subscribe {
