@@ -1,42 +1,63 @@
-//! Compiles the built-in filter components (`guest-filters/*`) for
+//! Compiles the filter components (`guest-filters/*`, the examples) for
 //! `wasm32-wasip2` with a nested cargo and its own target directory, so the
-//! host embeds them and `cargo build` is all a user types. The `.wasm` files
-//! are also copied to `target/filters/`, where an operator can pick them up
-//! as a starting point for the filters directory.
+//! host embeds the built-ins and `cargo build` is all a user types. Built-ins
+//! and examples are also copied to `target/filters/`, where an operator can
+//! pick them up as a starting point for the filters directory; test-only
+//! components go to `target/test-filters/`.
 
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (package, file stem of the built component, embedded as a built-in).
-/// Examples are built and published but not embedded.
-const GUESTS: &[(&str, &str, bool)] = &[
+/// Where a built component goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// Embedded in the binary as a built-in, and published.
+    BuiltIn,
+    /// Published in `target/filters/` only (examples).
+    Example,
+    /// In `target/test-filters/` only: never where an operator would copy
+    /// filters from.
+    TestOnly,
+}
+
+/// (package, file stem of the built component, what it is for).
+const GUESTS: &[(&str, &str, Use)] = &[
     (
         "chainsieve-bv-pending-transactions",
         "chainsieve_bv_pending_transactions",
-        true,
+        Use::BuiltIn,
     ),
     (
         "chainsieve-bv-mined-transactions",
         "chainsieve_bv_mined_transactions",
-        true,
+        Use::BuiltIn,
     ),
     (
         "chainsieve-new-pending-transactions-filter",
         "chainsieve_new_pending_transactions_filter",
-        true,
+        Use::BuiltIn,
     ),
     (
         "chainsieve-new-heads-filter",
         "chainsieve_new_heads_filter",
-        true,
+        Use::BuiltIn,
     ),
-    ("chainsieve-logs-filter", "chainsieve_logs_filter", true),
+    (
+        "chainsieve-logs-filter",
+        "chainsieve_logs_filter",
+        Use::BuiltIn,
+    ),
     (
         "chainsieve-example-erc20-transfers",
         "chainsieve_example_erc20_transfers",
-        false,
+        Use::Example,
+    ),
+    (
+        "chainsieve-evil-filter",
+        "chainsieve_evil_filter",
+        Use::TestOnly,
     ),
 ];
 
@@ -109,15 +130,22 @@ fn main() {
 
     let built = guest_target.join(TARGET).join(PROFILE);
     let published = target_root.join("filters");
-    fs::create_dir_all(&published).expect("creating target/filters");
+    let test_only = target_root.join("test-filters");
+    for dir in [&published, &test_only] {
+        fs::create_dir_all(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    }
     let mut registry = String::from(
         "/// The built-in components: (file name, bytes).\npub const BUILTIN: &[(&str, &[u8])] = &[\n",
     );
-    for (_, stem, embed) in GUESTS {
+    for (_, stem, usage) in GUESTS {
         let file = format!("{stem}.wasm");
         let from = built.join(&file);
-        fs::copy(&from, published.join(&file)).unwrap_or_else(|e| panic!("publishing {file}: {e}"));
-        if *embed {
+        let to = match usage {
+            Use::TestOnly => &test_only,
+            Use::BuiltIn | Use::Example => &published,
+        };
+        fs::copy(&from, to.join(&file)).unwrap_or_else(|e| panic!("publishing {file}: {e}"));
+        if *usage == Use::BuiltIn {
             fs::copy(&from, out_dir.join(&file))
                 .unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
             registry.push_str(&format!(

@@ -1,7 +1,8 @@
 //! One served chain: its source, its canonical tracker, and one filter actor
 //! per topic. A hub task takes what the source produces, orders it through
 //! the tracker, splits it into stream batches, and hands each batch to the
-//! actors consuming that stream.
+//! actors consuming that stream. The set of actors changes at run time when
+//! the filters directory does ([`crate::filters::reload`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -28,8 +29,9 @@ pub struct Chain {
     /// The recent canonical blocks. Written only by the hub; read by RPC
     /// methods. Never held across an await.
     canonical: RwLock<CanonicalChain>,
-    /// One actor per topic.
-    pub filters: BTreeMap<String, FilterHandle>,
+    /// One actor per topic. Replaced whole (copy on write) when a topic is
+    /// added or removed; readers clone the `Arc` and never hold the lock.
+    filters: RwLock<Arc<BTreeMap<String, FilterHandle>>>,
     /// A node source's state (`None` for the devnet, which is always live);
     /// the source publishes, readers see the latest.
     pub upstream: Option<watch::Receiver<UpstreamStatus>>,
@@ -50,10 +52,13 @@ impl Chain {
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Arc<Chain>> {
         let filters = registry
-            .components()
-            .map(|component| {
-                let handle = FilterHandle::spawn(engine.clone(), component.clone(), &spec.name)?;
-                Ok((component.manifest.topic.clone(), handle))
+            .active()
+            .into_iter()
+            .map(|(topic, component)| {
+                Ok((
+                    topic,
+                    FilterHandle::spawn(engine.clone(), component, &spec.name)?,
+                ))
             })
             .collect::<anyhow::Result<_>>()?;
         let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown)?;
@@ -81,13 +86,50 @@ impl Chain {
             name: spec.name.clone(),
             chain_id: spec.chain_id,
             canonical: RwLock::new(CanonicalChain::new(spec.window)),
-            filters,
+            filters: RwLock::new(Arc::new(filters)),
             upstream,
             price,
             price_events,
         });
         tokio::spawn(chain.clone().hub(rx, shutdown.clone()));
         Ok(chain)
+    }
+
+    /// The actors serving this chain's topics now.
+    pub fn filters(&self) -> Arc<BTreeMap<String, FilterHandle>> {
+        self.filters
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// The actor serving `topic`.
+    pub fn filter(&self, topic: &str) -> Option<FilterHandle> {
+        self.filters().get(topic).cloned()
+    }
+
+    /// Serves `topic` with `handle` from the next batch on.
+    pub fn add_filter(&self, handle: FilterHandle) {
+        self.update_filters(|filters| {
+            filters.insert(handle.topic.to_string(), handle);
+        });
+    }
+
+    /// Stops feeding `topic`; returns its actor for the caller to retire.
+    pub fn remove_filter(&self, topic: &str) -> Option<FilterHandle> {
+        let mut removed = None;
+        self.update_filters(|filters| removed = filters.remove(topic));
+        removed
+    }
+
+    fn update_filters(&self, change: impl FnOnce(&mut BTreeMap<String, FilterHandle>)) {
+        let mut current = self
+            .filters
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut next = (**current).clone();
+        change(&mut next);
+        *current = Arc::new(next);
     }
 
     /// Read access to the recent canonical blocks.
@@ -146,7 +188,7 @@ impl Chain {
     async fn dispatch(&self, event: &ChainEvent) {
         for batch in EventBatch::from_chain_event(event) {
             let batch = Arc::new(batch);
-            for filter in self.filters.values() {
+            for filter in self.filters().values() {
                 if filter.source == batch.source
                     && filter.has_subscribers()
                     && !filter.send_batch(batch.clone()).await

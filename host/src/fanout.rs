@@ -80,6 +80,21 @@ pub fn notification(subscription: &str, payload: &str) -> String {
     frame
 }
 
+/// The last frame of a subscription the server ended (its filter was
+/// removed or disabled): an `eth_subscription` carrying a JSON-RPC error
+/// instead of a result, so the client learns why the stream stopped.
+pub fn ended(subscription: &str, code: i64, message: &str) -> String {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": "eth_subscription",
+        "params": {
+            "subscription": subscription,
+            "error": {"code": code, "message": message},
+        },
+    })
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
@@ -93,6 +108,16 @@ mod tests {
         assert_eq!(
             v,
             json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":{"number":"0x1"}}})
+        );
+    }
+
+    #[test]
+    fn an_ended_subscription_gets_an_error_in_the_subscription_shape() {
+        let frame = ended("0xabc", -32000, "the \"x\" filter was removed");
+        let v: Value = serde_json::from_str(&frame).expect("valid JSON");
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","error":{"code":-32000,"message":"the \"x\" filter was removed"}}})
         );
     }
 

@@ -16,10 +16,12 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::chain::Chain;
 use crate::config::{Config, LimitsConfig};
+use crate::filters::reload::{self, ReloadReport};
 use crate::filters::{FilterEngine, FilterRegistry};
 use crate::rpc::methods::{self, Context};
 use crate::rpc::{RpcError, error_response};
@@ -38,6 +40,8 @@ pub struct AppState {
     /// Cancelled on shutdown: sessions close with 1001, sources stop.
     pub shutdown: CancellationToken,
     pub stats: Stats,
+    /// A new report after each scan of the filters directory.
+    pub filter_reloads: watch::Receiver<ReloadReport>,
 }
 
 /// Counters about the server's connections.
@@ -84,6 +88,14 @@ impl AppState {
             .default_chain()
             .context("no chains configured")?
             .to_string();
+        let filter_reloads = reload::spawn(
+            registry,
+            engine,
+            config.filters.dir.clone(),
+            chains.values().cloned().collect(),
+            chains_running.clone(),
+        )
+        .inspect_err(|_| chains_running.cancel())?;
         Ok(Arc::new(Self {
             chains,
             default_chain,
@@ -92,6 +104,7 @@ impl AppState {
             limits: config.limits.clone(),
             shutdown,
             stats: Stats::default(),
+            filter_reloads,
         }))
     }
 }

@@ -3,6 +3,7 @@
 //! (never sleeps).
 
 pub mod anvil;
+pub mod filters;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -206,6 +207,16 @@ impl WsClient {
 
     /// The next notification (of any subscription): (subscription, result).
     pub async fn next_notification(&mut self) -> anyhow::Result<(String, Value)> {
+        let params = self.next_notification_params().await?;
+        let subscription = params["subscription"]
+            .as_str()
+            .context("notification without subscription")?;
+        Ok((subscription.to_string(), params["result"].clone()))
+    }
+
+    /// The `params` of the next notification: `subscription` and `result`,
+    /// or `error` when the server ended the subscription.
+    pub async fn next_notification_params(&mut self) -> anyhow::Result<Value> {
         let message = match self.notifications.pop_front() {
             Some(message) => message,
             None => {
@@ -216,11 +227,7 @@ impl WsClient {
                 message
             }
         };
-        let params = &message["params"];
-        let subscription = params["subscription"]
-            .as_str()
-            .context("notification without subscription")?;
-        Ok((subscription.to_string(), params["result"].clone()))
+        Ok(message["params"].clone())
     }
 
     /// Collects notifications until `done` has seen `count` for

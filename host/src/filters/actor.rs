@@ -1,23 +1,27 @@
 //! One actor per (chain, topic): a dedicated thread that owns the topic's
 //! component instance (one `Store`, called synchronously, which is cheaper
-//! than async here) and its subscriptions. Batches and subscription
-//! commands arrive on one channel, so a subscription takes effect between
-//! two batches, never in the middle of one.
+//! than async here) and its subscriptions. Batches and commands arrive on
+//! one channel, so a subscription or a swap takes effect between two
+//! batches, never in the middle of one.
 //!
 //! A trap, a timeout or a bad answer never takes the server down: the actor
 //! rebuilds the instance and replays the subscriptions it keeps on record.
+//! A component that fails [`DISABLE_AFTER`] calls in a row is disabled: its
+//! subscriptions end with an error notification and new ones are refused
+//! until a working component replaces it.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::SystemTime;
 
 use anyhow::Context;
 use chainsieve_filter_sdk::{Payload, Source};
 use tokio::sync::{mpsc, oneshot};
 
 use super::engine::{FilterComponent, FilterEngine, FilterInstance};
-use crate::fanout::Sink;
+use crate::fanout::{self, Sink};
 use crate::ingest::EventBatch;
 use crate::rpc;
 
@@ -25,6 +29,14 @@ use crate::rpc;
 /// chain wait, which pushes back on its source instead of buffering without
 /// bound.
 const QUEUE: usize = 256;
+
+/// Failed calls in a row after which a component is disabled: one failure
+/// may be bad luck (a deadline hit under load), three are the component.
+pub const DISABLE_AFTER: u32 = 3;
+
+/// The JSON-RPC error code of the notification that ends a subscription
+/// whose filter was removed or disabled.
+const ENDED: i64 = -32000;
 
 /// Why a subscription was not created.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -58,18 +70,50 @@ enum Command {
     /// Acknowledged once the subscription is gone from the actor: nothing
     /// is queued for it after that.
     Unsubscribe(u64, oneshot::Sender<()>),
+    /// Replace the component; answered with the reason if the old one stays.
+    Swap(FilterComponent, oneshot::Sender<Result<(), String>>),
+    /// End every subscription with the reason and stop.
+    Retire(String, oneshot::Sender<()>),
+}
+
+/// What an actor runs, for the admin view; written by the actor.
+#[derive(Clone, Debug)]
+pub struct FilterStatus {
+    pub origin: String,
+    pub hash: String,
+    pub version: String,
+    pub loaded_at: SystemTime,
+    /// Calls that trapped, timed out or answered wrongly since it loaded.
+    pub failures: u64,
+    /// Why it is disabled, if it is.
+    pub disabled: Option<String>,
+}
+
+impl FilterStatus {
+    fn of(component: &FilterComponent) -> Self {
+        Self {
+            origin: component.origin.clone(),
+            hash: component.hash.clone(),
+            version: component.version.clone(),
+            loaded_at: component.loaded_at,
+            failures: 0,
+            disabled: None,
+        }
+    }
 }
 
 /// The handle the chain and the sessions use to reach an actor.
 #[derive(Clone, Debug)]
 pub struct FilterHandle {
     pub topic: Arc<str>,
+    /// Fixed for the actor's life: a swap to another source is refused.
     pub source: Source,
-    /// Where the component came from (for logs and the admin view).
-    pub origin: Arc<str>,
     commands: mpsc::Sender<Command>,
     /// Live subscriptions; the chain skips batches when there are none.
     subscribers: Arc<AtomicUsize>,
+    /// Written by the actor on load, swap, failure and disable; read by the
+    /// admin view. Held only to copy in or out.
+    status: Arc<Mutex<FilterStatus>>,
 }
 
 impl FilterHandle {
@@ -82,12 +126,13 @@ impl FilterHandle {
         let instance = engine.instantiate(&component)?;
         let (commands, rx) = mpsc::channel(QUEUE);
         let subscribers = Arc::new(AtomicUsize::new(0));
+        let status = Arc::new(Mutex::new(FilterStatus::of(&component)));
         let handle = FilterHandle {
             topic: component.manifest.topic.clone().into(),
             source: component.manifest.source,
-            origin: component.origin.clone().into(),
             commands,
             subscribers: subscribers.clone(),
+            status: status.clone(),
         };
         let actor = Actor {
             chain: chain.to_string(),
@@ -96,6 +141,9 @@ impl FilterHandle {
             instance: Some(instance),
             subscriptions: HashMap::new(),
             subscribers,
+            status,
+            failures_in_a_row: 0,
+            disabled: None,
         };
         thread::Builder::new()
             .name(format!("filter-{chain}-{}", handle.topic))
@@ -106,6 +154,14 @@ impl FilterHandle {
 
     pub fn has_subscribers(&self) -> bool {
         self.subscribers.load(Ordering::Relaxed) > 0
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.subscribers.load(Ordering::Relaxed)
+    }
+
+    pub fn status(&self) -> FilterStatus {
+        lock(&self.status).clone()
     }
 
     /// Hands a batch to the actor, waiting for room. False if it has stopped.
@@ -143,10 +199,51 @@ impl FilterHandle {
         }
         let _ = done.await;
     }
+
+    /// Replaces the component between two batches, every live subscription
+    /// replayed into the new one. On `Err` (it fails to instantiate, refuses
+    /// a live subscription, or consumes another source) the old component
+    /// keeps serving.
+    pub async fn swap(&self, component: FilterComponent) -> Result<(), String> {
+        if component.manifest.source != self.source {
+            return Err(format!(
+                "it consumes {:?} but the live {} topic consumes {:?}; a topic's source changes only with a restart",
+                component.manifest.source, self.topic, self.source
+            ));
+        }
+        let (reply, answer) = oneshot::channel();
+        let stopped = || format!("the {} filter is not running", self.topic);
+        self.commands
+            .send(Command::Swap(component, reply))
+            .await
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// Ends every subscription with `reason` (an error notification) and
+    /// stops the actor once it has.
+    pub async fn retire(&self, reason: String) {
+        let (ack, done) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::Retire(reason, ack))
+            .await
+            .is_ok()
+        {
+            let _ = done.await;
+        }
+    }
+}
+
+fn lock(status: &Mutex<FilterStatus>) -> std::sync::MutexGuard<'_, FilterStatus> {
+    // A status is plain data; a panic while it was held cannot break it.
+    status
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What the actor keeps of a subscription: enough to deliver to it and to
-/// replay it into a rebuilt instance.
+/// replay it into a rebuilt or swapped instance.
 struct Record {
     id: Arc<str>,
     params: String,
@@ -154,14 +251,32 @@ struct Record {
     sink: Sink,
 }
 
+impl Record {
+    /// Sends the subscription's last frame: why it ended.
+    fn end(&self, message: &str) {
+        let _ = self.sink.send(fanout::ended(&self.id, ENDED, message));
+    }
+}
+
+/// A fresh instance with every subscription replayed into it, and what
+/// each said.
+struct Replayed {
+    instance: FilterInstance,
+    outcomes: Vec<(u64, Result<Payload, String>)>,
+}
+
 struct Actor {
     chain: String,
     engine: Arc<FilterEngine>,
     component: FilterComponent,
-    /// `None` after a failure until the rebuild succeeds.
+    /// `None` after a failure until the next call rebuilds it.
     instance: Option<FilterInstance>,
     subscriptions: HashMap<u64, Record>,
     subscribers: Arc<AtomicUsize>,
+    status: Arc<Mutex<FilterStatus>>,
+    failures_in_a_row: u32,
+    /// Set when the component kept failing; cleared by a swap.
+    disabled: Option<String>,
 }
 
 impl Actor {
@@ -174,19 +289,23 @@ impl Actor {
             // filter unavailable.
             let handled =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(command)));
-            if let Err(panic) = handled {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                tracing::error!(chain = %self.chain, topic = %self.component.manifest.topic, panic = %what, "filter actor panicked; rebuilding the instance");
-                self.instance = None;
+            match handled {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Stop) => return,
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    tracing::error!(chain = %self.chain, topic = %self.component.manifest.topic, panic = %what, "filter actor panicked; rebuilding the instance");
+                    self.instance = None;
+                }
             }
         }
     }
 
-    fn handle(&mut self, command: Command) {
+    fn handle(&mut self, command: Command) -> Flow {
         match command {
             Command::Batch(batch) => self.deliver(&batch),
             Command::Subscribe(request, reply) => {
@@ -199,7 +318,21 @@ impl Actor {
                 self.unsubscribe(key);
                 let _ = ack.send(());
             }
+            Command::Swap(component, reply) => {
+                let _ = reply.send(self.swap(component));
+            }
+            Command::Retire(reason, ack) => {
+                self.end_all(&reason);
+                tracing::info!(chain = %self.chain, topic = %self.component.manifest.topic, %reason, "filter retired");
+                let _ = ack.send(());
+                return Flow::Stop;
+            }
         }
+        Flow::Continue
+    }
+
+    fn topic(&self) -> &str {
+        &self.component.manifest.topic
     }
 
     fn subscribe(&mut self, request: Subscribe) -> Result<(), SubscribeError> {
@@ -210,12 +343,18 @@ impl Actor {
             sink,
             ack,
         } = request;
+        if let Some(reason) = &self.disabled {
+            return Err(SubscribeError::Unavailable(format!(
+                "the {} filter is disabled: {reason}",
+                self.topic()
+            )));
+        }
         let outcome = self
             .with_instance(|instance| instance.subscribe(key, &params))
             .ok_or_else(|| {
                 SubscribeError::Unavailable(format!(
                     "the {} filter failed; try again",
-                    self.component.manifest.topic
+                    self.topic()
                 ))
             })?;
         let payload = outcome.map_err(SubscribeError::Params)?;
@@ -235,17 +374,20 @@ impl Actor {
                 sink,
             },
         );
-        self.subscribers
-            .store(self.subscriptions.len(), Ordering::Relaxed);
+        self.count_subscribers();
         Ok(())
     }
 
     fn unsubscribe(&mut self, key: u64) {
         if self.subscriptions.remove(&key).is_some() {
-            self.subscribers
-                .store(self.subscriptions.len(), Ordering::Relaxed);
+            self.count_subscribers();
             self.with_instance(|instance| instance.unsubscribe(key));
         }
+    }
+
+    fn count_subscribers(&self) {
+        self.subscribers
+            .store(self.subscriptions.len(), Ordering::Relaxed);
     }
 
     fn deliver(&mut self, batch: &EventBatch) {
@@ -259,7 +401,7 @@ impl Actor {
         for (event, key) in matches.pairs() {
             let event = event as usize;
             if event >= batch.len() {
-                tracing::warn!(chain = %self.chain, topic = %self.component.manifest.topic, event, len = batch.len(), "filter returned an event index outside the batch");
+                tracing::warn!(chain = %self.chain, topic = %self.topic(), event, len = batch.len(), "filter returned an event index outside the batch");
                 continue;
             }
             if let Some(record) = self.subscriptions.get(&key) {
@@ -271,54 +413,122 @@ impl Actor {
         }
     }
 
-    /// Runs `call` on the instance; on failure logs it, rebuilds the
-    /// instance with every subscription replayed, and returns `None`.
+    /// Instantiates `component` and replays every subscription into it.
+    /// `Err` when it cannot be instantiated or a call fails.
+    fn replay(&self, component: &FilterComponent) -> anyhow::Result<Replayed> {
+        let mut instance = self.engine.instantiate(component)?;
+        let mut outcomes = Vec::with_capacity(self.subscriptions.len());
+        for (key, record) in &self.subscriptions {
+            let outcome = instance
+                .subscribe(*key, &record.params)
+                .with_context(|| format!("replaying subscription {}", record.id))?;
+            outcomes.push((*key, outcome));
+        }
+        Ok(Replayed { instance, outcomes })
+    }
+
+    /// Builds a fresh instance of the current component after a failure.
+    /// A subscription it now refuses (only a component whose answers change
+    /// between instances would) ends with the reason instead of vanishing.
+    fn rebuild(&mut self) -> anyhow::Result<()> {
+        let Replayed { instance, outcomes } = self.replay(&self.component)?;
+        for (key, outcome) in outcomes {
+            if let Err(refusal) = outcome
+                && let Some(record) = self.subscriptions.remove(&key)
+            {
+                tracing::warn!(chain = %self.chain, topic = %self.topic(), subscription = %record.id, %refusal, "rebuilt filter refused a subscription on replay; ending it");
+                record.end(&format!(
+                    "the {} filter was restarted and refused this subscription: {refusal}",
+                    self.topic()
+                ));
+            }
+        }
+        self.count_subscribers();
+        self.instance = Some(instance);
+        Ok(())
+    }
+
+    fn swap(&mut self, component: FilterComponent) -> Result<(), String> {
+        let Replayed { instance, outcomes } =
+            self.replay(&component).map_err(|e| format!("{e:#}"))?;
+        if let Some((key, Err(refusal))) = outcomes.iter().find(|(_, o)| o.is_err()) {
+            let id = self.subscriptions.get(key).map(|r| r.id.clone());
+            return Err(format!(
+                "it refuses live subscription {}: {refusal}",
+                id.as_deref().unwrap_or("?")
+            ));
+        }
+        for (key, outcome) in outcomes {
+            if let (Ok(payload), Some(record)) = (outcome, self.subscriptions.get_mut(&key)) {
+                record.payload = payload;
+            }
+        }
+        tracing::info!(chain = %self.chain, topic = %self.topic(), from = %self.component.origin, to = %component.origin, hash = %component.hash, subscriptions = self.subscriptions.len(), "filter swapped");
+        *lock(&self.status) = FilterStatus::of(&component);
+        self.component = component;
+        self.instance = Some(instance);
+        self.failures_in_a_row = 0;
+        self.disabled = None;
+        Ok(())
+    }
+
+    /// Runs `call` on the instance, rebuilding it first if a failure left
+    /// none; on failure logs and counts it and returns `None`.
     fn with_instance<T>(
         &mut self,
         call: impl FnOnce(&mut FilterInstance) -> anyhow::Result<T>,
     ) -> Option<T> {
-        if self.instance.is_none() {
-            self.rebuild();
+        if self.disabled.is_some() {
+            return None;
+        }
+        if self.instance.is_none()
+            && let Err(error) = self.rebuild()
+        {
+            self.failed(error.context("rebuilding the instance"));
+            return None;
         }
         let instance = self.instance.as_mut()?;
         match call(instance) {
-            Ok(value) => Some(value),
+            Ok(value) => {
+                self.failures_in_a_row = 0;
+                Some(value)
+            }
             Err(error) => {
-                tracing::error!(chain = %self.chain, topic = %self.component.manifest.topic, origin = %self.component.origin, error = format!("{error:#}"), "filter call failed; rebuilding the instance");
                 self.instance = None;
-                self.rebuild();
+                self.failed(error);
                 None
             }
         }
     }
 
-    fn rebuild(&mut self) {
-        let mut instance = match self.engine.instantiate(&self.component) {
-            Ok(instance) => instance,
-            Err(error) => {
-                tracing::error!(chain = %self.chain, topic = %self.component.manifest.topic, error = format!("{error:#}"), "rebuilding the filter instance failed");
-                return;
-            }
-        };
-        let mut dropped = Vec::new();
-        for (key, record) in &self.subscriptions {
-            match instance.subscribe(*key, &record.params) {
-                Ok(Ok(_)) => {}
-                Ok(Err(refusal)) => {
-                    tracing::warn!(chain = %self.chain, topic = %self.component.manifest.topic, subscription = %record.id, %refusal, "rebuilt filter refused a subscription on replay; dropping it");
-                    dropped.push(*key);
-                }
-                Err(error) => {
-                    tracing::error!(chain = %self.chain, topic = %self.component.manifest.topic, error = format!("{error:#}"), "replaying subscriptions failed");
-                    return;
-                }
-            }
+    fn failed(&mut self, error: anyhow::Error) {
+        self.failures_in_a_row += 1;
+        lock(&self.status).failures += 1;
+        tracing::error!(chain = %self.chain, topic = %self.topic(), origin = %self.component.origin, failures_in_a_row = self.failures_in_a_row, error = format!("{error:#}"), "filter call failed; the instance will be rebuilt");
+        if self.failures_in_a_row >= DISABLE_AFTER {
+            let reason = format!("{DISABLE_AFTER} calls in a row failed, the last with: {error:#}");
+            tracing::error!(chain = %self.chain, topic = %self.topic(), origin = %self.component.origin, %reason, "filter disabled; its subscriptions end and new ones are refused until a working component replaces it");
+            self.end_all(&format!(
+                "the {} filter was disabled: {reason}",
+                self.topic()
+            ));
+            self.instance = None;
+            lock(&self.status).disabled = Some(reason.clone());
+            self.disabled = Some(reason);
         }
-        for key in dropped {
-            self.subscriptions.remove(&key);
-        }
-        self.subscribers
-            .store(self.subscriptions.len(), Ordering::Relaxed);
-        self.instance = Some(instance);
     }
+
+    /// Ends every subscription with an error notification saying why.
+    fn end_all(&mut self, message: &str) {
+        for (_, record) in self.subscriptions.drain() {
+            record.end(message);
+        }
+        self.count_subscribers();
+    }
+}
+
+/// Whether the actor keeps running after a command.
+enum Flow {
+    Continue,
+    Stop,
 }

@@ -1,23 +1,39 @@
 //! The process's one wasmtime [`Engine`], compiling and instantiating filter
-//! components with per-call deadlines (epoch interruption) and a memory cap
-//! per instance.
+//! components with per-call deadlines (epoch interruption), a memory cap
+//! per instance, and instances drawn from a pre-reserved pool.
 
 use std::sync::{Arc, OnceLock};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow};
 use chainsieve_filter_sdk::{Matches, Payload, Source};
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::limits::InstanceLimits;
 use super::v0_1_0::chainsieve::filter::types as wit;
 use super::v0_1_0::{Filter, FilterPre};
 use crate::config::FiltersConfig;
 
 /// How often the epoch advances; a call's deadline is a whole number of ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The contract versions this host serves, each by a bindings module of its
+/// own (`super::v0_1_0`). A component names its version through the
+/// `chainsieve:filter/types@<version>` interface it imports.
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0"];
+
+/// Sizes of the instance pool, for the whole process. A server runs one
+/// instance per (chain, topic), plus one briefly during a swap or a
+/// rebuild; a filters-directory component of ~200 KB uses 2-4 core
+/// instances and 1-2 memories. Sized for many servers in one process (the
+/// tests start dozens); slots are virtual memory until used.
+const POOL_COMPONENT_INSTANCES: u32 = 1_000;
+const POOL_CORE_INSTANCES: u32 = 5_000;
+const POOL_MEMORIES: u32 = 2_000;
+const POOL_TABLES: u32 = 5_000;
 
 /// The process-wide engine: compiled components belong to an engine, so one
 /// engine lets every server in the process (tests start many) share them.
@@ -38,6 +54,17 @@ fn start_engine() -> anyhow::Result<Engine> {
     // Measured (DESIGN.md): component-model async support adds ~650 ns to
     // every call, and filters never need it.
     config.concurrency_support(false);
+    // Instances come from a pool reserved once: instantiating is a few
+    // microseconds and a rebuild after a trap never maps fresh memory. Each
+    // memory slot keeps the default 4 GiB reservation, so wasm32 accesses
+    // need no bounds checks; the per-instance cap is the store's limiter.
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(POOL_COMPONENT_INSTANCES)
+        .total_core_instances(POOL_CORE_INSTANCES)
+        .total_memories(POOL_MEMORIES)
+        .total_tables(POOL_TABLES)
+        .max_memory_size(1 << 32);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     let engine = anyhow_result(Engine::new(&config)).context("configuring the wasmtime engine")?;
     let weak = engine.weak();
     thread::Builder::new()
@@ -62,11 +89,11 @@ pub struct FilterManifest {
 }
 
 /// Per-instance state: WASI (guests built for wasm32-wasip2 import it
-/// through std) and the memory cap.
+/// through std) and the limits.
 pub struct FilterState {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: InstanceLimits,
 }
 
 impl WasiView for FilterState {
@@ -83,6 +110,8 @@ pub struct FilterEngine {
     engine: &'static Engine,
     linker: Linker<FilterState>,
     deadline_ticks: u64,
+    /// For messages: the deadline as configured.
+    call_timeout: Duration,
     memory_limit: usize,
 }
 
@@ -92,6 +121,11 @@ pub struct FilterComponent {
     pub manifest: FilterManifest,
     /// Where it came from: `built-in <file>` or the file's path.
     pub origin: String,
+    /// keccak-256 of the file, `0x`-hex: tells two versions of a file apart.
+    pub hash: String,
+    /// The `chainsieve:filter` contract version it targets.
+    pub version: String,
+    pub loaded_at: SystemTime,
     pre: FilterPre<FilterState>,
 }
 
@@ -100,6 +134,8 @@ impl std::fmt::Debug for FilterComponent {
         f.debug_struct("FilterComponent")
             .field("manifest", &self.manifest)
             .field("origin", &self.origin)
+            .field("hash", &self.hash)
+            .field("version", &self.version)
             .finish()
     }
 }
@@ -121,15 +157,20 @@ impl FilterEngine {
             engine,
             linker,
             deadline_ticks,
+            call_timeout: config.call_timeout(),
             memory_limit,
         }))
     }
 
-    /// Compiles `bytes` (named `origin` in messages), checks it implements
-    /// the filter world, and reads its manifest.
+    /// Compiles `bytes` (named `origin` in messages), checks it targets a
+    /// supported contract version and implements the filter world, and
+    /// reads its manifest.
     pub fn load(&self, origin: &str, bytes: &[u8]) -> anyhow::Result<FilterComponent> {
+        let hash = alloy_primitives::keccak256(bytes);
         let component =
-            compiled(self.engine, bytes).with_context(|| format!("compiling {origin}"))?;
+            compiled(self.engine, hash, bytes).with_context(|| format!("compiling {origin}"))?;
+        let version = contract_version(self.engine, &component)
+            .with_context(|| format!("checking the contract version of {origin}"))?;
         let pre = anyhow_result(self.linker.instantiate_pre(&component)).with_context(|| {
             format!("linking {origin} (it may import something the host does not provide)")
         })?;
@@ -157,6 +198,9 @@ impl FilterEngine {
         Ok(FilterComponent {
             manifest,
             origin: origin.to_string(),
+            hash: hash.to_string(),
+            version,
+            loaded_at: SystemTime::now(),
             pre,
         })
     }
@@ -171,10 +215,7 @@ impl FilterEngine {
         let state = FilterState {
             wasi: WasiCtxBuilder::new().build(),
             table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(self.memory_limit)
-                .instances(4)
-                .build(),
+            limits: InstanceLimits::new(self.memory_limit),
         };
         let mut store = Store::new(self.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -184,25 +225,57 @@ impl FilterEngine {
             store,
             bindings,
             deadline_ticks: self.deadline_ticks,
+            call_timeout: self.call_timeout,
         })
     }
 }
 
-/// Compiles `bytes`, reusing an earlier compilation of the same bytes in
-/// this process (servers started by tests share the built-ins).
-fn compiled(engine: &Engine, bytes: &[u8]) -> anyhow::Result<Component> {
+/// Which `chainsieve:filter` version `component` targets, refusing one
+/// this host does not serve with a message naming both.
+fn contract_version(engine: &Engine, component: &Component) -> anyhow::Result<String> {
+    let imports: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let Some(version) = imports.iter().find_map(|name| {
+        name.strip_prefix("chainsieve:filter/")
+            .map(|rest| rest.split_once('@').map_or("", |(_, v)| v))
+    }) else {
+        anyhow::bail!(
+            "it does not use the chainsieve:filter contract (it imports {}); build it with chainsieve-filter-sdk",
+            if imports.is_empty() {
+                "nothing".to_string()
+            } else {
+                imports.join(", ")
+            }
+        );
+    };
+    if !SUPPORTED_VERSIONS.contains(&version) {
+        anyhow::bail!(
+            "it targets chainsieve:filter@{version}, and this host serves chainsieve:filter@{}",
+            SUPPORTED_VERSIONS.join(", @")
+        );
+    }
+    Ok(version.to_string())
+}
+
+/// Compiles `bytes` (whose keccak-256 is `hash`), reusing an earlier
+/// compilation of the same bytes in this process (servers started by tests
+/// share the built-ins; a rewritten filter file is compiled once).
+fn compiled(
+    engine: &Engine,
+    hash: alloy_primitives::B256,
+    bytes: &[u8],
+) -> anyhow::Result<Component> {
     use std::collections::HashMap;
-    use std::hash::{DefaultHasher, Hash, Hasher};
     use std::sync::Mutex;
-    static CACHE: OnceLock<Mutex<HashMap<(u64, usize), Component>>> = OnceLock::new();
-    let mut hasher = DefaultHasher::new();
-    bytes.hash(&mut hasher);
-    let key = (hasher.finish(), bytes.len());
+    static CACHE: OnceLock<Mutex<HashMap<alloy_primitives::B256, Component>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(component) = cache
         .lock()
         .map_err(|_| anyhow!("component cache poisoned"))?
-        .get(&key)
+        .get(&hash)
     {
         return Ok(component.clone());
     }
@@ -210,7 +283,7 @@ fn compiled(engine: &Engine, bytes: &[u8]) -> anyhow::Result<Component> {
     cache
         .lock()
         .map_err(|_| anyhow!("component cache poisoned"))?
-        .insert(key, component.clone());
+        .insert(hash, component.clone());
     Ok(component)
 }
 
@@ -220,17 +293,36 @@ pub struct FilterInstance {
     store: Store<FilterState>,
     bindings: Filter,
     deadline_ticks: u64,
+    call_timeout: Duration,
 }
 
 impl FilterInstance {
-    /// Restarts the deadline: each call gets the full timeout.
-    fn arm(&mut self) {
+    /// Runs one export with the full deadline; a failure says which limit
+    /// stopped it, if one did.
+    fn call<T>(
+        &mut self,
+        export: impl FnOnce(&Filter, &mut Store<FilterState>) -> wasmtime::Result<T>,
+    ) -> anyhow::Result<T> {
         self.store.set_epoch_deadline(self.deadline_ticks);
+        let outcome = export(&self.bindings, &mut self.store);
+        let refusal = self.store.data_mut().limits.take_refusal();
+        outcome.map_err(|error| {
+            let error = anyhow::Error::from(error);
+            if let Some(refusal) = refusal {
+                error.context(refusal)
+            } else if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                error.context(format!(
+                    "the call ran past its deadline of {} ms",
+                    self.call_timeout.as_millis()
+                ))
+            } else {
+                error
+            }
+        })
     }
 
     pub fn manifest(&mut self) -> anyhow::Result<FilterManifest> {
-        self.arm();
-        let m = self.bindings.call_manifest(&mut self.store)?;
+        let m = self.call(|f, store| f.call_manifest(store))?;
         Ok(FilterManifest {
             topic: m.topic,
             source: match m.source {
@@ -245,25 +337,20 @@ impl FilterInstance {
 
     /// `Ok(Err(message))` is the guest refusing the parameters.
     pub fn subscribe(&mut self, id: u64, params: &str) -> anyhow::Result<Result<Payload, String>> {
-        self.arm();
         Ok(self
-            .bindings
-            .call_subscribe(&mut self.store, id, params)?
+            .call(|f, store| f.call_subscribe(store, id, params))?
             .map(payload))
     }
 
     pub fn unsubscribe(&mut self, id: u64) -> anyhow::Result<()> {
-        self.arm();
-        Ok(self.bindings.call_unsubscribe(&mut self.store, id)?)
+        self.call(|f, store| f.call_unsubscribe(store, id))
     }
 
     /// Matches a packed batch; a guest-reported error is an error too (the
     /// guest cannot read what the host wrote).
     pub fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches> {
-        self.arm();
         let matches = self
-            .bindings
-            .call_match_batch(&mut self.store, batch)?
+            .call(|f, store| f.call_match_batch(store, batch))?
             .map_err(|e| anyhow!("the filter refused the batch: {e}"))?;
         if matches.events.len() != matches.subscriptions.len() {
             anyhow::bail!(

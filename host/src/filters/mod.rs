@@ -1,10 +1,13 @@
 //! Filter components: the wasmtime engine and the v0.1.0 bindings
-//! ([`engine`]), the set of loaded components ([`registry`]), and the actor
-//! that owns one instance per (chain, topic) ([`actor`]).
+//! ([`engine`]) and what an instance may use ([`limits`]), the set of loaded components ([`registry`]), the actor
+//! that owns one instance per (chain, topic) ([`actor`]), and the watcher
+//! that swaps components when the filters directory changes ([`reload`]).
 
 pub mod actor;
 pub mod engine;
+pub mod limits;
 pub mod registry;
+pub mod reload;
 
 /// Host bindings for `chainsieve:filter@0.1.0`. A future 0.2.0 gets its own
 /// module beside this one; the rest of the host talks to [`engine`]'s
@@ -16,6 +19,6 @@ mod v0_1_0 {
     });
 }
 
-pub use actor::{FilterHandle, SubscribeError};
+pub use actor::{FilterHandle, FilterStatus, SubscribeError};
 pub use engine::{FilterComponent, FilterEngine, FilterManifest};
 pub use registry::FilterRegistry;

@@ -166,8 +166,9 @@ async fn subscribe(
         Ok(parts) => parts,
         Err(error) => return Outcome::Reply(Err(error)),
     };
-    let Some(filter) = ctx.chain.filters.get(&topic) else {
-        let available: Vec<&str> = ctx.chain.filters.keys().map(String::as_str).collect();
+    let Some(filter) = ctx.chain.filter(&topic) else {
+        let filters = ctx.chain.filters();
+        let available: Vec<&str> = filters.keys().map(String::as_str).collect();
         return Outcome::Reply(Err(RpcError::invalid_params(format!(
             "unknown subscription type \"{topic}\" (available: {})",
             available.join(", ")

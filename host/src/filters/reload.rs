@@ -1,0 +1,252 @@
+//! Hot swap: watches the filters directory and brings every chain's actors
+//! in line with it, without a restart.
+//!
+//! - a changed component (or one replacing a built-in) is swapped into the
+//!   topic's actor between two batches, every live subscription replayed
+//!   ([`FilterHandle::swap`]); if the new one fails to load or refuses a
+//!   live subscription, the old one keeps serving and the reason is logged
+//!   and reported;
+//! - a new topic gets an actor per chain;
+//! - a removed override falls back to the built-in (a swap like any other);
+//! - a removed custom topic ends its subscriptions with an error
+//!   notification ([`FilterHandle::retire`]).
+//!
+//! Operators should place files atomically (write elsewhere, then rename):
+//! a half-written file fails to load, is reported, and is retried on its
+//! next change.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::actor::FilterHandle;
+use super::engine::{FilterComponent, FilterEngine};
+use super::registry::{FilterRegistry, Rejected};
+use crate::chain::Chain;
+
+/// Quiet time after a change before the directory is read: a copy arrives
+/// as several events.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// What the last scan did; a new value after every scan.
+#[derive(Clone, Debug, Default)]
+pub struct ReloadReport {
+    /// Scans since startup (0: the startup load only).
+    pub scans: u64,
+    /// Files not served, and why: failing to load, a duplicate topic, or a
+    /// swap a chain refused.
+    pub rejected: Vec<Rejected>,
+}
+
+/// Starts watching `dir` (or, while it does not exist, its parent for its
+/// creation). Reports after each scan; stops at `shutdown`.
+pub fn spawn(
+    registry: FilterRegistry,
+    engine: Arc<FilterEngine>,
+    dir: PathBuf,
+    chains: Vec<Arc<Chain>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<watch::Receiver<ReloadReport>> {
+    // Events name absolute paths when the watch does; compare like with like.
+    let dir = std::path::absolute(&dir)
+        .with_context(|| format!("resolving the filters directory {}", dir.display()))?;
+    let (changes, rx) = mpsc::unbounded_channel();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // The receiver is gone only after shutdown.
+        let _ = changes.send(event);
+    })
+    .context("starting the filters directory watcher")?;
+    let parent = watch_parent(&dir);
+    if let Err(error) = watcher.watch(&parent, RecursiveMode::NonRecursive) {
+        // Not fatal: the directory itself may still be watched below.
+        tracing::warn!(dir = %parent.display(), %error, "cannot watch for the filters directory being created or removed");
+    }
+    let watching_dir = dir.is_dir()
+        && watcher
+            .watch(&dir, RecursiveMode::NonRecursive)
+            .inspect_err(|error| tracing::error!(dir = %dir.display(), %error, "cannot watch the filters directory; changes need a restart"))
+            .is_ok();
+    let (report, reports) = watch::channel(ReloadReport {
+        scans: 0,
+        rejected: registry.rejected(),
+    });
+    let reloader = Reloader {
+        registry,
+        engine,
+        dir,
+        chains,
+        watcher,
+        watching_dir,
+        report,
+    };
+    tokio::spawn(reloader.run(rx, shutdown));
+    Ok(reports)
+}
+
+/// The directory that holds `dir`: watched for `dir` being created or
+/// removed.
+fn watch_parent(dir: &Path) -> PathBuf {
+    dir.parent().unwrap_or(dir).to_path_buf()
+}
+
+struct Reloader {
+    /// Owned here alone; lent to a blocking task for each scan.
+    registry: FilterRegistry,
+    engine: Arc<FilterEngine>,
+    dir: PathBuf,
+    chains: Vec<Arc<Chain>>,
+    /// Kept alive for as long as the watch should run.
+    watcher: RecommendedWatcher,
+    /// inotify watches a directory, not a path: a directory created (or
+    /// re-created) after startup needs a watch of its own.
+    watching_dir: bool,
+    report: watch::Sender<ReloadReport>,
+}
+
+impl Reloader {
+    async fn run(
+        mut self,
+        mut changes: mpsc::UnboundedReceiver<notify::Result<notify::Event>>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let change = tokio::select! {
+                () = shutdown.cancelled() => return,
+                change = changes.recv() => change,
+            };
+            let Some(change) = change else { return };
+            if !self.concerns_dir(&change) {
+                continue;
+            }
+            // Let a burst of events (a copy, several files) settle.
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(SETTLE) => break,
+                    more = changes.recv() => if more.is_none() { return },
+                }
+            }
+            self.rewatch();
+            self.scan_and_apply().await;
+        }
+    }
+
+    /// Whether an event touches the filters directory or a file in it.
+    fn concerns_dir(&self, change: &notify::Result<notify::Event>) -> bool {
+        match change {
+            Ok(event) => {
+                event
+                    .paths
+                    .iter()
+                    .any(|path| path == &self.dir || path.parent() == Some(self.dir.as_path()))
+                    || event.paths.is_empty()
+            }
+            Err(error) => {
+                tracing::warn!(dir = %self.dir.display(), %error, "filters directory watcher error; rescanning");
+                true
+            }
+        }
+    }
+
+    /// Watches the directory itself once it exists (again).
+    fn rewatch(&mut self) {
+        if !self.dir.is_dir() {
+            self.watching_dir = false;
+            return;
+        }
+        if !self.watching_dir {
+            match self.watcher.watch(&self.dir, RecursiveMode::NonRecursive) {
+                Ok(()) => self.watching_dir = true,
+                Err(error) => {
+                    tracing::error!(dir = %self.dir.display(), %error, "cannot watch the filters directory")
+                }
+            }
+        }
+    }
+
+    async fn scan_and_apply(&mut self) {
+        let mut registry = std::mem::take(&mut self.registry);
+        let engine = self.engine.clone();
+        let dir = self.dir.clone();
+        // Compiling a component takes a core for a while: not on the runtime.
+        let scanned = tokio::task::spawn_blocking(move || {
+            registry.rescan(&engine, &dir);
+            registry
+        })
+        .await;
+        match scanned {
+            Ok(registry) => self.registry = registry,
+            Err(error) => {
+                tracing::error!(%error, "scanning the filters directory panicked; keeping the loaded filters");
+                return;
+            }
+        }
+        let mut rejected = self.registry.rejected();
+        let active = self.registry.active();
+        for chain in &self.chains {
+            rejected.extend(apply(chain, &self.engine, &active).await);
+        }
+        self.report.send_modify(|report| {
+            report.scans += 1;
+            report.rejected = rejected;
+        });
+    }
+}
+
+/// Brings `chain`'s actors in line with `active`; returns the swaps the
+/// chain refused.
+async fn apply(
+    chain: &Chain,
+    engine: &Arc<FilterEngine>,
+    active: &BTreeMap<String, FilterComponent>,
+) -> Vec<Rejected> {
+    let mut refused = Vec::new();
+    let running = chain.filters();
+    for (topic, component) in active {
+        let Some(handle) = running.get(topic) else {
+            match FilterHandle::spawn(engine.clone(), component.clone(), &chain.name) {
+                Ok(handle) => {
+                    tracing::info!(chain = %chain.name, %topic, file = %component.origin, "filter adds a topic");
+                    chain.add_filter(handle);
+                }
+                Err(error) => {
+                    let reason = format!("{error:#}");
+                    tracing::error!(chain = %chain.name, %topic, file = %component.origin, %reason, "cannot start the new topic's filter");
+                    refused.push(rejected(chain, component, reason));
+                }
+            }
+            continue;
+        };
+        let status = handle.status();
+        if status.origin == component.origin && status.hash == component.hash {
+            continue;
+        }
+        if let Err(reason) = handle.swap(component.clone()).await {
+            tracing::error!(chain = %chain.name, %topic, file = %component.origin, kept = %status.origin, %reason, "filter not swapped; the old one keeps serving");
+            refused.push(rejected(chain, component, reason));
+        }
+    }
+    for (topic, handle) in running.iter() {
+        if !active.contains_key(topic) && chain.remove_filter(topic).is_some() {
+            handle
+                .retire(format!(
+                    "the {topic} filter was removed from the server; this subscription has ended"
+                ))
+                .await;
+        }
+    }
+    refused
+}
+
+fn rejected(chain: &Chain, component: &FilterComponent, reason: String) -> Rejected {
+    Rejected {
+        file: PathBuf::from(&component.origin),
+        reason: format!("on chain {}: {reason}", chain.name),
+    }
+}

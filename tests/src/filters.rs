@@ -1,0 +1,81 @@
+//! Filter components for tests: the evil guest patched into any topic, a
+//! filters directory written the way an operator should (atomically), and
+//! a wait for the server to have applied a change.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use chainsieve::AppState;
+use chainsieve::filters::registry::BUILT_FILTERS_DIR;
+use chainsieve_evil_filter::{CONFIG_LEN, CONFIG_MARKER};
+use serde_json::Value;
+
+use crate::TIMEOUT;
+
+/// A built component of `target/filters` (built-ins and examples).
+pub fn built(file: &str) -> Vec<u8> {
+    let path = Path::new(BUILT_FILTERS_DIR).join(file);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// The evil guest with `config` (its JSON configuration, e.g.
+/// `{"topic": "newHeads", "source": "heads", "only_even": true}`) patched
+/// in: a real component declaring whatever the test needs.
+pub fn evil_filter(config: &Value) -> Vec<u8> {
+    let path = Path::new(BUILT_FILTERS_DIR)
+        .parent()
+        .expect("target/filters has a parent")
+        .join("test-filters/chainsieve_evil_filter.wasm");
+    let mut bytes =
+        std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let json = config.to_string();
+    assert!(json.len() <= CONFIG_LEN, "evil config too long: {json}");
+    let at = bytes
+        .windows(CONFIG_MARKER.len())
+        .position(|w| w == CONFIG_MARKER)
+        .expect("the evil guest carries its config marker")
+        + CONFIG_MARKER.len();
+    let slot = &mut bytes[at..at + CONFIG_LEN];
+    slot.fill(b' ');
+    slot[..json.len()].copy_from_slice(json.as_bytes());
+    bytes
+}
+
+/// Puts `bytes` at `dir/name` in one step (written beside it, then
+/// renamed), as an operator should, so the server never reads half a file.
+pub fn place(dir: &Path, name: &str, bytes: &[u8]) {
+    let staging = dir.join(format!(".{name}.partial"));
+    std::fs::write(&staging, bytes).expect("write the staged component");
+    std::fs::rename(&staging, dir.join(name)).expect("rename into place");
+}
+
+/// Waits until `condition` holds of the server, re-checking after each
+/// scan of its filters directory.
+pub async fn wait_for_filters(
+    state: &AppState,
+    condition: impl Fn(&AppState) -> bool,
+) -> anyhow::Result<()> {
+    let mut reloads = state.filter_reloads.clone();
+    let waiting = async {
+        loop {
+            if condition(state) {
+                return Ok(());
+            }
+            reloads
+                .changed()
+                .await
+                .context("the filter watcher stopped")?;
+        }
+    };
+    match tokio::time::timeout(TIMEOUT, waiting).await {
+        Ok(result) => result,
+        Err(_) => bail!("the server did not apply the filter change within {TIMEOUT:?}"),
+    }
+}
+
+/// What `chain` serves `topic` from (`built-in …` or a path), if anything.
+pub fn origin(state: &AppState, chain: &str, topic: &str) -> Option<String> {
+    state.chains[chain]
+        .filter(topic)
+        .map(|handle| handle.status().origin)
+}

@@ -1,0 +1,211 @@
+//! Isolation: components that loop forever, grow memory without bound or
+//! panic are stopped by the call deadline, the memory cap and the trap;
+//! one that keeps failing is disabled, its subscriptions ended with a
+//! reason; one that fails once is rebuilt with its subscriptions replayed;
+//! and every other topic and chain keeps serving throughout.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chainsieve::config::{Config, FiltersConfig};
+use chainsieve::filters::actor::DISABLE_AFTER;
+use chainsieve_tests::filters::{evil_filter, place};
+use chainsieve_tests::{TestServer, WsClient, fast_devnet};
+use serde_json::{Value, json};
+
+fn number(head: &Value) -> u64 {
+    u64::from_str_radix(
+        head["number"]
+            .as_str()
+            .expect("a head has a number")
+            .trim_start_matches("0x"),
+        16,
+    )
+    .expect("hex number")
+}
+
+/// Asserts `numbers` are consecutive blocks, each once.
+fn assert_consecutive(numbers: &[u64], what: &str) {
+    assert!(
+        numbers.windows(2).all(|w| w[1] == w[0] + 1),
+        "{what}: {numbers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misbehaving_filters_are_stopped_and_everything_else_keeps_serving() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for topic in ["evilLoop", "evilGrow", "evilPanic", "evilOnce"] {
+        place(
+            dir.path(),
+            &format!("{topic}.wasm"),
+            &evil_filter(&json!({"topic": topic, "source": "heads"})),
+        );
+    }
+    let config = Config {
+        filters: FiltersConfig {
+            dir: dir.path().to_path_buf(),
+            call_timeout_ms: 200,
+            memory_limit_mib: 32,
+        },
+        devnet: fast_devnet(),
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let mut eth = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let mut bsc = WsClient::connect(&server.ws_url("bsc", "demo"))
+        .await
+        .expect("connect");
+    let bsc_heads = bsc.subscribe(json!(["newHeads"])).await.expect("bsc heads");
+
+    let heads = eth.subscribe(json!(["newHeads"])).await.expect("heads");
+    let looping = eth
+        .subscribe(json!(["evilLoop", {"do": "loop"}]))
+        .await
+        .expect("loop");
+    let growing = eth
+        .subscribe(json!(["evilGrow", {"do": "grow"}]))
+        .await
+        .expect("grow");
+    let panicking = eth
+        .subscribe(json!(["evilPanic", {"do": "panic"}]))
+        .await
+        .expect("panic");
+    let current = eth
+        .call("eth_blockNumber", json!([]))
+        .await
+        .expect("block number");
+    let now = u64::from_str_radix(
+        current["result"]
+            .as_str()
+            .expect("hex")
+            .trim_start_matches("0x"),
+        16,
+    )
+    .expect("hex");
+    let poison_block = now + 3;
+    let survivor = eth.subscribe(json!(["evilOnce"])).await.expect("evilOnce");
+    eth.subscribe(json!(["evilOnce", {"do": "panic", "at_block": poison_block}]))
+        .await
+        .expect("evilOnce poison");
+
+    // Read until the three broken topics have ended and the one-off
+    // failure is well behind.
+    let mut ended: BTreeMap<String, String> = BTreeMap::new();
+    let mut head_numbers = Vec::new();
+    let mut survivor_numbers = Vec::new();
+    while ended.len() < 3
+        || survivor_numbers
+            .last()
+            .is_none_or(|&n| n < poison_block + 3)
+    {
+        let params = eth.next_notification_params().await.expect("notification");
+        let subscription = params["subscription"].as_str().expect("id").to_string();
+        if let Some(error) = params.get("error") {
+            assert_eq!(error["code"], json!(-32000), "{params}");
+            let message = error["message"].as_str().expect("message").to_string();
+            assert!(
+                ended.insert(subscription.clone(), message).is_none(),
+                "ended twice: {params}"
+            );
+            continue;
+        }
+        let result = &params["result"];
+        if subscription == heads {
+            head_numbers.push(number(result));
+        } else if subscription == survivor {
+            survivor_numbers.push(number(result));
+        } else {
+            assert!(
+                !ended.contains_key(&subscription),
+                "a notification after the end: {params}"
+            );
+        }
+    }
+    let reason = |id: &str| ended.get(id).cloned().unwrap_or_default();
+    let in_a_row = format!("{DISABLE_AFTER} calls in a row failed");
+    assert!(
+        reason(&looping).contains("evilLoop filter was disabled")
+            && reason(&looping).contains(&in_a_row)
+            && reason(&looping).contains("deadline of 200 ms"),
+        "{}",
+        reason(&looping)
+    );
+    assert!(
+        reason(&growing).contains(&in_a_row) && reason(&growing).contains("memory cap of 32 MiB"),
+        "{}",
+        reason(&growing)
+    );
+    assert!(
+        reason(&panicking).contains(&in_a_row) && reason(&panicking).contains("unreachable"),
+        "{}",
+        reason(&panicking)
+    );
+
+    // The one-off failure cost the batch of the poison block only: the
+    // instance was rebuilt with both subscriptions replayed.
+    let before: Vec<u64> = survivor_numbers
+        .iter()
+        .copied()
+        .filter(|&n| n < poison_block)
+        .collect();
+    let after: Vec<u64> = survivor_numbers
+        .iter()
+        .copied()
+        .filter(|&n| n > poison_block)
+        .collect();
+    assert!(!survivor_numbers.contains(&poison_block));
+    assert_consecutive(&before, "evilOnce before the failure");
+    assert_consecutive(&after, "evilOnce after the failure");
+    assert_eq!(after.first(), Some(&(poison_block + 1)));
+    let once = server.state.chains["eth"]
+        .filter("evilOnce")
+        .expect("evilOnce")
+        .status();
+    assert_eq!((once.failures, once.disabled), (1, None));
+
+    // newHeads on the same chain and on another never missed a block.
+    assert_consecutive(&head_numbers, "eth newHeads");
+    assert!(head_numbers.len() >= 4, "{head_numbers:?}");
+    let mut bsc_numbers = Vec::new();
+    for _ in 0..4 {
+        let (subscription, head) = bsc.next_notification().await.expect("bsc head");
+        assert_eq!(subscription, bsc_heads);
+        bsc_numbers.push(number(&head));
+    }
+    assert_consecutive(&bsc_numbers, "bsc newHeads");
+
+    // A disabled topic refuses new subscriptions, saying why; its status
+    // says so too.
+    let refused = eth
+        .call("eth_subscribe", json!(["evilLoop"]))
+        .await
+        .expect("call");
+    assert_eq!(refused["error"]["code"], json!(-32603), "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("evilLoop filter is disabled")),
+        "{refused}"
+    );
+    for topic in ["evilLoop", "evilGrow", "evilPanic"] {
+        let status = server.state.chains["eth"]
+            .filter(topic)
+            .expect("still listed")
+            .status();
+        assert_eq!(status.failures, u64::from(DISABLE_AFTER), "{topic}");
+        assert!(status.disabled.is_some(), "{topic}");
+    }
+    let unaffected: BTreeSet<u64> = ["bsc", "polygon"]
+        .iter()
+        .map(|chain| {
+            server.state.chains[*chain]
+                .filter("evilLoop")
+                .expect("listed")
+                .status()
+                .failures
+        })
+        .collect();
+    assert_eq!(unaffected, BTreeSet::from([0]), "other chains' instances");
+}
