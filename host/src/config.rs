@@ -85,6 +85,9 @@ pub struct AuthConfig {
     /// API keys accepted in the URL path. None configured and every chain
     /// on the devnet: the key `demo` works.
     pub keys: Vec<String>,
+    /// The bearer token of the admin endpoints (`GET /admin/filters`).
+    /// Unset: they answer 404.
+    pub admin_token: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -211,6 +214,14 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         let specs = self.chain_specs()?;
         self.keys()?;
+        if self
+            .auth
+            .admin_token
+            .as_ref()
+            .is_some_and(|token| token.len() < 16)
+        {
+            bail!("auth.admin_token must be at least 16 characters");
+        }
         let limits = &self.limits;
         in_range(
             "limits.outbound_queue",

@@ -16,10 +16,12 @@
 //! - [`server`], [`session`], [`rpc`] — axum routes and keys, one task pair
 //!   per WebSocket, and the JSON-RPC envelope and methods.
 //! - [`subscriptions`] — every live subscription by public id.
+//! - [`admin`] — `/admin/filters`, what every chain runs, behind a token.
 //! - [`config`] — the TOML configuration and its defaults.
 
 #![deny(unsafe_code)]
 
+pub mod admin;
 pub mod chain;
 pub mod config;
 pub mod fanout;

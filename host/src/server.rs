@@ -25,8 +25,8 @@ use crate::filters::reload::{self, ReloadReport};
 use crate::filters::{FilterEngine, FilterRegistry};
 use crate::rpc::methods::{self, Context};
 use crate::rpc::{RpcError, error_response};
-use crate::session;
 use crate::subscriptions::Subscriptions;
+use crate::{admin, session};
 
 /// Everything a request handler needs; one per server.
 #[derive(Debug)]
@@ -35,6 +35,8 @@ pub struct AppState {
     /// Served at `/v1/<key>`.
     pub default_chain: String,
     pub keys: HashSet<String>,
+    /// The bearer token of `/admin/*`; `None` turns them off.
+    pub admin_token: Option<String>,
     pub subscriptions: Subscriptions,
     pub limits: LimitsConfig,
     /// Cancelled on shutdown: sessions close with 1001, sources stop.
@@ -100,6 +102,7 @@ impl AppState {
             chains,
             default_chain,
             keys,
+            admin_token: config.auth.admin_token.clone(),
             subscriptions: Subscriptions::default(),
             limits: config.limits.clone(),
             shutdown,
@@ -113,6 +116,7 @@ impl AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/{key}", get(ws_default).post(http_default))
+        .route("/admin/filters", get(admin::filters))
         .route("/{chain}/v1/{key}", get(ws_chain).post(http_chain))
         .fallback(|| async {
             json_error(
@@ -132,7 +136,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> anyhow::Resul
         .context("serving HTTP")
 }
 
-fn json_error(status: StatusCode, error: RpcError) -> Response {
+pub(crate) fn json_error(status: StatusCode, error: RpcError) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],

@@ -289,3 +289,48 @@ fn two_components_with_one_topic_are_refused() {
         "{message}"
     );
 }
+
+#[test]
+fn a_component_for_another_contract_version_is_refused_naming_both() {
+    let engine = engine();
+    // The built-in newHeads with its contract import renamed to 0.9.0 (same
+    // length, so still a well-formed component).
+    let mut bytes = builtin_bytes("new_heads").to_vec();
+    let (from, to) = (
+        b"chainsieve:filter/types@0.1.0".as_slice(),
+        b"chainsieve:filter/types@0.9.0".as_slice(),
+    );
+    let mut renamed = 0;
+    for at in 0..bytes.len() - from.len() {
+        if &bytes[at..at + from.len()] == from {
+            bytes[at..at + to.len()].copy_from_slice(to);
+            renamed += 1;
+        }
+    }
+    assert!(renamed > 0, "the contract import is named in the binary");
+    let error = engine
+        .load("future.wasm", &bytes)
+        .expect_err("an unsupported version is refused");
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("future.wasm")
+            && message.contains("targets chainsieve:filter@0.9.0")
+            && message.contains("serves chainsieve:filter@0.1.0"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_component_without_the_contract_is_refused_saying_so() {
+    let engine = engine();
+    // A valid component that imports nothing: the contract is missing.
+    let empty = b"\0asm\x0d\0\x01\0";
+    let message = format!(
+        "{:#}",
+        engine.load("empty.wasm", empty).expect_err("refused")
+    );
+    assert!(
+        message.contains("does not use the chainsieve:filter contract"),
+        "{message}"
+    );
+}

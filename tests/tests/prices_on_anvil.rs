@@ -313,6 +313,7 @@ fn node_config(anvil: &Anvil, data_dir: &std::path::Path, from_block: Option<u64
         )]),
         auth: AuthConfig {
             keys: vec![KEY.to_string()],
+            ..Default::default()
         },
         price: PriceConfig {
             data_dir: Some(data_dir.to_path_buf()),

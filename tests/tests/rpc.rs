@@ -330,6 +330,7 @@ async fn unsubscribe_over_websocket_and_over_http_with_the_same_key() {
     let config = Config {
         auth: chainsieve::config::AuthConfig {
             keys: vec!["alice".into(), "bob".into()],
+            ..Default::default()
         },
         ..test_config()
     };

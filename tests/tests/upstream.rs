@@ -39,6 +39,7 @@ fn keyed(chains: BTreeMap<String, ChainConfig>) -> Config {
         chains,
         auth: AuthConfig {
             keys: vec![KEY.to_string()],
+            ..Default::default()
         },
         ..Config::default()
     }

@@ -40,6 +40,16 @@ impl Source {
         })
     }
 
+    /// The stream's name in the WIT `source` enum.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Source::PendingTransactions => "pending-transactions",
+            Source::MinedTransactions => "mined-transactions",
+            Source::Heads => "heads",
+            Source::Logs => "logs",
+        }
+    }
+
     /// Size of one record of this stream.
     pub const fn record_len(self) -> usize {
         match self {
