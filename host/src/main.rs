@@ -1,12 +1,16 @@
 //! The `chainsieve` binary: parses the command line, sets up logging, and
-//! runs the server until SIGINT or SIGTERM.
+//! runs the server until SIGINT or SIGTERM; or, as `chainsieve filter
+//! test`, runs one filter component over an events file.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use anyhow::Context;
 use chainsieve::Config;
-use clap::Parser;
+use chainsieve::filters::harness::{DEFAULT_BATCH, Harness, Match};
+use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -36,11 +40,119 @@ struct Args {
     /// Listen address; overrides `listen` in the config.
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Work with filter components.
+    #[command(subcommand)]
+    Filter(FilterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum FilterCommand {
+    /// Runs a component on the server's engine over an events file and
+    /// prints which events match, one JSON line each:
+    /// {"event": <0-based position in the file>, "subscription": <n>}.
+    /// Subscription n is the n-th --params. With --expect the output must
+    /// equal that file's lines (any order): exit 1 and the difference if not.
+    Test {
+        /// The component (`.wasm`).
+        #[arg(long, value_name = "FILE")]
+        wasm: PathBuf,
+        /// A subscription's parameters: the JSON array after the topic
+        /// (`[]` for none). Repeat for several subscriptions.
+        #[arg(long, value_name = "JSON", required = true)]
+        params: Vec<String>,
+        /// Events of the component's source, one JSON object per line, in
+        /// the wire shapes notifications carry.
+        #[arg(long, value_name = "FILE.jsonl")]
+        events: PathBuf,
+        /// The expected matches, in the output's form.
+        #[arg(long, value_name = "FILE")]
+        expect: Option<PathBuf>,
+        /// Events per match-batch call.
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_BATCH)]
+        batch: usize,
+    },
+}
+
+fn main() -> anyhow::Result<ExitCode> {
+    let args = Args::parse();
+    match args.command {
+        Some(Command::Filter(FilterCommand::Test {
+            wasm,
+            params,
+            events,
+            expect,
+            batch,
+        })) => filter_test(&wasm, &params, &events, expect.as_deref(), batch),
+        None => {
+            serve(args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `chainsieve filter test`.
+fn filter_test(
+    wasm: &Path,
+    params: &[String],
+    events: &Path,
+    expect: Option<&Path>,
+    batch: usize,
+) -> anyhow::Result<ExitCode> {
+    let mut harness = Harness::open(wasm)?.with_batch_size(batch);
+    for (n, params) in params.iter().enumerate() {
+        if let Err(refusal) = harness.subscribe(params)? {
+            eprintln!("subscription {n} ({params}) refused: {refusal}");
+            return Ok(ExitCode::from(2));
+        }
+    }
+    let text =
+        std::fs::read_to_string(events).with_context(|| format!("reading {}", events.display()))?;
+    let matches = harness
+        .run_jsonl(&text)
+        .with_context(|| format!("running {} over {}", wasm.display(), events.display()))?;
+    for m in &matches {
+        println!("{}", serde_json::to_string(m)?);
+    }
+    eprintln!(
+        "{} matches over {} events",
+        matches.len(),
+        text.lines().filter(|l| !l.trim().is_empty()).count()
+    );
+    let Some(expect) = expect else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let expected: BTreeSet<Match> = std::fs::read_to_string(expect)
+        .with_context(|| format!("reading {}", expect.display()))?
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(n, line)| {
+            serde_json::from_str(line)
+                .with_context(|| format!("{} line {}: not a match", expect.display(), n + 1))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let got: BTreeSet<Match> = matches.into_iter().collect();
+    if got == expected {
+        eprintln!("as expected ({})", expect.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    for missing in expected.difference(&got) {
+        eprintln!("missing:    {}", serde_json::to_string(missing)?);
+    }
+    for extra in got.difference(&expected) {
+        eprintln!("unexpected: {}", serde_json::to_string(extra)?);
+    }
+    Ok(ExitCode::FAILURE)
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+async fn serve(args: Args) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),

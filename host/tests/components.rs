@@ -1,23 +1,17 @@
-//! The embedded built-in components, loaded into the host engine and called
-//! through the real WIT exports, must answer exactly what the same filter
-//! logic answers compiled natively.
+//! The embedded built-in components, loaded through the component harness
+//! (the server's engine, the real WIT exports), must answer exactly what
+//! the same filter logic answers compiled natively; and the registry's and
+//! the engine's refusals.
 
 use chainsieve::config::FiltersConfig;
+use chainsieve::filters::FilterEngine;
+use chainsieve::filters::harness::{Harness, Match};
 use chainsieve::filters::registry::builtin_components;
-use chainsieve::filters::{FilterComponent, FilterEngine};
 use chainsieve_filter_sdk::layout::{BatchWriter, LogFields, TxFields};
-use chainsieve_filter_sdk::{Filter, Payload, Source, match_batch};
+use chainsieve_filter_sdk::{Batch, Filter, Payload, Source, match_batch};
 
 fn engine() -> std::sync::Arc<FilterEngine> {
     FilterEngine::new(&FiltersConfig::default()).expect("engine")
-}
-
-fn builtin(engine: &FilterEngine, topic: &str) -> FilterComponent {
-    builtin_components()
-        .iter()
-        .map(|(file, bytes)| engine.load(file, bytes).expect("built-in loads"))
-        .find(|c| c.manifest.topic == topic)
-        .unwrap_or_else(|| panic!("no built-in for {topic}"))
 }
 
 /// A deterministic mix of transactions over a few senders and receivers.
@@ -78,23 +72,38 @@ fn tx_params() -> Vec<String> {
         .collect()
 }
 
-/// Subscribes the same params natively and in the component, and compares
-/// the matches of `batch`.
+/// The built-in component of `topic` in the harness.
+fn harness(topic: &str) -> Harness {
+    builtin_components()
+        .iter()
+        .map(|(file, bytes)| {
+            Harness::load(file, bytes, &FiltersConfig::default()).expect("built-in loads")
+        })
+        .find(|h| h.manifest().topic == topic)
+        .unwrap_or_else(|| panic!("no built-in for {topic}"))
+}
+
+/// Subscribes the same params natively and in the component (through the
+/// harness), and compares the matches of `batch`, order included.
 fn same_answers<F: Filter>(topic: &str, params: &[String], batch: &[u8]) -> usize {
-    let engine = engine();
-    let component = builtin(&engine, topic);
-    let mut instance = engine.instantiate(&component).expect("instance");
+    let mut component = harness(topic);
     let mut native = F::default();
     for (id, p) in params.iter().enumerate() {
-        let wasm_payload = instance
-            .subscribe(id as u64, p)
-            .expect("call")
-            .expect("accepted");
+        let (number, wasm_payload) = component.subscribe(p).expect("call").expect("accepted");
+        assert_eq!(number, id as u64);
         let native_payload = native.subscribe(id as u64, p).expect("accepted natively");
         assert_eq!(wasm_payload, native_payload);
     }
-    let wasm = instance.match_batch(batch).expect("match");
-    let expected = match_batch(&native, batch).expect("native match");
+    let expected: Vec<Match> = match_batch(&native, batch)
+        .expect("native match")
+        .pairs()
+        .map(|(event, subscription)| Match {
+            event: event as usize,
+            subscription,
+        })
+        .collect();
+    let len = Batch::parse(batch).expect("a batch").len();
+    let wasm = component.run_encoded(batch, len).expect("match");
     assert_eq!(wasm, expected, "{topic}");
     wasm.len()
 }
@@ -212,11 +221,9 @@ fn logs_component_matches_native() {
 
 #[test]
 fn refusals_cross_the_boundary_as_messages() {
-    let engine = engine();
-    let component = builtin(&engine, "logs");
-    let mut instance = engine.instantiate(&component).expect("instance");
-    let refusal = instance
-        .subscribe(1, r#"[{"topics":[1]}]"#)
+    let mut logs = harness("logs");
+    let refusal = logs
+        .subscribe(r#"[{"topics":[1]}]"#)
         .expect("call")
         .expect_err("refused");
     assert!(
@@ -225,7 +232,7 @@ fn refusals_cross_the_boundary_as_messages() {
     );
     // A batch of the wrong stream is the guest's error, not a trap.
     let heads = BatchWriter::new(Source::Heads, 0).finish();
-    let error = instance.match_batch(&heads).expect_err("wrong stream");
+    let error = logs.run_encoded(&heads, 0).expect_err("wrong stream");
     assert!(format!("{error:#}").contains("consumes Logs"), "{error:#}");
 }
 

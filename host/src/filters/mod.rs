@@ -1,10 +1,12 @@
 //! Filter components: the wasmtime engine and the v0.1.0 bindings
 //! ([`engine`]) and what an instance may use ([`limits`]), the set of loaded components ([`registry`]), the actor
 //! that owns one instance per (chain, topic) ([`actor`]), and the watcher
-//! that swaps components when the filters directory changes ([`reload`]).
+//! that swaps components when the filters directory changes ([`reload`]);
+//! [`harness`] runs one component alone, for filter authors and tests.
 
 pub mod actor;
 pub mod engine;
+pub mod harness;
 pub mod limits;
 pub mod registry;
 pub mod reload;

@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use client::{Call, NodeClient, NodeError, decode, single};
 use delivered::Delivered;
-pub use wire::read_logs;
 use wire::{NodeBlock, NodeTransaction};
+pub use wire::{read_logs, stream_event};
 
 use super::SourceEvent;
 use super::model::Block;

@@ -19,6 +19,9 @@ use alloy_rpc_types_eth::Log;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use chainsieve_filter_sdk::Source;
+
+use crate::ingest::StreamEvent;
 use crate::ingest::model::{Block, Fees, Transaction, TxSignature};
 
 /// Transactions and logs skipped because they could not be read.
@@ -171,6 +174,74 @@ impl NodeBlock {
             logs,
         })
     }
+}
+
+/// One event in its wire shape (a notification's `result`, or the node's
+/// object) read as an event of `source`: a transaction (pending or mined),
+/// a header, or a log. A mined transaction or a log sits in a block of its
+/// own holding just it, numbered and hashed as the object says; `removed`
+/// is read where present. The component harness reads its event files so.
+pub fn stream_event(source: Source, json: &str) -> Result<StreamEvent, serde_json::Error> {
+    /// The block fields of a mined transaction or a log.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Placement {
+        #[serde(default)]
+        block_hash: Option<B256>,
+        #[serde(default)]
+        block_number: Option<U64>,
+        #[serde(default)]
+        removed: bool,
+    }
+    let alone = |placement: &Placement, transactions, logs| {
+        Arc::new(Block {
+            hash: placement.block_hash.unwrap_or_default(),
+            header: alloy_consensus::Header {
+                number: placement.block_number.map_or(0, |n| n.to()),
+                ..Default::default()
+            },
+            transactions,
+            logs,
+        })
+    };
+    Ok(match source {
+        Source::PendingTransactions => StreamEvent::Pending(Arc::new(
+            serde_json::from_str::<NodeTransaction>(json)?.into_model(),
+        )),
+        Source::MinedTransactions => {
+            let placement: Placement = serde_json::from_str(json)?;
+            let tx = serde_json::from_str::<NodeTransaction>(json)?.into_model();
+            StreamEvent::Mined {
+                block: alone(&placement, vec![Arc::new(tx)], Vec::new()),
+                index: 0,
+                removed: placement.removed,
+            }
+        }
+        Source::Heads => {
+            let header: alloy_rpc_types_eth::Header = serde_json::from_str(json)?;
+            StreamEvent::Head(Arc::new(Block {
+                hash: header.hash,
+                header: header.inner,
+                transactions: Vec::new(),
+                logs: Vec::new(),
+            }))
+        }
+        Source::Logs => {
+            let placement: Placement = serde_json::from_str(json)?;
+            let log = serde_json::from_str::<NodeLog>(json)?;
+            let hash = placement.block_hash.unwrap_or_default();
+            let number = placement.block_number.map_or(0, |n| n.to());
+            StreamEvent::Log {
+                block: alone(
+                    &placement,
+                    Vec::new(),
+                    vec![log.into_model(hash, number, 0)],
+                ),
+                index: 0,
+                removed: placement.removed,
+            }
+        }
+    })
 }
 
 /// Logs of `eth_getLogs` over a block range, each keeping its own block

@@ -1,0 +1,330 @@
+//! The component harness over the shipped fixture event files: the
+//! fixtures are what the seeded devnet really generates; every built-in
+//! answers through the harness what its native build answers over them;
+//! and `chainsieve filter test` runs the example filter with `--expect`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use chainsieve::config::FiltersConfig;
+use chainsieve::filters::harness::{Harness, Match, read_events};
+use chainsieve::filters::registry::{BUILT_FILTERS_DIR, builtin_components};
+use chainsieve::ingest::devnet::{Devnet, DevnetSettings, known_tokens};
+use chainsieve::ingest::model::TxPosition;
+use chainsieve::ingest::{EventBatch, SourceEvent};
+use chainsieve_filter_sdk::{Filter, Source, match_batch};
+use serde_json::Value;
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/events")
+}
+
+/// The fixture file of each source stream.
+const FIXTURES: [(Source, &str); 4] = [
+    (Source::PendingTransactions, "pending-transactions.jsonl"),
+    (Source::MinedTransactions, "mined-transactions.jsonl"),
+    (Source::Heads, "heads.jsonl"),
+    (Source::Logs, "logs.jsonl"),
+];
+
+/// Ethereum's devnet under seed 7 for 12 blocks, in the wire shapes.
+fn generate() -> [String; 4] {
+    let settings = DevnetSettings {
+        seed: 7,
+        genesis_timestamp: Some(1_700_000_000),
+        history_blocks: 0,
+        ..DevnetSettings::default()
+    };
+    let mut devnet = Devnet::new(1, &settings);
+    let mut files: [String; 4] = Default::default();
+    let mut line = |file: usize, json: String| {
+        files[file].push_str(&json);
+        files[file].push('\n');
+    };
+    let mut blocks = 0;
+    while blocks < 12 {
+        for event in devnet.next_step() {
+            match event {
+                SourceEvent::Pending(txs) => {
+                    for tx in txs {
+                        line(0, tx.to_json(TxPosition::Pending, false));
+                    }
+                }
+                SourceEvent::Block(block) => {
+                    blocks += 1;
+                    for index in 0..block.transactions.len() {
+                        line(1, block.transaction_json(index, false));
+                    }
+                    line(2, block.header_json());
+                    for index in 0..block.logs.len() {
+                        line(3, block.log_json(index, false));
+                    }
+                }
+            }
+        }
+    }
+    files
+}
+
+/// Run with `CHAINSIEVE_WRITE_FIXTURES=1` to regenerate them after a
+/// deliberate change to the devnet or the wire shapes.
+#[test]
+fn the_fixtures_are_what_the_devnet_generates() {
+    let generated = generate();
+    let write = std::env::var_os("CHAINSIEVE_WRITE_FIXTURES").is_some();
+    for ((_, file), text) in FIXTURES.iter().zip(&generated) {
+        let path = fixtures_dir().join(file);
+        if write {
+            std::fs::create_dir_all(fixtures_dir()).expect("fixtures dir");
+            std::fs::write(&path, text).expect("write fixture");
+        }
+        let shipped = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        assert!(
+            shipped == *text,
+            "{file} differs from the devnet's output; regenerate with CHAINSIEVE_WRITE_FIXTURES=1"
+        );
+        assert!(
+            text.lines().count() >= 12,
+            "{file} is too small to test with"
+        );
+    }
+}
+
+fn fixture(source: Source) -> String {
+    let file = FIXTURES
+        .iter()
+        .find(|(s, _)| *s == source)
+        .map(|(_, f)| *f)
+        .expect("a fixture per source");
+    std::fs::read_to_string(fixtures_dir().join(file)).expect("fixture")
+}
+
+fn harness(topic: &str, batch: usize) -> Harness {
+    builtin_components()
+        .iter()
+        .map(|(file, bytes)| Harness::load(file, bytes, &FiltersConfig::default()).expect("loads"))
+        .find(|h| h.manifest().topic == topic)
+        .unwrap_or_else(|| panic!("no built-in for {topic}"))
+        .with_batch_size(batch)
+}
+
+/// The component through the harness (in batches of 5, so matches cross
+/// batch boundaries) against the native filter over the whole fixture.
+fn same_over_fixture<F: Filter>(topic: &str, params: &[String]) -> Vec<Match> {
+    let mut component = harness(topic, 5);
+    let mut native = F::default();
+    for (id, p) in params.iter().enumerate() {
+        component.subscribe(p).expect("call").expect("accepted");
+        native.subscribe(id as u64, p).expect("accepted natively");
+    }
+    let source = F::MANIFEST.source;
+    let text = fixture(source);
+    let batch = EventBatch::new(source, read_events(source, &text).expect("fixture reads"));
+    let mut expected: Vec<Match> = match_batch(&native, batch.encoded())
+        .expect("native")
+        .pairs()
+        .map(|(event, subscription)| Match {
+            event: event as usize,
+            subscription,
+        })
+        .collect();
+    expected.sort_unstable();
+    let got = component.run_jsonl(&text).expect("runs");
+    assert_eq!(got, expected, "{topic}");
+    got
+}
+
+/// Distinct values of `field` in a fixture, most frequent first.
+fn common(text: &str, field: &str) -> Vec<String> {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for line in text.lines() {
+        let value: Value = serde_json::from_str(line).expect("JSON");
+        if let Some(v) = value[field].as_str() {
+            *counts.entry(v.to_string()).or_default() += 1;
+        }
+    }
+    let mut values: Vec<_> = counts.into_iter().collect();
+    values.sort_by_key(|v| std::cmp::Reverse(v.1));
+    values.into_iter().map(|(v, _)| v).collect()
+}
+
+/// The method selector of the first transaction to `receiver`.
+fn selector_sent_to(text: &str, receiver: &str) -> String {
+    text.lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .find(|tx| tx["to"].as_str() == Some(receiver))
+        .and_then(|tx| tx["input"].as_str().map(|input| input[..10].to_string()))
+        .expect("a call to the receiver")
+}
+
+#[test]
+fn transaction_filters_answer_as_natively_over_the_fixtures() {
+    let pending = fixture(Source::PendingTransactions);
+    let senders = common(&pending, "from");
+    let receivers = common(&pending, "to");
+    let params = vec![
+        "[]".to_string(),
+        format!(
+            r#"[{{"fromAddress":["{}"]}}]"#,
+            senders[0].to_uppercase().replace("0X", "0x")
+        ),
+        format!(
+            r#"[{{"toAddress":["{}"],"methodIds":["0xa9059cbb","{}"]}}]"#,
+            receivers[0],
+            selector_sent_to(&pending, &receivers[0])
+        ),
+        format!(
+            r#"[{{"fromAddress":["{}"],"toAddress":["{}"]}}]"#,
+            senders[1], receivers[1]
+        ),
+    ];
+    let got = same_over_fixture::<chainsieve_bv_pending_transactions::BvPendingFilter>(
+        "bvPendingTransactions",
+        &params,
+    );
+    for subscription in 0..params.len() as u64 {
+        assert!(
+            got.iter().any(|m| m.subscription == subscription),
+            "subscription {subscription} matched nothing"
+        );
+    }
+    let mined = same_over_fixture::<chainsieve_bv_mined_transactions::BvMinedFilter>(
+        "bvMinedTransactions",
+        &params,
+    );
+    assert!(!mined.is_empty());
+    let hashes = same_over_fixture::<
+        chainsieve_new_pending_transactions_filter::NewPendingTransactions,
+    >("newPendingTransactions", &["[]".into(), "[true]".into()]);
+    assert_eq!(hashes.len(), 2 * pending.lines().count());
+}
+
+#[test]
+fn the_logs_filter_answers_as_natively_over_the_fixture() {
+    let logs = fixture(Source::Logs);
+    let addresses = common(&logs, "address");
+    let first_topics: Vec<String> = logs
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON")["topics"][0].to_string())
+        .collect();
+    let params = vec![
+        "[]".to_string(),
+        format!(r#"[{{"address":"{}"}}]"#, addresses[0]),
+        format!(
+            r#"[{{"address":["{}","{}"],"topics":[{}]}}]"#,
+            addresses[0], addresses[1], first_topics[0]
+        ),
+        r#"[{"topics":[null,null]}]"#.to_string(),
+    ];
+    let got = same_over_fixture::<chainsieve_logs_filter::Logs>("logs", &params);
+    for subscription in 0..params.len() as u64 {
+        assert!(got.iter().any(|m| m.subscription == subscription));
+    }
+}
+
+#[test]
+fn new_heads_through_the_harness_gets_every_head() {
+    let mut heads = harness("newHeads", 1);
+    heads.subscribe("[]").expect("call").expect("accepted");
+    let text = fixture(Source::Heads);
+    let got = heads.run_jsonl(&text).expect("runs");
+    let every: Vec<Match> = (0..text.lines().count())
+        .map(|event| Match {
+            event,
+            subscription: 0,
+        })
+        .collect();
+    assert_eq!(got, every);
+    let refusal = heads.subscribe("[1]").expect("call").expect_err("refused");
+    assert!(refusal.contains("newHeads"), "{refusal}");
+}
+
+#[test]
+fn a_line_that_is_not_an_event_is_named() {
+    let error = read_events(Source::Logs, "\n{\"address\": 5}\n").expect_err("refused");
+    let message = format!("{error:#}");
+    assert!(message.contains("line 2 is not a logs event"), "{message}");
+}
+
+fn example_wasm() -> PathBuf {
+    Path::new(BUILT_FILTERS_DIR).join("chainsieve_example_erc20_transfers.wasm")
+}
+
+fn cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_chainsieve"))
+        .args(["filter", "test"])
+        .args(args)
+        .output()
+        .expect("running chainsieve filter test")
+}
+
+/// The example's expected matches are derived here from the fixture (a
+/// USDC `Transfer` with three topics), and must equal the file the example
+/// ships; the CLI must then agree with that file.
+#[test]
+fn the_cli_runs_the_example_filter_against_its_expectations() {
+    let usdc = format!("{:#x}", known_tokens(1)[0].address);
+    let transfer = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+    let logs = fixture(Source::Logs);
+    let derived: String = logs
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let log: Value = serde_json::from_str(line).expect("JSON");
+            log["address"].as_str() == Some(usdc.as_str())
+                && log["topics"][0].as_str() == Some(transfer)
+                && log["topics"].as_array().is_some_and(|t| t.len() == 3)
+        })
+        .map(|(event, _)| format!("{{\"event\":{event},\"subscription\":0}}\n"))
+        .collect();
+    assert!(!derived.is_empty(), "the fixture holds USDC transfers");
+    let expected_file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/erc20-transfers/expected-usdc.jsonl");
+    assert_eq!(
+        std::fs::read_to_string(&expected_file).expect("the example's expectations"),
+        derived
+    );
+
+    let params = format!(r#"[{{"tokens":["{usdc}"]}}]"#);
+    let events = fixtures_dir().join("logs.jsonl");
+    let run = |expect: &Path| {
+        cli(&[
+            "--wasm",
+            example_wasm().to_str().expect("utf-8"),
+            "--params",
+            &params,
+            "--events",
+            events.to_str().expect("utf-8"),
+            "--expect",
+            expect.to_str().expect("utf-8"),
+        ])
+    };
+    let ok = run(&expected_file);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), derived);
+
+    // A wrong expectation fails, naming the difference.
+    let wrong = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(wrong.path(), "{\"event\":0,\"subscription\":0}\n").expect("write");
+    let failed = run(wrong.path());
+    assert_eq!(failed.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(stderr.contains("unexpected: {\"event\":"), "{stderr}");
+
+    // Refused params exit 2 with the component's message.
+    let refused = cli(&[
+        "--wasm",
+        example_wasm().to_str().expect("utf-8"),
+        "--params",
+        r#"[{"minAmount":"-1"}]"#,
+        "--events",
+        events.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("minAmount must be"));
+}
