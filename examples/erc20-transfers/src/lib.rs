@@ -9,19 +9,19 @@
 //! ```
 //!
 //! `minAmount` is in the token's smallest unit, a decimal string or `0x` hex.
-//! Subscriptions naming tokens are indexed by token, so a log only meets the
-//! subscriptions of its own token.
+//!
+//! Written as an SDK [`Rule`]: the parameters read once, the test of one log,
+//! and the tokens as the index, so a log only meets the subscriptions of its
+//! own token (and those naming none).
 //!
 //! Build it with `cargo build --release --target wasm32-wasip2 -p
 //! chainsieve-example-erc20-transfers` (the host's build also puts it in
-//! `target/filters/`), drop the `.wasm` into the filters directory, restart.
+//! `target/filters/`) and drop the `.wasm` into the filters directory of a
+//! running server: the topic appears without a restart.
 
 use chainsieve_filter_sdk::params::{self, ParamsError};
 use chainsieve_filter_sdk::serde_json::Value;
-use chainsieve_filter_sdk::{
-    Filter, KeyMap, KeySet, LogView, Manifest, Payload, Source, SubscriptionId, SubscriptionIndex,
-    export_filter,
-};
+use chainsieve_filter_sdk::{KeySet, LogView, Manifest, Payload, Rule, Source, export_rule};
 
 /// keccak256("Transfer(address,address,uint256)").
 const TRANSFER: [u8; 32] = [
@@ -29,32 +29,37 @@ const TRANSFER: [u8; 32] = [
     0x95, 0x2b, 0xa7, 0xf1, 0x63, 0xc4, 0xa1, 0x16, 0x28, 0xf5, 0x5a, 0x4d, 0xf5, 0x23, 0xb3, 0xef,
 ];
 
-/// One subscription's criteria; empty sets mean any.
+/// One subscription of `erc20Transfers`; empty sets mean any.
 #[derive(Debug)]
-struct Criteria {
-    tokens: KeySet<[u8; 20]>,
+pub struct Erc20Transfer {
+    /// The index: the SDK hands this subscription only logs of these
+    /// tokens (every log when empty).
+    tokens: Vec<[u8; 20]>,
     from: KeySet<[u8; 20]>,
     to: KeySet<[u8; 20]>,
     /// Big-endian, so byte order is numeric order.
     min_amount: [u8; 32],
 }
 
-impl Criteria {
-    fn parse(params: &str) -> Result<Self, ParamsError> {
+impl Rule for Erc20Transfer {
+    const MANIFEST: Manifest = Manifest {
+        topic: "erc20Transfers",
+        source: Source::Logs,
+        payload: Payload::Full,
+    };
+    type Event<'a> = LogView<'a>;
+
+    fn subscribe(params: &str) -> Result<Self, ParamsError> {
         let items = params::array(params)?;
         params::at_most(&items, 1, "erc20Transfers")?;
         let empty = Value::Object(Default::default());
         let filter = items.first().filter(|v| !v.is_null()).unwrap_or(&empty);
         let map = params::object(filter, &["tokens", "from", "to", "minAmount"])?;
-        let set = |field: &str| -> Result<KeySet<[u8; 20]>, ParamsError> {
-            Ok(params::hex_list::<20>(map.get(field), field)?
-                .into_iter()
-                .collect())
-        };
+        let list = |field: &str| params::hex_list::<20>(map.get(field), field);
         Ok(Self {
-            tokens: set("tokens")?,
-            from: set("from")?,
-            to: set("to")?,
+            tokens: list("tokens")?,
+            from: list("from")?.into_iter().collect(),
+            to: list("to")?.into_iter().collect(),
             min_amount: match map.get("minAmount") {
                 None | Some(Value::Null) => [0; 32],
                 Some(value) => amount(value)?,
@@ -62,7 +67,12 @@ impl Criteria {
         })
     }
 
+    /// A log of a named token (the index saw to that) that is an ERC-20
+    /// `Transfer` (three topics; ERC-721's has four) within the bounds.
     fn matches(&self, log: &LogView<'_>) -> bool {
+        if log.topic_count() != 3 || log.topic(0) != Some(&TRANSFER) {
+            return false;
+        }
         let (Some(from), Some(to)) = (log.topic(1), log.topic(2)) else {
             return false;
         };
@@ -74,6 +84,14 @@ impl Criteria {
         (self.from.is_empty() || self.from.contains(&address(from)))
             && (self.to.is_empty() || self.to.contains(&address(to)))
             && *amount >= self.min_amount
+    }
+
+    fn index(&self) -> Option<&[[u8; 20]]> {
+        (!self.tokens.is_empty()).then_some(self.tokens.as_slice())
+    }
+
+    fn event_key(log: &LogView<'_>) -> Option<[u8; 20]> {
+        Some(*log.address())
     }
 }
 
@@ -102,71 +120,15 @@ fn amount(value: &Value) -> Result<[u8; 32], ParamsError> {
     Ok(out)
 }
 
-/// The subscriptions of `erc20Transfers` on one chain.
-#[derive(Debug, Default)]
-pub struct Erc20Transfers {
-    subscriptions: KeyMap<SubscriptionId, Criteria>,
-    by_token: SubscriptionIndex<[u8; 20]>,
-    /// Subscriptions for transfers of any token.
-    any_token: Vec<SubscriptionId>,
-}
+/// The component's filter: every subscription's rule, kept by the SDK.
+pub type Erc20Transfers = chainsieve_filter_sdk::Rules<Erc20Transfer>;
 
-impl Filter for Erc20Transfers {
-    const MANIFEST: Manifest = Manifest {
-        topic: "erc20Transfers",
-        source: Source::Logs,
-        payload: Payload::Full,
-    };
-    type Event<'a> = LogView<'a>;
-
-    fn subscribe(&mut self, id: SubscriptionId, params: &str) -> Result<Payload, ParamsError> {
-        let criteria = Criteria::parse(params)?;
-        self.unsubscribe(id);
-        if criteria.tokens.is_empty() {
-            self.any_token.push(id);
-        }
-        criteria
-            .tokens
-            .iter()
-            .for_each(|token| self.by_token.insert(*token, id));
-        self.subscriptions.insert(id, criteria);
-        Ok(Payload::Full)
-    }
-
-    fn unsubscribe(&mut self, id: SubscriptionId) {
-        let Some(criteria) = self.subscriptions.remove(&id) else {
-            return;
-        };
-        criteria
-            .tokens
-            .iter()
-            .for_each(|token| self.by_token.remove(token, id));
-        self.any_token.retain(|&other| other != id);
-    }
-
-    fn matches(&self, log: &LogView<'_>, emit: &mut impl FnMut(SubscriptionId)) {
-        if log.topic_count() != 3 || log.topic(0) != Some(&TRANSFER) {
-            return;
-        }
-        for &id in self
-            .by_token
-            .get(log.address())
-            .iter()
-            .chain(&self.any_token)
-        {
-            if self.subscriptions.get(&id).is_some_and(|c| c.matches(log)) {
-                emit(id);
-            }
-        }
-    }
-}
-
-export_filter!(Erc20Transfers);
+export_rule!(Erc20Transfer);
 
 #[cfg(test)]
 mod tests {
     use chainsieve_filter_sdk::layout::{BatchWriter, LogFields};
-    use chainsieve_filter_sdk::match_batch;
+    use chainsieve_filter_sdk::{Filter, match_batch};
 
     use super::*;
 

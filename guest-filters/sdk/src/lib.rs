@@ -1,11 +1,17 @@
 //! The guest SDK for chainsieve filter components.
 //!
-//! A filter is a Rust type implementing [`Filter`]: it keeps its
-//! subscriptions (indexed, so the cost of an event does not grow with their
-//! number), validates their parameters, and says which subscriptions an event
-//! goes to. [`export_filter!`] turns it into a `chainsieve:filter@0.1.0`
-//! component when built for `wasm32-wasip2`; built natively the same type is
-//! plain Rust, so its rules are unit-tested and benchmarked without a runtime.
+//! Two ways to write a filter:
+//!
+//! - a [`Rule`]: one subscription's parameters and the test of an event
+//!   against them (`subscribe(params)`, `matches(&event)`, optionally an
+//!   address index); the SDK keeps the subscriptions. [`export_rule!`].
+//! - a [`Filter`]: the type keeps every subscription itself, indexed as it
+//!   likes (the built-ins do), and says which subscriptions an event goes to.
+//!   [`export_filter!`].
+//!
+//! Either becomes a `chainsieve:filter@0.1.0` component when built for
+//! `wasm32-wasip2`; built natively the same type is plain Rust, so its rules
+//! are unit-tested and benchmarked without a runtime.
 //!
 //! - [`layout`]: the packed batch format the host sends (shared with the host,
 //!   which writes it).
@@ -16,12 +22,14 @@
 pub mod keys;
 pub mod layout;
 pub mod params;
+pub mod rule;
 
 use std::hash::Hash;
 
 pub use keys::{KeyMap, KeySet};
 pub use layout::{Batch, HeadView, LayoutError, LogView, Source, TxView};
 pub use params::ParamsError;
+pub use rule::{Rule, Rules};
 /// Re-exported so filters parse their parameters with the same JSON crate.
 pub use serde_json;
 
