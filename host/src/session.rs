@@ -39,7 +39,7 @@ enum Ending {
 pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, api_key: Arc<str>) {
     let (sink, frames) = Sink::new(state.limits.outbound_queue);
     let connection = Connection::new(sink);
-    let (mut ws_tx, ws_rx) = socket.split();
+    let (mut ws_tx, mut ws_rx) = socket.split();
     let ctx = Context {
         app: &state,
         chain: &chain,
@@ -47,7 +47,7 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
         connection: Some(&connection),
     };
     let ending = tokio::select! {
-        ending = read(ws_rx, ctx) => ending,
+        ending = read(&mut ws_rx, ctx) => ending,
         ending = write(&mut ws_tx, frames, &connection.sink, &state) => ending,
     };
     // Cancel first: a peer that stopped reading may never take the close.
@@ -69,12 +69,25 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
         }
         Ending::Shutdown => close(close_code::AWAY, "server shutting down"),
     };
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, ws_tx.send(frame)).await;
+    // The closing handshake: send ours, then read (and drop) what the peer
+    // still sends until its Close. Closing the socket with requests unread
+    // would make the kernel reset the connection, and the peer could lose
+    // our close frame, and with it the reason.
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        if ws_tx.send(frame).await.is_ok() {
+            while let Some(Ok(message)) = ws_rx.next().await {
+                if matches!(message, Message::Close(_)) {
+                    break;
+                }
+            }
+        }
+    })
+    .await;
 }
 
 /// Answers requests until the client closes or the socket fails, or a
 /// reply finds the outbound queue full.
-async fn read(mut ws_rx: SplitStream<WebSocket>, ctx: Context<'_>) -> Ending {
+async fn read(ws_rx: &mut SplitStream<WebSocket>, ctx: Context<'_>) -> Ending {
     let connection = ctx.connection.expect("sessions always have a connection");
     let limit = ctx.app.limits.max_request_bytes;
     while let Some(Ok(message)) = ws_rx.next().await {

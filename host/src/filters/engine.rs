@@ -2,10 +2,12 @@
 //! components with per-call deadlines (epoch interruption), a memory cap
 //! per instance, and instances drawn from a pre-reserved pool.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, SystemTime};
 
+use alloy_primitives::B256;
 use anyhow::{Context, anyhow};
 use chainsieve_filter_sdk::{Matches, Payload, Source};
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -35,22 +37,46 @@ const POOL_CORE_INSTANCES: u32 = 5_000;
 const POOL_MEMORIES: u32 = 2_000;
 const POOL_TABLES: u32 = 5_000;
 
-/// The process-wide engine: compiled components belong to an engine, so one
-/// engine lets every server in the process (tests start many) share them.
-/// Engine and ticker are made inside one `get_or_init`, so racing callers
-/// cannot start two tickers (which would halve every deadline).
-fn shared_engine() -> anyhow::Result<&'static Engine> {
-    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| start_engine().map_err(|e| format!("{e:#}")))
-        .as_ref()
-        .map_err(|e| anyhow!("{e}"))
+/// An engine and the components compiled for it (a component belongs to
+/// the engine that compiled it).
+struct SharedEngine {
+    engine: Engine,
+    /// By keccak-256 of the bytes: servers started by tests share the
+    /// built-ins; a rewritten filter file is compiled once. Held only to
+    /// look up or insert.
+    compiled: Mutex<HashMap<B256, Component>>,
+    /// Whether calls have a deadline (epoch interruption).
+    metered: bool,
 }
 
-/// The engine, and the thread that advances its epoch until it is gone.
-fn start_engine() -> anyhow::Result<Engine> {
+/// The process-wide engine: one engine lets every server in the process
+/// (tests start many) share compiled components. Engine and ticker are
+/// made inside one `get_or_init`, so racing callers cannot start two
+/// tickers (which would halve every deadline). `metered: false` is the
+/// same engine without epoch interruption, only to measure what the
+/// deadline costs.
+fn shared_engine(metered: bool) -> anyhow::Result<&'static SharedEngine> {
+    static METERED: OnceLock<Result<SharedEngine, String>> = OnceLock::new();
+    static UNMETERED: OnceLock<Result<SharedEngine, String>> = OnceLock::new();
+    let slot = if metered { &METERED } else { &UNMETERED };
+    slot.get_or_init(|| {
+        start_engine(metered)
+            .map(|engine| SharedEngine {
+                engine,
+                compiled: Mutex::default(),
+                metered,
+            })
+            .map_err(|e| format!("{e:#}"))
+    })
+    .as_ref()
+    .map_err(|e| anyhow!("{e}"))
+}
+
+/// The engine, and with `metered` the thread that advances its epoch
+/// until it is gone.
+fn start_engine(metered: bool) -> anyhow::Result<Engine> {
     let mut config = Config::new();
-    config.epoch_interruption(true);
+    config.epoch_interruption(metered);
     // Measured (DESIGN.md): component-model async support adds ~650 ns to
     // every call, and filters never need it.
     config.concurrency_support(false);
@@ -66,6 +92,9 @@ fn start_engine() -> anyhow::Result<Engine> {
         .max_memory_size(1 << 32);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     let engine = anyhow_result(Engine::new(&config)).context("configuring the wasmtime engine")?;
+    if !metered {
+        return Ok(engine);
+    }
     let weak = engine.weak();
     thread::Builder::new()
         .name("filter-epoch".into())
@@ -107,7 +136,7 @@ impl WasiView for FilterState {
 
 /// Compiles and instantiates filter components.
 pub struct FilterEngine {
-    engine: &'static Engine,
+    shared: &'static SharedEngine,
     linker: Linker<FilterState>,
     deadline_ticks: u64,
     /// For messages: the deadline as configured.
@@ -142,8 +171,17 @@ impl std::fmt::Debug for FilterComponent {
 
 impl FilterEngine {
     pub fn new(config: &FiltersConfig) -> anyhow::Result<Arc<Self>> {
-        let engine = shared_engine()?;
-        let mut linker = Linker::new(engine);
+        Self::on(shared_engine(true)?, config)
+    }
+
+    /// The same engine without call deadlines: a looping component hangs
+    /// its caller. Only to measure what epoch interruption costs.
+    pub fn without_deadline(config: &FiltersConfig) -> anyhow::Result<Arc<Self>> {
+        Self::on(shared_engine(false)?, config)
+    }
+
+    fn on(shared: &'static SharedEngine, config: &FiltersConfig) -> anyhow::Result<Arc<Self>> {
+        let mut linker = Linker::new(&shared.engine);
         anyhow_result(wasmtime_wasi::p2::add_to_linker_sync(&mut linker))
             .context("linking WASI into the filter linker")?;
         let deadline_ticks = config
@@ -154,7 +192,7 @@ impl FilterEngine {
         let memory_limit =
             usize::try_from(config.memory_limit_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         Ok(Arc::new(Self {
-            engine,
+            shared,
             linker,
             deadline_ticks,
             call_timeout: config.call_timeout(),
@@ -168,8 +206,8 @@ impl FilterEngine {
     pub fn load(&self, origin: &str, bytes: &[u8]) -> anyhow::Result<FilterComponent> {
         let hash = alloy_primitives::keccak256(bytes);
         let component =
-            compiled(self.engine, hash, bytes).with_context(|| format!("compiling {origin}"))?;
-        let version = contract_version(self.engine, &component)
+            compiled(self.shared, hash, bytes).with_context(|| format!("compiling {origin}"))?;
+        let version = contract_version(&self.shared.engine, &component)
             .with_context(|| format!("checking the contract version of {origin}"))?;
         let pre = anyhow_result(self.linker.instantiate_pre(&component)).with_context(|| {
             format!("linking {origin} (it may import something the host does not provide)")
@@ -217,14 +255,18 @@ impl FilterEngine {
             table: ResourceTable::new(),
             limits: InstanceLimits::new(self.memory_limit),
         };
-        let mut store = Store::new(self.engine, state);
+        let mut store = Store::new(&self.shared.engine, state);
         store.limiter(|s| &mut s.limits);
-        store.set_epoch_deadline(self.deadline_ticks);
+        if self.shared.metered {
+            // Instantiating runs the component's start code: it gets a
+            // deadline too.
+            store.set_epoch_deadline(self.deadline_ticks);
+        }
         let bindings = pre.instantiate(&mut store)?;
         Ok(FilterInstance {
             store,
             bindings,
-            deadline_ticks: self.deadline_ticks,
+            deadline_ticks: self.shared.metered.then_some(self.deadline_ticks),
             call_timeout: self.call_timeout,
         })
     }
@@ -261,29 +303,19 @@ fn contract_version(engine: &Engine, component: &Component) -> anyhow::Result<St
 }
 
 /// Compiles `bytes` (whose keccak-256 is `hash`), reusing an earlier
-/// compilation of the same bytes in this process (servers started by tests
-/// share the built-ins; a rewritten filter file is compiled once).
-fn compiled(
-    engine: &Engine,
-    hash: alloy_primitives::B256,
-    bytes: &[u8],
-) -> anyhow::Result<Component> {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    static CACHE: OnceLock<Mutex<HashMap<alloy_primitives::B256, Component>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(component) = cache
-        .lock()
-        .map_err(|_| anyhow!("component cache poisoned"))?
-        .get(&hash)
-    {
+/// compilation of the same bytes on this engine.
+fn compiled(shared: &SharedEngine, hash: B256, bytes: &[u8]) -> anyhow::Result<Component> {
+    let cached = || {
+        shared
+            .compiled
+            .lock()
+            .map_err(|_| anyhow!("component cache poisoned"))
+    };
+    if let Some(component) = cached()?.get(&hash) {
         return Ok(component.clone());
     }
-    let component = Component::new(engine, bytes)?;
-    cache
-        .lock()
-        .map_err(|_| anyhow!("component cache poisoned"))?
-        .insert(hash, component.clone());
+    let component = Component::new(&shared.engine, bytes)?;
+    cached()?.insert(hash, component.clone());
     Ok(component)
 }
 
@@ -292,7 +324,8 @@ fn compiled(
 pub struct FilterInstance {
     store: Store<FilterState>,
     bindings: Filter,
-    deadline_ticks: u64,
+    /// `None` on the engine without deadlines.
+    deadline_ticks: Option<u64>,
     call_timeout: Duration,
 }
 
@@ -303,7 +336,9 @@ impl FilterInstance {
         &mut self,
         export: impl FnOnce(&Filter, &mut Store<FilterState>) -> wasmtime::Result<T>,
     ) -> anyhow::Result<T> {
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        if let Some(ticks) = self.deadline_ticks {
+            self.store.set_epoch_deadline(ticks);
+        }
         let outcome = export(&self.bindings, &mut self.store);
         let refusal = self.store.data_mut().limits.take_refusal();
         outcome.map_err(|error| {
@@ -388,7 +423,7 @@ mod tests {
     #[test]
     fn racing_callers_start_one_ticker() {
         let callers: Vec<_> = (0..8)
-            .map(|_| thread::spawn(|| shared_engine().map(|_| ()).map_err(|e| e.to_string())))
+            .map(|_| thread::spawn(|| shared_engine(true).map(|_| ()).map_err(|e| e.to_string())))
             .collect();
         for caller in callers {
             caller.join().expect("no panic").expect("the engine starts");

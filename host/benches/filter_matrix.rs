@@ -1,0 +1,313 @@
+//! Every built-in filter, the WebAssembly component against the same Rust
+//! logic compiled natively: 10, 1,000 and 100,000 subscriptions, batches of
+//! 1, 64 and 1,024 events, and the component again without epoch
+//! interruption, to price the call deadline. Prints the README's tables.
+//!
+//! Run: `cargo bench -p chainsieve --bench filter_matrix`
+//!
+//! Each cell is the mean time of one `match-batch` call over at least
+//! [`MEASURE`] of calls, after a warm-up. The native path runs the SDK's
+//! `match_batch` on the same packed bytes the component receives, so the
+//! difference is the component boundary (copying the batch in and the
+//! matches out, the call) and the code Cranelift generates.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chainsieve::config::FiltersConfig;
+use chainsieve::filters::FilterEngine;
+use chainsieve::filters::engine::FilterInstance;
+use chainsieve::filters::registry::builtin_components;
+use chainsieve_filter_sdk::layout::{BatchWriter, HeadFields, LogFields, TxFields};
+use chainsieve_filter_sdk::{Filter, Source, match_batch};
+
+const SUBSCRIPTIONS: [u64; 3] = [10, 1_000, 100_000];
+const BATCHES: [usize; 3] = [1, 64, 1_024];
+/// How long each cell is measured for.
+const MEASURE: Duration = Duration::from_millis(300);
+/// Cells whose output would exceed this many (event, subscription) pairs are
+/// skipped: a broadcast topic at 100,000 subscriptions and 1,024 events
+/// answers 10^8 pairs (1.2 GB), which says nothing about the filter.
+const MAX_PAIRS: u64 = 10_000_000;
+
+/// The address of subscriber `i`.
+fn address(i: u64) -> [u8; 20] {
+    let mut a = [0x5a; 20];
+    a[..8].copy_from_slice(&i.to_be_bytes());
+    a
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One in ten events concerns a subscriber; the rest nobody.
+fn concerned(i: u64, subscriptions: u64) -> [u8; 20] {
+    if i.is_multiple_of(10) {
+        address((i * 7919) % subscriptions)
+    } else {
+        address(u64::MAX - i)
+    }
+}
+
+fn transactions(source: Source, len: usize, subscriptions: u64) -> Vec<u8> {
+    let mut w = BatchWriter::new(source, len);
+    let input = [0xa9, 0x05, 0x9c, 0xbb, 0, 0, 0, 0];
+    for i in 0..len as u64 {
+        let from = concerned(i, subscriptions);
+        let to = address(u64::MAX / 2 - i);
+        w.push_tx(&TxFields {
+            hash: &[i as u8; 32],
+            from: &from,
+            to: Some(&to),
+            tx_type: 2,
+            value: &[0; 32],
+            nonce: i,
+            gas: 21_000,
+            block_number: 0,
+            input: &input,
+            removed: false,
+        });
+    }
+    w.finish()
+}
+
+fn heads(len: usize) -> Vec<u8> {
+    let mut w = BatchWriter::new(Source::Heads, len);
+    for i in 0..len as u64 {
+        w.push_head(&HeadFields {
+            number: i,
+            timestamp: 1_700_000_000 + i * 12,
+            hash: &[i as u8; 32],
+            parent_hash: &[i.wrapping_sub(1) as u8; 32],
+            miner: &address(7),
+            gas_used: 15_000_000,
+            gas_limit: 30_000_000,
+            base_fee: 20_000_000_000,
+        });
+    }
+    w.finish()
+}
+
+fn logs(len: usize, subscriptions: u64) -> Vec<u8> {
+    let mut w = BatchWriter::new(Source::Logs, len);
+    let transfer = [0xdd; 32];
+    for i in 0..len as u64 {
+        let contract = concerned(i, subscriptions);
+        let topics = [transfer, [i as u8; 32], [(i >> 8) as u8; 32]];
+        w.push_log(&LogFields {
+            address: &contract,
+            topics: &topics,
+            data: &[0; 32],
+            block_number: 1,
+            log_index: i as u32,
+            transaction_index: (i / 4) as u32,
+            transaction_hash: &[i as u8; 32],
+            removed: false,
+        });
+    }
+    w.finish()
+}
+
+/// A built-in filter under test: its topic, how subscriber `i` subscribes,
+/// whether every subscriber gets every event, and its batches.
+struct Case {
+    topic: &'static str,
+    params: fn(u64) -> String,
+    broadcast: bool,
+    batch: fn(usize, u64) -> Vec<u8>,
+}
+
+fn from_address(i: u64) -> String {
+    format!(r#"[{{"fromAddress":["0x{}"]}}]"#, hex(&address(i)))
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            topic: "bvPendingTransactions",
+            params: from_address,
+            broadcast: false,
+            batch: |len, subs| transactions(Source::PendingTransactions, len, subs),
+        },
+        Case {
+            topic: "bvMinedTransactions",
+            params: from_address,
+            broadcast: false,
+            batch: |len, subs| transactions(Source::MinedTransactions, len, subs),
+        },
+        Case {
+            topic: "newPendingTransactions",
+            params: |i| if i % 2 == 0 { "[]" } else { "[true]" }.to_string(),
+            broadcast: true,
+            batch: |len, subs| transactions(Source::PendingTransactions, len, subs),
+        },
+        Case {
+            topic: "newHeads",
+            params: |_| "[]".to_string(),
+            broadcast: true,
+            batch: |len, _| heads(len),
+        },
+        Case {
+            topic: "logs",
+            params: |i| format!(r#"[{{"address":"0x{}"}}]"#, hex(&address(i))),
+            broadcast: false,
+            batch: logs,
+        },
+    ]
+}
+
+/// Mean time of one call of `f`, in microseconds.
+fn time(mut f: impl FnMut()) -> f64 {
+    for _ in 0..3 {
+        f();
+    }
+    let start = Instant::now();
+    let mut calls = 0u32;
+    while start.elapsed() < MEASURE || calls < 10 {
+        f();
+        calls += 1;
+    }
+    start.elapsed().as_secs_f64() * 1e6 / f64::from(calls)
+}
+
+fn instance(engine: &FilterEngine, topic: &str) -> FilterInstance {
+    let component = builtin_components()
+        .iter()
+        .map(|(file, bytes)| engine.load(file, bytes).expect("built-in loads"))
+        .find(|c| c.manifest.topic == topic)
+        .expect("a built-in");
+    engine.instantiate(&component).expect("instance")
+}
+
+/// One cell of the table; `times` is `None` for a skipped cell.
+struct Row {
+    subscriptions: u64,
+    batch: usize,
+    times: Option<Times>,
+}
+
+/// Microseconds per call.
+struct Times {
+    native: f64,
+    wasm: f64,
+    /// The component on the engine without epoch interruption.
+    wasm_without_deadline: f64,
+}
+
+/// Times one filter at every size.
+fn measure<F: Filter>(
+    case: &Case,
+    metered: &Arc<FilterEngine>,
+    unmetered: &Arc<FilterEngine>,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for subscriptions in SUBSCRIPTIONS {
+        let mut native = F::default();
+        let mut wasm = instance(metered, case.topic);
+        let mut bare = instance(unmetered, case.topic);
+        for i in 0..subscriptions {
+            let params = (case.params)(i);
+            native.subscribe(i, &params).expect("native subscribe");
+            for component in [&mut wasm, &mut bare] {
+                component
+                    .subscribe(i, &params)
+                    .expect("call")
+                    .expect("accepted");
+            }
+        }
+        for len in BATCHES {
+            if case.broadcast && subscriptions * len as u64 > MAX_PAIRS {
+                rows.push(Row {
+                    subscriptions,
+                    batch: len,
+                    times: None,
+                });
+                continue;
+            }
+            let batch = (case.batch)(len, subscriptions);
+            let expected = match_batch(&native, &batch).expect("native");
+            assert_eq!(wasm.match_batch(&batch).expect("wasm"), expected);
+            assert_eq!(bare.match_batch(&batch).expect("wasm"), expected);
+            let native_us = time(|| {
+                black_box(match_batch(&native, black_box(&batch)).expect("native"));
+            });
+            let wasm_us = time(|| {
+                black_box(wasm.match_batch(black_box(&batch)).expect("wasm"));
+            });
+            let bare_us = time(|| {
+                black_box(bare.match_batch(black_box(&batch)).expect("wasm"));
+            });
+            rows.push(Row {
+                subscriptions,
+                batch: len,
+                times: Some(Times {
+                    native: native_us,
+                    wasm: wasm_us,
+                    wasm_without_deadline: bare_us,
+                }),
+            });
+        }
+    }
+    rows
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument picks topics.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let config = FiltersConfig::default();
+    let metered = FilterEngine::new(&config).expect("engine");
+    let unmetered = FilterEngine::without_deadline(&config).expect("engine");
+    println!(
+        "| filter | subscriptions | batch | native µs | WASM µs | WASM / native | epoch cost |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for case in cases() {
+        if !only.is_empty() && !only.iter().any(|o| case.topic.contains(o.as_str())) {
+            continue;
+        }
+        let rows = match case.topic {
+            "bvPendingTransactions" => {
+                measure::<chainsieve_bv_pending_transactions::BvPendingFilter>(
+                    &case, &metered, &unmetered,
+                )
+            }
+            "bvMinedTransactions" => measure::<chainsieve_bv_mined_transactions::BvMinedFilter>(
+                &case, &metered, &unmetered,
+            ),
+            "newPendingTransactions" => measure::<
+                chainsieve_new_pending_transactions_filter::NewPendingTransactions,
+            >(&case, &metered, &unmetered),
+            "newHeads" => {
+                measure::<chainsieve_new_heads_filter::NewHeads>(&case, &metered, &unmetered)
+            }
+            _ => measure::<chainsieve_logs_filter::Logs>(&case, &metered, &unmetered),
+        };
+        for Row {
+            subscriptions,
+            batch,
+            times,
+        } in rows
+        {
+            match times {
+                Some(t) => println!(
+                    "| {} | {subscriptions} | {batch} | {:.2} | {:.2} | {:.2}× | {:+.0}% |",
+                    case.topic,
+                    t.native,
+                    t.wasm,
+                    t.wasm / t.native,
+                    (t.wasm / t.wasm_without_deadline - 1.0) * 100.0
+                ),
+                None => println!(
+                    "| {} | {subscriptions} | {batch} | — | — | skipped: {} pairs | — |",
+                    case.topic,
+                    subscriptions * batch as u64
+                ),
+            }
+        }
+    }
+}
