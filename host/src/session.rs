@@ -106,9 +106,11 @@ async fn read(ws_rx: &mut SplitStream<WebSocket>, ctx: Context<'_>) -> Ending {
         } else {
             methods::process(ctx, bytes).await
         };
-        if let Some(reply) = reply
-            && connection.sink.send(reply).is_err()
-        {
+        let queued = reply.map(|reply| connection.sink.send(reply));
+        // Subscriptions made in a batch deliver only now, after the
+        // response that tells the client their ids.
+        connection.open_gates();
+        if let Some(Err(_)) = queued {
             // A client that sends faster than it reads overflows its queue
             // like a slow subscriber, and is closed the same way.
             return if connection.sink.overflowed().is_cancelled() {

@@ -162,6 +162,12 @@ impl WsClient {
         }
     }
 
+    /// Notifications that arrived before the last response, kept for
+    /// `next_notification`.
+    pub fn buffered_notifications(&self) -> usize {
+        self.notifications.len()
+    }
+
     /// Forgets the notifications that arrived before the last response, so
     /// what is read next came after it.
     pub fn discard_buffered(&mut self) {

@@ -392,3 +392,61 @@ async fn nothing_follows_an_unsubscribe_answer() {
         "notifications after `true`: {after:?}"
     );
 }
+
+/// A subscription made inside a JSON-RPC batch delivers nothing before the
+/// batch's response, which is where the client learns its id; afterwards it
+/// delivers normally. Pending transactions every half millisecond and a
+/// batch long enough to take several make the race certain without the
+/// gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_made_in_a_batch_starts_after_the_batch_response() {
+    let config = chainsieve::Config {
+        devnet: chainsieve::ingest::devnet::DevnetSettings {
+            block_time_ms: Some(100),
+            transactions_per_block: 200,
+            pending_batches_per_block: 200,
+            ..chainsieve_tests::fast_devnet()
+        },
+        ..chainsieve::Config::default()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let mut batch = vec![
+        json!({"jsonrpc":"2.0","id":0,"method":"eth_subscribe","params":["newPendingTransactions"]}),
+    ];
+    batch.extend(
+        (1..=30).map(
+            |id| json!({"jsonrpc":"2.0","id":id,"method":"eth_subscribe","params":["newHeads"]}),
+        ),
+    );
+    ws.send_text(&Value::Array(batch).to_string()).await;
+    let response = ws.next_response().await.expect("the batch response");
+    // `next_response` keeps every notification that came first: none may.
+    assert_eq!(
+        ws.buffered_notifications(),
+        0,
+        "a notification preceded the batch response"
+    );
+    let replies = response.as_array().expect("a batch response");
+    assert_eq!(replies.len(), 31);
+    let pending = replies
+        .iter()
+        .find(|r| r["id"] == json!(0))
+        .and_then(|r| r["result"].as_str())
+        .expect("the subscription id")
+        .to_string();
+    let mut delivered = false;
+    for _ in 0..200 {
+        let (subscription, _) = ws.next_notification().await.expect("notification");
+        if subscription == pending {
+            delivered = true;
+            break;
+        }
+    }
+    assert!(
+        delivered,
+        "the batch's subscription delivers after the response"
+    );
+}

@@ -11,7 +11,7 @@
 //! until a working component replaces it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::SystemTime;
@@ -59,9 +59,22 @@ pub struct Subscribe {
     /// The JSON array of parameters after the topic name.
     pub params: String,
     pub sink: Sink,
-    /// When set, the actor queues the `eth_subscribe` response itself, so
-    /// it reaches the client before the subscription's first notification.
-    pub ack: Option<rpc::Id>,
+    pub start: Start,
+}
+
+/// How a new subscription's first notification is ordered after the
+/// `eth_subscribe` response.
+#[derive(Debug)]
+pub enum Start {
+    /// The actor queues this response itself, then notifications follow.
+    Acknowledge(rpc::Id),
+    /// The response travels in a batch the session queues later: nothing
+    /// is delivered until the session opens the gate, right after queuing
+    /// it. (Events before that go to a subscription the client cannot
+    /// know of yet.)
+    Gated(Arc<AtomicBool>),
+    /// No response is due (a JSON-RPC notification subscribed).
+    Now,
 }
 
 enum Command {
@@ -249,6 +262,8 @@ struct Record {
     params: String,
     payload: Payload,
     sink: Sink,
+    /// Closed until the session queued the batch response carrying the id.
+    gate: Option<Arc<AtomicBool>>,
 }
 
 impl Record {
@@ -341,7 +356,7 @@ impl Actor {
             id,
             params,
             sink,
-            ack,
+            start,
         } = request;
         if let Some(reason) = &self.disabled {
             return Err(SubscribeError::Unavailable(format!(
@@ -358,13 +373,18 @@ impl Actor {
                 ))
             })?;
         let payload = outcome.map_err(SubscribeError::Params)?;
-        if let Some(request_id) = ack {
-            let result = rpc::result(&id).expect("a string serializes");
-            if let Some(frame) = rpc::response(&request_id, &Ok(result)) {
-                // If the connection is already overflowing it is closing.
-                let _ = sink.send(frame);
+        let gate = match start {
+            Start::Acknowledge(request_id) => {
+                let result = rpc::result(&id).expect("a string serializes");
+                if let Some(frame) = rpc::response(&request_id, &Ok(result)) {
+                    // If the connection is already overflowing it is closing.
+                    let _ = sink.send(frame);
+                }
+                None
             }
-        }
+            Start::Gated(gate) => Some(gate),
+            Start::Now => None,
+        };
         self.subscriptions.insert(
             key,
             Record {
@@ -372,6 +392,7 @@ impl Actor {
                 params,
                 payload,
                 sink,
+                gate,
             },
         );
         self.count_subscribers();
@@ -404,7 +425,12 @@ impl Actor {
                 tracing::warn!(chain = %self.chain, topic = %self.topic(), event, len = batch.len(), "filter returned an event index outside the batch");
                 continue;
             }
-            if let Some(record) = self.subscriptions.get(&key) {
+            if let Some(record) = self.subscriptions.get(&key)
+                && record
+                    .gate
+                    .as_ref()
+                    .is_none_or(|open| open.load(Ordering::Acquire))
+            {
                 // Overflow closes that connection; a closed one unsubscribes.
                 let _ = record
                     .sink

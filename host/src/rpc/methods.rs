@@ -3,7 +3,8 @@
 //! (`eth_chainId`, `net_version`, `eth_blockNumber`, `eth_getBlockBy*`, …).
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use alloy_primitives::{Address, B256, U64};
 use serde_json::Value;
@@ -13,7 +14,7 @@ use super::{Call, Incoming, RpcError, batch_response, error_response, parse, res
 use crate::chain::Chain;
 use crate::fanout::Sink;
 use crate::filters::SubscribeError;
-use crate::filters::actor::Subscribe;
+use crate::filters::actor::{Start, Subscribe};
 use crate::price::query::PriceError;
 use crate::server::AppState;
 use crate::subscriptions::{self, OwnedIds};
@@ -28,6 +29,10 @@ pub struct Connection {
     /// The subscriptions this connection made, cancelled when it closes;
     /// shared with the registry so a cancel over HTTP updates it too.
     pub owned: Arc<OwnedIds>,
+    /// Gates of subscriptions made in the batch being answered; opened by
+    /// [`Connection::open_gates`] once its response is queued. Touched only
+    /// by the connection's reader.
+    gates: Mutex<Vec<Arc<AtomicBool>>>,
 }
 
 impl Connection {
@@ -35,6 +40,21 @@ impl Connection {
         Self {
             sink,
             owned: Arc::default(),
+            gates: Mutex::default(),
+        }
+    }
+
+    /// Lets subscriptions made in the last batch deliver: its response,
+    /// with their ids, is now queued ahead of their notifications.
+    pub fn open_gates(&self) {
+        let gates = std::mem::take(
+            &mut *self
+                .gates
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for gate in gates {
+            gate.store(true, Ordering::Release);
         }
     }
 
@@ -186,14 +206,26 @@ async fn subscribe(
         filter.clone(),
         &connection.owned,
     );
-    let ack = call.id.clone().filter(|_| !in_batch).map(Some);
-    let acked = ack.is_some();
+    let start = match &call.id {
+        None => Start::Now,
+        Some(_) if in_batch => {
+            let gate = Arc::new(AtomicBool::new(false));
+            connection
+                .gates
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(gate.clone());
+            Start::Gated(gate)
+        }
+        Some(request_id) => Start::Acknowledge(Some(request_id.clone())),
+    };
+    let acked = matches!(start, Start::Acknowledge(_));
     let request = Subscribe {
         key,
         id: id.clone(),
         params,
         sink: connection.sink.clone(),
-        ack,
+        start,
     };
     match filter.subscribe(request).await {
         Ok(()) if acked => Outcome::Sent,
