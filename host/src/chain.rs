@@ -95,6 +95,13 @@ impl Chain {
         Ok(chain)
     }
 
+    /// The state of the chain's source: the devnet is always live.
+    pub fn source_status(&self) -> UpstreamStatus {
+        self.upstream
+            .as_ref()
+            .map_or(UpstreamStatus::Live, |status| status.borrow().clone())
+    }
+
     /// The actors serving this chain's topics now.
     pub fn filters(&self) -> Arc<BTreeMap<String, FilterHandle>> {
         self.filters

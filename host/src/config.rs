@@ -171,6 +171,10 @@ pub struct LimitsConfig {
     pub max_request_bytes: usize,
     /// Seconds between server pings on an idle WebSocket.
     pub ping_interval_secs: u64,
+    /// Live subscriptions one WebSocket connection may hold.
+    pub max_subscriptions_per_connection: usize,
+    /// Open WebSocket connections one API key may hold.
+    pub max_connections_per_key: usize,
 }
 
 impl Default for LimitsConfig {
@@ -180,6 +184,8 @@ impl Default for LimitsConfig {
             max_batch: 1_000,
             max_request_bytes: 1 << 20,
             ping_interval_secs: 30,
+            max_subscriptions_per_connection: 1_024,
+            max_connections_per_key: 1_000,
         }
     }
 }
@@ -241,6 +247,18 @@ impl Config {
             limits.ping_interval_secs,
             1,
             86_400,
+        )?;
+        in_range(
+            "limits.max_subscriptions_per_connection",
+            limits.max_subscriptions_per_connection as u64,
+            1,
+            1_000_000,
+        )?;
+        in_range(
+            "limits.max_connections_per_key",
+            limits.max_connections_per_key as u64,
+            1,
+            10_000_000,
         )?;
         let devnet = &self.devnet;
         in_range(

@@ -15,7 +15,9 @@
 //!   built around a payload serialized once per event.
 //! - [`server`], [`session`], [`rpc`] — axum routes and keys, one task pair
 //!   per WebSocket, and the JSON-RPC envelope and methods.
-//! - [`subscriptions`] — every live subscription by public id.
+//! - [`subscriptions`] — every live subscription by public id;
+//!   [`connections`] — open WebSocket connections per key.
+//! - [`health`] — `/healthz` and `/readyz`.
 //! - [`admin`] — `/admin/filters`, what every chain runs, behind a token.
 //! - [`config`] — the TOML configuration and its defaults.
 
@@ -24,8 +26,10 @@
 pub mod admin;
 pub mod chain;
 pub mod config;
+pub mod connections;
 pub mod fanout;
 pub mod filters;
+pub mod health;
 pub mod ingest;
 pub mod price;
 pub mod rpc;

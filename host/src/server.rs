@@ -21,12 +21,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::chain::Chain;
 use crate::config::{Config, LimitsConfig};
+use crate::connections::Connections;
 use crate::filters::reload::{self, ReloadReport};
 use crate::filters::{FilterEngine, FilterRegistry};
 use crate::rpc::methods::{self, Context};
 use crate::rpc::{RpcError, error_response};
 use crate::subscriptions::Subscriptions;
-use crate::{admin, session};
+use crate::{admin, health, session};
 
 /// Everything a request handler needs; one per server.
 #[derive(Debug)]
@@ -38,6 +39,8 @@ pub struct AppState {
     /// The bearer token of `/admin/*`; `None` turns them off.
     pub admin_token: Option<String>,
     pub subscriptions: Subscriptions,
+    /// Open WebSocket connections per key, for `max_connections_per_key`.
+    pub connections: Arc<Connections>,
     pub limits: LimitsConfig,
     /// Cancelled on shutdown: sessions close with 1001, sources stop.
     pub shutdown: CancellationToken,
@@ -104,6 +107,7 @@ impl AppState {
             keys,
             admin_token: config.auth.admin_token.clone(),
             subscriptions: Subscriptions::default(),
+            connections: Arc::default(),
             limits: config.limits.clone(),
             shutdown,
             stats: Stats::default(),
@@ -117,6 +121,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/{key}", get(ws_default).post(http_default))
         .route("/admin/filters", get(admin::filters))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
         .route("/{chain}/v1/{key}", get(ws_chain).post(http_chain))
         .fallback(|| async {
             json_error(
@@ -257,6 +263,15 @@ fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -
         Ok(found) => found,
         Err((status, error)) => return json_error(status, error),
     };
+    let limit = state.limits.max_connections_per_key;
+    let Some(permit) = state.connections.open(&api_key, limit) else {
+        return json_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            RpcError::limit_exceeded(format!(
+                "connection limit reached: this API key has {limit} open WebSocket connections (limits.max_connections_per_key)"
+            )),
+        );
+    };
     // Frames up to the transport limit are read, so that a frame over the
     // request limit is answered with -32005 instead of a dropped socket.
     let transport_limit = state
@@ -266,7 +281,10 @@ fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -
         .max(16 << 20);
     ws.max_message_size(transport_limit)
         .max_frame_size(transport_limit)
-        .on_upgrade(move |socket| session::serve(socket, state, chain, api_key))
+        .on_upgrade(move |socket| async move {
+            session::serve(socket, state, chain, api_key).await;
+            drop(permit);
+        })
 }
 
 #[cfg(test)]

@@ -194,6 +194,12 @@ async fn subscribe(
             available.join(", ")
         ))));
     };
+    let limit = ctx.app.limits.max_subscriptions_per_connection;
+    if connection.owned().len() >= limit {
+        return Outcome::Reply(Err(RpcError::limit_exceeded(format!(
+            "subscription limit reached: this connection has {limit} subscriptions (limits.max_subscriptions_per_connection); unsubscribe one first"
+        ))));
+    }
     let id = subscriptions::new_id();
     let key = ctx.app.subscriptions.next_key();
     // Register before the actor can deliver, so a close racing with this

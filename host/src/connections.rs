@@ -1,0 +1,101 @@
+//! Open WebSocket connections per API key, so one key cannot take every
+//! socket the server has. A [`Permit`] is held for a connection's life and
+//! gives its place back when dropped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+#[derive(Debug, Default)]
+pub struct Connections {
+    /// Open connections by key; a key leaves the map at zero. Held only to
+    /// count.
+    open: Mutex<HashMap<Arc<str>, usize>>,
+    /// Woken whenever a connection closes, for whoever waits for room.
+    closed: Notify,
+}
+
+/// One open connection's place; dropping it frees the place.
+#[derive(Debug)]
+pub struct Permit {
+    connections: Arc<Connections>,
+    key: Arc<str>,
+}
+
+impl Connections {
+    /// A place for a new connection of `key`, unless it already has `limit`.
+    pub fn open(self: &Arc<Self>, key: &Arc<str>, limit: usize) -> Option<Permit> {
+        let mut open = self.lock();
+        let count = open.entry(key.clone()).or_default();
+        if *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(Permit {
+            connections: self.clone(),
+            key: key.clone(),
+        })
+    }
+
+    /// Open connections of `key`.
+    pub fn count(&self, key: &str) -> usize {
+        self.lock().get(key).copied().unwrap_or(0)
+    }
+
+    /// Returns once `key` has fewer than `limit` open connections.
+    pub async fn wait_below(&self, key: &str, limit: usize) {
+        loop {
+            let closed = self.closed.notified();
+            tokio::pin!(closed);
+            // Registered before the check, so a close in between is seen.
+            closed.as_mut().enable();
+            if self.count(key) < limit {
+                return;
+            }
+            closed.await;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, usize>> {
+        self.open
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        {
+            let mut open = self.connections.lock();
+            if let Some(count) = open.get_mut(&self.key) {
+                *count -= 1;
+                if *count == 0 {
+                    open.remove(&self.key);
+                }
+            }
+        }
+        self.connections.closed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_key_gets_at_most_its_limit_and_places_come_back() {
+        let connections = Arc::new(Connections::default());
+        let (alice, bob): (Arc<str>, Arc<str>) = ("alice".into(), "bob".into());
+        let first = connections.open(&alice, 2).expect("room");
+        let second = connections.open(&alice, 2).expect("room");
+        assert!(connections.open(&alice, 2).is_none(), "limit reached");
+        assert!(connections.open(&bob, 2).is_some(), "other keys unaffected");
+        drop(first);
+        connections.wait_below("alice", 2).await;
+        let third = connections.open(&alice, 2).expect("a place came back");
+        drop((second, third));
+        assert_eq!(connections.count("alice"), 0);
+        assert!(connections.lock().is_empty(), "no empty entries kept");
+    }
+}

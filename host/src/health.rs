@@ -1,0 +1,44 @@
+//! Probes for orchestrators: `/healthz` answers while the process serves;
+//! `/readyz` answers 200 only when every chain's source is live (the
+//! devnet always is; a node source once subscribed), else 503 with each
+//! chain's state.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use crate::ingest::upstream::UpstreamStatus;
+use crate::server::AppState;
+
+pub async fn healthz() -> Response {
+    Json(json!({"status": "ok"})).into_response()
+}
+
+pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let mut chains = Map::new();
+    let mut ready = true;
+    for (name, chain) in &state.chains {
+        let status = chain.source_status();
+        ready &= status == UpstreamStatus::Live;
+        let entry = match status {
+            UpstreamStatus::Live => json!({"state": "live"}),
+            UpstreamStatus::Connecting => json!({"state": "connecting"}),
+            UpstreamStatus::Down { reason } => json!({"state": "down", "reason": reason}),
+        };
+        chains.insert(name.clone(), entry);
+    }
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        Json(json!({"ready": ready, "chains": Value::Object(chains)})),
+    )
+        .into_response()
+}

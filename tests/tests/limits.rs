@@ -1,0 +1,140 @@
+//! Per-connection and per-key limits answer -32005 naming the limit (or,
+//! before a WebSocket exists, HTTP 429 with that error), and the probes
+//! `/healthz` and `/readyz` say what orchestrators need.
+
+use chainsieve::config::{ChainConfig, Config, LimitsConfig, SourceConfig};
+use chainsieve_tests::{TestServer, WsClient, test_config};
+use serde_json::{Value, json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_holds_at_most_its_subscriptions() {
+    let config = Config {
+        limits: LimitsConfig {
+            max_subscriptions_per_connection: 3,
+            ..LimitsConfig::default()
+        },
+        ..test_config()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            ws.subscribe(json!(["newHeads"]))
+                .await
+                .expect("within the limit"),
+        );
+    }
+    let refused = ws
+        .call("eth_subscribe", json!(["newHeads"]))
+        .await
+        .expect("call");
+    assert_eq!(refused["error"]["code"], json!(-32005), "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("3 subscriptions")
+                && m.contains("limits.max_subscriptions_per_connection")),
+        "{refused}"
+    );
+    // Another connection has its own allowance; this one gets room back
+    // by unsubscribing.
+    let mut other = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    other
+        .subscribe(json!(["newHeads"]))
+        .await
+        .expect("own allowance");
+    let done = ws
+        .call("eth_unsubscribe", json!([ids[0]]))
+        .await
+        .expect("call");
+    assert_eq!(done["result"], json!(true));
+    ws.subscribe(json!(["newHeads"])).await.expect("room again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_holds_at_most_its_connections() {
+    let config = Config {
+        limits: LimitsConfig {
+            max_connections_per_key: 2,
+            ..LimitsConfig::default()
+        },
+        ..test_config()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let url = server.ws_url("bsc", "demo");
+    let first = WsClient::connect(&url).await.expect("first");
+    let _second = WsClient::connect(&url).await.expect("second");
+    let refused = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect_err("a third is refused");
+    let tokio_tungstenite::tungstenite::Error::Http(response) = refused else {
+        panic!("an HTTP answer, got {refused}");
+    };
+    assert_eq!(response.status().as_u16(), 429);
+    let body: Value =
+        serde_json::from_slice(response.body().as_deref().expect("a body")).expect("JSON");
+    assert_eq!(body["error"]["code"], json!(-32005), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("limits.max_connections_per_key")),
+        "{body}"
+    );
+    drop(first);
+    server.state.connections.wait_below("demo", 2).await;
+    WsClient::connect(&url).await.expect("a place came back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_readiness() {
+    let server = TestServer::start(test_config()).await.expect("server");
+    let client = reqwest::Client::new();
+    let get = |path: &str| {
+        let url = format!("http://{}{path}", server.addr);
+        let client = client.clone();
+        async move {
+            let response = client.get(url).send().await.expect("request");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("JSON"))
+        }
+    };
+    assert_eq!(get("/healthz").await, (200, json!({"status": "ok"})));
+    let (status, ready) = get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["chains"]["polygon"]["state"], json!("live"));
+
+    // A chain whose node cannot be reached is not ready, and says why.
+    let unreachable = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        listener.local_addr().expect("addr").port()
+    };
+    let mut config = test_config();
+    config.auth.keys = vec!["key".into()];
+    config.chains.insert(
+        "eth".into(),
+        ChainConfig {
+            chain_id: Some(1),
+            source: SourceConfig::Node(format!("ws://127.0.0.1:{unreachable}")),
+            ..ChainConfig::default()
+        },
+    );
+    let down = TestServer::start(config).await.expect("server");
+    let url = format!("http://{}/readyz", down.addr);
+    let response = client.get(url).send().await.expect("request");
+    assert_eq!(response.status().as_u16(), 503);
+    let body: Value = response.json().await.expect("JSON");
+    assert_eq!(body["ready"], json!(false));
+    assert!(
+        matches!(
+            body["chains"]["eth"]["state"].as_str(),
+            Some("connecting" | "down")
+        ),
+        "{body}"
+    );
+    assert_eq!(body["chains"]["bsc"]["state"], json!("live"));
+}
