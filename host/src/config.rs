@@ -175,6 +175,9 @@ pub struct LimitsConfig {
     pub max_subscriptions_per_connection: usize,
     /// Open WebSocket connections one API key may hold.
     pub max_connections_per_key: usize,
+    /// JSON-RPC calls per second one API key may make (over HTTP and every
+    /// connection together); a burst of one second's worth is allowed.
+    pub requests_per_second_per_key: u32,
 }
 
 impl Default for LimitsConfig {
@@ -186,6 +189,7 @@ impl Default for LimitsConfig {
             ping_interval_secs: 30,
             max_subscriptions_per_connection: 1_024,
             max_connections_per_key: 1_000,
+            requests_per_second_per_key: 1_000,
         }
     }
 }
@@ -257,6 +261,12 @@ impl Config {
         in_range(
             "limits.max_connections_per_key",
             limits.max_connections_per_key as u64,
+            1,
+            10_000_000,
+        )?;
+        in_range(
+            "limits.requests_per_second_per_key",
+            u64::from(limits.requests_per_second_per_key),
             1,
             10_000_000,
         )?;

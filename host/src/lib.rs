@@ -16,7 +16,8 @@
 //! - [`server`], [`session`], [`rpc`] — axum routes and keys, one task pair
 //!   per WebSocket, and the JSON-RPC envelope and methods.
 //! - [`subscriptions`] — every live subscription by public id;
-//!   [`connections`] — open WebSocket connections per key.
+//!   [`connections`] — open WebSocket connections per key;
+//!   [`rate_limit`] — requests per second per key.
 //! - [`health`] — `/healthz` and `/readyz`.
 //! - [`admin`] — `/admin/filters`, what every chain runs, behind a token.
 //! - [`config`] — the TOML configuration and its defaults.
@@ -32,6 +33,7 @@ pub mod filters;
 pub mod health;
 pub mod ingest;
 pub mod price;
+pub mod rate_limit;
 pub mod rpc;
 pub mod server;
 pub mod session;

@@ -4,6 +4,7 @@
 //! JSON-RPC error body and no upgrade.
 
 use std::collections::{BTreeMap, HashSet};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,6 +25,7 @@ use crate::config::{Config, LimitsConfig};
 use crate::connections::Connections;
 use crate::filters::reload::{self, ReloadReport};
 use crate::filters::{FilterEngine, FilterRegistry};
+use crate::rate_limit::RateLimit;
 use crate::rpc::methods::{self, Context};
 use crate::rpc::{RpcError, error_response};
 use crate::subscriptions::Subscriptions;
@@ -41,6 +43,8 @@ pub struct AppState {
     pub subscriptions: Subscriptions,
     /// Open WebSocket connections per key, for `max_connections_per_key`.
     pub connections: Arc<Connections>,
+    /// Token buckets per key, for `requests_per_second_per_key`.
+    pub rate: RateLimit,
     pub limits: LimitsConfig,
     /// Cancelled on shutdown: sessions close with 1001, sources stop.
     pub shutdown: CancellationToken,
@@ -108,6 +112,10 @@ impl AppState {
             admin_token: config.auth.admin_token.clone(),
             subscriptions: Subscriptions::default(),
             connections: Arc::default(),
+            rate: RateLimit::new(
+                NonZeroU32::new(config.limits.requests_per_second_per_key)
+                    .context("limits.requests_per_second_per_key must be at least 1")?,
+            ),
             limits: config.limits.clone(),
             shutdown,
             stats: Stats::default(),

@@ -138,3 +138,57 @@ async fn health_and_readiness() {
     );
     assert_eq!(body["chains"]["bsc"]["state"], json!("live"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_makes_at_most_its_requests_per_second() {
+    let config = Config {
+        limits: LimitsConfig {
+            requests_per_second_per_key: 10,
+            ..LimitsConfig::default()
+        },
+        ..test_config()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let batch: Vec<Value> = (0..100)
+        .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId"}))
+        .collect();
+    ws.send_text(&Value::Array(batch).to_string()).await;
+    let replies = ws.next_response().await.expect("the batch response");
+    let replies = replies.as_array().expect("a batch");
+    assert_eq!(replies.len(), 100);
+    let answered = replies
+        .iter()
+        .filter(|r| r["result"] == json!("0x1"))
+        .count();
+    let limited: Vec<&Value> = replies
+        .iter()
+        .filter(|r| r["error"]["code"] == json!(-32005))
+        .collect();
+    // One second's burst; a refill during the batch would take 100 ms.
+    assert!((10..=11).contains(&answered), "{answered} answered");
+    assert_eq!(answered + limited.len(), 100);
+    assert!(
+        limited[0]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("10 requests per second")
+                && m.contains("limits.requests_per_second_per_key")),
+        "{}",
+        limited[0]
+    );
+    // The bucket is the key's, over HTTP too; the socket stays open.
+    let (status, body) = server
+        .post(
+            "eth",
+            "demo",
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (200, json!(-32005))
+    );
+    assert!(ws.call("eth_chainId", json!([])).await.is_ok());
+}

@@ -116,6 +116,9 @@ pub async fn process(ctx: Context<'_>, bytes: &[u8]) -> Option<String> {
 
 async fn handle(ctx: Context<'_>, call: &Call, in_batch: bool) -> Outcome {
     let reply = |outcome| Outcome::Reply(outcome);
+    if let Err(limited) = ctx.app.rate.check(ctx.api_key) {
+        return reply(Err(limited));
+    }
     match call.method.as_str() {
         "eth_subscribe" => match ctx.connection {
             None => reply(Err(RpcError::method_not_found_msg(
