@@ -172,13 +172,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let keys = config.keys()?;
     let shutdown = CancellationToken::new();
     let state = chainsieve::AppState::start(&config, shutdown.clone())?;
-    println!("chainsieve listening on http://{address}");
-    for chain in state.chains.keys() {
-        println!("  {chain:<8} ws://{address}/{chain}/v1/{}", keys[0]);
-    }
-    if keys[0] == chainsieve::config::DEMO_KEY {
-        println!("  (devnet with the demo key `demo`; configure [auth] keys for anything else)");
-    }
+    announce(&address, &state, &keys[0]);
     let mut server = tokio::spawn(chainsieve::server::serve(listener, state));
     tokio::select! {
         signal = wait_for_signal() => {
@@ -190,6 +184,24 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         // The server only stops by itself on an error.
         stopped = &mut server => stopped.context("joining the server task")?,
     }
+}
+
+/// Prints where the server listens. Best effort: a closed stdout (the
+/// output piped into `head`, say) must not stop the server.
+fn announce(address: &SocketAddr, state: &chainsieve::AppState, key: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "chainsieve listening on http://{address}");
+    for chain in state.chains.keys() {
+        let _ = writeln!(out, "  {chain:<8} ws://{address}/{chain}/v1/{key}");
+    }
+    if key == chainsieve::config::DEMO_KEY {
+        let _ = writeln!(
+            out,
+            "  (devnet with the demo key `demo`; configure [auth] keys for anything else)"
+        );
+    }
+    let _ = out.flush();
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

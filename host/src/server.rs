@@ -19,6 +19,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::chain::Chain;
 use crate::config::{Config, LimitsConfig};
@@ -48,6 +49,10 @@ pub struct AppState {
     pub limits: LimitsConfig,
     /// Cancelled on shutdown: sessions close with 1001, sources stop.
     pub shutdown: CancellationToken,
+    /// Every WebSocket session: [`serve`] returns only once they have all
+    /// sent their close frames (hyper does not wait for upgraded
+    /// connections).
+    pub sessions: TaskTracker,
     pub stats: Stats,
     /// A new report after each scan of the filters directory.
     pub filter_reloads: watch::Receiver<ReloadReport>,
@@ -118,6 +123,7 @@ impl AppState {
             ),
             limits: config.limits.clone(),
             shutdown,
+            sessions: TaskTracker::new(),
             stats: Stats::default(),
             filter_reloads,
         }))
@@ -141,13 +147,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Serves `state` on `listener` until `shutdown` is cancelled.
+/// Serves `state` on `listener` until `shutdown` is cancelled, then waits
+/// for every WebSocket session to close (each within its close timeout).
 pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> anyhow::Result<()> {
     let shutdown = state.shutdown.clone();
-    axum::serve(listener, router(state))
+    let sessions = state.sessions.clone();
+    let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
-        .context("serving HTTP")
+        .context("serving HTTP");
+    sessions.close();
+    sessions.wait().await;
+    served
 }
 
 pub(crate) fn json_error(status: StatusCode, error: RpcError) -> Response {
@@ -289,9 +300,12 @@ fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -
         .max(16 << 20);
     ws.max_message_size(transport_limit)
         .max_frame_size(transport_limit)
-        .on_upgrade(move |socket| async move {
-            session::serve(socket, state, chain, api_key).await;
-            drop(permit);
+        .on_upgrade(move |socket| {
+            let sessions = state.sessions.clone();
+            sessions.track_future(async move {
+                session::serve(socket, state, chain, api_key).await;
+                drop(permit);
+            })
         })
 }
 

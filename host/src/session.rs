@@ -2,10 +2,11 @@
 //! outbound frame (responses and notifications alike) goes through the
 //! connection's bounded queue, so their order is kept and no producer ever
 //! waits on this socket. The writer drains the queue, pings when idle, and
-//! closes the connection with a reason when the queue overflows or the
-//! server shuts down.
+//! closes the connection with a reason when the queue overflows, a ping
+//! went unanswered for a whole interval, or the server shuts down.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
@@ -19,7 +20,8 @@ use crate::rpc::methods::{self, Connection, Context};
 use crate::rpc::{RpcError, error_response};
 use crate::server::AppState;
 
-/// Close code for a subscriber that fell too far behind (policy violation).
+/// Close code for a subscriber that fell too far behind, or stopped
+/// answering pings (policy violation).
 const CLOSE_TOO_SLOW: u16 = close_code::POLICY;
 
 /// How long a close frame may take to reach a peer that is not reading.
@@ -32,6 +34,8 @@ enum Ending {
     Gone,
     /// The outbound queue overflowed.
     TooSlow,
+    /// A ping went a whole interval without a pong.
+    Unresponsive,
     /// The server is shutting down.
     Shutdown,
 }
@@ -40,6 +44,9 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
     let (sink, frames) = Sink::new(state.limits.outbound_queue);
     let connection = Connection::new(sink);
     let (mut ws_tx, mut ws_rx) = socket.split();
+    // Set by the reader on every pong, checked by the writer before the
+    // next ping.
+    let ponged = AtomicBool::new(true);
     let ctx = Context {
         app: &state,
         chain: &chain,
@@ -47,8 +54,8 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
         connection: Some(&connection),
     };
     let ending = tokio::select! {
-        ending = read(&mut ws_rx, ctx) => ending,
-        ending = write(&mut ws_tx, frames, &connection.sink, &state) => ending,
+        ending = read(&mut ws_rx, ctx, &ponged) => ending,
+        ending = write(&mut ws_tx, frames, &connection.sink, &state, &ponged) => ending,
     };
     // Cancel first: a peer that stopped reading may never take the close.
     for id in connection.take_owned() {
@@ -66,6 +73,10 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
             state.stats.count_closed_too_slow();
             tracing::info!(chain = %chain.name, "closed a connection whose outbound queue overflowed");
             close(CLOSE_TOO_SLOW, "subscriber too slow: outbound queue full")
+        }
+        Ending::Unresponsive => {
+            tracing::info!(chain = %chain.name, "closed a connection that did not answer a ping");
+            close(CLOSE_TOO_SLOW, "no pong to the last ping")
         }
         Ending::Shutdown => close(close_code::AWAY, "server shutting down"),
     };
@@ -87,7 +98,7 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
 
 /// Answers requests until the client closes or the socket fails, or a
 /// reply finds the outbound queue full.
-async fn read(ws_rx: &mut SplitStream<WebSocket>, ctx: Context<'_>) -> Ending {
+async fn read(ws_rx: &mut SplitStream<WebSocket>, ctx: Context<'_>, ponged: &AtomicBool) -> Ending {
     let connection = ctx.connection.expect("sessions always have a connection");
     let limit = ctx.app.limits.max_request_bytes;
     while let Some(Ok(message)) = ws_rx.next().await {
@@ -96,7 +107,11 @@ async fn read(ws_rx: &mut SplitStream<WebSocket>, ctx: Context<'_>) -> Ending {
             Message::Binary(bytes) => bytes.as_ref(),
             Message::Close(_) => return Ending::Gone,
             // tungstenite answers pings itself.
-            Message::Ping(_) | Message::Pong(_) => continue,
+            Message::Ping(_) => continue,
+            Message::Pong(_) => {
+                ponged.store(true, Ordering::Relaxed);
+                continue;
+            }
         };
         let reply = if bytes.len() > limit {
             Some(error_response(&RpcError::limit_exceeded(format!(
@@ -131,6 +146,7 @@ async fn write(
     mut frames: mpsc::Receiver<String>,
     sink: &Sink,
     state: &AppState,
+    ponged: &AtomicBool,
 ) -> Ending {
     let mut ping =
         tokio::time::interval(Duration::from_secs(state.limits.ping_interval_secs.max(1)));
@@ -144,7 +160,13 @@ async fn write(
                 Some(frame) => Message::Text(frame.into()),
                 None => return Ending::Gone,
             },
-            _ = ping.tick() => Message::Ping(Default::default()),
+            _ = ping.tick() => {
+                // The last ping's pong must have come by now.
+                if !ponged.swap(false, Ordering::Relaxed) {
+                    return Ending::Unresponsive;
+                }
+                Message::Ping(Default::default())
+            }
         };
         tokio::select! {
             biased;

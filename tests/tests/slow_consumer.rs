@@ -136,3 +136,117 @@ async fn a_client_that_never_reads_its_replies_is_closed_with_a_reason() {
     let frame = close.expect("a close frame");
     assert_eq!(u16::from(frame.code), 1008);
 }
+
+/// A peer that never answers a ping is closed once the next ping is due,
+/// with a reason. The client here speaks WebSocket by hand (a library
+/// client answers pings whenever it reads), reading frames and answering
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_answers_pings_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = Config {
+        limits: LimitsConfig {
+            ping_interval_secs: 1,
+            ..LimitsConfig::default()
+        },
+        ..chainsieve_tests::test_config()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let mut tcp = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let handshake = format!(
+        "GET /eth/v1/demo HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        server.addr
+    );
+    tcp.write_all(handshake.as_bytes())
+        .await
+        .expect("handshake");
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    // Frames after the 101 response; the server's frames are unmasked and
+    // short here (ping: no payload; close: code + reason).
+    let (pings, close) = loop {
+        let n = tokio::time::timeout(chainsieve_tests::TIMEOUT, tcp.read(&mut buffer))
+            .await
+            .expect("the server acts within the timeout")
+            .expect("read");
+        assert!(n > 0, "closed without a close frame");
+        received.extend_from_slice(&buffer[..n]);
+        let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let mut frames = &received[end + 4..];
+        let mut pings = 0;
+        let mut close = None;
+        while frames.len() >= 2 {
+            let (opcode, len) = (frames[0] & 0x0f, usize::from(frames[1] & 0x7f));
+            if frames.len() < 2 + len {
+                break;
+            }
+            match opcode {
+                0x9 => pings += 1,
+                0x8 => close = Some(frames[2..2 + len].to_vec()),
+                _ => {}
+            }
+            frames = &frames[2 + len..];
+        }
+        if let Some(close) = close {
+            break (pings, close);
+        }
+    };
+    assert!(pings >= 1, "pinged before being closed");
+    assert_eq!(u16::from_be_bytes([close[0], close[1]]), 1008);
+    assert_eq!(&close[2..], b"no pong to the last ping");
+}
+
+/// A client that answers pings (any WebSocket library that reads does)
+/// stays open across many ping intervals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_answers_pings_stays_open() {
+    let config = Config {
+        limits: LimitsConfig {
+            ping_interval_secs: 1,
+            ..LimitsConfig::default()
+        },
+        ..chainsieve_tests::test_config()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let mut pings = 0;
+    while pings < 3 {
+        let message = tokio::time::timeout(chainsieve_tests::TIMEOUT, ws.next())
+            .await
+            .expect("a frame in time")
+            .expect("open")
+            .expect("a frame");
+        match message {
+            // Reading made tungstenite queue the pong; flush sends it.
+            Message::Ping(_) => {
+                pings += 1;
+                ws.flush().await.expect("pong sent");
+            }
+            Message::Close(frame) => panic!("closed: {frame:?}"),
+            _ => {}
+        }
+    }
+    ws.send(Message::text(
+        json!({"jsonrpc": "2.0", "id": 7, "method": "eth_chainId"}).to_string(),
+    ))
+    .await
+    .expect("send");
+    loop {
+        let message = tokio::time::timeout(chainsieve_tests::TIMEOUT, ws.next())
+            .await
+            .expect("an answer in time")
+            .expect("open")
+            .expect("a frame");
+        if let Message::Text(text) = message {
+            assert!(text.contains("\"result\":\"0x1\""), "{text}");
+            break;
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The `chainsieve` binary itself: it prints where it listens, serves, and
+//! on SIGTERM closes every WebSocket with 1001 and exits cleanly.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_sockets_with_1001_and_exits_cleanly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chainsieve"))
+        .args(["--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start chainsieve");
+    let stdout = child.stdout.take().expect("stdout");
+    // The first line says where it listens.
+    // The first line says where it listens; the reader is kept (a closed
+    // pipe would be the test's doing, not the server's).
+    let (address, _stdout) = tokio::task::spawn_blocking(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("a line");
+        let address = line
+            .trim()
+            .strip_prefix("chainsieve listening on http://")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        (address, reader)
+    })
+    .await
+    .expect("read the address");
+
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{address}/eth/v1/demo"))
+        .await
+        .expect("connect");
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#,
+    ))
+    .await
+    .expect("send");
+    let ack = tokio::time::timeout(TIMEOUT, ws.next())
+        .await
+        .expect("an answer")
+        .expect("open")
+        .expect("a frame");
+    assert!(
+        ack.to_text().expect("text").contains("\"result\":\"0x"),
+        "{ack}"
+    );
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let close = loop {
+        match tokio::time::timeout(TIMEOUT, ws.next())
+            .await
+            .expect("the server closes")
+        {
+            Some(Ok(Message::Close(frame))) => break frame.expect("a close frame"),
+            Some(Ok(_)) => continue,
+            other => panic!("no close frame: {other:?}"),
+        }
+    };
+    assert_eq!(close.code, CloseCode::Away);
+    assert_eq!(close.reason.as_str(), "server shutting down");
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("join")
+        .expect("exit status");
+    assert!(status.success(), "{status}");
+}
