@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
+use chainsieve_filter_sdk::Source;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -16,6 +18,7 @@ use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{self, Devnet};
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
 use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
+use crate::metrics::Metrics;
 use crate::price::PriceIndex;
 
 /// Source events that may wait for the hub; past that the source waits.
@@ -39,6 +42,20 @@ pub struct Chain {
     pub price: Arc<PriceIndex>,
     /// Canonical blocks for the price indexer, in order.
     price_events: mpsc::UnboundedSender<ChainEvent>,
+    /// For the actors of topics added at run time.
+    pub metrics: Arc<Metrics>,
+    /// Events ingested per stream, in [`stream_slot`] order.
+    ingested: [Counter; 4],
+}
+
+/// A stream's place in [`Chain::ingested`].
+fn stream_slot(source: Source) -> usize {
+    match source {
+        Source::PendingTransactions => 0,
+        Source::MinedTransactions => 1,
+        Source::Heads => 2,
+        Source::Logs => 3,
+    }
 }
 
 impl Chain {
@@ -48,6 +65,7 @@ impl Chain {
         spec: &ChainSpec,
         registry: &FilterRegistry,
         engine: &Arc<FilterEngine>,
+        metrics: &Arc<Metrics>,
         config: &Config,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Arc<Chain>> {
@@ -55,10 +73,9 @@ impl Chain {
             .active()
             .into_iter()
             .map(|(topic, component)| {
-                Ok((
-                    topic,
-                    FilterHandle::spawn(engine.clone(), component, &spec.name)?,
-                ))
+                let counted = metrics.actor(&spec.name, &topic);
+                let handle = FilterHandle::spawn(engine.clone(), component, &spec.name, counted)?;
+                Ok((topic, handle))
             })
             .collect::<anyhow::Result<_>>()?;
         let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown)?;
@@ -90,6 +107,14 @@ impl Chain {
             upstream,
             price,
             price_events,
+            metrics: metrics.clone(),
+            ingested: [
+                Source::PendingTransactions,
+                Source::MinedTransactions,
+                Source::Heads,
+                Source::Logs,
+            ]
+            .map(|source| metrics.events(&spec.name, source.name())),
         });
         tokio::spawn(chain.clone().hub(rx, shutdown.clone()));
         Ok(chain)
@@ -194,6 +219,7 @@ impl Chain {
 
     async fn dispatch(&self, event: &ChainEvent) {
         for batch in EventBatch::from_chain_event(event) {
+            self.ingested[stream_slot(batch.source)].inc_by(batch.len() as u64);
             let batch = Arc::new(batch);
             for filter in self.filters().values() {
                 if filter.source == batch.source

@@ -18,7 +18,7 @@
 //! - [`subscriptions`] — every live subscription by public id;
 //!   [`connections`] — open WebSocket connections per key;
 //!   [`rate_limit`] — requests per second per key.
-//! - [`health`] — `/healthz` and `/readyz`.
+//! - [`health`] — `/healthz` and `/readyz`; [`metrics`] — `/metrics`.
 //! - [`admin`] — `/admin/filters`, what every chain runs, behind a token.
 //! - [`config`] — the TOML configuration and its defaults.
 
@@ -32,6 +32,7 @@ pub mod fanout;
 pub mod filters;
 pub mod health;
 pub mod ingest;
+pub mod metrics;
 pub mod price;
 pub mod rate_limit;
 pub mod rpc;

@@ -26,6 +26,7 @@ use crate::config::{Config, LimitsConfig};
 use crate::connections::Connections;
 use crate::filters::reload::{self, ReloadReport};
 use crate::filters::{FilterEngine, FilterRegistry};
+use crate::metrics::{self, Metrics};
 use crate::rate_limit::RateLimit;
 use crate::rpc::methods::{self, Context};
 use crate::rpc::{RpcError, error_response};
@@ -46,6 +47,8 @@ pub struct AppState {
     pub connections: Arc<Connections>,
     /// Token buckets per key, for `requests_per_second_per_key`.
     pub rate: RateLimit,
+    /// What `/metrics` reports; shared with chains and filter actors.
+    pub metrics: Arc<Metrics>,
     pub limits: LimitsConfig,
     /// Cancelled on shutdown: sessions close with 1001, sources stop.
     pub shutdown: CancellationToken,
@@ -83,12 +86,13 @@ impl AppState {
         let keys = config.keys()?.into_iter().collect();
         let engine = FilterEngine::new(&config.filters)?;
         let registry = FilterRegistry::load(&engine, &config.filters.dir)?;
+        let metrics = Arc::new(Metrics::default());
         // The chains' tasks stop with the server, or at once if a later
         // chain fails to start (nothing is left running behind an error).
         let chains_running = shutdown.child_token();
         let mut chains = BTreeMap::new();
         for spec in &specs {
-            match Chain::start(spec, &registry, &engine, config, &chains_running) {
+            match Chain::start(spec, &registry, &engine, &metrics, config, &chains_running) {
                 Ok(chain) => {
                     chains.insert(spec.name.clone(), chain);
                 }
@@ -117,6 +121,7 @@ impl AppState {
             admin_token: config.auth.admin_token.clone(),
             subscriptions: Subscriptions::default(),
             connections: Arc::default(),
+            metrics,
             rate: RateLimit::new(
                 NonZeroU32::new(config.limits.requests_per_second_per_key)
                     .context("limits.requests_per_second_per_key must be at least 1")?,
@@ -137,6 +142,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/admin/filters", get(admin::filters))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
         .route("/{chain}/v1/{key}", get(ws_chain).post(http_chain))
         .fallback(|| async {
             json_error(
@@ -303,7 +309,10 @@ fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -
         .on_upgrade(move |socket| {
             let sessions = state.sessions.clone();
             sessions.track_future(async move {
+                let open = state.metrics.connections(&chain.name);
+                open.inc();
                 session::serve(socket, state, chain, api_key).await;
+                open.dec();
                 drop(permit);
             })
         })

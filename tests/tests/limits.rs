@@ -192,3 +192,47 @@ async fn a_key_makes_at_most_its_requests_per_second() {
     );
     assert!(ws.call("eth_chainId", json!([])).await.is_ok());
 }
+
+/// The value of the sample `name{labels}` in a Prometheus text page.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.split(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_what_happened() {
+    let server = TestServer::start(test_config()).await.expect("server");
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let heads = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    for _ in 0..2 {
+        let (id, _) = ws.next_notification().await.expect("a head");
+        assert_eq!(id, heads);
+    }
+    let page = reqwest::get(format!("http://{}/metrics", server.addr))
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    let value =
+        |series: &str| sample(&page, series).unwrap_or_else(|| panic!("no {series} in\n{page}"));
+    let eth_heads = r#"{chain="eth",topic="newHeads"}"#;
+    assert!(value(&format!("chainsieve_notifications_sent_total{eth_heads}")) >= 2.0);
+    assert!(value(&format!("chainsieve_filter_batch_seconds_count{eth_heads}")) >= 2.0);
+    assert_eq!(value(&format!("chainsieve_subscriptions{eth_heads}")), 1.0);
+    assert_eq!(
+        value(r#"chainsieve_subscriptions{chain="bsc",topic="newHeads"}"#),
+        0.0
+    );
+    assert!(value(r#"chainsieve_events_ingested_total{chain="eth",stream="heads"}"#) >= 2.0);
+    assert_eq!(value(r#"chainsieve_connections{chain="eth"}"#), 1.0);
+    assert_eq!(value(r#"chainsieve_source_live{chain="polygon"}"#), 1.0);
+    assert_eq!(
+        value(r#"chainsieve_filter_disabled{chain="eth",topic="logs"}"#),
+        0.0
+    );
+    assert_eq!(value("chainsieve_closed_too_slow_total"), 0.0);
+}

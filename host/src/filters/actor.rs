@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use anyhow::Context;
 use chainsieve_filter_sdk::{Payload, Source};
@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::engine::{FilterComponent, FilterEngine, FilterInstance};
 use crate::fanout::{self, Sink};
 use crate::ingest::EventBatch;
+use crate::metrics::ActorMetrics;
 use crate::rpc;
 
 /// Batches (and commands) an actor may have waiting; a full queue makes the
@@ -135,6 +136,7 @@ impl FilterHandle {
         engine: Arc<FilterEngine>,
         component: FilterComponent,
         chain: &str,
+        metrics: ActorMetrics,
     ) -> anyhow::Result<Self> {
         let instance = engine.instantiate(&component)?;
         let (commands, rx) = mpsc::channel(QUEUE);
@@ -157,6 +159,7 @@ impl FilterHandle {
             status,
             failures_in_a_row: 0,
             disabled: None,
+            metrics,
         };
         thread::Builder::new()
             .name(format!("filter-{chain}-{}", handle.topic))
@@ -292,6 +295,7 @@ struct Actor {
     failures_in_a_row: u32,
     /// Set when the component kept failing; cleared by a swap.
     disabled: Option<String>,
+    metrics: ActorMetrics,
 }
 
 impl Actor {
@@ -415,10 +419,15 @@ impl Actor {
         if self.subscriptions.is_empty() {
             return;
         }
-        let Some(matches) = self.with_instance(|instance| instance.match_batch(batch.encoded()))
-        else {
+        let started = Instant::now();
+        let matched = self.with_instance(|instance| instance.match_batch(batch.encoded()));
+        self.metrics
+            .batch_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let Some(matches) = matched else {
             return;
         };
+        let mut sent = 0;
         for (event, key) in matches.pairs() {
             let event = event as usize;
             if event >= batch.len() {
@@ -432,11 +441,16 @@ impl Actor {
                     .is_none_or(|open| open.load(Ordering::Acquire))
             {
                 // Overflow closes that connection; a closed one unsubscribes.
-                let _ = record
+                if record
                     .sink
-                    .notify(&record.id, batch.payload(event, record.payload));
+                    .notify(&record.id, batch.payload(event, record.payload))
+                    .is_ok()
+                {
+                    sent += 1;
+                }
             }
         }
+        self.metrics.notifications.inc_by(sent);
     }
 
     /// Instantiates `component` and replays every subscription into it.

@@ -210,7 +210,8 @@ async fn apply(
     let running = chain.filters();
     for (topic, component) in active {
         let Some(handle) = running.get(topic) else {
-            match FilterHandle::spawn(engine.clone(), component.clone(), &chain.name) {
+            let counted = chain.metrics.actor(&chain.name, topic);
+            match FilterHandle::spawn(engine.clone(), component.clone(), &chain.name, counted) {
                 Ok(handle) => {
                     tracing::info!(chain = %chain.name, %topic, file = %component.origin, "filter adds a topic");
                     chain.add_filter(handle);
