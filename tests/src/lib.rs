@@ -43,6 +43,22 @@ pub fn test_config() -> Config {
     }
 }
 
+/// [`test_config`] with `limits` changed by `change`.
+pub fn with_limits(change: impl FnOnce(&mut chainsieve::config::LimitsConfig)) -> Config {
+    let mut config = test_config();
+    change(&mut config.limits);
+    config
+}
+
+/// A JSON-RPC quantity (`"0x1a"`) as a number.
+pub fn quantity(value: &Value) -> u64 {
+    let text = value
+        .as_str()
+        .unwrap_or_else(|| panic!("{value} is not a quantity"));
+    u64::from_str_radix(text.trim_start_matches("0x"), 16)
+        .unwrap_or_else(|e| panic!("{text} is not a quantity: {e}"))
+}
+
 /// A running server; shut down when dropped.
 pub struct TestServer {
     pub addr: SocketAddr,

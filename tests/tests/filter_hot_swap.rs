@@ -11,14 +11,7 @@ use chainsieve_tests::{TestServer, WsClient, fast_devnet};
 use serde_json::{Value, json};
 
 fn number(head: &Value) -> u64 {
-    u64::from_str_radix(
-        head["number"]
-            .as_str()
-            .expect("a head has a number")
-            .trim_start_matches("0x"),
-        16,
-    )
-    .expect("hex number")
+    chainsieve_tests::quantity(&head["number"])
 }
 
 async fn server_watching(dir: &Path) -> TestServer {

@@ -13,14 +13,7 @@ use chainsieve_tests::{TestServer, WsClient, fast_devnet};
 use serde_json::{Value, json};
 
 fn number(head: &Value) -> u64 {
-    u64::from_str_radix(
-        head["number"]
-            .as_str()
-            .expect("a head has a number")
-            .trim_start_matches("0x"),
-        16,
-    )
-    .expect("hex number")
+    chainsieve_tests::quantity(&head["number"])
 }
 
 /// Asserts `numbers` are consecutive blocks, each once.
@@ -76,14 +69,7 @@ async fn misbehaving_filters_are_stopped_and_everything_else_keeps_serving() {
         .call("eth_blockNumber", json!([]))
         .await
         .expect("block number");
-    let now = u64::from_str_radix(
-        current["result"]
-            .as_str()
-            .expect("hex")
-            .trim_start_matches("0x"),
-        16,
-    )
-    .expect("hex");
+    let now = chainsieve_tests::quantity(&current["result"]);
     let poison_block = now + 3;
     let survivor = eth.subscribe(json!(["evilOnce"])).await.expect("evilOnce");
     eth.subscribe(json!(["evilOnce", {"do": "panic", "at_block": poison_block}]))

@@ -2,19 +2,14 @@
 //! before a WebSocket exists, HTTP 429 with that error), and the probes
 //! `/healthz` and `/readyz` say what orchestrators need.
 
-use chainsieve::config::{ChainConfig, Config, LimitsConfig, SourceConfig};
+use chainsieve::config::{ChainConfig, SourceConfig};
 use chainsieve_tests::{TestServer, WsClient, test_config};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_holds_at_most_its_subscriptions() {
-    let config = Config {
-        limits: LimitsConfig {
-            max_subscriptions_per_connection: 3,
-            ..LimitsConfig::default()
-        },
-        ..test_config()
-    };
+    let config =
+        chainsieve_tests::with_limits(|limits| limits.max_subscriptions_per_connection = 3);
     let server = TestServer::start(config).await.expect("server");
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
@@ -58,13 +53,7 @@ async fn a_connection_holds_at_most_its_subscriptions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_holds_at_most_its_connections() {
-    let config = Config {
-        limits: LimitsConfig {
-            max_connections_per_key: 2,
-            ..LimitsConfig::default()
-        },
-        ..test_config()
-    };
+    let config = chainsieve_tests::with_limits(|limits| limits.max_connections_per_key = 2);
     let server = TestServer::start(config).await.expect("server");
     let url = server.ws_url("bsc", "demo");
     let first = WsClient::connect(&url).await.expect("first");
@@ -141,13 +130,7 @@ async fn health_and_readiness() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_makes_at_most_its_requests_per_second() {
-    let config = Config {
-        limits: LimitsConfig {
-            requests_per_second_per_key: 10,
-            ..LimitsConfig::default()
-        },
-        ..test_config()
-    };
+    let config = chainsieve_tests::with_limits(|limits| limits.requests_per_second_per_key = 10);
     let server = TestServer::start(config).await.expect("server");
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await

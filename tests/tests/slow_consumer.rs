@@ -88,13 +88,7 @@ async fn a_stalled_subscriber_is_closed_and_others_are_unaffected() {
 /// counted), not dropped without a word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_its_replies_is_closed_with_a_reason() {
-    let config = Config {
-        limits: LimitsConfig {
-            outbound_queue: 16,
-            ..LimitsConfig::default()
-        },
-        ..chainsieve_tests::test_config()
-    };
+    let config = chainsieve_tests::with_limits(|limits| limits.outbound_queue = 16);
     let server = TestServer::start(config).await.expect("server");
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(1024).expect("small buffer");
@@ -144,13 +138,7 @@ async fn a_client_that_never_reads_its_replies_is_closed_with_a_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_never_answers_pings_is_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let config = Config {
-        limits: LimitsConfig {
-            ping_interval_secs: 1,
-            ..LimitsConfig::default()
-        },
-        ..chainsieve_tests::test_config()
-    };
+    let config = chainsieve_tests::with_limits(|limits| limits.ping_interval_secs = 1);
     let server = TestServer::start(config).await.expect("server");
     let mut tcp = tokio::net::TcpStream::connect(server.addr)
         .await
@@ -205,13 +193,7 @@ async fn a_peer_that_never_answers_pings_is_closed() {
 /// stays open across many ping intervals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_answers_pings_stays_open() {
-    let config = Config {
-        limits: LimitsConfig {
-            ping_interval_secs: 1,
-            ..LimitsConfig::default()
-        },
-        ..chainsieve_tests::test_config()
-    };
+    let config = chainsieve_tests::with_limits(|limits| limits.ping_interval_secs = 1);
     let server = TestServer::start(config).await.expect("server");
     let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url("eth", "demo"))
         .await
