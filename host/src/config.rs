@@ -32,6 +32,35 @@ pub struct Config {
     pub devnet: DevnetSettings,
     pub limits: LimitsConfig,
     pub price: PriceConfig,
+    pub log: LogConfig,
+}
+
+/// What the server logs, and how. `RUST_LOG`, when set, overrides `level`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A `tracing` filter: `info`, `warn`, `chainsieve=debug,info`, …
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// Log lines for people (`text`) or for collectors (`json`, one object a
+/// line with the event's fields).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 impl Default for Config {
@@ -56,6 +85,7 @@ impl Default for Config {
             devnet: DevnetSettings::default(),
             limits: LimitsConfig::default(),
             price: PriceConfig::default(),
+            log: LogConfig::default(),
         }
     }
 }
@@ -224,6 +254,8 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         let specs = self.chain_specs()?;
         self.keys()?;
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .with_context(|| format!("log.level {:?} is not a tracing filter", self.log.level))?;
         if self
             .auth
             .admin_token
@@ -482,6 +514,26 @@ mod tests {
                 "devnet.block_time_ms must be between 1",
             ),
             (
+                "[limits]\nrequests_per_second_per_key = 0",
+                "limits.requests_per_second_per_key must be between 1",
+            ),
+            (
+                "[limits]\nmax_subscriptions_per_connection = 0",
+                "limits.max_subscriptions_per_connection must be between 1",
+            ),
+            (
+                "[limits]\nmax_connections_per_key = 0",
+                "limits.max_connections_per_key must be between 1",
+            ),
+            (
+                "[log]\nlevel = \"chainsieve=loud\"",
+                "log.level \"chainsieve=loud\" is not a tracing filter",
+            ),
+            (
+                "[auth]\nadmin_token = \"short\"",
+                "auth.admin_token must be at least 16 characters",
+            ),
+            (
                 "[chains.eth]\nwindow = 0",
                 "chains.eth.window must be between 1 and 1000000, got 0",
             ),
@@ -496,5 +548,10 @@ mod tests {
         // The edges themselves are fine.
         Config::from_toml("[limits]\noutbound_queue = 1\nping_interval_secs = 86400")
             .expect("valid edges");
+        let logged =
+            Config::from_toml("[log]\nlevel = \"chainsieve=debug,warn\"\nformat = \"json\"")
+                .expect("a filter and a format");
+        assert_eq!(logged.log.format, LogFormat::Json);
+        assert!(Config::from_toml("[log]\nformat = \"xml\"").is_err());
     }
 }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chainsieve::Config;
+use chainsieve::config::{LogConfig, LogFormat};
 use chainsieve::filters::harness::{DEFAULT_BATCH, Harness, Match};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -153,15 +154,11 @@ fn filter_test(
 
 #[tokio::main]
 async fn serve(args: Args) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
     let mut config = match &args.config {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
+    init_logging(&config.log);
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
@@ -183,6 +180,19 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
         // The server only stops by itself on an error.
         stopped = &mut server => stopped.context("joining the server task")?,
+    }
+}
+
+/// Logs go to stderr (stdout carries the URLs), filtered by `RUST_LOG` or
+/// else `log.level`, as text or JSON lines.
+fn init_logging(log: &LogConfig) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match log.format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! on SIGTERM closes every WebSocket with 1001 and exits cleanly.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -11,19 +11,20 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_closes_sockets_with_1001_and_exits_cleanly() {
+/// Starts the binary with `args` on a free port; returns it, the address
+/// it announced, and its stdout (kept open: closing it would be the test's
+/// doing, not the server's).
+async fn start(args: &[&str]) -> (Child, String, BufReader<ChildStdout>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_chainsieve"))
         .args(["--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "warn")
+        .args(args)
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start chainsieve");
     let stdout = child.stdout.take().expect("stdout");
     // The first line says where it listens.
-    // The first line says where it listens; the reader is kept (a closed
-    // pipe would be the test's doing, not the server's).
-    let (address, _stdout) = tokio::task::spawn_blocking(move || {
+    let (address, stdout) = tokio::task::spawn_blocking(move || {
         let mut reader = BufReader::new(stdout);
         let mut line = String::new();
         reader.read_line(&mut line).expect("a line");
@@ -36,7 +37,20 @@ async fn sigterm_closes_sockets_with_1001_and_exits_cleanly() {
     })
     .await
     .expect("read the address");
+    (child, address, stdout)
+}
 
+fn terminate(child: &Child) {
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_sockets_with_1001_and_exits_cleanly() {
+    let (mut child, address, _stdout) = start(&[]).await;
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{address}/eth/v1/demo"))
         .await
         .expect("connect");
@@ -55,11 +69,7 @@ async fn sigterm_closes_sockets_with_1001_and_exits_cleanly() {
         "{ack}"
     );
 
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    terminate(&child);
     let close = loop {
         match tokio::time::timeout(TIMEOUT, ws.next())
             .await
@@ -72,6 +82,45 @@ async fn sigterm_closes_sockets_with_1001_and_exits_cleanly() {
     };
     assert_eq!(close.code, CloseCode::Away);
     assert_eq!(close.reason.as_str(), "server shutting down");
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("join")
+        .expect("exit status");
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_json_lines_on_stderr_when_configured() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("chainsieve.toml");
+    std::fs::write(
+        &config,
+        "[log]\nlevel = \"chainsieve=debug,warn\"\nformat = \"json\"\n[devnet]\nhistory_blocks = 0\n",
+    )
+    .expect("write config");
+    let (mut child, _address, _stdout) =
+        start(&["--config", config.to_str().expect("utf-8")]).await;
+    let stderr = child.stderr.take().expect("stderr");
+    // Startup logs at debug (the filters directory it looked for).
+    let first = tokio::time::timeout(
+        TIMEOUT,
+        tokio::task::spawn_blocking(move || {
+            let mut reader = BufReader::new(stderr);
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("a log line");
+            (line, reader)
+        }),
+    )
+    .await
+    .expect("a log line in time")
+    .expect("read a log line");
+    let (first, _stderr) = first;
+    let entry: serde_json::Value = serde_json::from_str(&first).expect("a JSON log line");
+    assert!(
+        entry["level"].is_string() && entry["fields"].is_object(),
+        "{entry}"
+    );
+    terminate(&child);
     let status = tokio::task::spawn_blocking(move || child.wait())
         .await
         .expect("join")
