@@ -184,12 +184,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 }
 
 /// Logs go to stderr (stdout carries the URLs), filtered by `RUST_LOG` or
-/// else `log.level`, as text or JSON lines.
+/// else `log.level`, as text or JSON lines. A log line that cannot be
+/// written (the collector behind stderr is gone) is dropped: reporting it
+/// would itself write to stderr, and panic.
 fn init_logging(log: &LogConfig) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     match log.format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
