@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use chainsieve_filter_sdk::params;
 use serde::Deserialize;
 
 use crate::ingest::devnet::DevnetSettings;
@@ -130,6 +131,10 @@ pub struct FiltersConfig {
     pub call_timeout_ms: u64,
     /// The most linear memory one filter instance may grow to.
     pub memory_limit_mib: u64,
+    /// The most values (addresses, topics, selectors) one subscription's
+    /// filter may name; passed to every component (see
+    /// `chainsieve_filter_sdk::params::max_filter_values`).
+    pub max_values: u64,
 }
 
 impl Default for FiltersConfig {
@@ -138,6 +143,7 @@ impl Default for FiltersConfig {
             dir: PathBuf::from("filters"),
             call_timeout_ms: 1_000,
             memory_limit_mib: 256,
+            max_values: params::DEFAULT_MAX_FILTER_VALUES as u64,
         }
     }
 }
@@ -302,6 +308,7 @@ impl Config {
             1,
             10_000_000,
         )?;
+        in_range("filters.max_values", self.filters.max_values, 1, 1_000_000)?;
         let devnet = &self.devnet;
         in_range(
             "devnet.pending_batches_per_block",
@@ -524,6 +531,10 @@ mod tests {
             (
                 "[limits]\nmax_connections_per_key = 0",
                 "limits.max_connections_per_key must be between 1",
+            ),
+            (
+                "[filters]\nmax_values = 0",
+                "filters.max_values must be between 1 and 1000000, got 0",
             ),
             (
                 "[log]\nlevel = \"chainsieve=loud\"",

@@ -24,7 +24,7 @@ use tracing_subscriber::EnvFilter;
 ///
 ///   listen = "127.0.0.1:8080"
 ///   [auth]     keys = ["…"]
-///   [filters]  dir = "filters"   call_timeout_ms = 1000   memory_limit_mib = 256
+///   [filters]  dir = "filters"   call_timeout_ms = 1000   memory_limit_mib = 256   max_values = 1000
 ///   [chains.eth]      chain_id = 1    source = "devnet"   (or "ws://host:port")
 ///   [chains.bsc]      chain_id = 56   source = "devnet"
 ///   [chains.polygon]  chain_id = 137  source = "devnet"

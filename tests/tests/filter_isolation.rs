@@ -39,6 +39,7 @@ async fn misbehaving_filters_are_stopped_and_everything_else_keeps_serving() {
             dir: dir.path().to_path_buf(),
             call_timeout_ms: 200,
             memory_limit_mib: 32,
+            ..FiltersConfig::default()
         },
         devnet: fast_devnet(),
         ..Config::default()

@@ -51,6 +51,71 @@ async fn a_connection_holds_at_most_its_subscriptions() {
     ws.subscribe(json!(["newHeads"])).await.expect("room again");
 }
 
+/// DESIGN.md's caps on the values one filter names: over them is a limit
+/// (-32005, naming it), not a malformed request, and the connection serves
+/// on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_names_at_most_a_thousand_values() {
+    let server = TestServer::default().await;
+    let mut ws = WsClient::connect(&server.ws_url("polygon", "demo"))
+        .await
+        .expect("connect");
+    let addresses = |n: usize| -> Vec<String> { (0..n).map(|i| format!("0x{i:040x}")).collect() };
+    let over = [
+        (
+            json!(["bvPendingTransactions", {"fromAddress": addresses(600), "toAddress": addresses(401)}]),
+            "fromAddress and toAddress: 1001",
+        ),
+        (
+            json!(["logs", {"address": addresses(1001)}]),
+            "address: 1001",
+        ),
+        (
+            json!(["logs", {"topics": [null, addresses(1001).iter().map(|a| format!("{a:0<66}")).collect::<Vec<_>>()]}]),
+            "topics[1]: 1001",
+        ),
+    ];
+    for (params, what) in over {
+        let refused = ws.call("eth_subscribe", params).await.expect("call");
+        assert_eq!(refused["error"]["code"], json!(-32005), "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(what) && message.contains("at most 1000"),
+            "{refused}"
+        );
+    }
+    ws.subscribe(json!(["bvPendingTransactions", {"fromAddress": addresses(1000)}]))
+        .await
+        .expect("exactly at the cap");
+}
+
+/// `filters.max_values` reaches the components (through their WASI
+/// environment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_filter_value_cap_is_a_setting() {
+    let mut config = test_config();
+    config.filters.max_values = 2;
+    let server = TestServer::start(config).await.expect("server");
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let three = ["0x01", "0x02", "0x03"].map(|n| format!("{n:0<42}"));
+    let refused = ws
+        .call("eth_subscribe", json!(["logs", {"address": three}]))
+        .await
+        .expect("call");
+    assert_eq!(refused["error"]["code"], json!(-32005), "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("address: 3 (at most 2 per filter)")),
+        "{refused}"
+    );
+    ws.subscribe(json!(["logs", {"address": &three[..2]}]))
+        .await
+        .expect("within the cap");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_holds_at_most_its_connections() {
     let config = chainsieve_tests::with_limits(|limits| limits.max_connections_per_key = 2);

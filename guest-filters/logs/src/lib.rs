@@ -9,7 +9,7 @@
 //! else kept as wildcards, so matching a log costs a couple of hash lookups
 //! plus the subscriptions that actually share its address or first topic.
 
-use chainsieve_filter_sdk::params::{self, MAX_FILTER_VALUES, ParamsError};
+use chainsieve_filter_sdk::params::{self, ParamsError};
 use chainsieve_filter_sdk::serde_json::Value;
 use chainsieve_filter_sdk::{
     Filter, KeyMap, KeySet, LogView, Manifest, Payload, Source, SubscriptionId, SubscriptionIndex,
@@ -94,7 +94,7 @@ fn position(i: usize, value: &Value) -> Result<Option<KeySet<[u8; 32]>>, ParamsE
                 .collect(),
         )),
         Value::Array(options) => {
-            if options.len() > MAX_FILTER_VALUES {
+            if options.len() > params::max_filter_values() {
                 return Err(params::too_many(&what, options.len()));
             }
             let mut set = KeySet::default();

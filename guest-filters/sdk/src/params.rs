@@ -1,14 +1,39 @@
 //! Parsing `eth_subscribe` parameters with errors a client can act on. Each
 //! message names the field and what was wrong; the host sends it back as
-//! JSON-RPC error -32602.
+//! JSON-RPC error -32602, or -32005 when it starts with [`LIMIT_EXCEEDED`].
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-/// The most addresses (or topics) one filter may name, across all its lists;
-/// DESIGN.md fixes it so a single subscription cannot bloat an index.
-pub const MAX_FILTER_VALUES: usize = 1_000;
+/// DESIGN.md's cap on the addresses (or topics) one filter may name, so a
+/// single subscription cannot bloat an index; the host's
+/// `filters.max_values` overrides it.
+pub const DEFAULT_MAX_FILTER_VALUES: usize = 1_000;
+
+/// The environment variable through which the host passes
+/// `filters.max_values` to every component (WASI environment: the
+/// `chainsieve:filter@0.1.0` world has no configuration call).
+pub const MAX_FILTER_VALUES_ENV: &str = "CHAINSIEVE_MAX_FILTER_VALUES";
+
+/// The most values one filter may name: the host's setting, else the
+/// default. Read once per instance.
+pub fn max_filter_values() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var(MAX_FILTER_VALUES_ENV)
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(DEFAULT_MAX_FILTER_VALUES)
+    })
+}
+
+/// How a refusal message says that the parameters were well-formed but
+/// exceeded a limit: the host answers such a refusal with JSON-RPC error
+/// -32005 (limit exceeded) instead of -32602. The `subscribe` export can
+/// only return a string, so the prefix is the contract.
+pub const LIMIT_EXCEEDED: &str = "limit exceeded: ";
 
 /// Why a subscription's parameters were refused; the message is for the client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +42,12 @@ pub struct ParamsError(String);
 impl ParamsError {
     pub fn new(message: impl Into<String>) -> Self {
         Self(message.into())
+    }
+
+    /// Well-formed parameters over one of the filter's limits (the host
+    /// answers -32005).
+    pub fn limit(message: impl fmt::Display) -> Self {
+        Self(format!("{LIMIT_EXCEEDED}{message}"))
     }
 }
 
@@ -105,7 +136,7 @@ pub fn hex_list<const N: usize>(
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(single @ Value::String(_)) => Ok(vec![fixed_hex(single, what)?]),
         Some(Value::Array(items)) => {
-            if items.len() > MAX_FILTER_VALUES {
+            if items.len() > max_filter_values() {
                 return Err(too_many(what, items.len()));
             }
             items.iter().map(|item| fixed_hex(item, what)).collect()
@@ -117,10 +148,11 @@ pub fn hex_list<const N: usize>(
     }
 }
 
-/// The error for a filter naming more than [`MAX_FILTER_VALUES`] values.
+/// The error for a filter naming more than [`max_filter_values`] values.
 pub fn too_many(what: &str, count: usize) -> ParamsError {
-    ParamsError::new(format!(
-        "too many values in {what}: {count} (at most {MAX_FILTER_VALUES} per filter)"
+    ParamsError::limit(format_args!(
+        "too many values in {what}: {count} (at most {} per filter)",
+        max_filter_values()
     ))
 }
 
@@ -191,13 +223,13 @@ mod tests {
 
     #[test]
     fn lists_are_capped() {
-        let many: Vec<Value> = (0..=MAX_FILTER_VALUES)
+        let many: Vec<Value> = (0..=DEFAULT_MAX_FILTER_VALUES)
             .map(|i| json!(format!("0x{i:08x}")))
             .collect();
         let err = hex_list::<4>(Some(&Value::Array(many)), "methodIds").expect_err("over the cap");
-        assert!(
-            err.to_string()
-                .contains("too many values in methodIds: 1001")
+        assert_eq!(
+            err.to_string(),
+            "limit exceeded: too many values in methodIds: 1001 (at most 1000 per filter)"
         );
     }
 

@@ -12,7 +12,7 @@
 
 use std::marker::PhantomData;
 
-use chainsieve_filter_sdk::params::{self, MAX_FILTER_VALUES, ParamsError};
+use chainsieve_filter_sdk::params::{self, ParamsError};
 use chainsieve_filter_sdk::{
     Filter, KeyMap, KeySet, Manifest, Payload, SubscriptionId, SubscriptionIndex, TxView,
 };
@@ -47,7 +47,7 @@ impl Constraints {
         let from = params::hex_list::<20>(map.get("fromAddress"), "fromAddress")?;
         let to = params::hex_list::<20>(map.get("toAddress"), "toAddress")?;
         let methods = params::hex_list::<4>(map.get("methodIds"), "methodIds")?;
-        if from.len() + to.len() > MAX_FILTER_VALUES {
+        if from.len() + to.len() > params::max_filter_values() {
             return Err(params::too_many(
                 "fromAddress and toAddress",
                 from.len() + to.len(),

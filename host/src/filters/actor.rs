@@ -17,7 +17,7 @@ use std::thread;
 use std::time::{Instant, SystemTime};
 
 use anyhow::Context;
-use chainsieve_filter_sdk::{Payload, Source};
+use chainsieve_filter_sdk::{Payload, Source, params};
 use tokio::sync::{mpsc, oneshot};
 
 use super::engine::{FilterComponent, FilterEngine, FilterInstance};
@@ -45,6 +45,10 @@ pub enum SubscribeError {
     /// The filter refused the parameters; the message is for the client.
     #[error("{0}")]
     Params(String),
+    /// The parameters were well-formed but over one of the filter's limits
+    /// (the refusal began with [`params::LIMIT_EXCEEDED`]).
+    #[error("{0}")]
+    Limit(String),
     /// The filter is not working; the message is for the client.
     #[error("{0}")]
     Unavailable(String),
@@ -376,7 +380,13 @@ impl Actor {
                     self.topic()
                 ))
             })?;
-        let payload = outcome.map_err(SubscribeError::Params)?;
+        let payload = outcome.map_err(|refusal| {
+            if refusal.starts_with(params::LIMIT_EXCEEDED) {
+                SubscribeError::Limit(refusal)
+            } else {
+                SubscribeError::Params(refusal)
+            }
+        })?;
         let gate = match start {
             Start::Acknowledge(request_id) => {
                 let result = rpc::result(&id).expect("a string serializes");

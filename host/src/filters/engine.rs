@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use alloy_primitives::B256;
 use anyhow::{Context, anyhow};
-use chainsieve_filter_sdk::{Matches, Payload, Source};
+use chainsieve_filter_sdk::{Matches, Payload, Source, params};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -142,6 +142,8 @@ pub struct FilterEngine {
     /// For messages: the deadline as configured.
     call_timeout: Duration,
     memory_limit: usize,
+    /// `filters.max_values`, passed to every instance in its environment.
+    max_values: String,
 }
 
 /// A compiled, linked component and its manifest, ready to instantiate.
@@ -197,6 +199,7 @@ impl FilterEngine {
             deadline_ticks,
             call_timeout: config.call_timeout(),
             memory_limit,
+            max_values: config.max_values.to_string(),
         }))
     }
 
@@ -251,7 +254,9 @@ impl FilterEngine {
 
     fn instantiate_pre(&self, pre: &FilterPre<FilterState>) -> anyhow::Result<FilterInstance> {
         let state = FilterState {
-            wasi: WasiCtxBuilder::new().build(),
+            wasi: WasiCtxBuilder::new()
+                .env(params::MAX_FILTER_VALUES_ENV, &self.max_values)
+                .build(),
             table: ResourceTable::new(),
             limits: InstanceLimits::new(self.memory_limit),
         };

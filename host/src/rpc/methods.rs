@@ -244,6 +244,7 @@ async fn subscribe(
             ctx.app.subscriptions.remove(&id, ctx.api_key).await;
             Outcome::Reply(Err(match error {
                 SubscribeError::Params(message) => RpcError::invalid_params(message),
+                SubscribeError::Limit(message) => RpcError::limit_exceeded(message),
                 SubscribeError::Unavailable(message) => RpcError::internal(message),
             }))
         }
