@@ -22,10 +22,29 @@ fn binary() -> PathBuf {
         .join("js/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil")
 }
 
+/// The topic of the log [`ping_runtime`] emits on every call: `Ping()`.
+pub fn ping_topic() -> String {
+    alloy_primitives::keccak256("Ping()").to_string()
+}
+
+/// Runtime code of a contract that emits `Ping()` (LOG1, no data) on every
+/// call, 39 bytes, hex without `0x`.
+pub fn ping_runtime() -> String {
+    format!("7f{}60006000a100", &ping_topic()[2..])
+}
+
+/// Init code deploying [`ping_runtime`]: `CODECOPY` the 39 bytes and
+/// `RETURN` them.
+pub fn ping_contract() -> String {
+    format!("0x6027600c60003960276000f3{}", ping_runtime())
+}
+
 /// One anvil process. Killed when dropped.
 pub struct Anvil {
     pub chain_id: u64,
     pub port: u16,
+    /// Extra command-line options, kept for restarts.
+    options: Vec<String>,
     child: Child,
     home: tempfile::TempDir,
     http: reqwest::Client,
@@ -39,11 +58,19 @@ impl Anvil {
 
     /// Starts anvil for `chain_id` on `port` (0: any free port).
     pub async fn start_on(chain_id: u64, port: u16) -> anyhow::Result<Self> {
+        Self::start_with(chain_id, port, &[]).await
+    }
+
+    /// Starts anvil for `chain_id` on `port` with extra command-line
+    /// `options` (say `--block-time 1`).
+    pub async fn start_with(chain_id: u64, port: u16, options: &[&str]) -> anyhow::Result<Self> {
         let home = tempfile::tempdir().context("anvil home")?;
-        let (child, port) = spawn(chain_id, port, &home).await?;
+        let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+        let (child, port) = spawn(chain_id, port, &options, &home).await?;
         Ok(Self {
             chain_id,
             port,
+            options,
             child,
             home,
             http: reqwest::Client::new(),
@@ -54,6 +81,11 @@ impl Anvil {
         format!("ws://127.0.0.1:{}", self.port)
     }
 
+    /// The node's process id (to read its CPU time and memory).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Stops the node (it dumps its chain to its state file), mines
     /// `mined_while_down` blocks on that chain in a node on another port,
     /// then starts the node again on its own port from the state file: the
@@ -61,7 +93,7 @@ impl Anvil {
     pub async fn restart(&mut self, mined_while_down: u64) -> anyhow::Result<()> {
         stop(&mut self.child).await?;
         if mined_while_down > 0 {
-            let (mut offline, port) = spawn(self.chain_id, 0, &self.home).await?;
+            let (mut offline, port) = spawn(self.chain_id, 0, &self.options, &self.home).await?;
             rpc(
                 &self.http,
                 port,
@@ -71,7 +103,7 @@ impl Anvil {
             .await?;
             stop(&mut offline).await?;
         }
-        let (child, _) = spawn(self.chain_id, self.port, &self.home).await?;
+        let (child, _) = spawn(self.chain_id, self.port, &self.options, &self.home).await?;
         self.child = child;
         Ok(())
     }
@@ -165,7 +197,12 @@ async fn stop(child: &mut Child) -> anyhow::Result<()> {
 }
 
 /// Starts anvil and waits for the line that gives its port.
-async fn spawn(chain_id: u64, port: u16, home: &tempfile::TempDir) -> anyhow::Result<(Child, u16)> {
+async fn spawn(
+    chain_id: u64,
+    port: u16,
+    options: &[String],
+    home: &tempfile::TempDir,
+) -> anyhow::Result<(Child, u16)> {
     let state = home.path().join("state.json");
     let mut child = Command::new(binary())
         .args([
@@ -174,6 +211,7 @@ async fn spawn(chain_id: u64, port: u16, home: &tempfile::TempDir) -> anyhow::Re
             "--chain-id",
             &chain_id.to_string(),
         ])
+        .args(options)
         .arg("--state")
         .arg(&state)
         .env("HOME", home.path())

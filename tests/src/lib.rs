@@ -4,6 +4,7 @@
 
 pub mod anvil;
 pub mod filters;
+pub mod load;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

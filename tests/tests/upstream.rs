@@ -4,10 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use alloy_primitives::keccak256;
 use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
 use chainsieve::ingest::upstream::UpstreamStatus;
-use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2};
+use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, ping_contract, ping_topic};
 use chainsieve_tests::{TestServer, WsClient, of};
 use serde_json::{Value, json};
 
@@ -43,19 +42,6 @@ fn keyed(chains: BTreeMap<String, ChainConfig>) -> Config {
         },
         ..Config::default()
     }
-}
-
-/// The topic of the log the test contract emits on every call.
-fn ping_topic() -> String {
-    keccak256("Ping()").to_string()
-}
-
-/// Init code of a contract whose runtime emits `Ping()` (LOG1, no data)
-/// on every call: `CODECOPY` the 39-byte runtime and `RETURN` it.
-fn ping_contract() -> String {
-    let runtime = format!("7f{}60006000a100", &ping_topic()[2..]);
-    assert_eq!(runtime.len(), 39 * 2);
-    format!("0x6027600c60003960276000f3{runtime}")
 }
 
 fn hash_of(tx: &Value) -> String {

@@ -1,0 +1,574 @@
+//! The load benchmark's engine (`cargo bench -p chainsieve-tests --bench
+//! load`; a small run is in the test command): N WebSocket clients with M
+//! subscriptions each, anvil mining transactions sent at a fixed rate, and
+//! what arrives measured: notifications per second, the latency of pending
+//! transactions from send to receipt, the server's CPU time and memory.
+//!
+//! One [`Workload`] runs against anvil's own `eth_subscribe` (clients on the
+//! node) and against chainsieve (clients on chainsieve, anvil its upstream),
+//! so the two are compared on the same stream.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_eips::Encodable2718;
+use alloy_primitives::{Address, B256, TxKind, U256, keccak256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use anyhow::{Context, bail};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::TIMEOUT;
+use crate::anvil::{Anvil, ping_runtime};
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// The chain the benchmark's anvil runs.
+pub const CHAIN_ID: u64 = 31337;
+
+/// Anvil for the benchmark: a block a second (transactions stay pending a
+/// while, as on a real chain) and a gas limit no load fills, so the base
+/// fee never outgrows the transactions' fee cap.
+pub const ANVIL_OPTIONS: &[&str] = &["--block-time", "1", "--gas-limit", "100000000000"];
+
+/// Half the transactions call this contract (installed by `anvil_setCode`),
+/// which logs `Ping()`: the `logs` subscriptions' events.
+const EMITTER: Address = Address::new([0xe1; 20]);
+/// No transaction touches it: a `logs` subscription that costs filtering and
+/// delivers nothing.
+const SILENT: Address = Address::new([0xde; 20]);
+const SENDERS: u64 = 16;
+/// Transactions the sender keeps on each connection to the node.
+const DRIVER_CONNECTIONS: usize = 4;
+/// Connections opened at once.
+const CONNECTING: usize = 256;
+
+/// What a subscription listens to; subscriptions cycle through these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Pending,
+    Heads,
+    Logs,
+    SilentLogs,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Pending, Kind::Heads, Kind::Logs, Kind::SilentLogs];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Pending => "newPendingTransactions",
+            Kind::Heads => "newHeads",
+            Kind::Logs => "logs (emitter)",
+            Kind::SilentLogs => "logs (silent)",
+        }
+    }
+
+    fn params(self) -> Value {
+        match self {
+            Kind::Pending => json!(["newPendingTransactions"]),
+            Kind::Heads => json!(["newHeads"]),
+            Kind::Logs => json!(["logs", {"address": EMITTER}]),
+            Kind::SilentLogs => json!(["logs", {"address": SILENT}]),
+        }
+    }
+
+    /// The kinds of connection `connection`'s `per_connection` subscriptions.
+    fn of(connection: usize, per_connection: usize) -> Vec<Kind> {
+        (0..per_connection)
+            .map(|i| Kind::ALL[(connection * per_connection + i) % Kind::ALL.len()])
+            .collect()
+    }
+}
+
+/// How hard to push.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub connections: usize,
+    pub subscriptions_per_connection: usize,
+    /// Transactions sent per second.
+    pub rate: u64,
+    /// Sending before measuring starts.
+    pub warmup: Duration,
+    pub measure: Duration,
+    /// Connections whose pending notifications are timed; the others only
+    /// count (timing costs the client process CPU the servers need).
+    pub timed_connections: usize,
+}
+
+impl Spec {
+    /// Transactions the run sends.
+    pub fn transactions(&self) -> usize {
+        (self.rate as f64 * (self.warmup + self.measure).as_secs_f64()) as usize
+    }
+}
+
+/// Signed transactions (EIP-1559, real signatures) from fixed keys, so every
+/// run and both targets see the same stream.
+pub struct Workload {
+    senders: Vec<PrivateKeySigner>,
+    frames: Vec<Utf8Bytes>,
+    index: HashMap<B256, usize>,
+}
+
+impl Workload {
+    pub fn new(count: usize) -> anyhow::Result<Self> {
+        let senders = (0..SENDERS)
+            .map(|i| PrivateKeySigner::from_bytes(&keccak256(format!("chainsieve-load-{i}"))))
+            .collect::<Result<Vec<_>, _>>()
+            .context("sender keys")?;
+        let mut frames = Vec::with_capacity(count);
+        let mut index = HashMap::with_capacity(count);
+        for i in 0..count as u64 {
+            let (to, gas) = if i % 2 == 0 {
+                (EMITTER, 30_000)
+            } else {
+                (Address::from_word(keccak256(i.to_be_bytes())), 21_000)
+            };
+            let tx = TxEip1559 {
+                chain_id: CHAIN_ID,
+                nonce: i / SENDERS,
+                gas_limit: gas,
+                max_fee_per_gas: 100_000_000_000,
+                max_priority_fee_per_gas: 1,
+                to: TxKind::Call(to),
+                value: U256::from(1),
+                ..Default::default()
+            };
+            let signer = &senders[(i % SENDERS) as usize];
+            let signature = signer
+                .sign_hash_sync(&tx.signature_hash())
+                .context("signing")?;
+            let envelope = TxEnvelope::from(tx.into_signed(signature));
+            index.insert(*envelope.tx_hash(), i as usize);
+            let raw = alloy_primitives::hex::encode_prefixed(envelope.encoded_2718());
+            frames.push(Utf8Bytes::from(
+                json!({"jsonrpc": "2.0", "id": i, "method": "eth_sendRawTransaction", "params": [raw]})
+                    .to_string(),
+            ));
+        }
+        Ok(Self {
+            senders,
+            frames,
+            index,
+        })
+    }
+
+    /// Funds the senders and installs the log emitter on a fresh node.
+    pub async fn prepare(&self, anvil: &Anvil) -> anyhow::Result<()> {
+        for sender in &self.senders {
+            anvil
+                .rpc(
+                    "anvil_setBalance",
+                    json!([sender.address(), "0xffffffffffffffffffffffffffffffff"]),
+                )
+                .await?;
+        }
+        anvil
+            .rpc(
+                "anvil_setCode",
+                json!([EMITTER, format!("0x{}", ping_runtime())]),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// What one run measured.
+#[derive(Debug)]
+pub struct Report {
+    /// Transactions sent in the measured window, per second.
+    pub sent_per_second: f64,
+    /// Notifications received in the measured window, per kind, per second.
+    pub per_second: [f64; 4],
+    /// Pending-transaction latency, send to receipt, in microseconds.
+    pub latency: Histogram<u64>,
+    /// The server's CPU time in the window (`None` for an in-process server).
+    pub cpu: Option<Duration>,
+    /// The server's resident memory growth from connecting and subscribing,
+    /// per connection, and its peak resident memory.
+    pub memory_per_connection: Option<f64>,
+    pub peak_memory: Option<u64>,
+    /// Connections the server closed.
+    pub closed: u64,
+    /// Pending notifications missing after the run (every sent transaction
+    /// is due on every pending subscription), waiting up to [`TIMEOUT`].
+    pub missing_pending: u64,
+    /// Notifications over the whole run, per kind.
+    pub totals: [u64; 4],
+    /// Transactions the node refused.
+    pub refused: u64,
+}
+
+impl Report {
+    pub fn notifications_per_second(&self) -> f64 {
+        self.per_second.iter().sum()
+    }
+
+    /// Notifications per CPU-second of the server.
+    pub fn per_cpu_second(&self, measure: Duration) -> Option<f64> {
+        self.cpu.map(|cpu| {
+            self.notifications_per_second() * measure.as_secs_f64() / cpu.as_secs_f64().max(1e-9)
+        })
+    }
+}
+
+/// State the clients and the sender share.
+struct Shared {
+    start: Instant,
+    /// Nanoseconds after `start` each transaction was sent, plus one (zero:
+    /// not yet).
+    sent_at: Vec<AtomicU64>,
+    sent: AtomicU64,
+    counting: AtomicBool,
+    counts: [AtomicU64; 4],
+    /// Notifications over the whole run, per kind.
+    totals: [AtomicU64; 4],
+    closed: AtomicU64,
+    /// The node's answers to the sent transactions, and how many refused.
+    answered: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// One run: connects the clients to `target_ws` and subscribes, sends the
+/// workload to the node at `node_ws`, measures, and waits for every pending
+/// notification. `server` is the target's process id, to read its CPU time
+/// and memory (`None`: it runs in this process and is not measured).
+pub async fn run(
+    spec: &Spec,
+    workload: Arc<Workload>,
+    node_ws: &str,
+    target_ws: &str,
+    server: Option<u32>,
+) -> anyhow::Result<Report> {
+    let total = spec.transactions().min(workload.frames.len());
+    let shared = Arc::new(Shared {
+        start: Instant::now(),
+        sent_at: (0..total).map(|_| AtomicU64::new(0)).collect(),
+        sent: AtomicU64::new(0),
+        counting: AtomicBool::new(false),
+        counts: Default::default(),
+        totals: Default::default(),
+        closed: AtomicU64::new(0),
+        answered: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
+    });
+    let memory_before = server.map(memory).transpose()?;
+    let (clients, pending_subscriptions, latency) =
+        connect_all(spec, target_ws, &shared, &workload).await?;
+    let memory_per_connection = match (server, memory_before) {
+        (Some(pid), Some((before, _))) if spec.connections > 0 => {
+            let (after, _) = memory(pid)?;
+            Some(after.saturating_sub(before) as f64 / spec.connections as f64)
+        }
+        _ => None,
+    };
+
+    let sender = tokio::spawn(send(
+        node_ws.to_string(),
+        workload.clone(),
+        total,
+        spec.rate,
+        shared.clone(),
+    ));
+    tokio::time::sleep(spec.warmup).await;
+    let cpu_before = server.map(cpu_time).transpose()?;
+    let sent_before = shared.sent.load(Ordering::Relaxed);
+    let window = Instant::now();
+    shared.counting.store(true, Ordering::Relaxed);
+    tokio::time::sleep(spec.measure).await;
+    shared.counting.store(false, Ordering::Relaxed);
+    let elapsed = window.elapsed().as_secs_f64();
+    let sent_in_window = shared.sent.load(Ordering::Relaxed) - sent_before;
+    let cpu = match (server, cpu_before) {
+        (Some(pid), Some(before)) => Some(cpu_time(pid)?.saturating_sub(before)),
+        _ => None,
+    };
+    let peak_memory = server.map(memory).transpose()?.map(|(_, peak)| peak);
+
+    let sent = sender.await.context("the sender panicked")??;
+    let expected = sent as u64 * pending_subscriptions;
+    let deadline = Instant::now() + TIMEOUT;
+    let pending = || shared.totals[Kind::Pending as usize].load(Ordering::Relaxed);
+    while pending() < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let missing_pending = expected.saturating_sub(pending());
+    drop(clients);
+
+    let latency = latency
+        .lock()
+        .map_err(|_| anyhow::anyhow!("a client panicked while timing"))?
+        .clone();
+    Ok(Report {
+        sent_per_second: sent_in_window as f64 / elapsed,
+        per_second: std::array::from_fn(|i| {
+            shared.counts[i].load(Ordering::Relaxed) as f64 / elapsed
+        }),
+        latency,
+        cpu,
+        memory_per_connection,
+        peak_memory,
+        closed: shared.closed.load(Ordering::Relaxed),
+        missing_pending,
+        totals: std::array::from_fn(|i| shared.totals[i].load(Ordering::Relaxed)),
+        refused: shared.refused.load(Ordering::Relaxed),
+    })
+}
+
+type Latency = Arc<Mutex<Histogram<u64>>>;
+
+/// Opens every client, subscribes, and starts their readers; returns the
+/// readers, the number of pending subscriptions, and the latency histogram.
+async fn connect_all(
+    spec: &Spec,
+    url: &str,
+    shared: &Arc<Shared>,
+    workload: &Arc<Workload>,
+) -> anyhow::Result<(JoinSet<()>, u64, Latency)> {
+    let latency: Latency = Arc::new(Mutex::new(Histogram::new(3).context("histogram")?));
+    let mut readers = JoinSet::new();
+    let mut opening = JoinSet::new();
+    let mut pending_subscriptions = 0;
+    for connection in 0..spec.connections {
+        let kinds = Kind::of(connection, spec.subscriptions_per_connection);
+        pending_subscriptions += kinds.iter().filter(|k| **k == Kind::Pending).count() as u64;
+        let url = url.to_string();
+        opening.spawn(async move {
+            let subscribed = subscribe(&url, &kinds).await;
+            (connection, subscribed)
+        });
+        if opening.len() >= CONNECTING || connection + 1 == spec.connections {
+            while let Some(opened) = opening.join_next().await {
+                let (connection, subscribed) = opened.context("a client panicked")?;
+                let (socket, ids) = subscribed
+                    .with_context(|| format!("connecting and subscribing client {connection}"))?;
+                let timed = (connection < spec.timed_connections).then(|| latency.clone());
+                readers.spawn(listen(socket, ids, shared.clone(), workload.clone(), timed));
+            }
+        }
+    }
+    Ok((readers, pending_subscriptions, latency))
+}
+
+/// Connects and makes `kinds`' subscriptions; returns the socket and the
+/// kind of each subscription id.
+async fn subscribe(url: &str, kinds: &[Kind]) -> anyhow::Result<(Socket, HashMap<String, Kind>)> {
+    let (mut socket, _) = tokio::time::timeout(TIMEOUT, tokio_tungstenite::connect_async(url))
+        .await
+        .context("connecting took too long")?
+        .with_context(|| format!("connecting to {url}"))?;
+    for (id, kind) in kinds.iter().enumerate() {
+        let request =
+            json!({"jsonrpc": "2.0", "id": id, "method": "eth_subscribe", "params": kind.params()});
+        socket.feed(Message::text(request.to_string())).await?;
+    }
+    socket.flush().await?;
+    let mut ids = HashMap::new();
+    while ids.len() < kinds.len() {
+        let message = tokio::time::timeout(TIMEOUT, socket.next())
+            .await
+            .context("no subscription response in time")?
+            .context("closed while subscribing")??;
+        let Message::Text(text) = message else {
+            continue;
+        };
+        let response: Value = serde_json::from_str(&text).context("a JSON response")?;
+        let Some(request) = response["id"].as_u64() else {
+            continue; // an early notification
+        };
+        let Some(id) = response["result"].as_str() else {
+            bail!("subscription refused: {response}");
+        };
+        ids.insert(id.to_string(), kinds[request as usize]);
+    }
+    Ok((socket, ids))
+}
+
+/// Counts a client's notifications by kind (and times pending ones if
+/// `timed`) until the socket ends.
+async fn listen(
+    mut socket: Socket,
+    ids: HashMap<String, Kind>,
+    shared: Arc<Shared>,
+    workload: Arc<Workload>,
+    timed: Option<Latency>,
+) {
+    while let Some(Ok(message)) = socket.next().await {
+        let Message::Text(text) = message else {
+            continue;
+        };
+        let Some(kind) = field(&text, "\"subscription\":\"").and_then(|id| ids.get(id)) else {
+            continue;
+        };
+        shared.totals[*kind as usize].fetch_add(1, Ordering::Relaxed);
+        if shared.counting.load(Ordering::Relaxed) {
+            shared.counts[*kind as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        if *kind != Kind::Pending {
+            continue;
+        }
+        let Some(timed) = &timed else {
+            continue;
+        };
+        let sent = field(&text, "\"result\":\"")
+            .and_then(|hash| hash.parse::<B256>().ok())
+            .and_then(|hash| workload.index.get(&hash))
+            .and_then(|&i| shared.sent_at.get(i))
+            .map(|at| at.load(Ordering::Relaxed));
+        if let Some(sent) = sent.filter(|&at| at > 0)
+            && shared.counting.load(Ordering::Relaxed)
+        {
+            let now = shared.start.elapsed().as_nanos() as u64;
+            let micros = now.saturating_sub(sent - 1) / 1_000;
+            if let Ok(mut histogram) = timed.lock() {
+                histogram.saturating_record(micros);
+            }
+        }
+    }
+    shared.closed.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The string value after `key` in a JSON text (no escapes in ids and hex).
+fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let start = text.find(key)? + key.len();
+    let len = text[start..].find('"')?;
+    Some(&text[start..start + len])
+}
+
+/// Sends the first `total` transactions at `rate` per second over a few
+/// connections to the node and waits for the answers (a node may drop a
+/// request whose connection closes); returns how many were sent.
+async fn send(
+    url: String,
+    workload: Arc<Workload>,
+    total: usize,
+    rate: u64,
+    shared: Arc<Shared>,
+) -> anyhow::Result<usize> {
+    let mut sinks: Vec<SplitSink<Socket, Message>> = Vec::new();
+    let mut answers = JoinSet::new();
+    for _ in 0..DRIVER_CONNECTIONS {
+        let (socket, _) = tokio_tungstenite::connect_async(&url)
+            .await
+            .with_context(|| format!("connecting the sender to {url}"))?;
+        let (sink, stream) = socket.split();
+        sinks.push(sink);
+        answers.spawn(count_refusals(stream, shared.clone()));
+    }
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let mut next = 0;
+    while next < total {
+        tick.tick().await;
+        let due = ((start.elapsed().as_secs_f64() * rate as f64) as usize).min(total);
+        while next < due {
+            let at = shared.start.elapsed().as_nanos() as u64 + 1;
+            shared.sent_at[next].store(at, Ordering::Relaxed);
+            sinks[next % DRIVER_CONNECTIONS]
+                .feed(Message::Text(workload.frames[next].clone()))
+                .await
+                .context("sending a transaction")?;
+            next += 1;
+            shared.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        for sink in &mut sinks {
+            sink.flush().await.context("sending transactions")?;
+        }
+    }
+    let deadline = Instant::now() + TIMEOUT;
+    while shared.answered.load(Ordering::Relaxed) < next as u64 {
+        if Instant::now() > deadline {
+            bail!("the node did not answer every transaction in time");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(next)
+}
+
+async fn count_refusals(mut answers: SplitStream<Socket>, shared: Arc<Shared>) {
+    while let Some(Ok(message)) = answers.next().await {
+        if let Message::Text(text) = message {
+            if text.contains("\"error\"") {
+                shared.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            shared.answered.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A process's user + system CPU time.
+pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').context("stat format")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<u64> {
+        fields
+            .get(i)
+            .context("stat field")?
+            .parse()
+            .context("stat number")
+    };
+    // utime and stime are fields 14 and 15 of the whole line; `rest`
+    // starts at field 3.
+    let total = ticks(11)? + ticks(12)?;
+    // SAFETY: sysconf only reads a configuration value.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_nanos(total * 1_000_000_000 / per_second))
+}
+
+/// A process's resident and peak resident memory, in bytes.
+pub fn memory(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let kib = |name: &str| -> anyhow::Result<u64> {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(|n| n * 1024)
+            .with_context(|| format!("{name} in /proc/{pid}/status"))
+    };
+    Ok((kib("VmRSS:")?, kib("VmHWM:")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_found_in_notifications() {
+        let text = r#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xab","result":"0x12"}}"#;
+        assert_eq!(field(text, "\"subscription\":\""), Some("0xab"));
+        assert_eq!(field(text, "\"result\":\""), Some("0x12"));
+        assert_eq!(field(text, "\"missing\":\""), None);
+    }
+
+    #[test]
+    fn this_process_has_cpu_time_and_memory() {
+        let pid = std::process::id();
+        let (rss, peak) = memory(pid).expect("memory");
+        assert!(rss > 0 && peak >= rss);
+        cpu_time(pid).expect("cpu time");
+    }
+
+    #[test]
+    fn subscriptions_cycle_through_the_kinds() {
+        assert_eq!(Kind::of(0, 2), [Kind::Pending, Kind::Heads]);
+        assert_eq!(Kind::of(1, 2), [Kind::Logs, Kind::SilentLogs]);
+        assert_eq!(Kind::of(3, 1), [Kind::SilentLogs]);
+    }
+}

@@ -1,0 +1,83 @@
+//! The load benchmark's engine, small: both targets (anvil's own
+//! `eth_subscribe`, and chainsieve with anvil upstream) deliver every
+//! pending transaction to every pending subscription, heads and the
+//! emitter's logs, nothing for a silent address, and close no client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve_tests::TestServer;
+use chainsieve_tests::anvil::Anvil;
+use chainsieve_tests::load::{self, ANVIL_OPTIONS, CHAIN_ID, Kind, Report, Spec, Workload};
+
+fn check(target: &str, report: &Report) {
+    let report_text = format!(
+        "{target}: totals {:?}, missing {}, closed {}, refused {}, {} timed",
+        report.totals,
+        report.missing_pending,
+        report.closed,
+        report.refused,
+        report.latency.len()
+    );
+    assert_eq!(report.missing_pending, 0, "{report_text}");
+    assert_eq!(report.closed, 0, "{report_text}");
+    assert_eq!(report.refused, 0, "{report_text}");
+    assert!(report.totals[Kind::Heads as usize] > 0, "{report_text}");
+    assert!(report.totals[Kind::Logs as usize] > 0, "{report_text}");
+    assert_eq!(report.totals[Kind::SilentLogs as usize], 0, "{report_text}");
+    assert!(!report.latency.is_empty(), "{report_text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_targets_deliver_the_whole_stream() {
+    let spec = Spec {
+        connections: 8,
+        subscriptions_per_connection: 4,
+        rate: 40,
+        warmup: Duration::from_secs(1),
+        measure: Duration::from_secs(2),
+        timed_connections: 8,
+    };
+    let workload = Arc::new(Workload::new(spec.transactions()).expect("workload"));
+
+    let anvil = Anvil::start_with(CHAIN_ID, 0, ANVIL_OPTIONS)
+        .await
+        .expect("anvil");
+    workload.prepare(&anvil).await.expect("prepare");
+    let node = anvil.ws_url();
+    let direct = load::run(&spec, workload.clone(), &node, &node, anvil.pid())
+        .await
+        .expect("run on anvil");
+    check("anvil", &direct);
+    assert!(direct.cpu.is_some() && direct.memory_per_connection.is_some());
+    drop(anvil);
+
+    let anvil = Anvil::start_with(CHAIN_ID, 0, ANVIL_OPTIONS)
+        .await
+        .expect("anvil");
+    workload.prepare(&anvil).await.expect("prepare");
+    let node = anvil.ws_url();
+    let server = TestServer::start(Config {
+        chains: [(
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(CHAIN_ID),
+                source: SourceConfig::Node(node.clone()),
+                ..Default::default()
+            },
+        )]
+        .into(),
+        auth: AuthConfig {
+            keys: vec!["load".into()],
+            ..Default::default()
+        },
+        ..Config::default()
+    })
+    .await
+    .expect("server");
+    let through = load::run(&spec, workload, &node, &server.ws_url("eth", "load"), None)
+        .await
+        .expect("run on chainsieve");
+    check("chainsieve", &through);
+}
