@@ -19,6 +19,7 @@ use chainsieve::ingest::upstream::UpstreamStatus;
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::load::{self, ANVIL_OPTIONS, CHAIN_ID, Kind, Report, Spec, Workload};
 use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
@@ -118,7 +119,6 @@ async fn main() -> anyhow::Result<()> {
 }
 
 fn print(name: &str, spec: &Spec, report: &Report) {
-    let latency = |q: f64| report.latency.value_at_quantile(q) as f64 / 1_000.0;
     println!(
         "{name}: {} connections × {} subscriptions, {:.0} tx/s sent ({} refused)",
         spec.connections, spec.subscriptions_per_connection, report.sent_per_second, report.refused
@@ -131,13 +131,19 @@ fn print(name: &str, spec: &Spec, report: &Report) {
         );
     }
     println!(
-        "  total {:.0} notifications/s; pending latency p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms ({} samples)",
-        report.notifications_per_second(),
-        latency(0.5),
-        latency(0.99),
-        latency(0.999),
-        report.latency.len()
+        "  total {:.0} notifications/s",
+        report.notifications_per_second()
     );
+    println!(
+        "  pending latency from send: {}",
+        quantiles(&report.latency)
+    );
+    if let Some(from_ingestion) = &report.from_ingestion {
+        println!(
+            "  pending latency from the node's full announcement (ingestion): {}",
+            quantiles(from_ingestion)
+        );
+    }
     if let (Some(cpu), Some(per_cpu)) = (report.cpu, report.per_cpu_second(spec.measure)) {
         println!(
             "  server CPU {:.2} s in {} s ({:.0}% of a core), {per_cpu:.0} notifications per CPU-second",
@@ -157,6 +163,17 @@ fn print(name: &str, spec: &Spec, report: &Report) {
         "  {} connections closed by the server; {} pending notifications missing after the run",
         report.closed, report.missing_pending
     );
+}
+
+fn quantiles(h: &Histogram<u64>) -> String {
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1_000.0;
+    format!(
+        "p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms ({} samples)",
+        ms(0.5),
+        ms(0.99),
+        ms(0.999),
+        h.len()
+    )
 }
 
 /// Starts this binary as a chainsieve server on `upstream`; returns the

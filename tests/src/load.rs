@@ -191,8 +191,12 @@ pub struct Report {
     pub sent_per_second: f64,
     /// Notifications received in the measured window, per kind, per second.
     pub per_second: [f64; 4],
-    /// Pending-transaction latency, send to receipt, in microseconds.
+    /// Pending-transaction latency from send to receipt, in microseconds.
     pub latency: Histogram<u64>,
+    /// From the node's announcing the full transaction (what chainsieve
+    /// ingests, seen by a probe subscribed on the node) to receipt; `None`
+    /// when the clients are on the node itself.
+    pub from_ingestion: Option<Histogram<u64>>,
     /// The server's CPU time in the window (`None` for an in-process server).
     pub cpu: Option<Duration>,
     /// The server's resident memory growth from connecting and subscribing,
@@ -229,6 +233,12 @@ struct Shared {
     /// Nanoseconds after `start` each transaction was sent, plus one (zero:
     /// not yet).
     sent_at: Vec<AtomicU64>,
+    /// Likewise, when the node announced it in full to the probe.
+    ingested_at: Vec<AtomicU64>,
+    /// (transaction, nanoseconds after `start`) of each pending notification
+    /// a timed client received in the window; turned into latencies after
+    /// the run, when every time is known.
+    receipts: Mutex<Vec<(usize, u64)>>,
     sent: AtomicU64,
     counting: AtomicBool,
     counts: [AtomicU64; 4],
@@ -255,6 +265,8 @@ pub async fn run(
     let shared = Arc::new(Shared {
         start: Instant::now(),
         sent_at: (0..total).map(|_| AtomicU64::new(0)).collect(),
+        ingested_at: (0..total).map(|_| AtomicU64::new(0)).collect(),
+        receipts: Mutex::new(Vec::new()),
         sent: AtomicU64::new(0),
         counting: AtomicBool::new(false),
         counts: Default::default(),
@@ -264,8 +276,21 @@ pub async fn run(
         refused: AtomicU64::new(0),
     });
     let memory_before = server.map(memory).transpose()?;
-    let (clients, pending_subscriptions, latency) =
-        connect_all(spec, target_ws, &shared, &workload).await?;
+    let (clients, pending_subscriptions) = connect_all(spec, target_ws, &shared, &workload).await?;
+    let probe = if node_ws == target_ws {
+        None
+    } else {
+        let (mut socket, _) = tokio_tungstenite::connect_async(node_ws)
+            .await
+            .context("connecting the probe")?;
+        let request = json!({"jsonrpc": "2.0", "id": 0, "method": "eth_subscribe", "params": ["newPendingTransactions", true]});
+        socket.send(Message::text(request.to_string())).await?;
+        Some(tokio::spawn(probe(
+            socket,
+            shared.clone(),
+            workload.clone(),
+        )))
+    };
     let memory_per_connection = match (server, memory_before) {
         (Some(pid), Some((before, _))) if spec.connections > 0 => {
             let (after, _) = memory(pid)?;
@@ -306,16 +331,27 @@ pub async fn run(
     let missing_pending = expected.saturating_sub(pending());
     drop(clients);
 
-    let latency = latency
-        .lock()
-        .map_err(|_| anyhow::anyhow!("a client panicked while timing"))?
-        .clone();
+    let receipts = std::mem::take(
+        &mut *shared
+            .receipts
+            .lock()
+            .map_err(|_| anyhow::anyhow!("a client panicked while timing"))?,
+    );
+    let latency = histogram(&receipts, &shared.sent_at)?;
+    let from_ingestion = match probe {
+        Some(probe) => {
+            probe.abort();
+            Some(histogram(&receipts, &shared.ingested_at)?)
+        }
+        None => None,
+    };
     Ok(Report {
         sent_per_second: sent_in_window as f64 / elapsed,
         per_second: std::array::from_fn(|i| {
             shared.counts[i].load(Ordering::Relaxed) as f64 / elapsed
         }),
         latency,
+        from_ingestion,
         cpu,
         memory_per_connection,
         peak_memory,
@@ -326,17 +362,48 @@ pub async fn run(
     })
 }
 
-type Latency = Arc<Mutex<Histogram<u64>>>;
+/// Microseconds from each transaction's time in `since` to each receipt
+/// (a receipt before it counts as zero).
+fn histogram(receipts: &[(usize, u64)], since: &[AtomicU64]) -> anyhow::Result<Histogram<u64>> {
+    // Up to a minute; `saturating_record` clamps beyond.
+    let mut histogram = Histogram::new_with_bounds(1, 60_000_000, 3).context("histogram")?;
+    for &(tx, received) in receipts {
+        let at = since[tx].load(Ordering::Relaxed);
+        if at > 0 {
+            histogram.saturating_record(received.saturating_sub(at - 1) / 1_000);
+        }
+    }
+    Ok(histogram)
+}
+
+/// Notes when the node announced each transaction in full: the moment a
+/// server on that node ingests it.
+async fn probe(mut socket: Socket, shared: Arc<Shared>, workload: Arc<Workload>) {
+    while let Some(Ok(message)) = socket.next().await {
+        if let Message::Text(text) = message
+            && let Some(&tx) = field(&text, "\"hash\":\"")
+                .and_then(|hash| hash.parse::<B256>().ok())
+                .and_then(|hash| workload.index.get(&hash))
+        {
+            let now = shared.start.elapsed().as_nanos() as u64 + 1;
+            let _ = shared.ingested_at[tx].compare_exchange(
+                0,
+                now,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+}
 
 /// Opens every client, subscribes, and starts their readers; returns the
-/// readers, the number of pending subscriptions, and the latency histogram.
+/// readers and the number of pending subscriptions.
 async fn connect_all(
     spec: &Spec,
     url: &str,
     shared: &Arc<Shared>,
     workload: &Arc<Workload>,
-) -> anyhow::Result<(JoinSet<()>, u64, Latency)> {
-    let latency: Latency = Arc::new(Mutex::new(Histogram::new(3).context("histogram")?));
+) -> anyhow::Result<(JoinSet<()>, u64)> {
     let mut readers = JoinSet::new();
     let mut opening = JoinSet::new();
     let mut pending_subscriptions = 0;
@@ -353,12 +420,12 @@ async fn connect_all(
                 let (connection, subscribed) = opened.context("a client panicked")?;
                 let (socket, ids) = subscribed
                     .with_context(|| format!("connecting and subscribing client {connection}"))?;
-                let timed = (connection < spec.timed_connections).then(|| latency.clone());
+                let timed = connection < spec.timed_connections;
                 readers.spawn(listen(socket, ids, shared.clone(), workload.clone(), timed));
             }
         }
     }
-    Ok((readers, pending_subscriptions, latency))
+    Ok((readers, pending_subscriptions))
 }
 
 /// Connects and makes `kinds`' subscriptions; returns the socket and the
@@ -402,7 +469,7 @@ async fn listen(
     ids: HashMap<String, Kind>,
     shared: Arc<Shared>,
     workload: Arc<Workload>,
-    timed: Option<Latency>,
+    timed: bool,
 ) {
     while let Some(Ok(message)) = socket.next().await {
         let Message::Text(text) = message else {
@@ -415,25 +482,16 @@ async fn listen(
         if shared.counting.load(Ordering::Relaxed) {
             shared.counts[*kind as usize].fetch_add(1, Ordering::Relaxed);
         }
-        if *kind != Kind::Pending {
+        if *kind != Kind::Pending || !timed || !shared.counting.load(Ordering::Relaxed) {
             continue;
         }
-        let Some(timed) = &timed else {
-            continue;
-        };
-        let sent = field(&text, "\"result\":\"")
+        let now = shared.start.elapsed().as_nanos() as u64;
+        if let Some(&tx) = field(&text, "\"result\":\"")
             .and_then(|hash| hash.parse::<B256>().ok())
             .and_then(|hash| workload.index.get(&hash))
-            .and_then(|&i| shared.sent_at.get(i))
-            .map(|at| at.load(Ordering::Relaxed));
-        if let Some(sent) = sent.filter(|&at| at > 0)
-            && shared.counting.load(Ordering::Relaxed)
+            && let Ok(mut receipts) = shared.receipts.lock()
         {
-            let now = shared.start.elapsed().as_nanos() as u64;
-            let micros = now.saturating_sub(sent - 1) / 1_000;
-            if let Ok(mut histogram) = timed.lock() {
-                histogram.saturating_record(micros);
-            }
+            receipts.push((tx, now));
         }
     }
     shared.closed.fetch_add(1, Ordering::Relaxed);
