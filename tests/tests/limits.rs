@@ -26,13 +26,9 @@ async fn a_connection_holds_at_most_its_subscriptions() {
         .call("eth_subscribe", json!(["newHeads"]))
         .await
         .expect("call");
-    assert_eq!(refused["error"]["code"], json!(-32005), "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("3 subscriptions")
-                && m.contains("limits.max_subscriptions_per_connection")),
-        "{refused}"
+    assert_limit(
+        &refused,
+        &["3 subscriptions", "limits.max_subscriptions_per_connection"],
     );
     // Another connection has its own allowance; this one gets room back
     // by unsubscribing.
@@ -77,12 +73,7 @@ async fn a_filter_names_at_most_a_thousand_values() {
     ];
     for (params, what) in over {
         let refused = ws.call("eth_subscribe", params).await.expect("call");
-        assert_eq!(refused["error"]["code"], json!(-32005), "{refused}");
-        let message = refused["error"]["message"].as_str().unwrap_or_default();
-        assert!(
-            message.contains(what) && message.contains("at most 1000"),
-            "{refused}"
-        );
+        assert_limit(&refused, &[what, "at most 1000"]);
     }
     ws.subscribe(json!(["bvPendingTransactions", {"fromAddress": addresses(1000)}]))
         .await
@@ -104,13 +95,7 @@ async fn the_filter_value_cap_is_a_setting() {
         .call("eth_subscribe", json!(["logs", {"address": three}]))
         .await
         .expect("call");
-    assert_eq!(refused["error"]["code"], json!(-32005), "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("address: 3 (at most 2 per filter)")),
-        "{refused}"
-    );
+    assert_limit(&refused, &["address: 3 (at most 2 per filter)"]);
     ws.subscribe(json!(["logs", {"address": &three[..2]}]))
         .await
         .expect("within the cap");
@@ -132,13 +117,7 @@ async fn a_key_holds_at_most_its_connections() {
     assert_eq!(response.status().as_u16(), 429);
     let body: Value =
         serde_json::from_slice(response.body().as_deref().expect("a body")).expect("JSON");
-    assert_eq!(body["error"]["code"], json!(-32005), "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("limits.max_connections_per_key")),
-        "{body}"
-    );
+    assert_limit(&body, &["limits.max_connections_per_key"]);
     drop(first);
     server.state.connections.wait_below("demo", 2).await;
     WsClient::connect(&url).await.expect("a place came back");
@@ -239,6 +218,15 @@ async fn a_key_makes_at_most_its_requests_per_second() {
         (200, json!(-32005))
     );
     assert!(ws.call("eth_chainId", json!([])).await.is_ok());
+}
+
+/// `answer` is error -32005 and its message says each of `phrases`.
+fn assert_limit(answer: &Value, phrases: &[&str]) {
+    assert_eq!(answer["error"]["code"], json!(-32005), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    for phrase in phrases {
+        assert!(message.contains(phrase), "{phrase:?} not in {answer}");
+    }
 }
 
 /// The value of the sample `name{labels}` in a Prometheus text page.
