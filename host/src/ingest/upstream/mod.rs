@@ -19,6 +19,7 @@ mod client;
 mod delivered;
 mod wire;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-pub use client::{Call, NodeClient, NodeError, decode, single};
+pub use client::{Call, NodeClient, NodeError, Notification, decode, single};
 use delivered::Delivered;
 use wire::{NodeBlock, NodeTransaction};
 pub use wire::{read_logs, stream_event};
@@ -204,18 +205,24 @@ async fn session(
             }
         };
         // Take everything already queued: pending transactions go down as
-        // one batch, in order with the heads between them.
+        // one batch, in order with the heads between them. Heads that
+        // arrive while a block is fetched wait in `backlog`.
         let mut pending = Vec::new();
+        let mut backlog = VecDeque::new();
         let mut next = Some(first);
         while let Some(notification) = next.take() {
             if notification.subscription == subs.heads {
                 follower.flush_pending(&mut pending, &subs).await?;
                 let head: HeadRef = decode("newHeads", &notification.result)?;
-                follower.head_by_hash(head.hash, head.number.to()).await?;
+                follower
+                    .head_by_hash(head, &mut notifications, &subs, &mut backlog)
+                    .await?;
             } else if notification.subscription == subs.pending {
                 pending.push(notification.result);
             }
-            next = notifications.try_recv().ok();
+            next = backlog
+                .pop_front()
+                .or_else(|| notifications.try_recv().ok());
         }
         follower.flush_pending(&mut pending, &subs).await?;
     }
@@ -262,36 +269,56 @@ struct Follower<'a> {
 }
 
 impl Follower<'_> {
-    /// Fetches the block `hash` with its logs; `None` if the node no
-    /// longer has it.
-    async fn block_by_hash(&self, hash: B256) -> Result<Option<Arc<Block>>, NodeError> {
-        let results = self
-            .client
-            .batch(&[
-                Call::new("eth_getBlockByHash", json!([hash, true])),
-                Call::new("eth_getLogs", json!([{ "blockHash": hash }])),
-            ])
-            .await?;
-        let block: Option<NodeBlock> = decode("eth_getBlockByHash", &results[0])?;
-        let logs: Vec<Box<RawValue>> = decode("eth_getLogs", &results[1])?;
-        Ok(block.map(|b| b.into_model(&logs)))
+    /// Fetches the block of `head` and delivers it with any missing
+    /// ancestors. While the block is fetched (a large block takes the node
+    /// tens of milliseconds), pending transactions that arrive are
+    /// forwarded at once instead of waiting behind it; other notifications
+    /// are kept in `backlog`, in order.
+    async fn head_by_hash(
+        &mut self,
+        head: HeadRef,
+        notifications: &mut mpsc::UnboundedReceiver<Notification>,
+        subs: &Subscriptions,
+        backlog: &mut VecDeque<Notification>,
+    ) -> Result<(), SessionError> {
+        let (hash, number) = (head.hash, head.number.to::<u64>());
+        if self.delivered.contains(&hash) || self.is_stale(number) {
+            return Ok(());
+        }
+        let fetch = block_by_hash(self.client, hash);
+        tokio::pin!(fetch);
+        let block = loop {
+            tokio::select! {
+                biased;
+                block = &mut fetch => break block?,
+                notification = notifications.recv() => {
+                    // Pending transactions up to the next head go down as
+                    // one batch; behind a head they keep their place.
+                    let mut next = Some(notification.ok_or(NodeError::Closed)?);
+                    let mut pending = Vec::new();
+                    while let Some(notification) = next.take() {
+                        if notification.subscription == subs.pending && backlog.is_empty() {
+                            pending.push(notification.result);
+                        } else {
+                            backlog.push_back(notification);
+                        }
+                        next = notifications.try_recv().ok();
+                    }
+                    self.flush_pending(&mut pending, subs).await?;
+                }
+            }
+        };
+        match block {
+            Some(block) => self.head(block).await,
+            // Reorged away before we asked; the next head supersedes it.
+            None => Ok(()),
+        }
     }
 
     async fn logs_of(&self, hash: B256) -> Result<Vec<Box<RawValue>>, NodeError> {
         self.client
             .call("eth_getLogs", json!([{ "blockHash": hash }]))
             .await
-    }
-
-    async fn head_by_hash(&mut self, hash: B256, number: u64) -> Result<(), SessionError> {
-        if self.delivered.contains(&hash) || self.is_stale(number) {
-            return Ok(());
-        }
-        match self.block_by_hash(hash).await? {
-            Some(block) => self.head(block).await,
-            // Reorged away before we asked; the next head supersedes it.
-            None => Ok(()),
-        }
     }
 
     /// A head below every delivered block was announced before the block
@@ -360,7 +387,7 @@ impl Follower<'_> {
                 }
             }
             // A reorg (or a gap that moved under us): walk back by hash.
-            match self.block_by_hash(parent).await? {
+            match block_by_hash(self.client, parent).await? {
                 Some(block) => branch.push(block),
                 None => {
                     return Err(NodeError::Decode {
@@ -474,6 +501,20 @@ impl Follower<'_> {
     }
 }
 
+/// Fetches the block `hash` with its logs; `None` if the node no longer has
+/// it.
+async fn block_by_hash(client: &NodeClient, hash: B256) -> Result<Option<Arc<Block>>, NodeError> {
+    let results = client
+        .batch(&[
+            Call::new("eth_getBlockByHash", json!([hash, true])),
+            Call::new("eth_getLogs", json!([{ "blockHash": hash }])),
+        ])
+        .await?;
+    let block: Option<NodeBlock> = decode("eth_getBlockByHash", &results[0])?;
+    let logs: Vec<Box<RawValue>> = decode("eth_getLogs", &results[1])?;
+    Ok(block.map(|b| b.into_model(&logs)))
+}
+
 #[cfg(test)]
 mod tests {
     use futures_util::{SinkExt, StreamExt};
@@ -576,6 +617,61 @@ mod tests {
                 reason: "eth_chainId got no answer within 30s".into()
             }
         );
+        shutdown.cancel();
+    }
+
+    fn notification(subscription: &str, result: Value) -> Message {
+        Message::text(
+            json!({ "jsonrpc": "2.0", "method": "eth_subscription", "params": { "subscription": subscription, "result": result } })
+                .to_string(),
+        )
+    }
+
+    /// A pending transaction announced while a block is being fetched is
+    /// forwarded at once: the node here never answers the block, so the
+    /// transaction only arrives if it does not wait behind it.
+    #[tokio::test]
+    async fn pending_transactions_do_not_wait_behind_a_block_fetch() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("ws://{}", listener.local_addr().expect("addr"));
+        let tx = format!("0x{}", "cc".repeat(32));
+        let announced = tx.clone();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
+            while let Some(Ok(Message::Text(text))) = ws.next().await {
+                let request: Value = serde_json::from_str(&text).expect("JSON");
+                let method =
+                    request.as_array().map_or(&request, |batch| &batch[0])["method"].clone();
+                if method == "eth_getBlockByHash" {
+                    // Withheld; a pending transaction arrives meanwhile.
+                    let note = notification("0xpending", json!(announced));
+                    ws.send(note).await.expect("notify");
+                    continue;
+                }
+                let answered = Message::text(answer(&request).to_string());
+                ws.send(answered).await.expect("send");
+                if method == "eth_getBlockByNumber" {
+                    let head = json!({ "hash": format!("0x{}", "dd".repeat(32)), "number": "0x5" });
+                    ws.send(notification("0xheads", head))
+                        .await
+                        .expect("notify");
+                }
+            }
+        });
+        let (out, mut events) = mpsc::channel(16);
+        let (status, _watcher) = watch::channel(UpstreamStatus::Connecting);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(settings(url), out, status, shutdown.clone()));
+        let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
+            .await
+            .expect("the pending transaction in time")
+            .expect("source running");
+        let SourceEvent::Pending(txs) = event else {
+            panic!("the block was never answered; only the transaction can come");
+        };
+        assert_eq!(txs.len(), 1);
+        assert_eq!(txs[0].hash.to_string(), tx);
         shutdown.cancel();
     }
 
