@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chainsieve::config::{AuthConfig, ChainConfig, Config, LimitsConfig, SourceConfig};
+use chainsieve::config::{Config, LimitsConfig};
 use chainsieve::ingest::upstream::UpstreamStatus;
-use chainsieve_tests::anvil::Anvil;
-use chainsieve_tests::load::{self, ANVIL_OPTIONS, CHAIN_ID, Kind, Report, Spec, Workload};
+use chainsieve_tests::load::{self, Kind, Report, Spec, Workload};
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -84,8 +83,7 @@ async fn main() -> anyhow::Result<()> {
         if args.target != Target::Both && args.target != target {
             continue;
         }
-        let anvil = Anvil::start_with(CHAIN_ID, 0, ANVIL_OPTIONS).await?;
-        workload.prepare(&anvil).await?;
+        let anvil = workload.start_node().await?;
         let node = anvil.ws_url();
         let report = match target {
             Target::Chainsieve => {
@@ -200,25 +198,12 @@ async fn start_chainsieve(upstream: &str) -> anyhow::Result<(Child, String)> {
 /// raised past the benchmark's load, until stdin closes.
 async fn serve(upstream: String) -> anyhow::Result<()> {
     let config = Config {
-        chains: [(
-            "eth".to_string(),
-            ChainConfig {
-                chain_id: Some(CHAIN_ID),
-                source: SourceConfig::Node(upstream),
-                ..Default::default()
-            },
-        )]
-        .into(),
-        auth: AuthConfig {
-            keys: vec!["load".into()],
-            ..Default::default()
-        },
         limits: LimitsConfig {
             max_connections_per_key: 1_000_000,
             requests_per_second_per_key: 10_000_000,
             ..Default::default()
         },
-        ..Config::default()
+        ..load::chainsieve_config(upstream)
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

@@ -6,11 +6,24 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use chainsieve::AppState;
+use chainsieve::config::{Config, FiltersConfig};
 use chainsieve::filters::registry::BUILT_FILTERS_DIR;
 use chainsieve_evil_filter::{CONFIG_LEN, CONFIG_MARKER};
 use serde_json::Value;
 
 use crate::TIMEOUT;
+
+/// The test config (fast devnet) with `dir` as the filters directory.
+pub fn watching(dir: &Path) -> Config {
+    Config {
+        filters: FiltersConfig {
+            dir: dir.to_path_buf(),
+            ..FiltersConfig::default()
+        },
+        devnet: crate::fast_devnet(),
+        ..Config::default()
+    }
+}
 
 /// A built component of `target/filters` (built-ins and examples).
 pub fn built(file: &str) -> Vec<u8> {

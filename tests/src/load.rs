@@ -19,6 +19,7 @@ use alloy_primitives::{Address, B256, TxKind, U256, keccak256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use anyhow::{Context, bail};
+use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
@@ -52,6 +53,27 @@ const SENDERS: u64 = 16;
 const DRIVER_CONNECTIONS: usize = 4;
 /// Connections opened at once.
 const CONNECTING: usize = 256;
+
+/// chainsieve serving the benchmark's chain from the node at `upstream`,
+/// clients using the key `load`.
+pub fn chainsieve_config(upstream: String) -> Config {
+    Config {
+        chains: [(
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(CHAIN_ID),
+                source: SourceConfig::Node(upstream),
+                ..Default::default()
+            },
+        )]
+        .into(),
+        auth: AuthConfig {
+            keys: vec!["load".into()],
+            ..Default::default()
+        },
+        ..Config::default()
+    }
+}
 
 /// What a subscription listens to; subscriptions cycle through these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,8 +186,10 @@ impl Workload {
         })
     }
 
-    /// Funds the senders and installs the log emitter on a fresh node.
-    pub async fn prepare(&self, anvil: &Anvil) -> anyhow::Result<()> {
+    /// A fresh node for a run: anvil with [`ANVIL_OPTIONS`], the senders
+    /// funded and the log emitter installed.
+    pub async fn start_node(&self) -> anyhow::Result<Anvil> {
+        let anvil = Anvil::start_with(CHAIN_ID, 0, ANVIL_OPTIONS).await?;
         for sender in &self.senders {
             anvil
                 .rpc(
@@ -180,7 +204,7 @@ impl Workload {
                 json!([EMITTER, format!("0x{}", ping_runtime())]),
             )
             .await?;
-        Ok(())
+        Ok(anvil)
     }
 }
 

@@ -2,9 +2,9 @@
 //! type: the example `erc20Transfers` filter, built by the host's build
 //! into `target/filters`, served by a real server next to the built-ins.
 
-use chainsieve::config::{Config, FiltersConfig};
 use chainsieve::filters::registry::BUILT_FILTERS_DIR;
-use chainsieve_tests::{TestServer, WsClient, assert_exact_filter, fast_devnet, hex_address};
+use chainsieve_tests::filters::watching;
+use chainsieve_tests::{TestServer, WsClient, assert_exact_filter, hex_address};
 use serde_json::{Value, json};
 
 const TRANSFER_TOPIC: &str = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
@@ -18,14 +18,7 @@ async fn a_new_topic_from_the_filters_directory_is_served() {
         dir.path().join(file),
     )
     .expect("copy the example");
-    let config = Config {
-        filters: FiltersConfig {
-            dir: dir.path().to_path_buf(),
-            ..FiltersConfig::default()
-        },
-        devnet: fast_devnet(),
-        ..Config::default()
-    };
+    let config = watching(dir.path());
     let server = TestServer::start(config).await.expect("server");
     let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))

@@ -3,27 +3,31 @@
 //! subscription sees every event exactly once across a swap.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
-use chainsieve::config::{Config, FiltersConfig};
-use chainsieve_tests::filters::{evil_filter, origin, place, wait_for_filters};
-use chainsieve_tests::{TestServer, WsClient, fast_devnet};
+use chainsieve_tests::filters::{evil_filter, origin, place, wait_for_filters, watching};
+use chainsieve_tests::{TestServer, WsClient};
 use serde_json::{Value, json};
 
 fn number(head: &Value) -> u64 {
     chainsieve_tests::quantity(&head["number"])
 }
 
-async fn server_watching(dir: &Path) -> TestServer {
-    let config = Config {
-        filters: FiltersConfig {
-            dir: dir.to_path_buf(),
-            ..FiltersConfig::default()
-        },
-        devnet: fast_devnet(),
-        ..Config::default()
-    };
-    TestServer::start(config).await.expect("server")
+/// A server watching a fresh filters directory (removed when dropped).
+async fn server_watching() -> (tempfile::TempDir, TestServer) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = watching(dir.path());
+    (dir, TestServer::start(config).await.expect("server"))
+}
+
+/// A client with a live `newHeads` subscription on eth, its id, and the
+/// first `count` heads.
+async fn live_heads(server: &TestServer, count: usize) -> (WsClient, String, Vec<u64>) {
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let subscription = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let seen = heads(&mut ws, &subscription, count).await;
+    (ws, subscription, seen)
 }
 
 /// Reads `count` heads of `subscription` (the only one on `ws`).
@@ -39,13 +43,8 @@ async fn heads(ws: &mut WsClient, subscription: &str, count: usize) -> Vec<u64> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swap_under_a_live_stream_delivers_every_event_exactly_once() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let server = server_watching(dir.path()).await;
-    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
-        .await
-        .expect("connect");
-    let subscription = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
-    let mut seen = heads(&mut ws, &subscription, 3).await;
+    let (dir, server) = server_watching().await;
+    let (mut ws, subscription, mut seen) = live_heads(&server, 3).await;
 
     // A newHeads that passes even blocks only replaces the built-in...
     let file = dir.path().join("newHeads.wasm");
@@ -109,13 +108,8 @@ async fn a_swap_under_a_live_stream_delivers_every_event_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_replacement_is_refused_and_the_old_filter_keeps_serving() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let server = server_watching(dir.path()).await;
-    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
-        .await
-        .expect("connect");
-    let subscription = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
-    let mut seen = heads(&mut ws, &subscription, 2).await;
+    let (dir, server) = server_watching().await;
+    let (mut ws, subscription, mut seen) = live_heads(&server, 2).await;
 
     // One replacement refuses the live subscription; another is not a
     // component at all.
@@ -151,8 +145,7 @@ async fn a_bad_replacement_is_refused_and_the_old_filter_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_topic_appears_and_removing_it_ends_its_subscriptions() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let server = server_watching(dir.path()).await;
+    let (dir, server) = server_watching().await;
     let mut ws = WsClient::connect(&server.ws_url("polygon", "demo"))
         .await
         .expect("connect");
@@ -215,14 +208,7 @@ async fn the_admin_view_lists_what_every_chain_runs_behind_a_token() {
     let dir = tempfile::tempdir().expect("temp dir");
     let example = chainsieve_tests::filters::built("chainsieve_example_erc20_transfers.wasm");
     place(dir.path(), "erc20.wasm", &example);
-    let mut config = Config {
-        filters: FiltersConfig {
-            dir: dir.path().to_path_buf(),
-            ..FiltersConfig::default()
-        },
-        devnet: fast_devnet(),
-        ..Config::default()
-    };
+    let mut config = watching(dir.path());
     config.auth.admin_token = Some(TOKEN.into());
     let server = TestServer::start(config).await.expect("server");
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))

@@ -6,10 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chainsieve::config::{Config, FiltersConfig};
 use chainsieve::filters::actor::DISABLE_AFTER;
-use chainsieve_tests::filters::{evil_filter, place};
-use chainsieve_tests::{TestServer, WsClient, fast_devnet};
+use chainsieve_tests::filters::{evil_filter, place, watching};
+use chainsieve_tests::{TestServer, WsClient};
 use serde_json::{Value, json};
 
 fn number(head: &Value) -> u64 {
@@ -34,16 +33,9 @@ async fn misbehaving_filters_are_stopped_and_everything_else_keeps_serving() {
             &evil_filter(&json!({"topic": topic, "source": "heads"})),
         );
     }
-    let config = Config {
-        filters: FiltersConfig {
-            dir: dir.path().to_path_buf(),
-            call_timeout_ms: 200,
-            memory_limit_mib: 32,
-            ..FiltersConfig::default()
-        },
-        devnet: fast_devnet(),
-        ..Config::default()
-    };
+    let mut config = watching(dir.path());
+    config.filters.call_timeout_ms = 200;
+    config.filters.memory_limit_mib = 32;
     let server = TestServer::start(config).await.expect("server");
     let mut eth = WsClient::connect(&server.ws_url("eth", "demo"))
         .await

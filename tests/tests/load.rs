@@ -6,10 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
 use chainsieve_tests::TestServer;
-use chainsieve_tests::anvil::Anvil;
-use chainsieve_tests::load::{self, ANVIL_OPTIONS, CHAIN_ID, Kind, Report, Spec, Workload};
+use chainsieve_tests::load::{self, Kind, Report, Spec, Workload};
 
 fn check(target: &str, report: &Report) {
     let report_text = format!(
@@ -41,10 +39,7 @@ async fn both_targets_deliver_the_whole_stream() {
     };
     let workload = Arc::new(Workload::new(spec.transactions()).expect("workload"));
 
-    let anvil = Anvil::start_with(CHAIN_ID, 0, ANVIL_OPTIONS)
-        .await
-        .expect("anvil");
-    workload.prepare(&anvil).await.expect("prepare");
+    let anvil = workload.start_node().await.expect("anvil");
     let node = anvil.ws_url();
     let direct = load::run(&spec, workload.clone(), &node, &node, anvil.pid())
         .await
@@ -53,29 +48,11 @@ async fn both_targets_deliver_the_whole_stream() {
     assert!(direct.cpu.is_some() && direct.memory_per_connection.is_some());
     drop(anvil);
 
-    let anvil = Anvil::start_with(CHAIN_ID, 0, ANVIL_OPTIONS)
-        .await
-        .expect("anvil");
-    workload.prepare(&anvil).await.expect("prepare");
+    let anvil = workload.start_node().await.expect("anvil");
     let node = anvil.ws_url();
-    let server = TestServer::start(Config {
-        chains: [(
-            "eth".to_string(),
-            ChainConfig {
-                chain_id: Some(CHAIN_ID),
-                source: SourceConfig::Node(node.clone()),
-                ..Default::default()
-            },
-        )]
-        .into(),
-        auth: AuthConfig {
-            keys: vec!["load".into()],
-            ..Default::default()
-        },
-        ..Config::default()
-    })
-    .await
-    .expect("server");
+    let server = TestServer::start(load::chainsieve_config(node.clone()))
+        .await
+        .expect("server");
     let through = load::run(&spec, workload, &node, &server.ws_url("eth", "load"), None)
         .await
         .expect("run on chainsieve");

@@ -602,10 +602,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_silent_node_is_probed_and_dropped() {
         let url = scripted_node(Vec::new(), true).await;
-        let (out, _events) = mpsc::channel(16);
-        let (status, mut watcher) = watch::channel(UpstreamStatus::Connecting);
-        let shutdown = CancellationToken::new();
-        tokio::spawn(run(settings(url), out, status, shutdown.clone()));
+        let (_events, mut watcher, shutdown) = follow(url);
         let down = watcher
             .wait_for(|s| matches!(s, UpstreamStatus::Down { .. }))
             .await
@@ -620,11 +617,25 @@ mod tests {
         shutdown.cancel();
     }
 
-    fn notification(subscription: &str, result: Value) -> Message {
-        Message::text(
-            json!({ "jsonrpc": "2.0", "method": "eth_subscription", "params": { "subscription": subscription, "result": result } })
-                .to_string(),
-        )
+    /// A node's `eth_subscription` notification.
+    fn notification(subscription: &str, result: Value) -> Value {
+        json!({ "jsonrpc": "2.0", "method": "eth_subscription", "params": { "subscription": subscription, "result": result } })
+    }
+
+    /// Follows the node at `url` as the source does: its events, its
+    /// status, and the token that stops it.
+    fn follow(
+        url: String,
+    ) -> (
+        mpsc::Receiver<SourceEvent>,
+        watch::Receiver<UpstreamStatus>,
+        CancellationToken,
+    ) {
+        let (out, events) = mpsc::channel(16);
+        let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(settings(url), out, status, shutdown.clone()));
+        (events, watcher, shutdown)
     }
 
     /// A pending transaction announced while a block is being fetched is
@@ -646,23 +657,21 @@ mod tests {
                 if method == "eth_getBlockByHash" {
                     // Withheld; a pending transaction arrives meanwhile.
                     let note = notification("0xpending", json!(announced));
-                    ws.send(note).await.expect("notify");
+                    ws.send(Message::text(note.to_string()))
+                        .await
+                        .expect("notify");
                     continue;
                 }
                 let answered = Message::text(answer(&request).to_string());
                 ws.send(answered).await.expect("send");
                 if method == "eth_getBlockByNumber" {
                     let head = json!({ "hash": format!("0x{}", "dd".repeat(32)), "number": "0x5" });
-                    ws.send(notification("0xheads", head))
-                        .await
-                        .expect("notify");
+                    let note = notification("0xheads", head).to_string();
+                    ws.send(Message::text(note)).await.expect("notify");
                 }
             }
         });
-        let (out, mut events) = mpsc::channel(16);
-        let (status, _watcher) = watch::channel(UpstreamStatus::Connecting);
-        let shutdown = CancellationToken::new();
-        tokio::spawn(run(settings(url), out, status, shutdown.clone()));
+        let (mut events, _watcher, shutdown) = follow(url);
         let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
             .await
             .expect("the pending transaction in time")
@@ -686,13 +695,10 @@ mod tests {
         // a, then a again, then b.
         let notes = [&a, &a, &b]
             .iter()
-            .map(|hash| json!({ "jsonrpc": "2.0", "method": "eth_subscription", "params": { "subscription": "0xpending", "result": hash } }))
+            .map(|hash| notification("0xpending", json!(hash)))
             .collect();
         let url = scripted_node(notes, false).await;
-        let (out, mut events) = mpsc::channel(16);
-        let (status, mut watcher) = watch::channel(UpstreamStatus::Connecting);
-        let shutdown = CancellationToken::new();
-        tokio::spawn(run(settings(url), out, status, shutdown.clone()));
+        let (mut events, mut watcher, shutdown) = follow(url);
         let mut announced = Vec::new();
         while announced.len() < 2 {
             let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
