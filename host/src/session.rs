@@ -138,6 +138,11 @@ async fn read(ws_rx: &mut SplitStream<WebSocket>, ctx: Context<'_>, ponged: &Ato
     Ending::Gone
 }
 
+/// Frames written with one flush at most: what queued up while the socket
+/// was busy goes out in one write (one syscall instead of one per frame),
+/// and the bound keeps a burst from holding a connection's buffer large.
+const COALESCE: usize = 64;
+
 /// Drains the outbound queue until the connection must end. Every wait,
 /// including a write to a peer that stopped reading, gives way to overflow
 /// and shutdown.
@@ -151,28 +156,41 @@ async fn write(
     let mut ping =
         tokio::time::interval(Duration::from_secs(state.limits.ping_interval_secs.max(1)));
     ping.reset();
+    // Reused between writes; grows only on a connection that is sent to.
+    let mut batch = Vec::new();
     loop {
-        let message = tokio::select! {
+        let ping_due = tokio::select! {
             biased;
             () = sink.overflowed().cancelled() => return Ending::TooSlow,
             () = state.shutdown.cancelled() => return Ending::Shutdown,
-            frame = frames.recv() => match frame {
-                Some(frame) => Message::Text(frame.into()),
-                None => return Ending::Gone,
-            },
+            received = frames.recv_many(&mut batch, COALESCE) => {
+                if received == 0 {
+                    return Ending::Gone;
+                }
+                false
+            }
             _ = ping.tick() => {
                 // The last ping's pong must have come by now.
                 if !ponged.swap(false, Ordering::Relaxed) {
                     return Ending::Unresponsive;
                 }
-                Message::Ping(Default::default())
+                true
             }
+        };
+        let written = async {
+            if ping_due {
+                ws_tx.feed(Message::Ping(Default::default())).await?;
+            }
+            for frame in batch.drain(..) {
+                ws_tx.feed(Message::Text(frame.into())).await?;
+            }
+            ws_tx.flush().await
         };
         tokio::select! {
             biased;
             () = sink.overflowed().cancelled() => return Ending::TooSlow,
             () = state.shutdown.cancelled() => return Ending::Shutdown,
-            sent = ws_tx.send(message) => if sent.is_err() { return Ending::Gone },
+            sent = written => if sent.is_err() { return Ending::Gone },
         }
         ping.reset();
     }
