@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ChainSpec, Config, SourceConfig};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::canonical::CanonicalChain;
-use crate::ingest::devnet::{self, Devnet};
+use crate::ingest::devnet::{self, Devnet, Submission};
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
 use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
 use crate::metrics::Metrics;
@@ -23,6 +23,10 @@ use crate::price::PriceIndex;
 
 /// Source events that may wait for the hub; past that the source waits.
 const SOURCE_QUEUE: usize = 1_024;
+
+/// Submitted transactions that may wait for the devnet; past that the
+/// submitting requests wait.
+const SUBMISSION_QUEUE: usize = 4_096;
 
 #[derive(Debug)]
 pub struct Chain {
@@ -38,6 +42,9 @@ pub struct Chain {
     /// A node source's state (`None` for the devnet, which is always live);
     /// the source publishes, readers see the latest.
     pub upstream: Option<watch::Receiver<UpstreamStatus>>,
+    /// A devnet chain's door for `eth_sendRawTransaction` (`None` on a
+    /// node chain, whose transactions go to the node).
+    pub submissions: Option<mpsc::Sender<Submission>>,
     /// `token_price`'s index of this chain's pools.
     pub price: Arc<PriceIndex>,
     /// Canonical blocks for the price indexer, in order.
@@ -80,11 +87,12 @@ impl Chain {
             .collect::<anyhow::Result<_>>()?;
         let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown)?;
         let (events, rx) = mpsc::channel(SOURCE_QUEUE);
-        let upstream = match &spec.source {
+        let (upstream, submissions) = match &spec.source {
             SourceConfig::Devnet => {
                 let devnet = Devnet::new(spec.chain_id, &config.devnet);
-                tokio::spawn(devnet::run(devnet, events, shutdown.clone()));
-                None
+                let (submit, submitted) = mpsc::channel(SUBMISSION_QUEUE);
+                tokio::spawn(devnet::run(devnet, events, submitted, shutdown.clone()));
+                (None, Some(submit))
             }
             SourceConfig::Node(url) => {
                 let settings = UpstreamSettings {
@@ -96,7 +104,7 @@ impl Chain {
                 };
                 let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
                 tokio::spawn(upstream::run(settings, events, status, shutdown.clone()));
-                Some(watcher)
+                (Some(watcher), None)
             }
         };
         let chain = Arc::new(Chain {
@@ -105,6 +113,7 @@ impl Chain {
             canonical: RwLock::new(CanonicalChain::new(spec.window)),
             filters: RwLock::new(Arc::new(filters)),
             upstream,
+            submissions,
             price,
             price_events,
             metrics: metrics.clone(),

@@ -79,8 +79,27 @@ fn request() -> impl Strategy<Value = Value> {
         Just("eth_getBlockByHash"),
         Just("web3_clientVersion"),
         Just("token_price"),
+        Just("eth_sendRawTransaction"),
         Just("eth_nonsense"),
     ];
+    // What eth_sendRawTransaction decodes: a type byte (or an RLP list
+    // head) and bytes that rarely make a transaction.
+    let raw = (
+        prop_oneof![
+            Just(0x01u8),
+            Just(0x02),
+            Just(0x03),
+            Just(0x04),
+            Just(0xf8),
+            any::<u8>()
+        ],
+        prop::collection::vec(any::<u8>(), 0..160),
+    )
+        .prop_map(|(head, body)| {
+            let mut bytes = vec![head];
+            bytes.extend(body);
+            json!([alloy_primitives::hex::encode_prefixed(bytes)])
+        });
     let topic = prop_oneof![
         Just(json!("newHeads")),
         Just(json!("logs")),
@@ -91,6 +110,7 @@ fn request() -> impl Strategy<Value = Value> {
     ];
     let params = prop_oneof![
         json_value(),
+        raw,
         (topic, prop::collection::vec(json_value(), 0..3)).prop_map(|(t, mut rest)| {
             rest.insert(0, t);
             Value::Array(rest)

@@ -112,10 +112,9 @@ async fn envelopes_and_error_codes() {
     let (_, body) = post(r#"{"jsonrpc":"1.0","id":7,"method":"eth_chainId"}"#).await;
     assert_eq!((error_code(&body), body["id"].clone()), (-32600, json!(7)));
     let (_, body) =
-        post(r#"{"jsonrpc":"2.0","id":"x","method":"eth_sendRawTransaction","params":["0x00"]}"#)
-            .await;
+        post(r#"{"jsonrpc":"2.0","id":"x","method":"eth_sendTransaction","params":[{}]}"#).await;
     assert_eq!(error_code(&body), -32601);
-    assert!(error_message(&body).contains("eth_sendRawTransaction"));
+    assert!(error_message(&body).contains("eth_sendTransaction"));
     assert_eq!(body["id"], json!("x"));
     let (_, body) =
         post(r#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#).await;

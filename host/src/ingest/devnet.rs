@@ -12,11 +12,17 @@
 //! carry real transaction and receipt roots and logs blooms. Optional reorgs
 //! re-mine the last blocks on a new branch.
 //!
+//! It also takes transactions from outside (`eth_sendRawTransaction`, as
+//! [`Submission`]s): really signed by anyone, for this chain, in nonce
+//! order. They are announced pending at once and mined by the next block
+//! with room for them. The devnet runs no contract code, so they succeed,
+//! use their intrinsic gas and log nothing.
+//!
 //! Transaction content never depends on the clock, so the same seed gives
 //! the same transactions on every run; only block hashes follow the genesis
 //! timestamp (fix it in the settings for a byte-identical stream).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,13 +41,13 @@ use alloy_signer_local::PrivateKeySigner;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::canonical::DEFAULT_WINDOW;
 use super::events::SourceEvent;
-use super::model::{Block, Fees, Transaction, TxSignature};
+use super::model::{Block, Transaction};
 
 /// The `[devnet]` section of the config. Every key is optional.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -59,6 +65,10 @@ pub struct DevnetSettings {
     /// Transactions per block, spread over the pending micro-batches and
     /// capped by what fits the chain's gas limit. Default 12.
     pub transactions_per_block: u32,
+    /// Block gas limit. Default (`None`): the chain's own, Ethereum 30 M,
+    /// BNB Chain 140 M, Polygon 45 M. Raise it for submitted loads beyond
+    /// what real blocks carry.
+    pub gas_limit: Option<u64>,
     /// Blocks between reorgs; 0 never reorganises. Default 0.
     pub reorg_every: u64,
     /// Blocks a reorg replaces (0 disables reorgs), at most one less than
@@ -82,6 +92,7 @@ impl Default for DevnetSettings {
             block_time_ms: None,
             pending_batches_per_block: 4,
             transactions_per_block: 12,
+            gas_limit: None,
             reorg_every: 0,
             reorg_depth: 2,
             genesis_timestamp: None,
@@ -377,6 +388,63 @@ const TOKEN_TRANSFER_GAS: u64 = 51_000;
 const SWAP_GAS: u64 = 110_000;
 const CREATE_GAS: u64 = 180_000;
 
+/// Transactions waiting for a block, beyond which submissions are refused:
+/// a load the blocks cannot carry must not grow the pool without bound.
+pub const POOL_LIMIT: usize = 65_536;
+
+/// Submissions taken into one pending announcement at most.
+const SUBMISSIONS_PER_BATCH: usize = 1_024;
+
+/// A transaction sent to the devnet (`eth_sendRawTransaction`): decoded
+/// and its signer recovered by the caller, answered on `reply` once
+/// announced (or refused).
+#[derive(Debug)]
+pub struct Submission {
+    pub envelope: TxEnvelope,
+    pub from: Address,
+    pub reply: Answer,
+}
+
+/// Where a submission's outcome goes.
+pub type Answer = oneshot::Sender<Result<(), Refusal>>;
+
+/// Why the devnet refused a submitted transaction; the messages are
+/// geth's, so clients that match on them keep working.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("nonce too low: next nonce {expected}, tx nonce {got}")]
+    NonceTooLow { expected: u64, got: u64 },
+    /// A node would queue it; the devnet keeps no future transactions.
+    #[error(
+        "nonce too high: next nonce {expected}, tx nonce {got} (the devnet does not queue future transactions)"
+    )]
+    NonceTooHigh { expected: u64, got: u64 },
+    #[error("intrinsic gas too low: gas {gas}, minimum needed {needed}")]
+    IntrinsicGas { gas: u64, needed: u64 },
+    #[error("exceeds block gas limit: gas {gas}, block gas limit {limit}")]
+    GasLimit { gas: u64, limit: u64 },
+    #[error("txpool is full: {POOL_LIMIT} transactions wait for a block")]
+    PoolFull,
+}
+
+/// The gas a transaction uses before any code runs (the yellow paper's
+/// intrinsic gas): all a devnet transaction uses, as the devnet runs none.
+fn intrinsic_gas(envelope: &TxEnvelope) -> u64 {
+    use alloy_consensus::Transaction as _;
+    let data: u64 = envelope
+        .input()
+        .iter()
+        .map(|&byte| if byte == 0 { 4 } else { 16 })
+        .sum();
+    let create = if envelope.is_create() { 32_000 } else { 0 };
+    let access = envelope.access_list().map_or(0, |list| {
+        list.iter()
+            .map(|item| 2_400 + 1_900 * item.storage_keys.len() as u64)
+            .sum()
+    });
+    TRANSFER_GAS + create + data + access
+}
+
 /// The gas limit a transaction of `gas_used` asks for: 20% headroom, as
 /// wallets' estimates add.
 fn gas_limit_for(gas_used: u64) -> u64 {
@@ -396,8 +464,11 @@ pub struct Devnet {
     validator: Address,
     /// Block 0, kept apart from `recent`, which forgets old blocks.
     genesis: Arc<Block>,
-    /// Announced, not yet mined.
-    pending: Vec<Generated>,
+    /// Announced, not yet mined, in the order blocks take them.
+    pending: VecDeque<Generated>,
+    /// The next nonce of every outside sender that submitted (the devnet's
+    /// own accounts count in `nonces`).
+    submitted_nonces: HashMap<Address, u64>,
     /// The last blocks with their contents, newest last, for reorgs.
     recent: VecDeque<(Arc<Block>, Arc<Vec<Generated>>)>,
     /// Pending micro-batches sent since the last block.
@@ -485,7 +556,8 @@ impl Devnet {
             pools,
             validator,
             genesis: placeholder,
-            pending: Vec::new(),
+            pending: VecDeque::new(),
+            submitted_nonces: HashMap::new(),
             recent: VecDeque::new(),
             batches_since_block: 0,
             blocks_since_reorg: 0,
@@ -516,6 +588,70 @@ impl Devnet {
         )
     }
 
+    /// The configured block gas limit, else the chain's own.
+    pub fn gas_limit(&self) -> u64 {
+        self.settings.gas_limit.unwrap_or(self.profile.gas_limit)
+    }
+
+    /// Takes a submitted transaction into the pool if it is the sender's
+    /// next and a block can carry it; returns it for announcement.
+    pub fn accept(
+        &mut self,
+        envelope: TxEnvelope,
+        from: Address,
+    ) -> Result<Arc<Transaction>, Refusal> {
+        use alloy_consensus::Transaction as _;
+        let gas = envelope.gas_limit();
+        let needed = intrinsic_gas(&envelope);
+        if gas < needed {
+            return Err(Refusal::IntrinsicGas { gas, needed });
+        }
+        let limit = self.gas_limit();
+        if gas > limit {
+            return Err(Refusal::GasLimit { gas, limit });
+        }
+        if self.pending.len() >= POOL_LIMIT {
+            return Err(Refusal::PoolFull);
+        }
+        let own = self.signers.iter().position(|s| s.address() == from);
+        let next = match own {
+            Some(account) => &mut self.nonces[account],
+            None => self.submitted_nonces.entry(from).or_default(),
+        };
+        let (expected, got) = (*next, envelope.nonce());
+        if got < expected {
+            return Err(Refusal::NonceTooLow { expected, got });
+        }
+        if got > expected {
+            return Err(Refusal::NonceTooHigh { expected, got });
+        }
+        *next += 1;
+        let tx = Arc::new(Transaction::from_envelope(&envelope, from));
+        self.pending.push_back(Generated {
+            tx: tx.clone(),
+            envelope,
+            gas_used: needed,
+            logs: Vec::new(),
+        });
+        Ok(tx)
+    }
+
+    /// The oldest pending transactions whose gas limits fit one block; the
+    /// rest wait for the next.
+    fn take_block_content(&mut self) -> Vec<Generated> {
+        let limit = self.gas_limit();
+        let mut reserved = 0;
+        let fitting = self
+            .pending
+            .iter()
+            .take_while(|g| {
+                reserved += g.tx.gas;
+                reserved <= limit
+            })
+            .count();
+        self.pending.drain(..fitting).collect()
+    }
+
     /// The accounts that send the devnet's transactions.
     pub fn accounts(&self) -> Vec<Address> {
         self.signers.iter().map(PrivateKeySigner::address).collect()
@@ -533,16 +669,17 @@ impl Devnet {
                 per_block / batches + u32::from(self.batches_since_block < per_block % batches);
             self.batches_since_block += 1;
             let mut announced = Vec::new();
+            let mut reserved: u64 = self.pending.iter().map(|g| g.tx.gas).sum();
             for _ in 0..count {
                 // Stop where the next transaction might not fit the block,
-                // so every block mines all that was announced before it.
-                let reserved: u64 = self.pending.iter().map(|g| g.tx.gas).sum();
-                if reserved + gas_limit_for(CREATE_GAS) > self.profile.gas_limit {
+                // so the next block mines all that is pending.
+                if reserved + gas_limit_for(CREATE_GAS) > self.gas_limit() {
                     break;
                 }
                 let generated = self.generate();
+                reserved += generated.tx.gas;
                 announced.push(generated.tx.clone());
-                self.pending.push(generated);
+                self.pending.push_back(generated);
             }
             if announced.is_empty() {
                 return Vec::new();
@@ -551,7 +688,7 @@ impl Devnet {
         }
         self.batches_since_block = 0;
         self.blocks_since_reorg += 1;
-        let content = Arc::new(std::mem::take(&mut self.pending));
+        let content = Arc::new(self.take_block_content());
         let depth = self.reorg_depth();
         let reorg =
             self.settings.reorg_every > 0 && self.blocks_since_reorg >= self.settings.reorg_every;
@@ -632,10 +769,7 @@ impl Devnet {
                     logs: g.logs.clone(),
                 };
                 let with_bloom = ReceiptWithBloom::new(receipt, logs_bloom(&g.logs));
-                match g.envelope {
-                    TxEnvelope::Legacy(_) => ReceiptEnvelope::Legacy(with_bloom),
-                    _ => ReceiptEnvelope::Eip1559(with_bloom),
-                }
+                ReceiptEnvelope::from_typed(g.envelope.tx_type(), with_bloom)
             })
             .collect();
         let envelopes: Vec<&TxEnvelope> = content.iter().map(|g| &g.envelope).collect();
@@ -654,7 +788,7 @@ impl Devnet {
             logs_bloom: logs_bloom(content.iter().flat_map(|g| &g.logs)),
             difficulty: U256::ZERO,
             number,
-            gas_limit: self.profile.gas_limit,
+            gas_limit: self.gas_limit(),
             gas_used: cumulative,
             timestamp: self.timestamp(number),
             // At most 31 bytes: within the 32 consensus allows.
@@ -751,67 +885,37 @@ impl Devnet {
         let tip = self.profile.tip * self.rng.random_range(100..=300) / 100;
         let base_fee = u128::from(self.profile.base_fee);
         let signer = &self.signers[sender];
-        let (envelope, fees, tx_type) = if legacy {
-            let gas_price = base_fee + tip;
-            let tx = TxLegacy {
-                chain_id: Some(self.chain_id),
-                nonce,
-                gas_price,
-                gas_limit: gas,
-                to: kind,
-                value,
-                input: input.clone(),
-            };
-            (
-                TxEnvelope::from(sign(signer, tx)),
-                Fees::GasPrice(gas_price),
-                0,
-            )
+        let envelope = if legacy {
+            TxEnvelope::from(sign(
+                signer,
+                TxLegacy {
+                    chain_id: Some(self.chain_id),
+                    nonce,
+                    gas_price: base_fee + tip,
+                    gas_limit: gas,
+                    to: kind,
+                    value,
+                    input,
+                },
+            ))
         } else {
-            // Wallets cap at twice the base fee plus the tip.
-            let max_fee_per_gas = 2 * base_fee + tip;
-            let tx = TxEip1559 {
-                chain_id: self.chain_id,
-                nonce,
-                gas_limit: gas,
-                max_fee_per_gas,
-                max_priority_fee_per_gas: tip,
-                to: kind,
-                value,
-                access_list: Default::default(),
-                input: input.clone(),
-            };
-            let fees = Fees::Dynamic {
-                max_fee_per_gas,
-                max_priority_fee_per_gas: tip,
-            };
-            (TxEnvelope::from(sign(signer, tx)), fees, 2)
+            TxEnvelope::from(sign(
+                signer,
+                TxEip1559 {
+                    chain_id: self.chain_id,
+                    nonce,
+                    gas_limit: gas,
+                    // Wallets cap at twice the base fee plus the tip.
+                    max_fee_per_gas: 2 * base_fee + tip,
+                    max_priority_fee_per_gas: tip,
+                    to: kind,
+                    value,
+                    access_list: Default::default(),
+                    input,
+                },
+            ))
         };
-        let signature = envelope.signature();
-        let parity = u64::from(signature.v());
-        let v = if tx_type == 0 {
-            self.chain_id * 2 + 35 + parity
-        } else {
-            parity
-        };
-        let tx = Transaction {
-            hash: *envelope.tx_hash(),
-            tx_type,
-            chain_id: Some(self.chain_id),
-            nonce,
-            from: signer.address(),
-            to,
-            value,
-            gas,
-            fees,
-            input,
-            access_list: (tx_type != 0).then(Default::default),
-            signature: TxSignature {
-                v,
-                r: signature.r(),
-                s: signature.s(),
-            },
-        };
+        let tx = Transaction::from_envelope(&envelope, signer.address());
         Generated {
             tx: Arc::new(tx),
             envelope,
@@ -948,8 +1052,15 @@ fn transfer_log(token: Address, from: Address, to: Address, amount: U256) -> Pri
 /// Drives `devnet` in real time until `shutdown` is cancelled or the
 /// receiver is gone: genesis first, then one step per
 /// `block_time / (pending_batches_per_block + 1)`, so a block's pending
-/// batches and the block itself share the block time evenly.
-pub async fn run(mut devnet: Devnet, out: mpsc::Sender<SourceEvent>, shutdown: CancellationToken) {
+/// batches and the block itself share the block time evenly. Submitted
+/// transactions are announced as they come: what arrived together is one
+/// pending batch, with no waiting for more.
+pub async fn run(
+    mut devnet: Devnet,
+    out: mpsc::Sender<SourceEvent>,
+    mut submissions: mpsc::Receiver<Submission>,
+    shutdown: CancellationToken,
+) {
     if !send(&out, &shutdown, SourceEvent::Block(devnet.genesis())).await {
         return;
     }
@@ -972,13 +1083,38 @@ pub async fn run(mut devnet: Devnet, out: mpsc::Sender<SourceEvent>, shutdown: C
     // The first tick completes at once; the first batch comes one period
     // after genesis.
     ticks.tick().await;
+    let mut arrived = Vec::new();
+    let mut open = true;
     loop {
-        tokio::select! {
+        let events = tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        for event in devnet.next_step() {
+            _ = ticks.tick() => devnet.next_step(),
+            received = submissions.recv_many(&mut arrived, SUBMISSIONS_PER_BATCH), if open => {
+                // Closed: the chain no longer takes submissions.
+                open = received > 0;
+                let mut announced = Vec::new();
+                let mut replies = Vec::with_capacity(arrived.len());
+                for submission in arrived.drain(..) {
+                    let outcome = devnet
+                        .accept(submission.envelope, submission.from)
+                        .map(|tx| announced.push(tx));
+                    replies.push((submission.reply, outcome));
+                }
+                // Announced before answered: a client holding the hash
+                // finds the transaction pending.
+                if !announced.is_empty()
+                    && !send(&out, &shutdown, SourceEvent::Pending(announced)).await
+                {
+                    return;
+                }
+                for (reply, outcome) in replies {
+                    let _ = reply.send(outcome);
+                }
+                continue;
+            }
+        };
+        for event in events {
             if !send(&out, &shutdown, event).await {
                 return;
             }
@@ -1020,6 +1156,7 @@ mod tests {
 
     use super::super::canonical::CanonicalChain;
     use super::super::events::ChainEvent;
+    use super::super::model::Fees;
     use super::*;
 
     fn settings() -> DevnetSettings {
@@ -1037,6 +1174,219 @@ mod tests {
             events.extend(devnet.next_step());
         }
         events
+    }
+
+    /// A submissions queue nobody sends to.
+    fn closed() -> mpsc::Receiver<Submission> {
+        mpsc::channel(1).1
+    }
+
+    /// A transaction from an outside key, signed for chain 1.
+    fn outside(nonce: u64, gas_limit: u64, input: &[u8]) -> (TxEnvelope, Address) {
+        let signer =
+            PrivateKeySigner::from_bytes(&keccak256("an outside sender")).expect("a valid key");
+        let tx = TxEip1559 {
+            chain_id: 1,
+            nonce,
+            gas_limit,
+            max_fee_per_gas: 30_000_000_000,
+            max_priority_fee_per_gas: 1_000_000_000,
+            to: TxKind::Call(Address::repeat_byte(0x42)),
+            value: U256::from(7),
+            access_list: Default::default(),
+            input: Bytes::copy_from_slice(input),
+        };
+        (TxEnvelope::from(sign(&signer, tx)), signer.address())
+    }
+
+    fn quiet() -> DevnetSettings {
+        DevnetSettings {
+            transactions_per_block: 0,
+            ..settings()
+        }
+    }
+
+    #[test]
+    fn submitted_transactions_are_checked_announced_and_mined() {
+        let mut devnet = Devnet::new(1, &quiet());
+        let (first, from) = outside(0, 21_000, &[]);
+        let tx = devnet
+            .accept(first.clone(), from)
+            .expect("the sender's first");
+        assert_eq!((tx.hash, tx.from, tx.nonce), (*first.tx_hash(), from, 0));
+        assert_eq!(
+            envelope_of(&tx),
+            first,
+            "the model carries the whole transaction"
+        );
+
+        // Nonces in order, as a node's pool wants them.
+        assert_eq!(
+            devnet.accept(first, from),
+            Err(Refusal::NonceTooLow {
+                expected: 1,
+                got: 0
+            })
+        );
+        let (skipping, _) = outside(2, 21_000, &[]);
+        assert_eq!(
+            devnet.accept(skipping, from),
+            Err(Refusal::NonceTooHigh {
+                expected: 1,
+                got: 2
+            })
+        );
+        // Calldata costs 4 gas per zero byte and 16 per other byte.
+        let (short, _) = outside(1, 21_019, &[0, 1]);
+        assert_eq!(
+            devnet.accept(short, from),
+            Err(Refusal::IntrinsicGas {
+                gas: 21_019,
+                needed: 21_020
+            })
+        );
+        let (huge, _) = outside(1, 30_000_001, &[]);
+        assert_eq!(
+            devnet.accept(huge, from),
+            Err(Refusal::GasLimit {
+                gas: 30_000_001,
+                limit: 30_000_000
+            })
+        );
+        let (second, _) = outside(1, 50_000, &[0, 1]);
+        devnet.accept(second, from).expect("the sender's second");
+
+        let (blocks, pending) = run_steps(&mut devnet, 5);
+        assert!(
+            pending.is_empty(),
+            "nothing generated, nothing announced twice"
+        );
+        let block = &blocks[1];
+        assert_eq!(block.number(), 1);
+        assert_eq!(
+            block
+                .transactions
+                .iter()
+                .map(|t| t.nonce)
+                .collect::<Vec<_>>(),
+            [0, 1]
+        );
+        // They succeed with their intrinsic gas and log nothing.
+        assert_eq!(block.header.gas_used, 21_000 + 21_020);
+        assert!(block.logs.is_empty());
+        let envelopes: Vec<TxEnvelope> =
+            block.transactions.iter().map(|t| envelope_of(t)).collect();
+        assert_eq!(
+            block.header.transactions_root,
+            calculate_transaction_root(&envelopes)
+        );
+    }
+
+    #[test]
+    fn blocks_take_what_fits_their_gas_limit_and_leave_the_rest_pending() {
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                gas_limit: Some(100_000),
+                ..quiet()
+            },
+        );
+        for nonce in 0..10 {
+            let (tx, from) = outside(nonce, 21_000, &[]);
+            devnet.accept(tx, from).expect("in order");
+        }
+        let (blocks, _) = run_steps(&mut devnet, 15);
+        let mined: Vec<Vec<u64>> = blocks[1..]
+            .iter()
+            .map(|b| b.transactions.iter().map(|t| t.nonce).collect())
+            .collect();
+        assert_eq!(mined, [vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
+        assert!(blocks.iter().all(|b| b.header.gas_limit == 100_000));
+    }
+
+    #[test]
+    fn a_full_pool_refuses_more() {
+        let mut devnet = Devnet::new(1, &quiet());
+        let from = Address::repeat_byte(0x77);
+        // The devnet trusts the caller's recovered sender, so unsigned
+        // stand-ins fill the pool quickly.
+        let stand_in = |nonce| {
+            TxEnvelope::from(
+                TxLegacy {
+                    chain_id: Some(1),
+                    nonce,
+                    gas_price: 1,
+                    gas_limit: 21_000,
+                    to: TxKind::Call(from),
+                    value: U256::ZERO,
+                    input: Bytes::new(),
+                }
+                .into_signed(Signature::test_signature()),
+            )
+        };
+        for nonce in 0..POOL_LIMIT as u64 {
+            devnet.accept(stand_in(nonce), from).expect("room");
+        }
+        assert_eq!(
+            devnet.accept(stand_in(POOL_LIMIT as u64), from),
+            Err(Refusal::PoolFull)
+        );
+    }
+
+    /// Submissions are announced as they arrive, without waiting for a
+    /// tick, and every sender hears back, refused or not.
+    #[tokio::test]
+    async fn run_announces_submissions_at_once() {
+        let slow = DevnetSettings {
+            block_time_ms: Some(3_600_000),
+            history_blocks: 0,
+            ..quiet()
+        };
+        let (out, mut events) = mpsc::channel(16);
+        let (submit, submitted) = mpsc::channel(16);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(Devnet::new(1, &slow), out, submitted, shutdown.clone()));
+        let mut answers = Vec::new();
+        for nonce in [0, 1, 1] {
+            let (envelope, from) = outside(nonce, 21_000, &[]);
+            let (reply, answer) = oneshot::channel();
+            submit
+                .send(Submission {
+                    envelope,
+                    from,
+                    reply,
+                })
+                .await
+                .expect("the devnet runs");
+            answers.push(answer);
+        }
+        let mut announced = Vec::new();
+        while announced.len() < 2 {
+            let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
+                .await
+                .expect("announced without waiting for a block")
+                .expect("the devnet runs");
+            if let SourceEvent::Pending(txs) = event {
+                announced.extend(txs.iter().map(|tx| tx.nonce));
+            }
+        }
+        assert_eq!(announced, [0, 1]);
+        let mut outcomes = Vec::new();
+        for answer in answers {
+            outcomes.push(answer.await.expect("answered"));
+        }
+        assert_eq!(
+            outcomes,
+            [
+                Ok(()),
+                Ok(()),
+                Err(Refusal::NonceTooLow {
+                    expected: 2,
+                    got: 1
+                })
+            ]
+        );
+        shutdown.cancel();
     }
 
     /// The blocks and pending transactions of `steps` ticks.
@@ -1639,7 +1989,7 @@ mod tests {
         let genesis_time = devnet.genesis().header.timestamp;
         let (out, mut events) = mpsc::channel(64);
         let shutdown = CancellationToken::new();
-        tokio::spawn(run(devnet, out, shutdown.clone()));
+        tokio::spawn(run(devnet, out, closed(), shutdown.clone()));
         let mut blocks = Vec::new();
         while blocks.len() < 6 {
             let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
@@ -1676,7 +2026,7 @@ mod tests {
         let genesis = devnet.genesis().hash;
         let (out, mut events) = mpsc::channel(16);
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(devnet, out, shutdown.clone()));
+        let task = tokio::spawn(run(devnet, out, closed(), shutdown.clone()));
         let next = async |events: &mut mpsc::Receiver<SourceEvent>| {
             tokio::time::timeout(Duration::from_secs(5), events.recv())
                 .await
@@ -1706,7 +2056,7 @@ mod tests {
         // A full channel nobody reads does not keep it alive either.
         let (out, _unread) = mpsc::channel(1);
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(Devnet::new(1, &fast), out, shutdown.clone()));
+        let task = tokio::spawn(run(Devnet::new(1, &fast), out, closed(), shutdown.clone()));
         tokio::time::sleep(Duration::from_millis(100)).await;
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), task)
@@ -1719,7 +2069,12 @@ mod tests {
         drop(events);
         tokio::time::timeout(
             Duration::from_secs(5),
-            run(Devnet::new(1, &fast), out, CancellationToken::new()),
+            run(
+                Devnet::new(1, &fast),
+                out,
+                closed(),
+                CancellationToken::new(),
+            ),
         )
         .await
         .expect("run returns when the receiver is gone");

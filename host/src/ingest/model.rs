@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use alloy_consensus::Header;
+use alloy_consensus::transaction::to_eip155_value;
+use alloy_consensus::{Header, Transaction as _, TxEnvelope};
 use alloy_eips::eip2930::AccessList;
 use alloy_primitives::{Address, B256, Bytes, U64, U128, U256};
 use alloy_rpc_types_eth::Log;
@@ -145,6 +146,44 @@ struct TransactionJson<'a> {
 }
 
 impl Transaction {
+    /// The transaction `envelope` holds, sent by `from` (the caller has
+    /// recovered or knows the signer).
+    pub fn from_envelope(envelope: &TxEnvelope, from: Address) -> Self {
+        let tx_type = envelope.tx_type() as u8;
+        let signature = envelope.signature();
+        let v = if tx_type == 0 {
+            u64::try_from(to_eip155_value(signature.v(), envelope.chain_id())).unwrap_or(u64::MAX)
+        } else {
+            u64::from(signature.v())
+        };
+        let fees = match envelope.gas_price() {
+            Some(price) => Fees::GasPrice(price),
+            None => Fees::Dynamic {
+                max_fee_per_gas: envelope.max_fee_per_gas(),
+                max_priority_fee_per_gas: envelope.max_priority_fee_per_gas().unwrap_or_default(),
+            },
+        };
+        Self {
+            hash: *envelope.tx_hash(),
+            tx_type,
+            chain_id: envelope.chain_id(),
+            nonce: envelope.nonce(),
+            from,
+            to: envelope.to(),
+            value: envelope.value(),
+            gas: envelope.gas_limit(),
+            fees,
+            input: envelope.input().clone(),
+            access_list: (tx_type != 0)
+                .then(|| envelope.access_list().cloned().unwrap_or_default()),
+            signature: TxSignature {
+                v,
+                r: signature.r(),
+                s: signature.s(),
+            },
+        }
+    }
+
     /// The RPC object for this transaction at `position`; `removed` adds
     /// `"removed": true` (a mined transaction of an orphaned block).
     pub fn to_json(&self, position: TxPosition, removed: bool) -> String {

@@ -45,6 +45,11 @@ impl RpcError {
         )
     }
 
+    /// -32601 with a message of its own: the method exists, not here.
+    pub fn method_not_found_msg(message: &str) -> Self {
+        Self::new(code::METHOD_NOT_FOUND, message)
+    }
+
     pub fn invalid_params(message: impl Into<String>) -> Self {
         Self::new(code::INVALID_PARAMS, message)
     }

@@ -1,6 +1,7 @@
 //! The methods chainsieve answers, for both transports: the subscription
 //! methods, `token_price`, and what real clients send around them
-//! (`eth_chainId`, `net_version`, `eth_blockNumber`, `eth_getBlockBy*`, …).
+//! (`eth_chainId`, `net_version`, `eth_blockNumber`, `eth_getBlockBy*`, …),
+//! and `eth_sendRawTransaction` on devnet chains ([`super::submit`]).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,13 +137,10 @@ async fn handle(ctx: Context<'_>, call: &Call, in_batch: bool) -> Outcome {
         "eth_getBlockByNumber" => reply(block_by_number(ctx.chain, &call.params)),
         "eth_getBlockByHash" => reply(block_by_hash(ctx.chain, &call.params)),
         "token_price" => reply(token_price(ctx.chain, &call.params)),
+        "eth_sendRawTransaction" => {
+            reply(super::submit::send_raw_transaction(ctx.chain, &call.params).await)
+        }
         other => reply(Err(RpcError::method_not_found(other))),
-    }
-}
-
-impl RpcError {
-    fn method_not_found_msg(message: &str) -> Self {
-        RpcError::new(super::error::code::METHOD_NOT_FOUND, message)
     }
 }
 
@@ -151,7 +149,7 @@ fn positional(params: &Value, i: usize) -> Option<&Value> {
     params.as_array().and_then(|items| items.get(i))
 }
 
-fn require_positional(params: &Value, method: &str) -> Result<(), RpcError> {
+pub(super) fn require_positional(params: &Value, method: &str) -> Result<(), RpcError> {
     if params.is_array() {
         Ok(())
     } else {

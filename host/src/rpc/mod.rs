@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod methods;
+pub mod submit;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -1,0 +1,191 @@
+//! `eth_sendRawTransaction` on the embedded devnet, over real sockets: a
+//! transaction signed here is announced pending at once and mined by the
+//! next block, in the subscriptions that watch its sender; every bad
+//! submission gets its EIP-1474 error and the connection keeps serving.
+
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope, TxLegacy};
+use alloy_eips::Encodable2718;
+use alloy_primitives::{Address, Signature, TxKind, U256, hex, keccak256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use chainsieve_tests::{TestServer, WsClient, hex_address, of, quantity};
+use serde_json::{Value, json};
+
+fn sender() -> PrivateKeySigner {
+    PrivateKeySigner::from_bytes(&keccak256("devnet transactions test")).expect("a valid key")
+}
+
+const RECEIVER: Address = Address::repeat_byte(0x42);
+
+/// A transfer of 5 wei from [`sender`], EIP-1559, signed for `chain_id`.
+fn transfer(chain_id: u64, nonce: u64) -> TxEnvelope {
+    let tx = TxEip1559 {
+        chain_id,
+        nonce,
+        gas_limit: 21_000,
+        max_fee_per_gas: 100_000_000_000,
+        max_priority_fee_per_gas: 1_000_000_000,
+        to: TxKind::Call(RECEIVER),
+        value: U256::from(5),
+        ..Default::default()
+    };
+    let signature = sender()
+        .sign_hash_sync(&tx.signature_hash())
+        .expect("signing");
+    tx.into_signed(signature).into()
+}
+
+fn raw(envelope: &TxEnvelope) -> String {
+    hex::encode_prefixed(envelope.encoded_2718())
+}
+
+fn error(response: &Value) -> (i64, String) {
+    let error = &response["error"];
+    (
+        error["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("an error: {response}")),
+        error["message"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[tokio::test]
+async fn a_sent_transaction_is_pending_at_once_then_mined() {
+    let server = TestServer::default().await;
+    let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let from = hex_address(&sender().address());
+    let pending = client
+        .subscribe(json!(["bvPendingTransactions", {"fromAddress": [from]}]))
+        .await
+        .expect("pending subscription");
+    let mined = client
+        .subscribe(json!(["bvMinedTransactions", {"fromAddress": [from]}]))
+        .await
+        .expect("mined subscription");
+
+    let first = transfer(1, 0);
+    let response = client
+        .call("eth_sendRawTransaction", json!([raw(&first)]))
+        .await
+        .expect("answered");
+    let hash = format!("{:#x}", first.tx_hash());
+    assert_eq!(response["result"], json!(hash), "{response}");
+
+    let all = client.collect_until(&mined, 1).await.expect("mined");
+    let announced = of(&all, &pending);
+    assert_eq!(announced.len(), 1, "announced once: {all:?}");
+    let tx = announced[0];
+    assert_eq!(tx["hash"], json!(hash));
+    assert_eq!(tx["from"], json!(from));
+    assert_eq!(tx["to"], json!(hex_address(&RECEIVER)));
+    assert_eq!(
+        (&tx["value"], &tx["nonce"], &tx["type"], &tx["blockHash"]),
+        (&json!("0x5"), &json!("0x0"), &json!("0x2"), &json!(""))
+    );
+    let block = &of(&all, &mined)[0];
+    assert_eq!(block["hash"], json!(hash));
+    let number = quantity(&block["blockNumber"]);
+    let found = client
+        .call(
+            "eth_getBlockByNumber",
+            json!([format!("{number:#x}"), false]),
+        )
+        .await
+        .expect("block");
+    assert!(
+        found["result"]["transactions"]
+            .as_array()
+            .expect("transactions")
+            .contains(&json!(hash)),
+        "{found}"
+    );
+
+    // The same transaction again: its nonce is spent.
+    let again = client
+        .call("eth_sendRawTransaction", json!([raw(&first)]))
+        .await
+        .expect("answered");
+    assert_eq!(
+        error(&again),
+        (-32000, "nonce too low: next nonce 1, tx nonce 0".into())
+    );
+    // The next one goes through on the same connection.
+    let second = client
+        .call("eth_sendRawTransaction", json!([raw(&transfer(1, 1))]))
+        .await
+        .expect("answered");
+    assert!(second["result"].is_string(), "{second}");
+}
+
+#[tokio::test]
+async fn bad_submissions_are_answered_with_what_was_wrong() {
+    let server = TestServer::default().await;
+    let send = async |chain: &str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "eth_sendRawTransaction", "params": params});
+        let (status, response) = server.post(chain, "demo", &body.to_string()).await;
+        assert_eq!(status, 200, "{response}");
+        response
+    };
+    let invalid = |response: &Value, expected: &str| {
+        let (code, message) = error(response);
+        assert_eq!(code, -32602, "{response}");
+        assert!(message.contains(expected), "{message:?} lacks {expected:?}");
+    };
+    invalid(&send("eth", json!([])).await, "one parameter");
+    invalid(&send("eth", json!([7])).await, "one parameter");
+    invalid(&send("eth", json!({"raw": "0x00"})).await, "positional");
+    invalid(&send("eth", json!(["abcd"])).await, "0x-prefixed");
+    invalid(&send("eth", json!(["0xabc"])).await, "hex digit pairs");
+    invalid(
+        &send("eth", json!(["0x1234"])).await,
+        "invalid raw transaction",
+    );
+
+    // Signed for BNB Chain, sent to Ethereum; then to BNB Chain, over HTTP.
+    let for_bsc = raw(&transfer(56, 0));
+    invalid(
+        &send("eth", json!([for_bsc])).await,
+        "signed for chain id 56; eth is chain id 1",
+    );
+    assert!(send("bsc", json!([for_bsc])).await["result"].is_string());
+
+    // No chain id (pre-EIP-155): replayable on every chain, refused.
+    let unprotected = TxLegacy {
+        chain_id: None,
+        gas_price: 1,
+        gas_limit: 21_000,
+        to: TxKind::Call(RECEIVER),
+        ..Default::default()
+    };
+    let signature = sender()
+        .sign_hash_sync(&unprotected.signature_hash())
+        .expect("signing");
+    let unprotected = TxEnvelope::from(unprotected.into_signed(signature));
+    invalid(
+        &send("eth", json!([raw(&unprotected)])).await,
+        "replay-protected",
+    );
+
+    // A signature no key can make (r = 0): no sender can be recovered.
+    let tx = TxEip1559 {
+        chain_id: 1,
+        gas_limit: 21_000,
+        to: TxKind::Call(RECEIVER),
+        ..Default::default()
+    };
+    let forged = TxEnvelope::from(tx.into_signed(Signature::new(U256::ZERO, U256::from(1), false)));
+    invalid(
+        &send("eth", json!([raw(&forged)])).await,
+        "invalid signature",
+    );
+
+    // Nonces in order: a gap is refused (the devnet queues no future ones).
+    let (code, message) = error(&send("eth", json!([raw(&transfer(1, 3))])).await);
+    assert_eq!(code, -32000);
+    assert!(
+        message.starts_with("nonce too high: next nonce 0, tx nonce 3"),
+        "{message}"
+    );
+}
