@@ -2,6 +2,11 @@
 //! frames ([`Sink`]); the filter actors push notifications into it without
 //! ever waiting. A connection whose queue is full is flagged and closed by
 //! its session with a reason, so one slow reader never stalls the others.
+//!
+//! The flag is a child of the server's shutdown token: the session's writer
+//! waits on that one per-connection token for both reasons to close, instead
+//! of polling the shutdown token every connection shares (a contended lock
+//! on every frame).
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -11,9 +16,10 @@ use tokio_util::sync::CancellationToken;
 pub struct Sink {
     /// Bounded: its capacity is how far a reader may fall behind.
     frames: mpsc::Sender<String>,
-    /// Cancelled when a frame did not fit; the session then closes the
-    /// connection (code 1008) instead of silently skipping events.
-    overflowed: CancellationToken,
+    /// Cancelled when a frame did not fit (the session then closes the
+    /// connection with 1008 instead of silently skipping events) or when
+    /// the server shuts down (its parent).
+    closing: CancellationToken,
 }
 
 /// Why a frame was not queued.
@@ -26,12 +32,14 @@ pub enum SendError {
 }
 
 impl Sink {
-    pub fn new(capacity: usize) -> (Self, mpsc::Receiver<String>) {
+    /// A queue of `capacity` frames whose closing signal also fires when
+    /// `shutdown` is cancelled.
+    pub fn new(capacity: usize, shutdown: &CancellationToken) -> (Self, mpsc::Receiver<String>) {
         let (frames, rx) = mpsc::channel(capacity.max(1));
         (
             Self {
                 frames,
-                overflowed: CancellationToken::new(),
+                closing: shutdown.child_token(),
             },
             rx,
         )
@@ -42,7 +50,7 @@ impl Sink {
         match self.frames.try_send(frame) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => {
-                self.overflowed.cancel();
+                self.closing.cancel();
                 Err(SendError::Overflow)
             }
             Err(mpsc::error::TrySendError::Closed(_)) => Err(SendError::Closed),
@@ -55,9 +63,9 @@ impl Sink {
         self.send(notification(subscription, payload))
     }
 
-    /// Fires when a frame was dropped for lack of room.
-    pub fn overflowed(&self) -> &CancellationToken {
-        &self.overflowed
+    /// Fires when a frame was dropped for lack of room, or at shutdown.
+    pub fn closing(&self) -> &CancellationToken {
+        &self.closing
     }
 }
 
@@ -102,6 +110,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn shutdown_closes_every_sink() {
+        let shutdown = CancellationToken::new();
+        let (sink, _rx) = Sink::new(2, &shutdown);
+        shutdown.cancel();
+        assert!(sink.closing().is_cancelled());
+    }
+
+    #[test]
     fn notification_is_valid_json_in_the_subscription_shape() {
         let frame = notification("0xabc", r#"{"number":"0x1"}"#);
         let v: Value = serde_json::from_str(&frame).expect("valid JSON");
@@ -123,12 +139,17 @@ mod tests {
 
     #[test]
     fn a_full_queue_flags_overflow_instead_of_waiting() {
-        let (sink, mut rx) = Sink::new(2);
+        let shutdown = CancellationToken::new();
+        let (sink, mut rx) = Sink::new(2, &shutdown);
         assert_eq!(sink.send("a".into()), Ok(()));
         assert_eq!(sink.send("b".into()), Ok(()));
-        assert!(!sink.overflowed().is_cancelled());
+        assert!(!sink.closing().is_cancelled());
         assert_eq!(sink.send("c".into()), Err(SendError::Overflow));
-        assert!(sink.overflowed().is_cancelled());
+        assert!(sink.closing().is_cancelled());
+        assert!(
+            !shutdown.is_cancelled(),
+            "one connection's overflow is its own"
+        );
         assert_eq!(rx.try_recv().ok().as_deref(), Some("a"));
         drop(rx);
         assert_eq!(sink.send("d".into()), Err(SendError::Closed));

@@ -1,7 +1,7 @@
 //! One WebSocket connection. The reader answers requests in order; every
 //! outbound frame (responses and notifications alike) goes through the
 //! connection's bounded queue, so their order is kept and no producer ever
-//! waits on this socket. The writer drains the queue, pings when idle, and
+//! waits on this socket. The writer drains the queue, pings every interval, and
 //! closes the connection with a reason when the queue overflows, a ping
 //! went unanswered for a whole interval, or the server shuts down.
 
@@ -13,9 +13,10 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
+use tokio::time::MissedTickBehavior;
 
 use crate::chain::Chain;
-use crate::fanout::Sink;
+use crate::fanout::{SendError, Sink};
 use crate::rpc::methods::{self, Connection, Context};
 use crate::rpc::{RpcError, error_response};
 use crate::server::AppState;
@@ -41,7 +42,7 @@ enum Ending {
 }
 
 pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, api_key: Arc<str>) {
-    let (sink, frames) = Sink::new(state.limits.outbound_queue);
+    let (sink, frames) = Sink::new(state.limits.outbound_queue, &state.shutdown);
     let connection = Connection::new(sink);
     let (mut ws_tx, mut ws_rx) = socket.split();
     // Set by the reader on every pong, checked by the writer before the
@@ -125,14 +126,12 @@ async fn read(ws_rx: &mut SplitStream<WebSocket>, ctx: Context<'_>, ponged: &Ato
         // Subscriptions made in a batch deliver only now, after the
         // response that tells the client their ids.
         connection.open_gates();
-        if let Some(Err(_)) = queued {
+        match queued {
             // A client that sends faster than it reads overflows its queue
             // like a slow subscriber, and is closed the same way.
-            return if connection.sink.overflowed().is_cancelled() {
-                Ending::TooSlow
-            } else {
-                Ending::Gone
-            };
+            Some(Err(SendError::Overflow)) => return Ending::TooSlow,
+            Some(Err(SendError::Closed)) => return Ending::Gone,
+            Some(Ok(())) | None => {}
         }
     }
     Ending::Gone
@@ -153,16 +152,29 @@ async fn write(
     state: &AppState,
     ponged: &AtomicBool,
 ) -> Ending {
-    let mut ping =
-        tokio::time::interval(Duration::from_secs(state.limits.ping_interval_secs.max(1)));
-    ping.reset();
+    // Registered once for the connection's life: a fresh wait per frame
+    // costs two locks each time it is polled and dropped.
+    let closing = sink.closing().cancelled();
+    tokio::pin!(closing);
+    let ending = || {
+        if state.shutdown.is_cancelled() {
+            Ending::Shutdown
+        } else {
+            Ending::TooSlow
+        }
+    };
+    // A ping every interval, busy or idle (resetting a timer per frame is
+    // a timer-wheel update per frame); a late tick is not made up for, so
+    // a long write never brings two pings back to back.
+    let period = Duration::from_secs(state.limits.ping_interval_secs.max(1));
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Reused between writes; grows only on a connection that is sent to.
     let mut batch = Vec::new();
     loop {
         let ping_due = tokio::select! {
             biased;
-            () = sink.overflowed().cancelled() => return Ending::TooSlow,
-            () = state.shutdown.cancelled() => return Ending::Shutdown,
+            () = &mut closing => return ending(),
             received = frames.recv_many(&mut batch, COALESCE) => {
                 if received == 0 {
                     return Ending::Gone;
@@ -188,10 +200,8 @@ async fn write(
         };
         tokio::select! {
             biased;
-            () = sink.overflowed().cancelled() => return Ending::TooSlow,
-            () = state.shutdown.cancelled() => return Ending::Shutdown,
+            () = &mut closing => return ending(),
             sent = written => if sent.is_err() { return Ending::Gone },
         }
-        ping.reset();
     }
 }
