@@ -1,9 +1,11 @@
-//! Load benchmark: N WebSocket clients × M subscriptions on loopback, anvil
-//! mining a fixed rate of signed transactions, run once against anvil's own
-//! `eth_subscribe` and once against chainsieve with that anvil as its
-//! upstream. Prints notifications/s, pending-transaction latency (send to
-//! receipt), CPU and memory of the serving process, and the ratio of
-//! notifications per CPU-second.
+//! Load benchmark: N WebSocket clients × M subscriptions on loopback, a
+//! fixed rate of signed transactions, run against anvil's own
+//! `eth_subscribe` (anvil mining them), against chainsieve with that anvil as
+//! its upstream, and against chainsieve's devnet taking the transactions
+//! itself (`eth_sendRawTransaction`), where sending is ingesting. Prints
+//! notifications/s, pending-transaction latency (send to receipt), CPU and
+//! memory of the serving process, and the ratio of notifications per
+//! CPU-second against anvil.
 //!
 //! Run: `cargo bench -p chainsieve-tests --bench load -- --connections 1000`
 //!
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chainsieve::config::{Config, LimitsConfig};
+use chainsieve::config::{Config, LimitsConfig, SourceConfig};
 use chainsieve::ingest::upstream::UpstreamStatus;
 use chainsieve_tests::load::{self, Kind, Report, Spec, Workload};
 use clap::{Parser, ValueEnum};
@@ -43,10 +45,10 @@ struct Args {
     /// Clients whose pending notifications are timed.
     #[arg(long, default_value_t = 100)]
     timed: usize,
-    #[arg(long, value_enum, default_value_t = Target::Both)]
+    #[arg(long, value_enum, default_value_t = Target::All)]
     target: Target,
-    /// Internal: serve chainsieve with this node as upstream and print its
-    /// URL (the child process of a run).
+    /// Internal: serve chainsieve from this source (`devnet` or a node's
+    /// URL) and print its URL (the child process of a run).
     #[arg(long, hide = true)]
     serve: Option<String>,
     /// Passed by `cargo bench`.
@@ -56,9 +58,14 @@ struct Args {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Target {
-    Both,
+    /// Every target below, in turn.
+    All,
+    /// Clients on anvil's own `eth_subscribe`.
     Anvil,
+    /// Clients on chainsieve, anvil its upstream.
     Chainsieve,
+    /// Clients on chainsieve, transactions sent to its devnet.
+    Devnet,
 }
 
 #[tokio::main]
@@ -79,48 +86,69 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("signing {} transactions", spec.transactions());
     let workload = Arc::new(Workload::new(spec.transactions())?);
     let mut reports = Vec::new();
-    for target in [Target::Anvil, Target::Chainsieve] {
-        if args.target != Target::Both && args.target != target {
+    for target in [Target::Anvil, Target::Chainsieve, Target::Devnet] {
+        if args.target != Target::All && args.target != target {
             continue;
         }
-        let anvil = workload.start_node().await?;
-        let node = anvil.ws_url();
         let report = match target {
+            Target::Devnet => {
+                let (child, url) = start_chainsieve("devnet").await?;
+                let pid = child.id().context("chainsieve exited")?;
+                load::run(&spec, workload.clone(), &url, &url, Some(pid)).await?
+            }
             Target::Chainsieve => {
+                let anvil = workload.start_node().await?;
+                let node = anvil.ws_url();
                 let (child, url) = start_chainsieve(&node).await?;
                 let pid = child.id().context("chainsieve exited")?;
-                let report = load::run(&spec, workload.clone(), &node, &url, Some(pid)).await?;
-                drop(child);
-                report
+                load::run(&spec, workload.clone(), &node, &url, Some(pid)).await?
             }
-            _ => {
+            Target::Anvil | Target::All => {
+                let anvil = workload.start_node().await?;
+                let node = anvil.ws_url();
                 let pid = anvil.pid().context("anvil exited")?;
                 load::run(&spec, workload.clone(), &node, &node, Some(pid)).await?
             }
         };
-        let name = format!("{target:?}").to_lowercase();
-        print(&name, &spec, &report);
-        reports.push((name, report));
+        print(target, &spec, &report);
+        reports.push((target, report));
     }
-    if let [(_, anvil), (_, chainsieve)] = &reports[..]
-        && let (Some(a), Some(c)) = (
-            anvil.per_cpu_second(spec.measure),
-            chainsieve.per_cpu_second(spec.measure),
-        )
-    {
-        println!(
-            "notifications per CPU-second: chainsieve {c:.0} / anvil {a:.0} = {:.1}×",
-            c / a
-        );
+    let per_cpu = |wanted| {
+        reports
+            .iter()
+            .find(|(target, _)| *target == wanted)
+            .and_then(|(_, report)| report.per_cpu_second(spec.measure))
+    };
+    if let Some(anvil) = per_cpu(Target::Anvil) {
+        for target in [Target::Chainsieve, Target::Devnet] {
+            if let Some(ours) = per_cpu(target) {
+                println!(
+                    "notifications per CPU-second: {} {ours:.0} / anvil {anvil:.0} = {:.1}×",
+                    name(target),
+                    ours / anvil
+                );
+            }
+        }
     }
     Ok(())
 }
 
-fn print(name: &str, spec: &Spec, report: &Report) {
+fn name(target: Target) -> String {
+    format!("{target:?}").to_lowercase()
+}
+
+fn print(target: Target, spec: &Spec, report: &Report) {
     println!(
-        "{name}: {} connections × {} subscriptions, {:.0} tx/s sent ({} refused)",
-        spec.connections, spec.subscriptions_per_connection, report.sent_per_second, report.refused
+        "{}: {} connections × {} subscriptions, {:.0} tx/s sent ({} refused)",
+        name(target),
+        spec.connections,
+        spec.subscriptions_per_connection,
+        report.sent_per_second,
+        report.refused
     );
+    if target == Target::Devnet {
+        println!("  (the devnet runs no contract code: the emitter logs nothing there)");
+    }
     for kind in Kind::ALL {
         println!(
             "  {:<24} {:>12.0} notifications/s",
@@ -161,6 +189,9 @@ fn print(name: &str, spec: &Spec, report: &Report) {
         "  {} connections closed by the server; {} pending notifications missing after the run",
         report.closed, report.missing_pending
     );
+    for (reason, count) in &report.close_reasons {
+        println!("    {count} closed: {reason}");
+    }
 }
 
 fn quantiles(h: &Histogram<u64>) -> String {
@@ -174,11 +205,12 @@ fn quantiles(h: &Histogram<u64>) -> String {
     )
 }
 
-/// Starts this binary as a chainsieve server on `upstream`; returns the
-/// child (killed on drop) and its WebSocket URL once it is ready.
-async fn start_chainsieve(upstream: &str) -> anyhow::Result<(Child, String)> {
+/// Starts this binary as a chainsieve server reading `source` (`devnet` or
+/// a node's URL); returns the child (killed on drop) and its WebSocket URL
+/// once it is ready.
+async fn start_chainsieve(source: &str) -> anyhow::Result<(Child, String)> {
     let mut child = Command::new(std::env::current_exe().context("this binary")?)
-        .args(["--serve", upstream])
+        .args(["--serve", source])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -194,16 +226,21 @@ async fn start_chainsieve(upstream: &str) -> anyhow::Result<(Child, String)> {
     Ok((child, url))
 }
 
-/// The child: chainsieve with `upstream` as the only chain's source, limits
+/// The child: chainsieve with `source` as the only chain's source, limits
 /// raised past the benchmark's load, until stdin closes.
-async fn serve(upstream: String) -> anyhow::Result<()> {
+async fn serve(source: String) -> anyhow::Result<()> {
+    let source = if source == "devnet" {
+        SourceConfig::Devnet
+    } else {
+        SourceConfig::Node(source)
+    };
     let config = Config {
         limits: LimitsConfig {
             max_connections_per_key: 1_000_000,
             requests_per_second_per_key: 10_000_000,
             ..Default::default()
         },
-        ..load::chainsieve_config(upstream)
+        ..load::chainsieve_config(source)
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

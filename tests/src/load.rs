@@ -5,8 +5,10 @@
 //! transactions from send to receipt, the server's CPU time and memory.
 //!
 //! One [`Workload`] runs against anvil's own `eth_subscribe` (clients on the
-//! node) and against chainsieve (clients on chainsieve, anvil its upstream),
-//! so the two are compared on the same stream.
+//! node), against chainsieve (clients on chainsieve, anvil its upstream), so
+//! the two are compared on the same stream, and against chainsieve's own
+//! devnet, which takes the transactions itself: there the moment a
+//! transaction is sent is the moment it is ingested, with no node between.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,13 +22,14 @@ use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use anyhow::{Context, bail};
 use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve::ingest::devnet::DevnetSettings;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::TIMEOUT;
@@ -54,15 +57,17 @@ const DRIVER_CONNECTIONS: usize = 4;
 /// Connections opened at once.
 const CONNECTING: usize = 256;
 
-/// chainsieve serving the benchmark's chain from the node at `upstream`,
-/// clients using the key `load`.
-pub fn chainsieve_config(upstream: String) -> Config {
+/// chainsieve serving the benchmark's chain from `source`, clients using
+/// the key `load`. A devnet source generates nothing of its own, so every
+/// transaction is the workload's; its blocks come every second and hold any
+/// load.
+pub fn chainsieve_config(source: SourceConfig) -> Config {
     Config {
         chains: [(
             "eth".to_string(),
             ChainConfig {
                 chain_id: Some(CHAIN_ID),
-                source: SourceConfig::Node(upstream),
+                source,
                 ..Default::default()
             },
         )]
@@ -70,6 +75,14 @@ pub fn chainsieve_config(upstream: String) -> Config {
         auth: AuthConfig {
             keys: vec!["load".into()],
             ..Default::default()
+        },
+        devnet: DevnetSettings {
+            block_time_ms: Some(1_000),
+            pending_batches_per_block: 1,
+            transactions_per_block: 0,
+            gas_limit: Some(100_000_000_000),
+            history_blocks: 0,
+            ..DevnetSettings::default()
         },
         ..Config::default()
     }
@@ -227,8 +240,9 @@ pub struct Report {
     /// per connection, and its peak resident memory.
     pub memory_per_connection: Option<f64>,
     pub peak_memory: Option<u64>,
-    /// Connections the server closed.
+    /// Connections the server closed, by close code and reason.
     pub closed: u64,
+    pub close_reasons: Vec<(String, u64)>,
     /// Pending notifications missing after the run (every sent transaction
     /// is due on every pending subscription), waiting up to [`TIMEOUT`].
     pub missing_pending: u64,
@@ -269,6 +283,7 @@ struct Shared {
     /// Notifications over the whole run, per kind.
     totals: [AtomicU64; 4],
     closed: AtomicU64,
+    close_reasons: Mutex<HashMap<String, u64>>,
     /// The node's answers to the sent transactions, and how many refused.
     answered: AtomicU64,
     refused: AtomicU64,
@@ -296,6 +311,7 @@ pub async fn run(
         counts: Default::default(),
         totals: Default::default(),
         closed: AtomicU64::new(0),
+        close_reasons: Mutex::default(),
         answered: AtomicU64::new(0),
         refused: AtomicU64::new(0),
     });
@@ -304,9 +320,7 @@ pub async fn run(
     let probe = if node_ws == target_ws {
         None
     } else {
-        let (mut socket, _) = tokio_tungstenite::connect_async(node_ws)
-            .await
-            .context("connecting the probe")?;
+        let (mut socket, _) = connect(node_ws).await.context("connecting the probe")?;
         let request = json!({"jsonrpc": "2.0", "id": 0, "method": "eth_subscribe", "params": ["newPendingTransactions", true]});
         socket.send(Message::text(request.to_string())).await?;
         Some(tokio::spawn(probe(
@@ -380,6 +394,12 @@ pub async fn run(
         memory_per_connection,
         peak_memory,
         closed: shared.closed.load(Ordering::Relaxed),
+        close_reasons: shared
+            .close_reasons
+            .lock()
+            .map_err(|_| anyhow::anyhow!("a client panicked while closing"))?
+            .drain()
+            .collect(),
         missing_pending,
         totals: std::array::from_fn(|i| shared.totals[i].load(Ordering::Relaxed)),
         refused: shared.refused.load(Ordering::Relaxed),
@@ -455,7 +475,7 @@ async fn connect_all(
 /// Connects and makes `kinds`' subscriptions; returns the socket and the
 /// kind of each subscription id.
 async fn subscribe(url: &str, kinds: &[Kind]) -> anyhow::Result<(Socket, HashMap<String, Kind>)> {
-    let (mut socket, _) = tokio::time::timeout(TIMEOUT, tokio_tungstenite::connect_async(url))
+    let (mut socket, _) = tokio::time::timeout(TIMEOUT, connect(url))
         .await
         .context("connecting took too long")?
         .with_context(|| format!("connecting to {url}"))?;
@@ -495,9 +515,17 @@ async fn listen(
     workload: Arc<Workload>,
     timed: bool,
 ) {
+    let mut reason = "connection lost without a close frame".to_string();
     while let Some(Ok(message)) = socket.next().await {
-        let Message::Text(text) = message else {
-            continue;
+        let text = match message {
+            Message::Text(text) => text,
+            Message::Close(frame) => {
+                if let Some(frame) = frame {
+                    reason = format!("{} {}", u16::from(frame.code), frame.reason);
+                }
+                break;
+            }
+            _ => continue,
         };
         let Some(kind) = field(&text, "\"subscription\":\"").and_then(|id| ids.get(id)) else {
             continue;
@@ -519,6 +547,18 @@ async fn listen(
         }
     }
     shared.closed.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut reasons) = shared.close_reasons.lock() {
+        *reasons.entry(reason).or_default() += 1;
+    }
+}
+
+/// Opens a WebSocket without Nagle's algorithm, as real clients do (Node's
+/// `ws`, under ethers and viem, disables it on every socket): the latency
+/// measured is the server's, not a delayed-ACK wait in the client.
+async fn connect(
+    url: &str,
+) -> Result<(Socket, tungstenite::handshake::client::Response), tungstenite::Error> {
+    tokio_tungstenite::connect_async_with_config(url, None, true).await
 }
 
 /// The string value after `key` in a JSON text (no escapes in ids and hex).
@@ -541,7 +581,7 @@ async fn send(
     let mut sinks: Vec<SplitSink<Socket, Message>> = Vec::new();
     let mut answers = JoinSet::new();
     for _ in 0..DRIVER_CONNECTIONS {
-        let (socket, _) = tokio_tungstenite::connect_async(&url)
+        let (socket, _) = connect(&url)
             .await
             .with_context(|| format!("connecting the sender to {url}"))?;
         let (sink, stream) = socket.split();

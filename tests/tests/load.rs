@@ -1,15 +1,19 @@
-//! The load benchmark's engine, small: both targets (anvil's own
-//! `eth_subscribe`, and chainsieve with anvil upstream) deliver every
-//! pending transaction to every pending subscription, heads and the
-//! emitter's logs, nothing for a silent address, and close no client.
+//! The load benchmark's engine, small: every target (anvil's own
+//! `eth_subscribe`, chainsieve with anvil upstream, chainsieve's devnet
+//! taking the transactions) delivers every pending transaction to every
+//! pending subscription, heads, the emitter's logs where contract code runs,
+//! nothing for a silent address, and closes no client.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use chainsieve::config::SourceConfig;
 use chainsieve_tests::TestServer;
 use chainsieve_tests::load::{self, Kind, Report, Spec, Workload};
 
-fn check(target: &str, report: &Report) {
+/// `logs`: whether the emitter's logs are due (not on the devnet, which
+/// runs no contract code).
+fn check(target: &str, report: &Report, logs: bool) {
     let report_text = format!(
         "{target}: totals {:?}, missing {}, closed {}, refused {}, {} timed",
         report.totals,
@@ -22,7 +26,11 @@ fn check(target: &str, report: &Report) {
     assert_eq!(report.closed, 0, "{report_text}");
     assert_eq!(report.refused, 0, "{report_text}");
     assert!(report.totals[Kind::Heads as usize] > 0, "{report_text}");
-    assert!(report.totals[Kind::Logs as usize] > 0, "{report_text}");
+    assert_eq!(
+        report.totals[Kind::Logs as usize] > 0,
+        logs,
+        "{report_text}"
+    );
     assert_eq!(report.totals[Kind::SilentLogs as usize], 0, "{report_text}");
     assert!(!report.latency.is_empty(), "{report_text}");
 }
@@ -44,17 +52,32 @@ async fn both_targets_deliver_the_whole_stream() {
     let direct = load::run(&spec, workload.clone(), &node, &node, anvil.pid())
         .await
         .expect("run on anvil");
-    check("anvil", &direct);
+    check("anvil", &direct, true);
     assert!(direct.cpu.is_some() && direct.memory_per_connection.is_some());
     drop(anvil);
 
     let anvil = workload.start_node().await.expect("anvil");
     let node = anvil.ws_url();
-    let server = TestServer::start(load::chainsieve_config(node.clone()))
+    let server = TestServer::start(load::chainsieve_config(SourceConfig::Node(node.clone())))
         .await
         .expect("server");
-    let through = load::run(&spec, workload, &node, &server.ws_url("eth", "load"), None)
+    let through = load::run(
+        &spec,
+        workload.clone(),
+        &node,
+        &server.ws_url("eth", "load"),
+        None,
+    )
+    .await
+    .expect("run on chainsieve");
+    check("chainsieve", &through, true);
+
+    let server = TestServer::start(load::chainsieve_config(SourceConfig::Devnet))
         .await
-        .expect("run on chainsieve");
-    check("chainsieve", &through);
+        .expect("server");
+    let url = server.ws_url("eth", "load");
+    let devnet = load::run(&spec, workload, &url, &url, None)
+        .await
+        .expect("run on the devnet");
+    check("devnet", &devnet, false);
 }
