@@ -296,6 +296,12 @@ async fn ws_chain(
 /// Bytes read from a WebSocket at a time.
 const READ_BUFFER: usize = 512;
 
+/// Bytes of coalesced frames gathered before a write. The buffer keeps its
+/// capacity after a flush, so this bounds what a busy connection holds
+/// (tungstenite's default is 128 KiB); 8 KiB is still ~50 hash
+/// notifications, or 8 full transactions, per write syscall.
+const WRITE_BUFFER: usize = 8 << 10;
+
 fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -> Response {
     let (chain, api_key) = match authorize(&state, chain, key) {
         Ok(found) => found,
@@ -325,6 +331,7 @@ fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -
     ws.max_message_size(transport_limit)
         .max_frame_size(transport_limit)
         .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(WRITE_BUFFER)
         .on_upgrade(move |socket| {
             let sessions = state.sessions.clone();
             sessions.track_future(async move {
