@@ -1,8 +1,10 @@
 // Points an unmodified ethers v6 WebSocketProvider at chainsieve and reports,
 // as one JSON line on stdout, what it received: two `block` events, two
-// `pending` events and one log from a filtered subscription.
+// `pending` events and one log from a filtered subscription; then it signs
+// a transaction offline and broadcasts it raw (the devnet takes it), and
+// waits for its hash among the `pending` events.
 // Usage: node ethers_client.mjs <ws-url> <token-address>
-import { WebSocketProvider, id } from "ethers";
+import { Wallet, WebSocketProvider, id } from "ethers";
 
 const [url, token] = process.argv.slice(2);
 const TRANSFER = id("Transfer(address,address,uint256)");
@@ -46,6 +48,32 @@ await new Promise((resolve) => {
   });
 });
 
+// A transaction signed offline, as a wallet or bot does, and broadcast raw.
+// ethers checks the returned hash against its own.
+const wallet = new Wallet(id("chainsieve ethers client"));
+const seen = new Set();
+let sentHash = null;
+let announced;
+const isAnnounced = new Promise((resolve) => (announced = resolve));
+provider.on("pending", (hash) => {
+  seen.add(hash);
+  if (hash === sentHash) announced();
+});
+const signed = await wallet.signTransaction({
+  type: 2,
+  chainId: network.chainId,
+  nonce: 0,
+  to: token,
+  value: 1n,
+  gasLimit: 21_000n,
+  maxFeePerGas: 100_000_000_000n,
+  maxPriorityFeePerGas: 1_000_000_000n,
+});
+const sent = await provider.broadcastTransaction(signed);
+sentHash = sent.hash;
+if (seen.has(sentHash)) announced();
+await isAnnounced;
+
 // A block fetched the ethers way must match the event.
 const block = await provider.getBlock(blocks[1]);
 console.log(
@@ -56,6 +84,7 @@ console.log(
     blockNumber: block.number,
     pending,
     log,
+    sent: { hash: sent.hash, from: sent.from },
   }),
 );
 clearTimeout(timeout);

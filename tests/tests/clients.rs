@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use alloy_primitives::Address;
+use alloy_primitives::{Address, keccak256};
+use alloy_signer_local::PrivateKeySigner;
 use chainsieve_tests::{TestServer, hex_address};
 use serde_json::{Value, json};
 
@@ -88,7 +89,7 @@ fn assert_pending_hashes_and_transfer_log(report: &Value, token: Address) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log() {
+async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log_and_broadcasts() {
     let server = TestServer::default().await;
     let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
     let report = run_client("ethers_client.mjs", &server.ws_url("eth", "demo"), token).await;
@@ -107,6 +108,21 @@ async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log() {
     assert_eq!(report["blockHash"], block(&server, blocks[1]).await["hash"]);
 
     assert_pending_hashes_and_transfer_log(&report, token);
+
+    // The transaction ethers signed and broadcast came back among its
+    // pending events (the script waits for it), from the key it used.
+    let wallet =
+        PrivateKeySigner::from_bytes(&keccak256("chainsieve ethers client")).expect("a valid key");
+    assert_eq!(
+        report["sent"]["from"],
+        json!(wallet.address().to_checksum(None))
+    );
+    assert!(
+        report["sent"]["hash"]
+            .as_str()
+            .is_some_and(|h| h.len() == 66 && h.starts_with("0x")),
+        "{report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
