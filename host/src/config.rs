@@ -205,7 +205,7 @@ pub struct LimitsConfig {
     pub max_batch: usize,
     /// Bytes in one HTTP body or WebSocket frame.
     pub max_request_bytes: usize,
-    /// Seconds between server pings on an idle WebSocket.
+    /// Seconds between server pings on a WebSocket (busy or idle).
     pub ping_interval_secs: u64,
     /// Live subscriptions one WebSocket connection may hold.
     pub max_subscriptions_per_connection: usize,
