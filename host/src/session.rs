@@ -137,9 +137,10 @@ async fn read(ws_rx: &mut SplitStream<WebSocket>, ctx: Context<'_>, ponged: &Ato
     Ending::Gone
 }
 
-/// Frames written with one flush at most: what queued up while the socket
-/// was busy goes out in one write (one syscall instead of one per frame),
-/// and the bound keeps a burst from holding a connection's buffer large.
+/// Frames taken from the queue per wake: what queued up while the socket
+/// was busy goes out together, in writes of the WebSocket's write buffer
+/// (one syscall for many frames instead of one each), and the bound lets
+/// other connections run between two rounds of a long queue.
 const COALESCE: usize = 64;
 
 /// Drains the outbound queue until the connection must end. Every wait,

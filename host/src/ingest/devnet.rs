@@ -42,6 +42,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
@@ -538,7 +539,7 @@ impl Devnet {
             now.saturating_sub(block_offset(settings.history_blocks, block_ms))
         });
         let validator = Address::from_slice(&derive("validator")[12..]);
-        // `build_block` reads the devnet; genesis replaces this right after.
+        // The block template reads the devnet; genesis replaces this right after.
         let placeholder = Arc::new(Block {
             hash: B256::ZERO,
             header: Header::default(),
@@ -563,7 +564,7 @@ impl Devnet {
             blocks_since_reorg: 0,
             reorgs: 0,
         };
-        let genesis = devnet.build_block(None, &[]);
+        let genesis = devnet.template().build(None, &[]);
         devnet.genesis = genesis.clone();
         devnet.recent.push_back((genesis, Arc::new(Vec::new())));
         devnet
@@ -657,11 +658,19 @@ impl Devnet {
         self.signers.iter().map(PrivateKeySigner::address).collect()
     }
 
-    /// One tick: a micro-batch of pending transactions, or, after
-    /// `pending_batches_per_block` of them, the block that mines them (or a
-    /// reorg's whole new branch, oldest first). A tick whose batch would be
-    /// empty yields nothing.
+    /// One tick, built on the spot: a micro-batch of pending transactions,
+    /// or, after `pending_batches_per_block` of them, the block that mines
+    /// them (or a reorg's whole new branch, oldest first). A tick whose batch
+    /// would be empty yields nothing.
     pub fn next_step(&mut self) -> Vec<SourceEvent> {
+        match self.step() {
+            Step::Announce(events) => events,
+            Step::Build(job) => self.mined(job.run()),
+        }
+    }
+
+    /// One tick; a block is left to build as a [`BlockJob`].
+    fn step(&mut self) -> Step {
         let batches = self.settings.pending_batches_per_block.max(1);
         if self.batches_since_block < batches {
             let per_block = self.settings.transactions_per_block;
@@ -682,9 +691,9 @@ impl Devnet {
                 self.pending.push_back(generated);
             }
             if announced.is_empty() {
-                return Vec::new();
+                return Step::Announce(Vec::new());
             }
-            return vec![SourceEvent::Pending(announced)];
+            return Step::Announce(vec![SourceEvent::Pending(announced)]);
         }
         self.batches_since_block = 0;
         self.blocks_since_reorg += 1;
@@ -693,14 +702,42 @@ impl Devnet {
         let reorg =
             self.settings.reorg_every > 0 && self.blocks_since_reorg >= self.settings.reorg_every;
         // Until the chain is `depth` blocks high the reorg waits.
-        if reorg && depth > 0 && self.recent.len() > depth {
+        let contents = if reorg && depth > 0 && self.recent.len() > depth {
             self.blocks_since_reorg = 0;
-            return self.reorganise(depth, content);
+            self.reorganise(depth, content)
+        } else {
+            vec![content]
+        };
+        Step::Build(BlockJob {
+            template: self.template(),
+            parent: self.tip(),
+            contents,
+        })
+    }
+
+    /// Takes the blocks a [`BlockJob`] built into the chain; their events.
+    fn mined(&mut self, built: Built) -> Vec<SourceEvent> {
+        built
+            .into_iter()
+            .map(|(block, content)| {
+                self.remember(block.clone(), content);
+                SourceEvent::Block(block)
+            })
+            .collect()
+    }
+
+    /// What building a block needs to know of the chain, as it is now.
+    fn template(&self) -> BlockTemplate {
+        BlockTemplate {
+            chain_id: self.chain_id,
+            seed: self.settings.seed,
+            branch: self.reorgs,
+            validator: self.validator,
+            gas_limit: self.gas_limit(),
+            base_fee: self.profile.base_fee,
+            genesis_timestamp: self.genesis_timestamp,
+            block_ms: u64::try_from(self.block_time().as_millis()).unwrap_or(u64::MAX),
         }
-        let parent = self.tip();
-        let block = self.build_block(Some(&parent), &content);
-        self.remember(block.clone(), content);
-        vec![SourceEvent::Block(block)]
     }
 
     /// The configured reorg depth, capped below the tracker's window.
@@ -718,10 +755,14 @@ impl Devnet {
             .clone()
     }
 
-    /// Replaces the last `depth` blocks with a branch that re-mines their
+    /// Drops the last `depth` blocks for a new branch that re-mines their
     /// transactions in the same order (so nonces stay consistent), then
-    /// extends it with `content`: `depth + 1` blocks in all.
-    fn reorganise(&mut self, depth: usize, content: Arc<Vec<Generated>>) -> Vec<SourceEvent> {
+    /// extends it with `content`: the contents of its `depth + 1` blocks.
+    fn reorganise(
+        &mut self,
+        depth: usize,
+        content: Arc<Vec<Generated>>,
+    ) -> Vec<Arc<Vec<Generated>>> {
         self.reorgs += 1;
         let mut contents: Vec<Arc<Vec<Generated>>> = (0..depth)
             .map(|_| self.recent.pop_back().expect("more than depth blocks").1)
@@ -729,14 +770,6 @@ impl Devnet {
         contents.reverse();
         contents.push(content);
         contents
-            .into_iter()
-            .map(|content| {
-                let parent = self.tip();
-                let block = self.build_block(Some(&parent), &content);
-                self.remember(block.clone(), content);
-                SourceEvent::Block(block)
-            })
-            .collect()
     }
 
     fn remember(&mut self, block: Arc<Block>, content: Arc<Vec<Generated>>) {
@@ -747,17 +780,66 @@ impl Devnet {
             self.recent.pop_front();
         }
     }
+}
 
+/// What one tick of the devnet produced.
+enum Step {
+    /// Events ready to send.
+    Announce(Vec<SourceEvent>),
+    /// Blocks to build first.
+    Build(BlockJob),
+}
+
+/// Blocks to build, chained on `parent`. Hashing a block's tries takes
+/// milliseconds (~11 ms for 5,000 transactions), so [`run`] builds them off
+/// the devnet's task, which meanwhile keeps announcing what is submitted.
+struct BlockJob {
+    template: BlockTemplate,
+    parent: Arc<Block>,
+    contents: Vec<Arc<Vec<Generated>>>,
+}
+
+/// Built blocks, oldest first, each with its content.
+type Built = Vec<(Arc<Block>, Arc<Vec<Generated>>)>;
+
+impl BlockJob {
+    fn run(self) -> Built {
+        let mut parent = self.parent;
+        self.contents
+            .into_iter()
+            .map(|content| {
+                let block = self.template.build(Some(&parent), &content);
+                parent = block.clone();
+                (block, content)
+            })
+            .collect()
+    }
+}
+
+/// The chain's constants and current branch: all a block's build reads.
+#[derive(Clone, Copy)]
+struct BlockTemplate {
+    chain_id: u64,
+    seed: u64,
+    /// Reorgs so far: part of every block's identity.
+    branch: u64,
+    validator: Address,
+    gas_limit: u64,
+    base_fee: u64,
+    genesis_timestamp: u64,
+    block_ms: u64,
+}
+
+impl BlockTemplate {
     /// The timestamp of block `number` (see [`block_offset`]).
     fn timestamp(&self, number: u64) -> u64 {
-        let millis = u64::try_from(self.block_time().as_millis()).unwrap_or(u64::MAX);
         self.genesis_timestamp
-            .saturating_add(block_offset(number, millis))
+            .saturating_add(block_offset(number, self.block_ms))
     }
 
-    fn build_block(&self, parent: Option<&Block>, content: &[Generated]) -> Arc<Block> {
+    fn build(&self, parent: Option<&Block>, content: &[Generated]) -> Arc<Block> {
         let number = parent.map_or(0, |p| p.number() + 1);
-        let branch = self.reorgs;
+        let branch = self.branch;
         let mut cumulative = 0;
         let receipts: Vec<ReceiptEnvelope> = content
             .iter()
@@ -775,7 +857,7 @@ impl Devnet {
         let envelopes: Vec<&TxEnvelope> = content.iter().map(|g| &g.envelope).collect();
         let label = keccak256(format!(
             "chainsieve devnet {} {} {number} {branch}",
-            self.settings.seed, self.chain_id
+            self.seed, self.chain_id
         ));
         let header = Header {
             parent_hash: parent.map_or(B256::ZERO, |p| p.hash),
@@ -788,14 +870,14 @@ impl Devnet {
             logs_bloom: logs_bloom(content.iter().flat_map(|g| &g.logs)),
             difficulty: U256::ZERO,
             number,
-            gas_limit: self.gas_limit(),
+            gas_limit: self.gas_limit,
             gas_used: cumulative,
             timestamp: self.timestamp(number),
             // At most 31 bytes: within the 32 consensus allows.
             extra_data: Bytes::from(format!("chainsieve/{branch}").into_bytes()),
             mix_hash: label,
             nonce: Default::default(),
-            base_fee_per_gas: Some(self.profile.base_fee),
+            base_fee_per_gas: Some(self.base_fee),
             withdrawals_root: Some(EMPTY_ROOT_HASH),
             blob_gas_used: Some(0),
             excess_blob_gas: Some(0),
@@ -827,7 +909,9 @@ impl Devnet {
             logs,
         })
     }
+}
 
+impl Devnet {
     /// A new signed transaction from a random account, with its effects:
     /// 40% native transfers, 30% token transfers, 25% swaps, 5% creations.
     fn generate(&mut self) -> Generated {
@@ -1085,11 +1169,29 @@ pub async fn run(
     ticks.tick().await;
     let mut arrived = Vec::new();
     let mut open = true;
+    // The block being built on the blocking pool; ticks wait for it.
+    let mut building: Option<JoinHandle<Built>> = None;
     loop {
         let events = tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
-            _ = ticks.tick() => devnet.next_step(),
+            built = async { building.as_mut().expect("guarded").await }, if building.is_some() => {
+                building = None;
+                match built {
+                    Ok(built) => devnet.mined(built),
+                    Err(error) => {
+                        tracing::error!(chain_id = devnet.chain_id, %error, "building a devnet block failed; the devnet stops");
+                        return;
+                    }
+                }
+            }
+            _ = ticks.tick(), if building.is_none() => match devnet.step() {
+                Step::Announce(events) => events,
+                Step::Build(job) => {
+                    building = Some(tokio::task::spawn_blocking(move || job.run()));
+                    continue;
+                }
+            },
             received = submissions.recv_many(&mut arrived, SUBMISSIONS_PER_BATCH), if open => {
                 // Closed: the chain no longer takes submissions.
                 open = received > 0;
@@ -1302,6 +1404,52 @@ mod tests {
             .collect();
         assert_eq!(mined, [vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
         assert!(blocks.iter().all(|b| b.header.gas_limit == 100_000));
+    }
+
+    /// While a block is built off the devnet's task, submissions keep
+    /// being accepted; they wait for the next block.
+    #[test]
+    fn submissions_during_a_block_build_go_to_the_next_block() {
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                pending_batches_per_block: 1,
+                ..quiet()
+            },
+        );
+        let (first, from) = outside(0, 21_000, &[]);
+        devnet.accept(first, from).expect("first");
+        assert!(matches!(devnet.step(), Step::Announce(events) if events.is_empty()));
+        let Step::Build(job) = devnet.step() else {
+            panic!("the second tick is the block's");
+        };
+        let (during, _) = outside(1, 21_000, &[]);
+        devnet
+            .accept(during, from)
+            .expect("accepted while building");
+        let events = devnet.mined(job.run());
+        let [SourceEvent::Block(block)] = &events[..] else {
+            panic!("one block: {events:?}");
+        };
+        assert_eq!(
+            block
+                .transactions
+                .iter()
+                .map(|t| t.nonce)
+                .collect::<Vec<_>>(),
+            [0]
+        );
+        // (run_steps lists genesis first.)
+        let (blocks, _) = run_steps(&mut devnet, 2);
+        assert_eq!(blocks[1].parent_hash(), block.hash);
+        assert_eq!(
+            blocks[1]
+                .transactions
+                .iter()
+                .map(|t| t.nonce)
+                .collect::<Vec<_>>(),
+            [1]
+        );
     }
 
     #[test]
