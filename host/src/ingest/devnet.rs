@@ -1278,6 +1278,19 @@ mod tests {
         events
     }
 
+    /// The next event [`run`] sends; `why` it should come in time.
+    async fn next_event(events: &mut mpsc::Receiver<SourceEvent>, why: &str) -> SourceEvent {
+        tokio::time::timeout(Duration::from_secs(30), events.recv())
+            .await
+            .expect(why)
+            .expect("the devnet runs")
+    }
+
+    /// The nonces of a block's transactions, in order.
+    fn nonces(block: &Block) -> Vec<u64> {
+        block.transactions.iter().map(|t| t.nonce).collect()
+    }
+
     /// A submissions queue nobody sends to.
     fn closed() -> mpsc::Receiver<Submission> {
         mpsc::channel(1).1
@@ -1322,39 +1335,41 @@ mod tests {
             "the model carries the whole transaction"
         );
 
-        // Nonces in order, as a node's pool wants them.
-        assert_eq!(
-            devnet.accept(first, from),
-            Err(Refusal::NonceTooLow {
-                expected: 1,
-                got: 0
-            })
-        );
-        let (skipping, _) = outside(2, 21_000, &[]);
-        assert_eq!(
-            devnet.accept(skipping, from),
-            Err(Refusal::NonceTooHigh {
-                expected: 1,
-                got: 2
-            })
-        );
-        // Calldata costs 4 gas per zero byte and 16 per other byte.
-        let (short, _) = outside(1, 21_019, &[0, 1]);
-        assert_eq!(
-            devnet.accept(short, from),
-            Err(Refusal::IntrinsicGas {
-                gas: 21_019,
-                needed: 21_020
-            })
-        );
-        let (huge, _) = outside(1, 30_000_001, &[]);
-        assert_eq!(
-            devnet.accept(huge, from),
-            Err(Refusal::GasLimit {
-                gas: 30_000_001,
-                limit: 30_000_000
-            })
-        );
+        let refused = [
+            // Nonces in order, as a node's pool wants them.
+            (
+                first,
+                Refusal::NonceTooLow {
+                    expected: 1,
+                    got: 0,
+                },
+            ),
+            (
+                outside(2, 21_000, &[]).0,
+                Refusal::NonceTooHigh {
+                    expected: 1,
+                    got: 2,
+                },
+            ),
+            // Calldata costs 4 gas per zero byte and 16 per other byte.
+            (
+                outside(1, 21_019, &[0, 1]).0,
+                Refusal::IntrinsicGas {
+                    gas: 21_019,
+                    needed: 21_020,
+                },
+            ),
+            (
+                outside(1, 30_000_001, &[]).0,
+                Refusal::GasLimit {
+                    gas: 30_000_001,
+                    limit: 30_000_000,
+                },
+            ),
+        ];
+        for (tx, refusal) in refused {
+            assert_eq!(devnet.accept(tx, from), Err(refusal));
+        }
         let (second, _) = outside(1, 50_000, &[0, 1]);
         devnet.accept(second, from).expect("the sender's second");
 
@@ -1365,14 +1380,7 @@ mod tests {
         );
         let block = &blocks[1];
         assert_eq!(block.number(), 1);
-        assert_eq!(
-            block
-                .transactions
-                .iter()
-                .map(|t| t.nonce)
-                .collect::<Vec<_>>(),
-            [0, 1]
-        );
+        assert_eq!(nonces(block), [0, 1]);
         // They succeed with their intrinsic gas and log nothing.
         assert_eq!(block.header.gas_used, 21_000 + 21_020);
         assert!(block.logs.is_empty());
@@ -1398,10 +1406,7 @@ mod tests {
             devnet.accept(tx, from).expect("in order");
         }
         let (blocks, _) = run_steps(&mut devnet, 15);
-        let mined: Vec<Vec<u64>> = blocks[1..]
-            .iter()
-            .map(|b| b.transactions.iter().map(|t| t.nonce).collect())
-            .collect();
+        let mined: Vec<Vec<u64>> = blocks[1..].iter().map(|b| nonces(b)).collect();
         assert_eq!(mined, [vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
         assert!(blocks.iter().all(|b| b.header.gas_limit == 100_000));
     }
@@ -1431,25 +1436,11 @@ mod tests {
         let [SourceEvent::Block(block)] = &events[..] else {
             panic!("one block: {events:?}");
         };
-        assert_eq!(
-            block
-                .transactions
-                .iter()
-                .map(|t| t.nonce)
-                .collect::<Vec<_>>(),
-            [0]
-        );
+        assert_eq!(nonces(block), [0]);
         // (run_steps lists genesis first.)
         let (blocks, _) = run_steps(&mut devnet, 2);
         assert_eq!(blocks[1].parent_hash(), block.hash);
-        assert_eq!(
-            blocks[1]
-                .transactions
-                .iter()
-                .map(|t| t.nonce)
-                .collect::<Vec<_>>(),
-            [1]
-        );
+        assert_eq!(nonces(&blocks[1]), [1]);
     }
 
     #[test]
@@ -1510,10 +1501,7 @@ mod tests {
         }
         let mut announced = Vec::new();
         while announced.len() < 2 {
-            let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
-                .await
-                .expect("announced without waiting for a block")
-                .expect("the devnet runs");
+            let event = next_event(&mut events, "announced without waiting for a block").await;
             if let SourceEvent::Pending(txs) = event {
                 announced.extend(txs.iter().map(|tx| tx.nonce));
             }
@@ -2140,10 +2128,7 @@ mod tests {
         tokio::spawn(run(devnet, out, closed(), shutdown.clone()));
         let mut blocks = Vec::new();
         while blocks.len() < 6 {
-            let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
-                .await
-                .expect("history arrives at once")
-                .expect("the devnet runs");
+            let event = next_event(&mut events, "history arrives at once").await;
             if let SourceEvent::Block(block) = event {
                 blocks.push(block);
             }
@@ -2175,19 +2160,13 @@ mod tests {
         let (out, mut events) = mpsc::channel(16);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(run(devnet, out, closed(), shutdown.clone()));
-        let next = async |events: &mut mpsc::Receiver<SourceEvent>| {
-            tokio::time::timeout(Duration::from_secs(5), events.recv())
-                .await
-                .expect("events keep coming")
-                .expect("the devnet runs")
-        };
-        let SourceEvent::Block(first) = next(&mut events).await else {
+        let SourceEvent::Block(first) = next_event(&mut events, "events keep coming").await else {
             panic!("genesis comes first");
         };
         assert_eq!(first.hash, genesis);
         let mut pending = 0;
         loop {
-            match next(&mut events).await {
+            match next_event(&mut events, "events keep coming").await {
                 SourceEvent::Pending(_) => pending += 1,
                 SourceEvent::Block(block) => {
                     assert_eq!((block.number(), pending), (1, 4));
