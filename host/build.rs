@@ -86,6 +86,8 @@ fn main() {
         );
     }
 
+    ensure_target_installed(&workspace);
+
     let target_root = target_root(&out_dir, &workspace);
     let guest_target = target_root.join("guest-build");
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -125,7 +127,7 @@ fn main() {
         .expect("running cargo to build the filter components");
     assert!(
         status.success(),
-        "building the filter components failed; is the {TARGET} target installed? (rust-toolchain.toml asks rustup for it)"
+        "building the filter components for {TARGET} failed (see the nested cargo's errors above)"
     );
 
     let built = guest_target.join(TARGET).join(PROFILE);
@@ -159,6 +161,44 @@ fn main() {
         published.display()
     );
     fs::write(out_dir.join("builtin_filters.rs"), registry).expect("writing builtin_filters.rs");
+}
+
+/// Makes sure the compiler has the standard library for [`TARGET`].
+///
+/// `rust-toolchain.toml` lists the target, but rustup adds it only when it
+/// installs the toolchain itself: on a machine that already has the pinned
+/// toolchain (or with `RUSTUP_AUTO_INSTALL=0`) the target is missing and the
+/// guest build would fail with "can't find crate for `core`". So the build
+/// adds it with rustup, in the workspace so the same toolchain override
+/// applies, and says so. Without rustup, the error says what to install.
+fn ensure_target_installed(workspace: &Path) {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+    let installed = |root: &Path| root.join("lib/rustlib").join(TARGET).join("lib").is_dir();
+    if sysroot.as_deref().is_some_and(installed) {
+        return;
+    }
+    println!(
+        "cargo:warning=the {TARGET} target (for the filter components) is missing; adding it with `rustup target add {TARGET}`"
+    );
+    let added = Command::new("rustup")
+        .current_dir(workspace)
+        .args(["target", "add", TARGET])
+        .status();
+    match added {
+        Ok(status) if status.success() => {}
+        Ok(status) => panic!(
+            "`rustup target add {TARGET}` failed ({status}); the filter components need that target"
+        ),
+        Err(e) => panic!(
+            "the {TARGET} target is missing and rustup could not be run ({e}); install the target for {rustc} by hand"
+        ),
+    }
 }
 
 /// The workspace's target directory: `OUT_DIR` is

@@ -5,6 +5,7 @@
 //! the filters directory does ([`crate::filters::reload`]).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use chainsieve_filter_sdk::Source;
@@ -53,6 +54,9 @@ pub struct Chain {
     pub metrics: Arc<Metrics>,
     /// Events ingested per stream, in [`stream_slot`] order.
     ingested: [Counter; 4],
+    /// Set by the hub once the source's past is in place: until then
+    /// nothing is notified and the chain is not ready.
+    synced: AtomicBool,
 }
 
 /// A stream's place in [`Chain::ingested`].
@@ -124,6 +128,7 @@ impl Chain {
                 Source::Logs,
             ]
             .map(|source| metrics.events(&spec.name, source.name())),
+            synced: AtomicBool::new(false),
         });
         tokio::spawn(chain.clone().hub(rx, shutdown.clone()));
         Ok(chain)
@@ -134,6 +139,11 @@ impl Chain {
         self.upstream
             .as_ref()
             .map_or(UpstreamStatus::Live, |status| status.borrow().clone())
+    }
+
+    /// Whether the source's past (the devnet's history) is in place.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
     }
 
     /// The actors serving this chain's topics now.
@@ -196,12 +206,20 @@ impl Chain {
                 tracing::warn!(chain = %self.name, "source stopped");
                 return;
             };
+            if matches!(event, SourceEvent::Synced) {
+                self.synced.store(true, Ordering::Release);
+                continue;
+            }
+            // The source's past is placed, never notified.
+            let live = self.synced.load(Ordering::Acquire);
             for chain_event in self.order(event) {
                 if !matches!(chain_event, ChainEvent::Pending(_)) {
                     // The indexer stops only at shutdown.
                     let _ = self.price_events.send(chain_event.clone());
                 }
-                self.dispatch(&chain_event).await;
+                if live {
+                    self.dispatch(&chain_event).await;
+                }
             }
         }
     }
@@ -210,6 +228,7 @@ impl Chain {
     fn order(&self, event: SourceEvent) -> Vec<ChainEvent> {
         match event {
             SourceEvent::Pending(txs) => vec![ChainEvent::Pending(txs)],
+            SourceEvent::Synced => Vec::new(),
             SourceEvent::Block(block) => {
                 let mut canonical = self
                     .canonical

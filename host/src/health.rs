@@ -1,7 +1,7 @@
 //! Probes for orchestrators: `/healthz` answers while the process serves;
 //! `/readyz` answers 200 only when every chain's source is live (the
-//! devnet always is; a node source once subscribed), else 503 with each
-//! chain's state.
+//! devnet once its history is in place; a node source once subscribed),
+//! else 503 with each chain's state.
 
 use std::sync::Arc;
 
@@ -23,8 +23,10 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let mut ready = true;
     for (name, chain) in &state.chains {
         let status = chain.source_status();
-        ready &= status == UpstreamStatus::Live;
+        let synced = chain.is_synced();
+        ready &= synced && status == UpstreamStatus::Live;
         let entry = match status {
+            UpstreamStatus::Live if !synced => json!({"state": "syncing"}),
             UpstreamStatus::Live => json!({"state": "live"}),
             UpstreamStatus::Connecting => json!({"state": "connecting"}),
             UpstreamStatus::Down { reason } => json!({"state": "down", "reason": reason}),

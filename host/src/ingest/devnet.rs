@@ -1160,6 +1160,10 @@ pub async fn run(
             }
         }
     }
+    // What follows is live.
+    if !send(&out, &shutdown, SourceEvent::Synced).await {
+        return;
+    }
     let steps = devnet.settings.pending_batches_per_block.max(1) + 1;
     let mut ticks =
         tokio::time::interval((devnet.block_time() / steps).max(Duration::from_millis(1)));
@@ -1533,6 +1537,7 @@ mod tests {
             match event {
                 SourceEvent::Block(b) => blocks.push(b),
                 SourceEvent::Pending(txs) => pending.extend(txs),
+                SourceEvent::Synced => unreachable!("steps carry no marker"),
             }
         }
         (blocks, pending)
@@ -1847,6 +1852,7 @@ mod tests {
                             mined.insert(tx.hash);
                         }
                     }
+                    SourceEvent::Synced => unreachable!("steps carry no marker"),
                 }
             }
             assert!(blocks >= 20);
@@ -1999,7 +2005,7 @@ mod tests {
                 .into_iter()
                 .filter_map(|e| match e {
                     SourceEvent::Block(b) => Some(b),
-                    SourceEvent::Pending(_) => None,
+                    SourceEvent::Pending(_) | SourceEvent::Synced => None,
                 })
                 .collect();
             let Some(first) = blocks.first() else {
@@ -2127,12 +2133,14 @@ mod tests {
         let shutdown = CancellationToken::new();
         tokio::spawn(run(devnet, out, closed(), shutdown.clone()));
         let mut blocks = Vec::new();
-        while blocks.len() < 6 {
-            let event = next_event(&mut events, "history arrives at once").await;
-            if let SourceEvent::Block(block) = event {
-                blocks.push(block);
+        loop {
+            match next_event(&mut events, "history arrives at once").await {
+                SourceEvent::Block(block) => blocks.push(block),
+                SourceEvent::Pending(_) => {}
+                SourceEvent::Synced => break,
             }
         }
+        assert_eq!(blocks.len(), 6, "genesis and five history blocks, then the marker");
         let last = &blocks[5];
         assert_eq!(last.number(), 5);
         assert_eq!(last.header.timestamp, genesis_time + 5 * 3_600);
@@ -2172,6 +2180,7 @@ mod tests {
                     assert_eq!((block.number(), pending), (1, 4));
                     break;
                 }
+                SourceEvent::Synced => panic!("the history ends after block 1"),
             }
         }
         shutdown.cancel();

@@ -264,6 +264,10 @@ pub enum SourceEvent {
     /// A block, canonical as far as the source knows; a block whose parent is
     /// not the current tip makes the tracker reorganise.
     Block(Arc<Block>),
+    /// Everything the source sent before this is its past (the devnet's
+    /// generated history): placed in the window and the price index, never
+    /// notified. Sent once; the chain is ready from here on.
+    Synced,
 }
 
 #[cfg(test)]

@@ -100,6 +100,11 @@ pub async fn run(
     status: watch::Sender<UpstreamStatus>,
     shutdown: CancellationToken,
 ) {
+    // A node has no past to replay before it is followed: what it catches
+    // up on after a reconnect is delivered, as subscribers missed it.
+    if out.send(SourceEvent::Synced).await.is_err() {
+        return;
+    }
     let mut delivered = Delivered::new(settings.backfill_limit);
     if let Some((number, hash)) = settings.resume_from {
         delivered.resume(number, hash);
@@ -602,7 +607,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_silent_node_is_probed_and_dropped() {
         let url = scripted_node(Vec::new(), true).await;
-        let (_events, mut watcher, shutdown) = follow(url);
+        let (_events, mut watcher, shutdown) = follow(url).await;
         let down = watcher
             .wait_for(|s| matches!(s, UpstreamStatus::Down { .. }))
             .await
@@ -624,17 +629,22 @@ mod tests {
 
     /// Follows the node at `url` as the source does: its events, its
     /// status, and the token that stops it.
-    fn follow(
+    async fn follow(
         url: String,
     ) -> (
         mpsc::Receiver<SourceEvent>,
         watch::Receiver<UpstreamStatus>,
         CancellationToken,
     ) {
-        let (out, events) = mpsc::channel(16);
+        let (out, mut events) = mpsc::channel(16);
         let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
         let shutdown = CancellationToken::new();
         tokio::spawn(run(settings(url), out, status, shutdown.clone()));
+        let first = tokio::time::timeout(Duration::from_secs(30), events.recv()).await;
+        assert!(
+            matches!(first, Ok(Some(SourceEvent::Synced))),
+            "a node source has no past: it is synced before it connects"
+        );
         (events, watcher, shutdown)
     }
 
@@ -671,7 +681,7 @@ mod tests {
                 }
             }
         });
-        let (mut events, _watcher, shutdown) = follow(url);
+        let (mut events, _watcher, shutdown) = follow(url).await;
         let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
             .await
             .expect("the pending transaction in time")
@@ -698,7 +708,7 @@ mod tests {
             .map(|hash| notification("0xpending", json!(hash)))
             .collect();
         let url = scripted_node(notes, false).await;
-        let (mut events, mut watcher, shutdown) = follow(url);
+        let (mut events, mut watcher, shutdown) = follow(url).await;
         let mut announced = Vec::new();
         while announced.len() < 2 {
             let event = tokio::time::timeout(Duration::from_secs(30), events.recv())
