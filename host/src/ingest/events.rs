@@ -137,23 +137,33 @@ impl EventBatch {
             .collect()
     }
 
+    /// A block's transactions or logs; a removed block's in reverse, so a
+    /// reorg undoes exactly what was delivered, last first
+    /// (docs/architecture.md, Decided semantics).
     fn block_stream(block: &Arc<Block>, source: Source, removed: bool) -> EventBatch {
-        let events = match source {
-            Source::MinedTransactions => (0..block.transactions.len())
-                .map(|index| StreamEvent::Mined {
-                    block: block.clone(),
-                    index,
-                    removed,
-                })
-                .collect(),
-            _ => (0..block.logs.len())
-                .map(|index| StreamEvent::Log {
-                    block: block.clone(),
-                    index,
-                    removed,
-                })
-                .collect(),
+        let count = match source {
+            Source::MinedTransactions => block.transactions.len(),
+            _ => block.logs.len(),
         };
+        let order: Box<dyn Iterator<Item = usize>> = if removed {
+            Box::new((0..count).rev())
+        } else {
+            Box::new(0..count)
+        };
+        let events = order
+            .map(|index| match source {
+                Source::MinedTransactions => StreamEvent::Mined {
+                    block: block.clone(),
+                    index,
+                    removed,
+                },
+                _ => StreamEvent::Log {
+                    block: block.clone(),
+                    index,
+                    removed,
+                },
+            })
+            .collect();
         EventBatch::new(source, events)
     }
 
@@ -272,7 +282,52 @@ pub enum SourceEvent {
 
 #[cfg(test)]
 mod tests {
+    use super::super::devnet::{Devnet, DevnetSettings};
     use super::*;
+
+    /// Positions in the block of a batch's transactions or logs.
+    fn positions(batch: &EventBatch) -> Vec<usize> {
+        batch
+            .events()
+            .iter()
+            .map(|event| match event {
+                StreamEvent::Mined { index, .. } | StreamEvent::Log { index, .. } => *index,
+                StreamEvent::Pending(_) | StreamEvent::Head(_) => {
+                    unreachable!("block streams only")
+                }
+            })
+            .collect()
+    }
+
+    /// A removed block's transactions and logs come in the exact reverse
+    /// of their first delivery: an undo, last first.
+    #[test]
+    fn a_removed_block_is_undone_last_first() {
+        let mut devnet = Devnet::new(1, &DevnetSettings::default());
+        let block = std::iter::repeat_with(|| devnet.next_step())
+            .flatten()
+            .find_map(|event| match event {
+                SourceEvent::Block(b) if b.transactions.len() >= 2 && b.logs.len() >= 2 => Some(b),
+                _ => None,
+            })
+            .expect("the devnet mines busy blocks");
+        let stream = |event: ChainEvent, source: Source| {
+            EventBatch::from_chain_event(&event)
+                .into_iter()
+                .find(|batch| batch.source == source)
+                .expect("a batch of that stream")
+        };
+        for source in [Source::MinedTransactions, Source::Logs] {
+            let added = positions(&stream(ChainEvent::Added(block.clone()), source));
+            let removed = positions(&stream(ChainEvent::Removed(block.clone()), source));
+            assert_eq!(added, (0..added.len()).collect::<Vec<_>>(), "{source:?}");
+            assert_eq!(
+                removed,
+                added.iter().rev().copied().collect::<Vec<_>>(),
+                "{source:?}"
+            );
+        }
+    }
 
     #[test]
     fn positions_saturate_instead_of_wrapping() {
