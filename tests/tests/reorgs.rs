@@ -1,9 +1,10 @@
 //! Devnet reorgs through the canonical tracker, as subscribers see them:
 //! `newHeads` re-emits the new branch, `logs` re-sends orphaned logs with
-//! `removed: true` (newest block first), and `bvMinedTransactions` re-sends
-//! orphaned transactions with `"removed": true` before they are re-mined.
+//! `removed: true`, and `bvMinedTransactions` re-sends orphaned
+//! transactions with `"removed": true` before they are re-mined; removals
+//! undo deliveries exactly, last delivered first.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chainsieve::config::Config;
 use chainsieve::ingest::devnet::DevnetSettings;
@@ -48,10 +49,11 @@ async fn reorgs_remove_then_re_emit() {
     // delivery.
     let mut first_log_block: Option<u64> = None;
     let mut first_tx_block: Option<u64> = None;
-    let mut delivered_logs: HashSet<String> = HashSet::new();
+    // What was delivered and not yet removed, in delivery order: a removal
+    // must take the top.
+    let mut delivered_logs: Vec<String> = Vec::new();
     let mut removed_logs = 0;
-    let mut previous_removed_block: Option<u64> = None;
-    let mut delivered_txs: HashSet<(String, String)> = HashSet::new();
+    let mut delivered_txs: Vec<(String, String)> = Vec::new();
     let mut awaiting_remine: HashMap<String, String> = HashMap::new();
     let mut removed_txs = 0;
 
@@ -81,26 +83,22 @@ async fn reorgs_remove_then_re_emit() {
             let key = format!("{}:{}", result["blockHash"], result["logIndex"]);
             let block = number(&result["blockNumber"]);
             if result["removed"] == json!(true) {
-                let was_delivered = delivered_logs.remove(&key);
                 if first_log_block.is_some_and(|first| block >= first) {
-                    assert!(
-                        was_delivered,
-                        "a removed log was delivered before, once: {result}"
+                    assert_eq!(
+                        delivered_logs.pop().as_ref(),
+                        Some(&key),
+                        "a removed log undoes the last delivered one: {result}"
                     );
                 }
-                if let Some(previous) = previous_removed_block {
-                    assert!(block <= previous, "removed logs come newest block first");
-                }
-                previous_removed_block = Some(block);
                 removed_logs += 1;
             } else {
                 assert_eq!(result["removed"], json!(false));
-                previous_removed_block = None;
                 first_log_block.get_or_insert(block);
                 assert!(
-                    delivered_logs.insert(key),
+                    !delivered_logs.contains(&key),
                     "a log delivered twice: {result}"
                 );
+                delivered_logs.push(key);
             }
         } else if subscription == mined {
             let hash = result["hash"].as_str().expect("hash").to_string();
@@ -110,9 +108,12 @@ async fn reorgs_remove_then_re_emit() {
                 .to_string();
             let height = number(&result["blockNumber"]);
             if result["removed"] == json!(true) {
-                let was_delivered = delivered_txs.remove(&(hash.clone(), block.clone()));
                 if first_tx_block.is_some_and(|first| height >= first) {
-                    assert!(was_delivered, "a removed transaction was delivered before");
+                    assert_eq!(
+                        delivered_txs.pop(),
+                        Some((hash.clone(), block.clone())),
+                        "a removed transaction undoes the last delivered one"
+                    );
                 }
                 awaiting_remine.insert(hash, block);
                 removed_txs += 1;
@@ -122,10 +123,12 @@ async fn reorgs_remove_then_re_emit() {
                 if let Some(orphaned_in) = awaiting_remine.remove(&hash) {
                     assert_ne!(orphaned_in, block, "re-mined in a block of the new branch");
                 }
+                let delivered = (hash, block);
                 assert!(
-                    delivered_txs.insert((hash, block)),
+                    !delivered_txs.contains(&delivered),
                     "a transaction delivered twice in one block"
                 );
+                delivered_txs.push(delivered);
             }
         }
     }

@@ -299,9 +299,10 @@ async fn deploy_ping(client: &mut WsClient, heads: &str, anvil: &Anvil) -> Strin
 
 /// Reorgs of depth 1, 3 and 10 (`anvil_reorg` replaces the last blocks
 /// with empty ones; anvil itself sends no removed logs): subscribers get
-/// the orphaned logs with `removed: true` newest block first, the orphaned
-/// transactions with `"removed": true`, then every header of the new
-/// branch in ascending order.
+/// the orphaned logs with `removed: true` and the orphaned transactions
+/// with `"removed": true`, each in the exact reverse of their delivery
+/// (a block holding two is built on purpose), then every header of the
+/// new branch in ascending order.
 #[tokio::test]
 async fn reorgs_remove_and_reemit_exactly() {
     let anvil = Anvil::start(1).await.expect("anvil");
@@ -320,22 +321,24 @@ async fn reorgs_remove_and_reemit_exactly() {
         .await
         .expect("mined");
     for depth in [1u64, 3, 10] {
-        // `depth` blocks, each with one call (automine) and its log.
+        // `depth` blocks: the first holds two calls (two logs in one block,
+        // on purpose), each other one call (automine), each call one log.
+        let call = json!({ "from": DEV_ACCOUNT, "to": contract, "data": "0x" });
         let mut calls = Vec::new();
-        for _ in 0..depth {
-            calls.push(
-                anvil
-                    .send(json!({ "from": DEV_ACCOUNT, "to": contract, "data": "0x" }))
-                    .await
-                    .expect("call"),
-            );
+        anvil.automine(false).await.expect("automine off");
+        for _ in 0..2 {
+            calls.push(anvil.send(call.clone()).await.expect("call"));
         }
+        anvil.mine(1).await.expect("mine both calls in one block");
+        anvil.automine(true).await.expect("automine on");
+        for _ in 1..depth {
+            calls.push(anvil.send(call.clone()).await.expect("call"));
+        }
+        let count = calls.len();
         let (receipt, mut before) =
             mined(&mut client, &heads, &anvil, calls.last().expect("calls")).await;
         let tip = number(&receipt["blockNumber"]);
-        while of(&before, &logs).len() < depth as usize
-            || of(&before, &orphans).len() < depth as usize
-        {
+        while of(&before, &logs).len() < count || of(&before, &orphans).len() < count {
             before.push(client.next_notification().await.expect("log or tx"));
         }
         let old_logs: Vec<Value> = of(&before, &logs).into_iter().cloned().collect();
@@ -351,8 +354,8 @@ async fn reorgs_remove_and_reemit_exactly() {
         while of(&after, &heads)
             .last()
             .is_none_or(|h| number(&h["number"]) != new_tip)
-            || of(&after, &logs).len() < depth as usize
-            || of(&after, &orphans).len() < depth as usize
+            || of(&after, &logs).len() < count
+            || of(&after, &orphans).len() < count
         {
             after.push(client.next_notification().await.expect("reorg events"));
         }
@@ -364,13 +367,13 @@ async fn reorgs_remove_and_reemit_exactly() {
         let removed_logs: Vec<Value> = of(&after, &logs).into_iter().cloned().collect();
         assert_eq!(
             removed_logs, expected_logs,
-            "depth {depth}: removed logs, newest first"
+            "depth {depth}: removed logs, the exact reverse of their delivery"
         );
         let removed_txs: Vec<&Value> = of(&after, &orphans);
         assert_eq!(
             removed_txs.iter().map(|tx| hash_of(tx)).collect::<Vec<_>>(),
             calls.iter().rev().cloned().collect::<Vec<_>>(),
-            "depth {depth}: removed transactions, newest first"
+            "depth {depth}: removed transactions, the exact reverse of their delivery"
         );
         assert!(removed_txs.iter().all(|tx| tx["removed"] == true));
         let new_heads = of(&after, &heads);
