@@ -1,44 +1,44 @@
 //! chainsieve: Ethereum, BNB Chain and Polygon events as JSON-RPC 2.0, with
 //! filter logic in WebAssembly components.
 //!
-//! Data flows one way:
+//! Data flows one way, top to bottom (docs/architecture.md, Data flow); no
+//! module reaches up to the layer that wires it, and a test fails on any
+//! import cycle between the files of this crate:
 //!
-//! - [`ingest`] — sources (the embedded [`ingest::devnet`], nodes through [`ingest::upstream`])
-//!   produce blocks and pending transactions; [`ingest::canonical`] orders
-//!   them (reorgs become removals then additions) and [`ingest::events`]
-//!   splits them into per-stream batches.
-//! - [`chain`] — per chain, the hub that runs that pipeline and owns one
-//!   filter actor per topic.
+//! - [`app`] — the wiring: config in, filters loaded, chains started, the
+//!   HTTP state built; shutdown passed down.
+//! - [`http`] — axum routes and keys, one task pair per WebSocket
+//!   ([`http::session`]), `/admin/filters`, `/healthz`, `/readyz`,
+//!   `/metrics`, connections per key.
+//! - [`rpc`] — the JSON-RPC envelope, errors and methods for both
+//!   transports; live subscriptions by public id; requests per second per key.
+//! - [`chain`] — per chain, the [`chain::pipeline`] (any ordered stream of
+//!   source events → canonical tracker → stream batches → filter actors) and
+//!   the hot swap of filter components ([`chain::reload`]).
 //! - [`filters`] — the wasmtime engine, the loaded components, and the actors
 //!   that call them per batch and deliver the matches.
 //! - [`fanout`] — per-connection bounded queues and the notification frame,
 //!   built around a payload serialized once per event.
-//! - [`server`], [`session`], [`rpc`] — axum routes and keys, one task pair
-//!   per WebSocket, and the JSON-RPC envelope and methods.
-//! - [`subscriptions`] — every live subscription by public id;
-//!   [`connections`] — open WebSocket connections per key;
-//!   [`rate_limit`] — requests per second per key.
-//! - [`health`] — `/healthz` and `/readyz`; [`metrics`] — `/metrics`.
-//! - [`admin`] — `/admin/filters`, what every chain runs, behind a token.
-//! - [`config`] — the TOML configuration and its defaults.
+//! - [`ingest`] — sources (the embedded [`ingest::devnet`], nodes through
+//!   [`ingest::upstream`]) produce blocks and pending transactions;
+//!   [`ingest::canonical`] orders them (reorgs become removals then
+//!   additions) and [`ingest::events`] splits them into per-stream batches.
+//! - [`price`] — `token_price`'s index of DEX pools and its store.
+//! - [`config`] — the TOML configuration and its defaults; [`metrics`] — the
+//!   metric handles the pipeline counts with.
 
 #![deny(unsafe_code)]
 
-pub mod admin;
+pub mod app;
 pub mod chain;
 pub mod config;
-pub mod connections;
 pub mod fanout;
 pub mod filters;
-pub mod health;
+pub mod http;
 pub mod ingest;
 pub mod metrics;
 pub mod price;
-pub mod rate_limit;
 pub mod rpc;
-pub mod server;
-pub mod session;
-pub mod subscriptions;
 
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use config::Config;
-pub use server::AppState;
+pub use http::AppState;
 
 /// Runs a server on `listener` until `shutdown` is cancelled.
 pub async fn run(
@@ -54,8 +54,8 @@ pub async fn run(
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let state = AppState::start(&config, shutdown)?;
-    server::serve(listener, state).await
+    let state = app::start(&config, shutdown)?;
+    http::serve(listener, state).await
 }
 
 /// Starts a server on `listener` in the background and returns its state
@@ -65,10 +65,10 @@ pub fn spawn(
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Arc<AppState>> {
-    let state = AppState::start(&config, shutdown)?;
+    let state = app::start(&config, shutdown)?;
     let serving = state.clone();
     tokio::spawn(async move {
-        if let Err(error) = server::serve(listener, serving).await {
+        if let Err(error) = http::serve(listener, serving).await {
             tracing::error!(error = format!("{error:#}"), "server stopped");
         }
     });

@@ -168,9 +168,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let address = listener.local_addr().context("reading the bound address")?;
     let keys = config.keys()?;
     let shutdown = CancellationToken::new();
-    let state = chainsieve::AppState::start(&config, shutdown.clone())?;
+    let state = chainsieve::app::start(&config, shutdown.clone())?;
     announce(&address, &state, &keys[0]);
-    let mut server = tokio::spawn(chainsieve::server::serve(listener, state));
+    let mut server = tokio::spawn(chainsieve::http::serve(listener, state));
     tokio::select! {
         signal = wait_for_signal() => {
             signal?;

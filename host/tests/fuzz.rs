@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use chainsieve::config::Config;
 use chainsieve::fanout::Sink;
-use chainsieve::rpc::methods::{Connection, Context, process};
+use chainsieve::rpc::methods::{Connection, process};
 use chainsieve_filter_sdk::Filter;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Runner, TestRunner};
@@ -198,7 +198,7 @@ fn the_frame_handler_answers_every_input_well_formed() {
         ..Config::default()
     };
     config.limits.requests_per_second_per_key = 10_000_000;
-    let state = chainsieve::AppState::start(&config, tokio_util::sync::CancellationToken::new())
+    let state = chainsieve::app::start(&config, tokio_util::sync::CancellationToken::new())
         .expect("server");
     let chain = state.chains["eth"].clone();
     let api_key: Arc<str> = "demo".into();
@@ -208,12 +208,7 @@ fn the_frame_handler_answers_every_input_well_formed() {
     let connection = Connection::new(sink);
     let mut runner = runner();
     for over_websocket in [false, true] {
-        let ctx = Context {
-            app: &state,
-            chain: &chain,
-            api_key: &api_key,
-            connection: over_websocket.then_some(&connection),
-        };
+        let ctx = state.rpc_context(&chain, &api_key, over_websocket.then_some(&connection));
         runner
             .run(&frame(), |bytes| {
                 check_reply(runtime.block_on(process(ctx, &bytes)))

@@ -24,7 +24,6 @@ use super::engine::{FilterComponent, FilterEngine, FilterInstance};
 use crate::fanout::{self, Sink};
 use crate::ingest::EventBatch;
 use crate::metrics::ActorMetrics;
-use crate::rpc;
 
 /// Batches (and commands) an actor may have waiting; a full queue makes the
 /// chain wait, which pushes back on its source instead of buffering without
@@ -71,8 +70,9 @@ pub struct Subscribe {
 /// `eth_subscribe` response.
 #[derive(Debug)]
 pub enum Start {
-    /// The actor queues this response itself, then notifications follow.
-    Acknowledge(rpc::Id),
+    /// The actor queues this frame (the response, written by the RPC side)
+    /// once the subscription is made, then notifications follow.
+    Acknowledge(String),
     /// The response travels in a batch the session queues later: nothing
     /// is delivered until the session opens the gate, right after queuing
     /// it. (Events before that go to a subscription the client cannot
@@ -388,12 +388,9 @@ impl Actor {
             }
         })?;
         let gate = match start {
-            Start::Acknowledge(request_id) => {
-                let result = rpc::result(&id).expect("a string serializes");
-                if let Some(frame) = rpc::response(&request_id, &Ok(result)) {
-                    // If the connection is already overflowing it is closing.
-                    let _ = sink.send(frame);
-                }
+            Start::Acknowledge(frame) => {
+                // If the connection is already overflowing it is closing.
+                let _ = sink.send(frame);
                 None
             }
             Start::Gated(gate) => Some(gate),

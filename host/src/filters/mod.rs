@@ -1,15 +1,14 @@
 //! Filter components: the wasmtime engine and the v0.1.0 bindings
 //! ([`engine`]) and what an instance may use ([`limits`]), the set of loaded components ([`registry`]), the actor
-//! that owns one instance per (chain, topic) ([`actor`]), and the watcher
-//! that swaps components when the filters directory changes ([`reload`]);
-//! [`harness`] runs one component alone, for filter authors and tests.
+//! that owns one instance per (chain, topic) ([`actor`]); [`harness`] runs
+//! one component alone, for filter authors and tests. The watcher that
+//! swaps components on every chain is the chain's ([`crate::chain::reload`]).
 
 pub mod actor;
 pub mod engine;
 pub mod harness;
 pub mod limits;
 pub mod registry;
-pub mod reload;
 
 /// Host bindings for `chainsieve:filter@0.1.0`. A future 0.2.0 gets its own
 /// module beside this one; the rest of the host talks to [`engine`]'s

@@ -2140,7 +2140,11 @@ mod tests {
                 SourceEvent::Synced => break,
             }
         }
-        assert_eq!(blocks.len(), 6, "genesis and five history blocks, then the marker");
+        assert_eq!(
+            blocks.len(),
+            6,
+            "genesis and five history blocks, then the marker"
+        );
         let last = &blocks[5];
         assert_eq!(last.number(), 5);
         assert_eq!(last.header.timestamp, genesis_time + 5 * 3_600);

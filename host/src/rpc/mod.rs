@@ -2,9 +2,16 @@
 //! ids that are numbers, strings or null; `params` optional), writing
 //! responses, and the method table shared by HTTP and WebSocket.
 
+mod blocks;
+mod context;
 pub mod error;
 pub mod methods;
-pub mod submit;
+mod params;
+pub mod rate_limit;
+mod submit;
+mod subscribe;
+pub mod subscriptions;
+mod token_price;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -10,12 +10,12 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
-use super::methods::require_positional;
+use super::params::require_positional;
 use super::{RpcError, result};
 use crate::chain::Chain;
 use crate::ingest::devnet::{Refusal, Submission};
 
-pub async fn send_raw_transaction(
+pub(super) async fn send_raw_transaction(
     chain: &Chain,
     params: &Value,
 ) -> Result<Box<RawValue>, RpcError> {

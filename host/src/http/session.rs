@@ -15,11 +15,11 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
+use super::AppState;
 use crate::chain::Chain;
 use crate::fanout::{SendError, Sink};
 use crate::rpc::methods::{self, Connection, Context};
 use crate::rpc::{RpcError, error_response};
-use crate::server::AppState;
 
 /// Close code for a subscriber that fell too far behind, or stopped
 /// answering pings (policy violation).
@@ -48,12 +48,7 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
     // Set by the reader on every pong, checked by the writer before the
     // next ping.
     let ponged = AtomicBool::new(true);
-    let ctx = Context {
-        app: &state,
-        chain: &chain,
-        api_key: &api_key,
-        connection: Some(&connection),
-    };
+    let ctx = state.rpc_context(&chain, &api_key, Some(&connection));
     let ending = tokio::select! {
         ending = read(&mut ws_rx, ctx, &ponged) => ending,
         ending = write(&mut ws_tx, frames, &connection.sink, &state, &ponged) => ending,
@@ -101,7 +96,7 @@ pub async fn serve(socket: WebSocket, state: Arc<AppState>, chain: Arc<Chain>, a
 /// reply finds the outbound queue full.
 async fn read(ws_rx: &mut SplitStream<WebSocket>, ctx: Context<'_>, ponged: &AtomicBool) -> Ending {
     let connection = ctx.connection.expect("sessions always have a connection");
-    let limit = ctx.app.limits.max_request_bytes;
+    let limit = ctx.limits.max_request_bytes;
     while let Some(Ok(message)) = ws_rx.next().await {
         let bytes = match &message {
             Message::Text(text) => text.as_bytes(),

@@ -13,8 +13,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
+use super::{AppState, json_error};
 use crate::rpc::RpcError;
-use crate::server::{AppState, json_error};
 
 pub async fn filters(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Some(refusal) = refusal(&state, &headers) {

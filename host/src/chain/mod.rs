@@ -2,7 +2,9 @@
 //! per topic. A hub task takes what the source produces, orders it through
 //! the tracker, splits it into stream batches, and hands each batch to the
 //! actors consuming that stream. The set of actors changes at run time when
-//! the filters directory does ([`crate::filters::reload`]).
+//! the filters directory does ([`reload`]).
+
+pub mod reload;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -25,10 +25,9 @@ use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::actor::FilterHandle;
-use super::engine::{FilterComponent, FilterEngine};
-use super::registry::{FilterRegistry, Rejected};
-use crate::chain::Chain;
+use super::Chain;
+use crate::filters::registry::Rejected;
+use crate::filters::{FilterComponent, FilterEngine, FilterHandle, FilterRegistry};
 
 /// Quiet time after a change before the directory is read: a copy arrives
 /// as several events.

@@ -2,9 +2,19 @@
 //! (and `/v1/{key}` for the default chain) answers JSON-RPC over HTTP POST
 //! and upgrades to a WebSocket on GET. Unknown keys get HTTP 401 with a
 //! JSON-RPC error body and no upgrade.
+//!
+//! - [`session`] — one WebSocket connection;
+//! - [`admin`] — `/admin/filters`; [`health`] — `/healthz`, `/readyz`;
+//!   [`metrics`] — `/metrics`;
+//! - [`connections`] — open WebSocket connections per key.
+
+pub mod admin;
+pub mod connections;
+pub mod health;
+pub mod metrics;
+pub mod session;
 
 use std::collections::{BTreeMap, HashSet};
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -23,18 +33,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::chain::Chain;
-use crate::config::{Config, LimitsConfig};
-use crate::connections::Connections;
-use crate::filters::reload::{self, ReloadReport};
-use crate::filters::{FilterEngine, FilterRegistry};
-use crate::metrics::{self, Metrics};
-use crate::rate_limit::RateLimit;
+use crate::chain::reload::ReloadReport;
+use crate::config::LimitsConfig;
+use crate::metrics::Metrics;
 use crate::rpc::methods::{self, Context};
+use crate::rpc::rate_limit::RateLimit;
+use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::{RpcError, error_response};
-use crate::subscriptions::Subscriptions;
-use crate::{admin, health, session};
+use connections::Connections;
 
-/// Everything a request handler needs; one per server.
+/// Everything a request handler needs; one per server, built by
+/// [`crate::app::start`].
 #[derive(Debug)]
 pub struct AppState {
     pub chains: BTreeMap<String, Arc<Chain>>,
@@ -80,59 +89,21 @@ impl Stats {
 }
 
 impl AppState {
-    /// Loads the filters and starts every chain.
-    pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<Self>> {
-        config.validate()?;
-        let specs = config.chain_specs()?;
-        let keys = config.keys()?.into_iter().collect();
-        let engine = FilterEngine::new(&config.filters)?;
-        let registry = FilterRegistry::load(&engine, &config.filters.dir)?;
-        let metrics = Arc::new(Metrics::default());
-        // The chains' tasks stop with the server, or at once if a later
-        // chain fails to start (nothing is left running behind an error).
-        let chains_running = shutdown.child_token();
-        let mut chains = BTreeMap::new();
-        for spec in &specs {
-            match Chain::start(spec, &registry, &engine, &metrics, config, &chains_running) {
-                Ok(chain) => {
-                    chains.insert(spec.name.clone(), chain);
-                }
-                Err(error) => {
-                    chains_running.cancel();
-                    return Err(error.context(format!("starting chain {}", spec.name)));
-                }
-            }
+    /// What a JSON-RPC call over `chain` with `api_key` may use.
+    pub fn rpc_context<'a>(
+        &'a self,
+        chain: &'a Arc<Chain>,
+        api_key: &'a Arc<str>,
+        connection: Option<&'a methods::Connection>,
+    ) -> Context<'a> {
+        Context {
+            chain,
+            api_key,
+            connection,
+            subscriptions: &self.subscriptions,
+            rate: &self.rate,
+            limits: &self.limits,
         }
-        let default_chain = config
-            .default_chain()
-            .context("no chains configured")?
-            .to_string();
-        let filter_reloads = reload::spawn(
-            registry,
-            engine,
-            config.filters.dir.clone(),
-            chains.values().cloned().collect(),
-            chains_running.clone(),
-        )
-        .inspect_err(|_| chains_running.cancel())?;
-        Ok(Arc::new(Self {
-            chains,
-            default_chain,
-            keys,
-            admin_token: config.auth.admin_token.clone(),
-            subscriptions: Subscriptions::default(),
-            connections: Arc::default(),
-            metrics,
-            rate: RateLimit::new(
-                NonZeroU32::new(config.limits.requests_per_second_per_key)
-                    .context("limits.requests_per_second_per_key must be at least 1")?,
-            ),
-            limits: config.limits.clone(),
-            shutdown,
-            sessions: TaskTracker::new(),
-            stats: Stats::default(),
-            filter_reloads,
-        }))
     }
 }
 
@@ -251,12 +222,7 @@ async fn http(state: Arc<AppState>, chain: &str, key: &str, body: Body) -> Respo
             );
         }
     };
-    let ctx = Context {
-        app: &state,
-        chain: &chain,
-        api_key: &api_key,
-        connection: None,
-    };
+    let ctx = state.rpc_context(&chain, &api_key, None);
     match methods::process(ctx, &bytes).await {
         Some(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),

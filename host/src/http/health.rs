@@ -11,8 +11,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+use super::AppState;
 use crate::ingest::upstream::UpstreamStatus;
-use crate::server::AppState;
 
 pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()

@@ -1,0 +1,76 @@
+//! The wiring, at the top of the house: the config comes in, the filter
+//! engine and components are loaded, every chain is started with its
+//! pipeline and actors, the filters directory is watched, and the HTTP
+//! side's state is built around them. Shutdown is passed down; nothing
+//! below reaches back up here.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::chain::{Chain, reload};
+use crate::config::Config;
+use crate::filters::{FilterEngine, FilterRegistry};
+use crate::http::{AppState, Stats};
+use crate::metrics::Metrics;
+use crate::rpc::rate_limit::RateLimit;
+use crate::rpc::subscriptions::Subscriptions;
+
+/// Loads the filters and starts every chain; the server then serves the
+/// returned state ([`crate::http::serve`]).
+pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<AppState>> {
+    config.validate()?;
+    let specs = config.chain_specs()?;
+    let keys = config.keys()?.into_iter().collect();
+    let engine = FilterEngine::new(&config.filters)?;
+    let registry = FilterRegistry::load(&engine, &config.filters.dir)?;
+    let metrics = Arc::new(Metrics::default());
+    // The chains' tasks stop with the server, or at once if a later chain
+    // fails to start (nothing is left running behind an error).
+    let chains_running = shutdown.child_token();
+    let mut chains = BTreeMap::new();
+    for spec in &specs {
+        match Chain::start(spec, &registry, &engine, &metrics, config, &chains_running) {
+            Ok(chain) => {
+                chains.insert(spec.name.clone(), chain);
+            }
+            Err(error) => {
+                chains_running.cancel();
+                return Err(error.context(format!("starting chain {}", spec.name)));
+            }
+        }
+    }
+    let default_chain = config
+        .default_chain()
+        .context("no chains configured")?
+        .to_string();
+    let filter_reloads = reload::spawn(
+        registry,
+        engine,
+        config.filters.dir.clone(),
+        chains.values().cloned().collect(),
+        chains_running.clone(),
+    )
+    .inspect_err(|_| chains_running.cancel())?;
+    let rate = NonZeroU32::new(config.limits.requests_per_second_per_key)
+        .context("limits.requests_per_second_per_key must be at least 1")?;
+    Ok(Arc::new(AppState {
+        chains,
+        default_chain,
+        keys,
+        admin_token: config.auth.admin_token.clone(),
+        subscriptions: Subscriptions::default(),
+        connections: Arc::default(),
+        metrics,
+        rate: RateLimit::new(rate),
+        limits: config.limits.clone(),
+        shutdown,
+        sessions: TaskTracker::new(),
+        stats: Stats::default(),
+        filter_reloads,
+    }))
+}

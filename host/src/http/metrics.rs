@@ -1,0 +1,99 @@
+//! `GET /metrics` in Prometheus' text format: the counted metrics the
+//! pipeline keeps ([`crate::metrics`]), and what is a state rather than a
+//! count (connections closed too slow, subscriptions, a source's health, a
+//! filter's failures), read from the server when scraped.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::AppState;
+use crate::ingest::upstream::UpstreamStatus;
+use crate::metrics::{ChainLabel, TopicLabels};
+
+/// `GET /metrics`.
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let registry = scrape(&state);
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &registry) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics failed: {error}"),
+        )
+            .into_response(),
+    }
+}
+
+/// A registry of everything, the states read now.
+fn scrape(state: &AppState) -> Registry {
+    let mut registry = Registry::with_prefix("chainsieve");
+    state.metrics.register(&mut registry);
+    let closed_slow = Counter::<u64>::default();
+    closed_slow.inc_by(state.stats.closed_too_slow());
+    registry.register(
+        "closed_too_slow",
+        "Connections closed because their outbound queue overflowed",
+        closed_slow,
+    );
+    let subscriptions = Family::<TopicLabels, Gauge>::default();
+    let failures = Family::<TopicLabels, Gauge>::default();
+    let disabled = Family::<TopicLabels, Gauge>::default();
+    let live = Family::<ChainLabel, Gauge>::default();
+    for (chain, served) in &state.chains {
+        live.get_or_create(&ChainLabel {
+            chain: chain.clone(),
+        })
+        .set(i64::from(served.source_status() == UpstreamStatus::Live));
+        for (topic, handle) in served.filters().iter() {
+            let labels = TopicLabels {
+                chain: chain.clone(),
+                topic: topic.clone(),
+            };
+            let status = handle.status();
+            subscriptions
+                .get_or_create(&labels)
+                .set(i64::try_from(handle.subscriber_count()).unwrap_or(i64::MAX));
+            failures
+                .get_or_create(&labels)
+                .set(i64::try_from(status.failures).unwrap_or(i64::MAX));
+            disabled
+                .get_or_create(&labels)
+                .set(i64::from(status.disabled.is_some()));
+        }
+    }
+    registry.register(
+        "subscriptions",
+        "Live subscriptions per chain and topic",
+        subscriptions,
+    );
+    registry.register(
+        "filter_failures",
+        "Failed calls of the topic's current filter component",
+        failures,
+    );
+    registry.register(
+        "filter_disabled",
+        "1 when the topic's filter was disabled after failing repeatedly",
+        disabled,
+    );
+    registry.register(
+        "source_live",
+        "1 when the chain's source (devnet or node) is live",
+        live,
+    );
+    registry
+}

@@ -1,0 +1,131 @@
+//! `eth_subscribe` and `eth_unsubscribe`. A subscription is registered
+//! before the filter actor can deliver to it, and its response is queued
+//! ahead of its first notification: by the actor itself (single calls), or
+//! behind a gate the session opens once the batch response is queued.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::context::{Connection, Context, Outcome};
+use super::params::{positional, require_positional};
+use super::{Call, RpcError, response, result, subscriptions};
+use crate::filters::SubscribeError;
+use crate::filters::actor::{Start, Subscribe};
+
+pub(super) async fn subscribe(
+    ctx: Context<'_>,
+    connection: &Connection,
+    call: &Call,
+    in_batch: bool,
+) -> Outcome {
+    let request = || -> Result<(String, String), RpcError> {
+        require_positional(&call.params, "eth_subscribe")?;
+        let topic = match positional(&call.params, 0) {
+            Some(Value::String(topic)) => topic.clone(),
+            Some(other) => {
+                return Err(RpcError::invalid_params(format!(
+                    "the first parameter must be the subscription type (a string), got {other}"
+                )));
+            }
+            None => return Err(RpcError::invalid_params("missing the subscription type")),
+        };
+        let rest = call
+            .params
+            .as_array()
+            .map(|items| items[1..].to_vec())
+            .unwrap_or_default();
+        Ok((topic, Value::Array(rest).to_string()))
+    };
+    let (topic, params) = match request() {
+        Ok(parts) => parts,
+        Err(error) => return Outcome::Reply(Err(error)),
+    };
+    let Some(filter) = ctx.chain.filter(&topic) else {
+        let filters = ctx.chain.filters();
+        let available: Vec<&str> = filters.keys().map(String::as_str).collect();
+        return Outcome::Reply(Err(RpcError::invalid_params(format!(
+            "unknown subscription type \"{topic}\" (available: {})",
+            available.join(", ")
+        ))));
+    };
+    let limit = ctx.limits.max_subscriptions_per_connection;
+    if connection.owned().len() >= limit {
+        return Outcome::Reply(Err(RpcError::limit_exceeded(format!(
+            "subscription limit reached: this connection has {limit} subscriptions (limits.max_subscriptions_per_connection); unsubscribe one first"
+        ))));
+    }
+    let id = subscriptions::new_id();
+    let key = ctx.subscriptions.next_key();
+    // Register before the actor can deliver, so a close racing with this
+    // call still finds and cancels it.
+    connection.owned().insert(id.clone());
+    ctx.subscriptions.insert(
+        id.clone(),
+        key,
+        ctx.api_key.clone(),
+        filter.clone(),
+        &connection.owned,
+    );
+    // The response the client will read the id from; none for a
+    // JSON-RPC notification.
+    let start = match response(&call.id, &result(&id)) {
+        None => Start::Now,
+        Some(_) if in_batch => {
+            let gate = Arc::new(AtomicBool::new(false));
+            connection
+                .gates
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(gate.clone());
+            Start::Gated(gate)
+        }
+        Some(frame) => Start::Acknowledge(frame),
+    };
+    let acked = matches!(start, Start::Acknowledge(_));
+    let request = Subscribe {
+        key,
+        id: id.clone(),
+        params,
+        sink: connection.sink.clone(),
+        start,
+    };
+    match filter.subscribe(request).await {
+        Ok(()) if acked => Outcome::Sent,
+        Ok(()) => Outcome::Reply(result(&id)),
+        Err(error) => {
+            connection.owned().remove(&id);
+            ctx.subscriptions.remove(&id, ctx.api_key).await;
+            Outcome::Reply(Err(match error {
+                SubscribeError::Params(message) => RpcError::invalid_params(message),
+                SubscribeError::Limit(message) => RpcError::limit_exceeded(message),
+                SubscribeError::Unavailable(message) => RpcError::internal(message),
+            }))
+        }
+    }
+}
+
+pub(super) async fn unsubscribe(
+    ctx: Context<'_>,
+    params: &Value,
+) -> Result<Box<RawValue>, RpcError> {
+    require_positional(params, "eth_unsubscribe")?;
+    let Some(Value::String(id)) = positional(params, 0) else {
+        return Err(RpcError::invalid_params(
+            "eth_unsubscribe takes the subscription id (a string)",
+        ));
+    };
+    // Over a WebSocket only the connection's own subscriptions; over HTTP
+    // any subscription of the same API key.
+    let allowed = match ctx.connection {
+        Some(connection) => connection.owned().remove(id.as_str()),
+        None => true,
+    };
+    if allowed && ctx.subscriptions.remove(id, ctx.api_key).await {
+        result(&true)
+    } else {
+        Err(RpcError::generic("subscription not found"))
+    }
+}
