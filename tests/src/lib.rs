@@ -76,6 +76,15 @@ impl TestServer {
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
         let state = chainsieve::spawn(listener, config.clone(), shutdown.clone())?;
+        // Every chain's past in place first, as a client waiting for
+        // /readyz would: tests then see only live events.
+        for (name, chain) in &state.chains {
+            let mut synced = chain.synced();
+            tokio::time::timeout(TIMEOUT, synced.wait_for(|synced| *synced))
+                .await
+                .with_context(|| format!("{name} synced in time"))?
+                .with_context(|| format!("{name} running"))?;
+        }
         Ok(Self {
             addr,
             state,

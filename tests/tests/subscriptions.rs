@@ -450,3 +450,48 @@ async fn a_subscription_made_in_a_batch_starts_after_the_batch_response() {
         "the batch's subscription delivers after the response"
     );
 }
+
+/// The devnet's history is in place before the chain is ready, and is never
+/// sent as live notifications: a `newHeads` subscriber that connects right
+/// after startup (before the history is done, on any machine that takes
+/// more than a few milliseconds for it) receives the first live head first.
+#[tokio::test]
+async fn history_is_never_notified() {
+    let history = 100;
+    let config = chainsieve::Config {
+        devnet: chainsieve::ingest::devnet::DevnetSettings {
+            history_blocks: history,
+            ..chainsieve_tests::fast_devnet()
+        },
+        ..chainsieve_tests::test_config()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let state = chainsieve::spawn(listener, config, shutdown.clone()).expect("server");
+    let mut ws = WsClient::connect(&format!("ws://{addr}/eth/v1/demo"))
+        .await
+        .expect("connect");
+    let heads = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let (subscription, first) = ws.next_notification().await.expect("a head");
+    assert_eq!(subscription, heads);
+    assert_eq!(
+        first["number"],
+        json!(format!("{:#x}", history + 1)),
+        "the first head notified is the first live one"
+    );
+    let eth = &state.chains["eth"];
+    assert!(eth.is_synced(), "a live head means the history is in place");
+    let last = json!(format!("{history:#x}"));
+    let block = ws
+        .call("eth_getBlockByNumber", json!([last, false]))
+        .await
+        .expect("the last history block");
+    assert_eq!(
+        block["result"]["number"], last,
+        "the history is in the window"
+    );
+    shutdown.cancel();
+}

@@ -7,7 +7,6 @@
 pub mod reload;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use chainsieve_filter_sdk::Source;
@@ -58,7 +57,7 @@ pub struct Chain {
     ingested: [Counter; 4],
     /// Set by the hub once the source's past is in place: until then
     /// nothing is notified and the chain is not ready.
-    synced: AtomicBool,
+    synced: watch::Sender<bool>,
 }
 
 /// A stream's place in [`Chain::ingested`].
@@ -130,7 +129,7 @@ impl Chain {
                 Source::Logs,
             ]
             .map(|source| metrics.events(&spec.name, source.name())),
-            synced: AtomicBool::new(false),
+            synced: watch::Sender::new(false),
         });
         tokio::spawn(chain.clone().hub(rx, shutdown.clone()));
         Ok(chain)
@@ -145,7 +144,12 @@ impl Chain {
 
     /// Whether the source's past (the devnet's history) is in place.
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+        *self.synced.borrow()
+    }
+
+    /// Watches [`Chain::is_synced`].
+    pub fn synced(&self) -> watch::Receiver<bool> {
+        self.synced.subscribe()
     }
 
     /// The actors serving this chain's topics now.
@@ -209,11 +213,11 @@ impl Chain {
                 return;
             };
             if matches!(event, SourceEvent::Synced) {
-                self.synced.store(true, Ordering::Release);
+                self.synced.send_replace(true);
                 continue;
             }
             // The source's past is placed, never notified.
-            let live = self.synced.load(Ordering::Acquire);
+            let live = self.is_synced();
             for chain_event in self.order(event) {
                 if !matches!(chain_event, ChainEvent::Pending(_)) {
                     // The indexer stops only at shutdown.

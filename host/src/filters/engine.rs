@@ -433,14 +433,22 @@ mod tests {
         for caller in callers {
             caller.join().expect("no panic").expect("the engine starts");
         }
-        let tickers = std::fs::read_dir("/proc/self/task")
-            .expect("Linux task list")
-            .filter_map(Result::ok)
-            .filter(|task| {
-                std::fs::read_to_string(task.path().join("comm"))
-                    .is_ok_and(|name| name.trim() == "filter-epoch")
-            })
-            .count();
-        assert_eq!(tickers, 1);
+        let tickers = || {
+            std::fs::read_dir("/proc/self/task")
+                .expect("Linux task list")
+                .filter_map(Result::ok)
+                .filter(|task| {
+                    std::fs::read_to_string(task.path().join("comm"))
+                        .is_ok_and(|name| name.trim() == "filter-epoch")
+                })
+                .count()
+        };
+        // A new thread names itself once it runs: on a busy machine the
+        // ticker may not have yet. Wait for it (bounded), then count.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while tickers() == 0 && std::time::Instant::now() < deadline {
+            thread::yield_now();
+        }
+        assert_eq!(tickers(), 1);
     }
 }
