@@ -7,9 +7,9 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
-/// DESIGN.md's cap on the addresses (or topics) one filter may name, so a
-/// single subscription cannot bloat an index; the host's
-/// `filters.max_values` overrides it.
+/// The cap on the addresses (or topics) one filter may name
+/// (docs/architecture.md, Filter parameters), so a single subscription
+/// cannot bloat an index; the host's `filters.max_values` overrides it.
 pub const DEFAULT_MAX_FILTER_VALUES: usize = 1_000;
 
 /// The environment variable through which the host passes

@@ -1,7 +1,8 @@
 //! Transaction matching for `bvPendingTransactions` and `bvMinedTransactions`.
 //!
-//! Rules (DESIGN.md, Alchemy's): a transaction matches when its sender is in
-//! `fromAddress` **or** its receiver is in `toAddress`; when `methodIds` is
+//! Rules (Alchemy's; docs/architecture.md, Transaction filters): a
+//! transaction matches when its sender is in `fromAddress` **or** its
+//! receiver is in `toAddress`; when `methodIds` is
 //! given, the first four bytes of its input must also be one of them. An
 //! absent or empty list is no constraint; with both address lists empty every
 //! transaction passes the address test. A contract creation never matches

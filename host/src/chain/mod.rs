@@ -1,16 +1,14 @@
-//! One served chain: its source, its canonical tracker, and one filter actor
-//! per topic. A hub task takes what the source produces, orders it through
-//! the tracker, splits it into stream batches, and hands each batch to the
-//! actors consuming that stream. The set of actors changes at run time when
-//! the filters directory does ([`reload`]).
+//! One served chain: its source, its [`pipeline`] (the canonical window,
+//! the price index feed, and one filter actor per topic), and the doors the
+//! RPC side uses. The set of actors changes at run time when the filters
+//! directory does ([`reload`]).
 
+pub mod pipeline;
 pub mod reload;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLockReadGuard};
 
-use chainsieve_filter_sdk::Source;
-use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -19,11 +17,12 @@ use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{self, Devnet, Submission};
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
-use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
 use crate::metrics::Metrics;
 use crate::price::PriceIndex;
+use pipeline::{Pipeline, PipelineState};
 
-/// Source events that may wait for the hub; past that the source waits.
+/// Source events that may wait for the pipeline; past that the source
+/// waits.
 const SOURCE_QUEUE: usize = 1_024;
 
 /// Submitted transactions that may wait for the devnet; past that the
@@ -35,12 +34,9 @@ pub struct Chain {
     /// The URL prefix (`eth`, `bsc`, `polygon`, …).
     pub name: String,
     pub chain_id: u64,
-    /// The recent canonical blocks. Written only by the hub; read by RPC
-    /// methods. Never held across an await.
-    canonical: RwLock<CanonicalChain>,
-    /// One actor per topic. Replaced whole (copy on write) when a topic is
-    /// added or removed; readers clone the `Arc` and never hold the lock.
-    filters: RwLock<Arc<BTreeMap<String, FilterHandle>>>,
+    /// The window, the actors and readiness, shared with the pipeline that
+    /// writes them.
+    state: Arc<PipelineState>,
     /// A node source's state (`None` for the devnet, which is always live);
     /// the source publishes, readers see the latest.
     pub upstream: Option<watch::Receiver<UpstreamStatus>>,
@@ -49,30 +45,13 @@ pub struct Chain {
     pub submissions: Option<mpsc::Sender<Submission>>,
     /// `token_price`'s index of this chain's pools.
     pub price: Arc<PriceIndex>,
-    /// Canonical blocks for the price indexer, in order.
-    price_events: mpsc::UnboundedSender<ChainEvent>,
     /// For the actors of topics added at run time.
     pub metrics: Arc<Metrics>,
-    /// Events ingested per stream, in [`stream_slot`] order.
-    ingested: [Counter; 4],
-    /// Set by the hub once the source's past is in place: until then
-    /// nothing is notified and the chain is not ready.
-    synced: watch::Sender<bool>,
-}
-
-/// A stream's place in [`Chain::ingested`].
-fn stream_slot(source: Source) -> usize {
-    match source {
-        Source::PendingTransactions => 0,
-        Source::MinedTransactions => 1,
-        Source::Heads => 2,
-        Source::Logs => 3,
-    }
 }
 
 impl Chain {
-    /// Starts the chain's filter actors, its source and its hub; they stop
-    /// when `shutdown` is cancelled.
+    /// Starts the chain's filter actors, its source and its pipeline; they
+    /// stop when `shutdown` is cancelled.
     pub fn start(
         spec: &ChainSpec,
         registry: &FilterRegistry,
@@ -81,7 +60,7 @@ impl Chain {
         config: &Config,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Arc<Chain>> {
-        let filters = registry
+        let topics = registry
             .active()
             .into_iter()
             .map(|(topic, component)| {
@@ -112,27 +91,18 @@ impl Chain {
                 (Some(watcher), None)
             }
         };
-        let chain = Arc::new(Chain {
+        let state = Arc::new(PipelineState::new(spec.window, topics));
+        let pipeline = Pipeline::new(&spec.name, state.clone(), price_events, metrics);
+        tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        Ok(Arc::new(Chain {
             name: spec.name.clone(),
             chain_id: spec.chain_id,
-            canonical: RwLock::new(CanonicalChain::new(spec.window)),
-            filters: RwLock::new(Arc::new(filters)),
+            state,
             upstream,
             submissions,
             price,
-            price_events,
             metrics: metrics.clone(),
-            ingested: [
-                Source::PendingTransactions,
-                Source::MinedTransactions,
-                Source::Heads,
-                Source::Logs,
-            ]
-            .map(|source| metrics.events(&spec.name, source.name())),
-            synced: watch::Sender::new(false),
-        });
-        tokio::spawn(chain.clone().hub(rx, shutdown.clone()));
-        Ok(chain)
+        }))
     }
 
     /// The state of the chain's source: the devnet is always live.
@@ -144,20 +114,17 @@ impl Chain {
 
     /// Whether the source's past (the devnet's history) is in place.
     pub fn is_synced(&self) -> bool {
-        *self.synced.borrow()
+        self.state.is_synced()
     }
 
     /// Watches [`Chain::is_synced`].
     pub fn synced(&self) -> watch::Receiver<bool> {
-        self.synced.subscribe()
+        self.state.synced()
     }
 
     /// The actors serving this chain's topics now.
     pub fn filters(&self) -> Arc<BTreeMap<String, FilterHandle>> {
-        self.filters
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.state.topics()
     }
 
     /// The actor serving `topic`.
@@ -167,102 +134,16 @@ impl Chain {
 
     /// Serves `topic` with `handle` from the next batch on.
     pub fn add_filter(&self, handle: FilterHandle) {
-        self.update_filters(|filters| {
-            filters.insert(handle.topic.to_string(), handle);
-        });
+        self.state.add_topic(handle);
     }
 
     /// Stops feeding `topic`; returns its actor for the caller to retire.
     pub fn remove_filter(&self, topic: &str) -> Option<FilterHandle> {
-        let mut removed = None;
-        self.update_filters(|filters| removed = filters.remove(topic));
-        removed
-    }
-
-    fn update_filters(&self, change: impl FnOnce(&mut BTreeMap<String, FilterHandle>)) {
-        let mut current = self
-            .filters
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut next = (**current).clone();
-        change(&mut next);
-        *current = Arc::new(next);
+        self.state.remove_topic(topic)
     }
 
     /// Read access to the recent canonical blocks.
     pub fn canonical(&self) -> RwLockReadGuard<'_, CanonicalChain> {
-        // A panic while holding the lock cannot leave the window half
-        // updated in a way readers care about; keep serving.
-        self.canonical
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    async fn hub(
-        self: Arc<Self>,
-        mut source: mpsc::Receiver<SourceEvent>,
-        shutdown: CancellationToken,
-    ) {
-        loop {
-            let event = tokio::select! {
-                () = shutdown.cancelled() => return,
-                event = source.recv() => event,
-            };
-            let Some(event) = event else {
-                tracing::warn!(chain = %self.name, "source stopped");
-                return;
-            };
-            if matches!(event, SourceEvent::Synced) {
-                self.synced.send_replace(true);
-                continue;
-            }
-            // The source's past is placed, never notified.
-            let live = self.is_synced();
-            for chain_event in self.order(event) {
-                if !matches!(chain_event, ChainEvent::Pending(_)) {
-                    // The indexer stops only at shutdown.
-                    let _ = self.price_events.send(chain_event.clone());
-                }
-                if live {
-                    self.dispatch(&chain_event).await;
-                }
-            }
-        }
-    }
-
-    /// Runs blocks through the canonical tracker.
-    fn order(&self, event: SourceEvent) -> Vec<ChainEvent> {
-        match event {
-            SourceEvent::Pending(txs) => vec![ChainEvent::Pending(txs)],
-            SourceEvent::Synced => Vec::new(),
-            SourceEvent::Block(block) => {
-                let mut canonical = self
-                    .canonical
-                    .write()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                match canonical.apply(block.clone()) {
-                    Ok(events) => events,
-                    Err(error) => {
-                        tracing::error!(chain = %self.name, %error, "cannot place block; resynchronising from it");
-                        canonical.reset(block)
-                    }
-                }
-            }
-        }
-    }
-
-    async fn dispatch(&self, event: &ChainEvent) {
-        for batch in EventBatch::from_chain_event(event) {
-            self.ingested[stream_slot(batch.source)].inc_by(batch.len() as u64);
-            let batch = Arc::new(batch);
-            for filter in self.filters().values() {
-                if filter.source == batch.source
-                    && filter.has_subscribers()
-                    && !filter.send_batch(batch.clone()).await
-                {
-                    tracing::error!(chain = %self.name, topic = %filter.topic, "filter actor stopped");
-                }
-            }
-        }
+        self.state.window()
     }
 }

@@ -30,8 +30,10 @@ pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0"];
 /// Sizes of the instance pool, for the whole process. A server runs one
 /// instance per (chain, topic), plus one briefly during a swap or a
 /// rebuild; a filters-directory component of ~200 KB uses 2-4 core
-/// instances and 1-2 memories. Sized for many servers in one process (the
-/// tests start dozens); slots are virtual memory until used.
+/// instances and 1-2 memories. Slots are virtual memory until used, so the
+/// pool is generous: 1,000 component instances serve hundreds of
+/// (chain, topic) actors with room for swaps, and several servers embedded
+/// in one process (`chainsieve::spawn`) share it.
 const POOL_COMPONENT_INSTANCES: u32 = 1_000;
 const POOL_CORE_INSTANCES: u32 = 5_000;
 const POOL_MEMORIES: u32 = 2_000;
@@ -77,8 +79,8 @@ fn shared_engine(metered: bool) -> anyhow::Result<&'static SharedEngine> {
 fn start_engine(metered: bool) -> anyhow::Result<Engine> {
     let mut config = Config::new();
     config.epoch_interruption(metered);
-    // Measured (DESIGN.md): component-model async support adds ~650 ns to
-    // every call, and filters never need it.
+    // Measured (docs/architecture.md, Why this shape): component-model
+    // async support adds ~650 ns to every call, and filters never need it.
     config.concurrency_support(false);
     // Instances come from a pool reserved once: instantiating is a few
     // microseconds and a rebuild after a trap never maps fresh memory. Each

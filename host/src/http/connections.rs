@@ -5,15 +5,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
-
 #[derive(Debug, Default)]
 pub struct Connections {
     /// Open connections by key; a key leaves the map at zero. Held only to
     /// count.
     open: Mutex<HashMap<Arc<str>, usize>>,
-    /// Woken whenever a connection closes, for whoever waits for room.
-    closed: Notify,
 }
 
 /// One open connection's place; dropping it frees the place.
@@ -38,25 +34,6 @@ impl Connections {
         })
     }
 
-    /// Open connections of `key`.
-    pub fn count(&self, key: &str) -> usize {
-        self.lock().get(key).copied().unwrap_or(0)
-    }
-
-    /// Returns once `key` has fewer than `limit` open connections.
-    pub async fn wait_below(&self, key: &str, limit: usize) {
-        loop {
-            let closed = self.closed.notified();
-            tokio::pin!(closed);
-            // Registered before the check, so a close in between is seen.
-            closed.as_mut().enable();
-            if self.count(key) < limit {
-                return;
-            }
-            closed.await;
-        }
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, usize>> {
         self.open
             .lock()
@@ -66,16 +43,13 @@ impl Connections {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        {
-            let mut open = self.connections.lock();
-            if let Some(count) = open.get_mut(&self.key) {
-                *count -= 1;
-                if *count == 0 {
-                    open.remove(&self.key);
-                }
+        let mut open = self.connections.lock();
+        if let Some(count) = open.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.key);
             }
         }
-        self.connections.closed.notify_waiters();
     }
 }
 
@@ -83,8 +57,8 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_key_gets_at_most_its_limit_and_places_come_back() {
+    #[test]
+    fn a_key_gets_at_most_its_limit_and_places_come_back() {
         let connections = Arc::new(Connections::default());
         let (alice, bob): (Arc<str>, Arc<str>) = ("alice".into(), "bob".into());
         let first = connections.open(&alice, 2).expect("room");
@@ -92,10 +66,9 @@ mod tests {
         assert!(connections.open(&alice, 2).is_none(), "limit reached");
         assert!(connections.open(&bob, 2).is_some(), "other keys unaffected");
         drop(first);
-        connections.wait_below("alice", 2).await;
+        assert_eq!(connections.lock().get("alice"), Some(&1));
         let third = connections.open(&alice, 2).expect("a place came back");
         drop((second, third));
-        assert_eq!(connections.count("alice"), 0);
         assert!(connections.lock().is_empty(), "no empty entries kept");
     }
 }

@@ -1,7 +1,8 @@
 //! `GET /metrics` in Prometheus' text format: the counted metrics the
 //! pipeline keeps ([`crate::metrics`]), and what is a state rather than a
-//! count (connections closed too slow, subscriptions, a source's health, a
-//! filter's failures), read from the server when scraped.
+//! count (connections closed too slow, malformed upstream objects skipped,
+//! subscriptions, a source's health, a filter's failures), read from the
+//! server when scraped.
 
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::AppState;
-use crate::ingest::upstream::UpstreamStatus;
+use crate::ingest::upstream::{self, UpstreamStatus};
 use crate::metrics::{ChainLabel, TopicLabels};
 
 /// `GET /metrics`.
@@ -48,6 +49,13 @@ fn scrape(state: &AppState) -> Registry {
         "closed_too_slow",
         "Connections closed because their outbound queue overflowed",
         closed_slow,
+    );
+    let skipped = Counter::<u64>::default();
+    skipped.inc_by(upstream::skipped_objects());
+    registry.register(
+        "upstream_objects_skipped",
+        "Malformed transactions and logs from nodes, skipped instead of stopping the chain",
+        skipped,
     );
     let subscriptions = Family::<TopicLabels, Gauge>::default();
     let failures = Family::<TopicLabels, Gauge>::default();

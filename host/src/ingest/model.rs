@@ -1,7 +1,7 @@
 //! The chain data model every source produces and every consumer reads:
 //! parsed once at ingestion, shared behind `Arc`s, serialized to the wire
-//! shapes DESIGN.md fixes (geth's shapes, lowercase addresses, canonical hex
-//! quantities).
+//! shapes docs/architecture.md fixes (Wire shapes: geth's shapes, lowercase
+//! addresses, canonical hex quantities).
 
 use std::sync::Arc;
 

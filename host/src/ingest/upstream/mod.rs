@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 pub use client::{Call, NodeClient, NodeError, Notification, decode, single};
 use delivered::Delivered;
 use wire::{NodeBlock, NodeTransaction};
-pub use wire::{read_logs, stream_event};
+pub use wire::{read_logs, skipped_objects, stream_event};
 
 use super::SourceEvent;
 use super::model::Block;

@@ -7,8 +7,9 @@
 //! field the filters and the wire shapes need is read, absent signature
 //! parts read as zero, an unknown type keeps its number, and fields this
 //! server does not serve are skipped. A transaction or log that cannot be
-//! read at all (a malformed object) is skipped alone, logged and counted in
-//! [`SKIPPED`], rather than stopping the chain.
+//! read at all (a malformed object) is skipped alone, logged and counted
+//! ([`skipped_objects`], exported on `/metrics`), rather than stopping the
+//! chain.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,8 +25,14 @@ use chainsieve_filter_sdk::Source;
 use crate::ingest::StreamEvent;
 use crate::ingest::model::{Block, Fees, Transaction, TxSignature};
 
-/// Transactions and logs skipped because they could not be read.
-pub static SKIPPED: AtomicU64 = AtomicU64::new(0);
+/// Transactions and logs skipped because they could not be read, by every
+/// node source of the process.
+static SKIPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Malformed transactions and logs skipped since the process started.
+pub fn skipped_objects() -> u64 {
+    SKIPPED.load(Ordering::Relaxed)
+}
 
 /// `eth_getBlockBy*` with full transactions. The header fields are read by
 /// alloy's RPC header type; each transaction is kept as raw text and read
@@ -370,10 +377,10 @@ mod tests {
             }),
             json!({ "address": "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48", "topics": "not a list" }),
         ]);
-        let skipped = SKIPPED.load(Ordering::Relaxed);
+        let skipped = skipped_objects();
         let node: NodeBlock = serde_json::from_value(block).expect("block reads");
         let block = node.into_model(&logs);
-        assert!(SKIPPED.load(Ordering::Relaxed) >= skipped + 2);
+        assert!(skipped_objects() >= skipped + 2);
 
         assert_eq!(block.number(), 16);
         assert_eq!(block.header.base_fee_per_gas, Some(7));

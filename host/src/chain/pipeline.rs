@@ -1,0 +1,412 @@
+//! The seam between a chain's source and its consumers. The pipeline is fed
+//! by any ordered stream of [`SourceEvent`]s — the devnet, a node, and next
+//! a replayed log or a bus — and knows neither where they come from nor any
+//! socket: blocks go through the canonical tracker into the window, every
+//! canonical change goes to the price index, and once the source is synced
+//! each change is split into stream batches and handed to the actors of
+//! that stream (docs/architecture.md, Data flow).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use chainsieve_filter_sdk::Source;
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::filters::FilterHandle;
+use crate::ingest::canonical::CanonicalChain;
+use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
+use crate::metrics::Metrics;
+
+/// What the pipeline writes and the chain's readers (RPC methods, the hot
+/// swap, the probes) share with it.
+#[derive(Debug)]
+pub struct PipelineState {
+    /// The recent canonical blocks. Written only by the pipeline; read by
+    /// RPC methods. Never held across an await.
+    window: RwLock<CanonicalChain>,
+    /// One actor per topic. Replaced whole (copy on write) when a topic is
+    /// added or removed; readers clone the `Arc` and never hold the lock.
+    topics: RwLock<Arc<BTreeMap<String, FilterHandle>>>,
+    /// Set once the source's past is in place: until then nothing is
+    /// notified and the chain is not ready.
+    synced: watch::Sender<bool>,
+}
+
+impl PipelineState {
+    /// A window of `window` blocks and the actors of `topics`.
+    pub fn new(window: usize, topics: BTreeMap<String, FilterHandle>) -> Self {
+        Self {
+            window: RwLock::new(CanonicalChain::new(window)),
+            topics: RwLock::new(Arc::new(topics)),
+            synced: watch::Sender::new(false),
+        }
+    }
+
+    /// Read access to the recent canonical blocks.
+    pub fn window(&self) -> RwLockReadGuard<'_, CanonicalChain> {
+        // A panic while holding the lock cannot leave the window half
+        // updated in a way readers care about; keep serving.
+        self.window
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The actors serving topics now.
+    pub fn topics(&self) -> Arc<BTreeMap<String, FilterHandle>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Serves `handle`'s topic from the next batch on.
+    pub fn add_topic(&self, handle: FilterHandle) {
+        self.update_topics(|topics| {
+            topics.insert(handle.topic.to_string(), handle);
+        });
+    }
+
+    /// Stops feeding `topic`; returns its actor for the caller to retire.
+    pub fn remove_topic(&self, topic: &str) -> Option<FilterHandle> {
+        let mut removed = None;
+        self.update_topics(|topics| removed = topics.remove(topic));
+        removed
+    }
+
+    fn update_topics(&self, change: impl FnOnce(&mut BTreeMap<String, FilterHandle>)) {
+        let mut current = self
+            .topics
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut next = (**current).clone();
+        change(&mut next);
+        *current = Arc::new(next);
+    }
+
+    /// Whether the source's past is in place.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Watches [`PipelineState::is_synced`].
+    pub fn synced(&self) -> watch::Receiver<bool> {
+        self.synced.subscribe()
+    }
+}
+
+/// One chain's pipeline; [`Pipeline::run`] drives it from a source.
+#[derive(Debug)]
+pub struct Pipeline {
+    /// The chain's name, for logs.
+    chain: String,
+    state: Arc<PipelineState>,
+    /// Canonical changes for the price indexer, in order. Unbounded so the
+    /// pipeline never waits on the contract calls the indexer makes.
+    price: mpsc::UnboundedSender<ChainEvent>,
+    /// Events ingested per stream, in [`stream_slot`] order.
+    ingested: [Counter; 4],
+}
+
+/// A stream's place in [`Pipeline::ingested`].
+fn stream_slot(source: Source) -> usize {
+    match source {
+        Source::PendingTransactions => 0,
+        Source::MinedTransactions => 1,
+        Source::Heads => 2,
+        Source::Logs => 3,
+    }
+}
+
+impl Pipeline {
+    pub fn new(
+        chain: &str,
+        state: Arc<PipelineState>,
+        price: mpsc::UnboundedSender<ChainEvent>,
+        metrics: &Metrics,
+    ) -> Self {
+        Self {
+            chain: chain.to_string(),
+            state,
+            price,
+            ingested: [
+                Source::PendingTransactions,
+                Source::MinedTransactions,
+                Source::Heads,
+                Source::Logs,
+            ]
+            .map(|source| metrics.events(chain, source.name())),
+        }
+    }
+
+    /// Takes `source`'s events in order until it ends or `shutdown`.
+    pub async fn run(
+        mut self,
+        mut source: mpsc::Receiver<SourceEvent>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                event = source.recv() => event,
+            };
+            let Some(event) = event else {
+                tracing::warn!(chain = %self.chain, "source stopped");
+                return;
+            };
+            self.apply(event).await;
+        }
+    }
+
+    /// Takes one source event through, waiting for room in the actors'
+    /// queues (which pushes back on the source).
+    pub async fn apply(&mut self, event: SourceEvent) {
+        if matches!(event, SourceEvent::Synced) {
+            self.state.synced.send_replace(true);
+            return;
+        }
+        // The source's past is placed, never notified.
+        let live = self.state.is_synced();
+        for change in self.order(event) {
+            if !matches!(change, ChainEvent::Pending(_)) {
+                // The indexer stops only at shutdown.
+                let _ = self.price.send(change.clone());
+            }
+            if live {
+                self.dispatch(&change).await;
+            }
+        }
+    }
+
+    /// Runs blocks through the canonical tracker.
+    fn order(&self, event: SourceEvent) -> Vec<ChainEvent> {
+        match event {
+            SourceEvent::Pending(txs) => vec![ChainEvent::Pending(txs)],
+            SourceEvent::Synced => Vec::new(),
+            SourceEvent::Block(block) => {
+                let mut window = self
+                    .state
+                    .window
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                match window.apply(block.clone()) {
+                    Ok(changes) => changes,
+                    Err(error) => {
+                        tracing::error!(chain = %self.chain, %error, "cannot place block; resynchronising from it");
+                        window.reset(block)
+                    }
+                }
+            }
+        }
+    }
+
+    async fn dispatch(&self, change: &ChainEvent) {
+        for batch in EventBatch::from_chain_event(change) {
+            self.ingested[stream_slot(batch.source)].inc_by(batch.len() as u64);
+            let batch = Arc::new(batch);
+            for filter in self.state.topics().values() {
+                if filter.source == batch.source
+                    && filter.has_subscribers()
+                    && !filter.send_batch(batch.clone()).await
+                {
+                    tracing::error!(chain = %self.chain, topic = %filter.topic, "filter actor stopped");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::config::FiltersConfig;
+    use crate::fanout::Sink;
+    use crate::filters::actor::{Start, Subscribe};
+    use crate::filters::{FilterEngine, FilterRegistry};
+    use crate::ingest::devnet::{Devnet, DevnetSettings};
+    use crate::ingest::model::Block;
+
+    /// A built-in topic's actor with one subscriber to everything, and the
+    /// subscriber's frames.
+    async fn actor(
+        topic: &str,
+        shutdown: &CancellationToken,
+    ) -> (FilterHandle, mpsc::Receiver<String>) {
+        let config = FiltersConfig {
+            dir: std::env::temp_dir().join("chainsieve-no-filters-dir"),
+            ..FiltersConfig::default()
+        };
+        let engine = FilterEngine::new(&config).expect("engine");
+        let registry = FilterRegistry::load(&engine, &config.dir).expect("built-ins");
+        let component = registry.active().remove(topic).expect("a built-in topic");
+        let metrics = Metrics::default().actor("eth", topic);
+        let handle = FilterHandle::spawn(engine, component, "eth", metrics).expect("actor");
+        let (sink, frames) = Sink::new(1_024, shutdown);
+        let subscribe = Subscribe {
+            key: 1,
+            id: "0x1".into(),
+            params: "[]".into(),
+            sink,
+            start: Start::Now,
+        };
+        handle.subscribe(subscribe).await.expect("subscribed");
+        (handle, frames)
+    }
+
+    fn pipeline(
+        topics: BTreeMap<String, FilterHandle>,
+    ) -> (
+        Pipeline,
+        Arc<PipelineState>,
+        mpsc::UnboundedReceiver<ChainEvent>,
+    ) {
+        let state = Arc::new(PipelineState::new(128, topics));
+        let (price, indexed) = mpsc::unbounded_channel();
+        let pipeline = Pipeline::new("eth", state.clone(), price, &Metrics::default());
+        (pipeline, state, indexed)
+    }
+
+    /// The devnet's next `count` blocks (what it announces pending between
+    /// them left out).
+    fn blocks(devnet: &mut Devnet, count: usize) -> Vec<Arc<Block>> {
+        std::iter::repeat_with(|| devnet.next_step())
+            .flatten()
+            .filter_map(|event| match event {
+                SourceEvent::Block(block) => Some(block),
+                SourceEvent::Pending(_) | SourceEvent::Synced => None,
+            })
+            .take(count)
+            .collect()
+    }
+
+    async fn next_result(frames: &mut mpsc::Receiver<String>) -> Value {
+        let frame = tokio::time::timeout(Duration::from_secs(30), frames.recv())
+            .await
+            .expect("a frame in time")
+            .expect("the sink is open");
+        let frame: Value = serde_json::from_str(&frame).expect("JSON");
+        frame["params"]["result"].clone()
+    }
+
+    fn devnet() -> Devnet {
+        Devnet::new(1, &DevnetSettings::default())
+    }
+
+    /// What a source sends before `Synced` fills the window and the price
+    /// index, and reaches no subscriber: the first head notified is the
+    /// first one after the marker.
+    #[tokio::test]
+    async fn the_past_is_placed_but_never_notified() {
+        let shutdown = CancellationToken::new();
+        let (heads, mut frames) = actor("newHeads", &shutdown).await;
+        let (mut pipeline, state, mut indexed) =
+            pipeline(BTreeMap::from([("newHeads".to_string(), heads)]));
+        let mut devnet = devnet();
+        pipeline.apply(SourceEvent::Block(devnet.genesis())).await;
+        for block in blocks(&mut devnet, 3) {
+            pipeline.apply(SourceEvent::Block(block)).await;
+        }
+        assert!(!state.is_synced());
+        assert_eq!(state.window().tip().map(|b| b.number()), Some(3));
+        pipeline.apply(SourceEvent::Synced).await;
+        assert!(state.is_synced() && *state.synced().borrow());
+        let live = blocks(&mut devnet, 1).remove(0);
+        pipeline.apply(SourceEvent::Block(live)).await;
+        assert_eq!(next_result(&mut frames).await["number"], "0x4");
+        let mut numbers = Vec::new();
+        while let Ok(ChainEvent::Added(block)) = indexed.try_recv() {
+            numbers.push(block.number());
+        }
+        assert_eq!(
+            numbers,
+            vec![0, 1, 2, 3, 4],
+            "the price index sees the past too"
+        );
+        shutdown.cancel();
+    }
+
+    /// A topic added between two events gets the next batch; a removed one
+    /// gets nothing more (its retirement is the next thing it says).
+    #[tokio::test]
+    async fn topics_added_and_removed_mid_stream() {
+        let shutdown = CancellationToken::new();
+        let (mut pipeline, state, _indexed) = pipeline(BTreeMap::new());
+        let mut devnet = devnet();
+        pipeline.apply(SourceEvent::Synced).await;
+        pipeline.apply(SourceEvent::Block(devnet.genesis())).await;
+        let mut next = blocks(&mut devnet, 3).into_iter();
+        pipeline
+            .apply(SourceEvent::Block(next.next().expect("block 1")))
+            .await;
+        let (heads, mut frames) = actor("newHeads", &shutdown).await;
+        state.add_topic(heads);
+        pipeline
+            .apply(SourceEvent::Block(next.next().expect("block 2")))
+            .await;
+        assert_eq!(next_result(&mut frames).await["number"], "0x2");
+        let removed = state.remove_topic("newHeads").expect("the topic");
+        pipeline
+            .apply(SourceEvent::Block(next.next().expect("block 3")))
+            .await;
+        removed.retire("gone".into()).await;
+        let last = tokio::time::timeout(Duration::from_secs(30), frames.recv())
+            .await
+            .expect("in time")
+            .expect("the ending frame");
+        assert!(
+            last.contains("\"error\""),
+            "block 3 never reached it: {last}"
+        );
+        shutdown.cancel();
+    }
+
+    /// Through a reorg, a `logs` subscriber sees exactly what the tracker
+    /// says, batch by batch: the orphaned logs removed (last delivered
+    /// first), then the new branch's logs.
+    #[tokio::test]
+    async fn reorgs_reach_subscribers_as_the_tracker_orders_them() {
+        let shutdown = CancellationToken::new();
+        let (logs, mut frames) = actor("logs", &shutdown).await;
+        let (mut pipeline, _state, _indexed) =
+            pipeline(BTreeMap::from([("logs".to_string(), logs)]));
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                reorg_every: 3,
+                reorg_depth: 2,
+                ..DevnetSettings::default()
+            },
+        );
+        pipeline.apply(SourceEvent::Synced).await;
+        let mut oracle = CanonicalChain::new(128);
+        let mut expected = Vec::new();
+        let mut removed = 0;
+        for block in std::iter::once(devnet.genesis()).chain(blocks(&mut devnet, 12)) {
+            for change in oracle.apply(block.clone()).expect("linked blocks") {
+                for batch in EventBatch::from_chain_event(&change) {
+                    if batch.source == Source::Logs {
+                        for index in 0..batch.len() {
+                            let log: Value = serde_json::from_str(
+                                batch.payload(index, chainsieve_filter_sdk::Payload::Full),
+                            )
+                            .expect("JSON");
+                            removed += usize::from(log["removed"] == true);
+                            expected.push(log);
+                        }
+                    }
+                }
+            }
+            pipeline.apply(SourceEvent::Block(block)).await;
+        }
+        assert!(removed > 0, "the devnet reorganised");
+        for want in expected {
+            assert_eq!(next_result(&mut frames).await, want);
+        }
+        shutdown.cancel();
+    }
+}
