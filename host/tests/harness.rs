@@ -60,6 +60,7 @@ fn generate() -> [String; 4] {
                         line(3, block.log_json(index, false));
                     }
                 }
+                SourceEvent::Synced => unreachable!("steps carry no marker"),
             }
         }
     }
