@@ -21,6 +21,9 @@
 //! - [`health`] — `/healthz` and `/readyz`; [`metrics`] — `/metrics`.
 //! - [`admin`] — `/admin/filters`, what every chain runs, behind a token.
 //! - [`config`] — the TOML configuration and its defaults.
+//! - [`contracts`] — the Solidity ABI (ERC-20, Uniswap V2/V3) and the
+//!   well-known tokens and DEX factories of each chain, below both the
+//!   devnet and the price index.
 
 #![deny(unsafe_code)]
 
@@ -28,6 +31,7 @@ pub mod admin;
 pub mod chain;
 pub mod config;
 pub mod connections;
+pub mod contracts;
 pub mod fanout;
 pub mod filters;
 pub mod health;
