@@ -24,6 +24,9 @@
 //!   [`ingest::canonical`] orders them (reorgs become removals then
 //!   additions) and [`ingest::events`] splits them into per-stream batches.
 //! - [`price`] — `token_price`'s index of DEX pools and its store.
+//! - [`contracts`] — the Solidity ABI (ERC-20, Uniswap V2/V3) and the
+//!   well-known tokens and DEX factories of each chain, below both the
+//!   devnet and the price index.
 //! - [`config`] — the TOML configuration and its defaults; [`metrics`] — the
 //!   metric handles the pipeline counts with.
 
@@ -32,6 +35,7 @@
 pub mod app;
 pub mod chain;
 pub mod config;
+pub mod contracts;
 pub mod fanout;
 pub mod filters;
 pub mod http;

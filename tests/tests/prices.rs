@@ -1,7 +1,9 @@
 //! `token_price` end to end on the devnet: its DEX swaps feed the same
 //! indexer a node's blocks do, and the answers match the pools' reserves.
 
-use chainsieve::ingest::devnet::{SYNC_TOPIC, known_pools, known_tokens};
+use alloy_sol_types::SolEvent;
+use chainsieve::contracts::abi::IUniswapV2Pair;
+use chainsieve::ingest::devnet::{known_pools, known_tokens};
 use chainsieve_tests::{TestServer, WsClient};
 use serde_json::{Value, json};
 
@@ -50,7 +52,7 @@ async fn devnet_prices_follow_the_pool_reserves() {
         .await
         .expect("connect");
     let syncs = client
-        .subscribe(json!(["logs", { "address": pool.address, "topics": [SYNC_TOPIC] }]))
+        .subscribe(json!(["logs", { "address": pool.address, "topics": [IUniswapV2Pair::Sync::SIGNATURE_HASH] }]))
         .await
         .expect("logs");
     let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");

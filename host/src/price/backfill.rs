@@ -18,9 +18,9 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use super::calls::NodeConnection;
-use super::dex;
 use super::indexer::Indexer;
 use super::store::PriceStore;
+use crate::contracts::abi::{IUniswapV2Factory, IUniswapV2Pair, IUniswapV3Factory, IUniswapV3Pool};
 use crate::ingest::model::Block;
 use crate::ingest::upstream::{Call, NodeError, decode, read_logs};
 
@@ -78,10 +78,10 @@ async fn fill(
     }
     tracing::info!(%chain, from = next, to = end, "price backfill starting");
     let topics = [
-        dex::Sync::SIGNATURE_HASH,
-        dex::Swap::SIGNATURE_HASH,
-        dex::PairCreated::SIGNATURE_HASH,
-        dex::PoolCreated::SIGNATURE_HASH,
+        IUniswapV2Pair::Sync::SIGNATURE_HASH,
+        IUniswapV3Pool::Swap::SIGNATURE_HASH,
+        IUniswapV2Factory::PairCreated::SIGNATURE_HASH,
+        IUniswapV3Factory::PoolCreated::SIGNATURE_HASH,
     ];
     let mut span = FIRST_SPAN;
     while next <= end {

@@ -12,7 +12,7 @@ use serde_json::json;
 use serde_json::value::RawValue;
 use tokio::sync::Mutex;
 
-use super::dex;
+use crate::contracts::abi::{IERC20, IPool, IUniswapV2Factory};
 use crate::ingest::devnet;
 use crate::ingest::upstream::{Call, NodeClient, NodeError, single};
 
@@ -104,31 +104,31 @@ impl DevnetCalls {
         let selector: [u8; 4] = data.get(..4)?.try_into().ok()?;
         if let Some(token) = self.tokens.get(&to) {
             return match selector {
-                dex::decimalsCall::SELECTOR => {
-                    Some(dex::decimalsCall::abi_encode_returns(&token.decimals))
+                IERC20::decimalsCall::SELECTOR => {
+                    Some(IERC20::decimalsCall::abi_encode_returns(&token.decimals))
                 }
-                dex::nameCall::SELECTOR => {
-                    Some(dex::nameCall::abi_encode_returns(&token.name.to_string()))
-                }
+                IERC20::nameCall::SELECTOR => Some(IERC20::nameCall::abi_encode_returns(
+                    &token.name.to_string(),
+                )),
                 _ => None,
             };
         }
         if let Some(pool) = self.pools.iter().find(|p| p.address == to) {
             return match selector {
-                dex::token0Call::SELECTOR => {
-                    Some(dex::token0Call::abi_encode_returns(&pool.token0))
+                IPool::token0Call::SELECTOR => {
+                    Some(IPool::token0Call::abi_encode_returns(&pool.token0))
                 }
-                dex::token1Call::SELECTOR => {
-                    Some(dex::token1Call::abi_encode_returns(&pool.token1))
+                IPool::token1Call::SELECTOR => {
+                    Some(IPool::token1Call::abi_encode_returns(&pool.token1))
                 }
-                dex::factoryCall::SELECTOR => {
-                    Some(dex::factoryCall::abi_encode_returns(&pool.factory))
+                IPool::factoryCall::SELECTOR => {
+                    Some(IPool::factoryCall::abi_encode_returns(&pool.factory))
                 }
                 _ => None,
             };
         }
-        if selector == dex::getPairCall::SELECTOR {
-            let call = dex::getPairCall::abi_decode(data).ok()?;
+        if selector == IUniswapV2Factory::getPairCall::SELECTOR {
+            let call = IUniswapV2Factory::getPairCall::abi_decode(data).ok()?;
             let pair = self
                 .pools
                 .iter()
@@ -138,7 +138,7 @@ impl DevnetCalls {
                             || (p.token1, p.token0) == (call.tokenA, call.tokenB))
                 })
                 .map_or(Address::ZERO, |p| p.address);
-            return Some(dex::getPairCall::abi_encode_returns(&pair));
+            return Some(IUniswapV2Factory::getPairCall::abi_encode_returns(&pair));
         }
         None
     }

@@ -1,131 +1,29 @@
 //! What the price index reads from DEXes: the pool events (V2 `Sync`, V3
-//! `Swap`, factory `PairCreated`/`PoolCreated`), the calls that identify a
-//! pool first seen by its state event, and the well-known factories and
-//! base tokens of each chain.
+//! `Swap`, factory `PairCreated`/`PoolCreated`) decoded, and the factories
+//! and base tokens the catalog gives each chain by default.
 
-use alloy_primitives::{Address, B256, U256, address};
+use alloy_primitives::{Address, B256, U256};
 use alloy_rpc_types_eth::Log;
-use alloy_sol_types::{SolEvent, sol};
+use alloy_sol_types::SolEvent;
 
 use super::store::{PoolKind, PoolState};
+use crate::contracts::abi::{IUniswapV2Factory, IUniswapV2Pair, IUniswapV3Factory, IUniswapV3Pool};
+use crate::contracts::catalog::{self, Factory};
 
-sol! {
-    /// Uniswap V2 pair (PancakeSwap, QuickSwap, SushiSwap share it).
-    event Sync(uint112 reserve0, uint112 reserve1);
-    /// Uniswap V3 pool (PancakeSwap V3 shares it).
-    event Swap(address indexed sender, address indexed recipient, int256 amount0, int256 amount1, uint160 sqrtPriceX96, uint128 liquidity, int24 tick);
-    event PairCreated(address indexed token0, address indexed token1, address pair, uint256 index);
-    event PoolCreated(address indexed token0, address indexed token1, uint24 indexed fee, int24 tickSpacing, address pool);
-
-    function token0() external view returns (address);
-    function token1() external view returns (address);
-    function factory() external view returns (address);
-    function fee() external view returns (uint24);
-    function getPair(address tokenA, address tokenB) external view returns (address);
-    function getPool(address tokenA, address tokenB, uint24 fee) external view returns (address);
-    function decimals() external view returns (uint8);
-    function name() external view returns (string);
-}
-
-/// A factory whose pools may set prices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Factory {
-    pub name: &'static str,
-    pub address: Address,
-    pub kind: PoolKind,
-}
-
-const fn v2(name: &'static str, address: Address) -> Factory {
-    Factory {
-        name,
-        address,
-        kind: PoolKind::V2,
-    }
-}
-
-const fn v3(name: &'static str, address: Address) -> Factory {
-    Factory {
-        name,
-        address,
-        kind: PoolKind::V3,
-    }
-}
-
-/// The factories trusted by default on a chain (empty for unknown ids).
+/// The factories trusted by default on a chain: its catalog's (none for
+/// unknown ids).
 pub fn default_factories(chain_id: u64) -> &'static [Factory] {
-    const ETHEREUM: &[Factory] = &[
-        v2(
-            "Uniswap V2",
-            address!("0x5C69bEe701ef814a2B6a3EDD4B1652CB9cc5aA6f"),
-        ),
-        v2(
-            "SushiSwap",
-            address!("0xC0AEe478e3658e2610c5F7A4A2E1777cE9e4f2Ac"),
-        ),
-        v3(
-            "Uniswap V3",
-            address!("0x1F98431c8aD98523631AE4a59f267346ea31F984"),
-        ),
-    ];
-    const BSC: &[Factory] = &[
-        v2(
-            "PancakeSwap V2",
-            address!("0xcA143Ce32Fe78f1f7019d7d551a6402fC5350c73"),
-        ),
-        v3(
-            "PancakeSwap V3",
-            address!("0x0BFbCF9fa4f9C56B0F40a671Ad40E0805A091865"),
-        ),
-        v3(
-            "Uniswap V3",
-            address!("0xdB1d10011AD0Ff90774D0C6Bb92e5C5c8b4461F7"),
-        ),
-    ];
-    const POLYGON: &[Factory] = &[
-        v2(
-            "QuickSwap",
-            address!("0x5757371414417b8C6CAad45bAeF941aBc7d3Ab32"),
-        ),
-        v2(
-            "SushiSwap",
-            address!("0xc35DADB65012eC5796536bD9864eD8773aBc74C4"),
-        ),
-        v3(
-            "Uniswap V3",
-            address!("0x1F98431c8aD98523631AE4a59f267346ea31F984"),
-        ),
-    ];
-    match chain_id {
-        1 => ETHEREUM,
-        56 => BSC,
-        137 => POLYGON,
-        _ => &[],
-    }
+    catalog::for_chain(chain_id)
+        .map(|c| c.factories)
+        .unwrap_or_default()
 }
 
-/// Tokens a price may route through when a pair has no pool of its own,
-/// in order of preference (the chain's wrapped native coin, then
-/// stablecoins).
+/// Tokens a price may route through when a pair has no pool of its own:
+/// the catalog's base tokens of the chain (none for unknown ids).
 pub fn default_base_tokens(chain_id: u64) -> &'static [Address] {
-    const ETHEREUM: &[Address] = &[
-        address!("0xC02aaA39b223FE8D0A0e5C4F27eAD9083C756Cc2"), // WETH
-        address!("0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"), // USDC
-        address!("0xdAC17F958D2ee523a2206206994597C13D831ec7"), // USDT
-    ];
-    const BSC: &[Address] = &[
-        address!("0xbb4CdB9CBd36B01bD1cBaEBF2De08d9173bc095c"), // WBNB
-        address!("0x55d398326f99059fF775485246999027B3197955"), // USDT
-    ];
-    const POLYGON: &[Address] = &[
-        address!("0x0d500B1d8E8eF31E21C99d1Db9A6444d3ADf1270"), // WPOL
-        address!("0x3c499c542cEF5E3811e1192ce70d8cC03d5c3359"), // USDC
-    ];
-    match chain_id {
-        1 => ETHEREUM,
-        56 => BSC,
-        137 => POLYGON,
-        _ => &[],
-    }
+    catalog::for_chain(chain_id)
+        .map(|c| c.base_tokens)
+        .unwrap_or_default()
 }
 
 /// A pool event, decoded.
@@ -148,8 +46,8 @@ pub enum PoolEvent {
 pub fn decode(log: &Log) -> Option<PoolEvent> {
     let inner = &log.inner;
     let topic: B256 = *inner.data.topics().first()?;
-    if topic == Sync::SIGNATURE_HASH {
-        let sync = Sync::decode_log_data(&inner.data).ok()?;
+    if topic == IUniswapV2Pair::Sync::SIGNATURE_HASH {
+        let sync = IUniswapV2Pair::Sync::decode_log_data(&inner.data).ok()?;
         return Some(PoolEvent::State {
             pool: inner.address,
             state: PoolState::V2 {
@@ -158,8 +56,8 @@ pub fn decode(log: &Log) -> Option<PoolEvent> {
             },
         });
     }
-    if topic == Swap::SIGNATURE_HASH {
-        let swap = Swap::decode_log_data(&inner.data).ok()?;
+    if topic == IUniswapV3Pool::Swap::SIGNATURE_HASH {
+        let swap = IUniswapV3Pool::Swap::decode_log_data(&inner.data).ok()?;
         return Some(PoolEvent::State {
             pool: inner.address,
             state: PoolState::V3 {
@@ -168,8 +66,8 @@ pub fn decode(log: &Log) -> Option<PoolEvent> {
             },
         });
     }
-    if topic == PairCreated::SIGNATURE_HASH {
-        let created = PairCreated::decode_log_data(&inner.data).ok()?;
+    if topic == IUniswapV2Factory::PairCreated::SIGNATURE_HASH {
+        let created = IUniswapV2Factory::PairCreated::decode_log_data(&inner.data).ok()?;
         return Some(PoolEvent::Created {
             factory: inner.address,
             pool: created.pair,
@@ -178,8 +76,8 @@ pub fn decode(log: &Log) -> Option<PoolEvent> {
             token1: created.token1,
         });
     }
-    if topic == PoolCreated::SIGNATURE_HASH {
-        let created = PoolCreated::decode_log_data(&inner.data).ok()?;
+    if topic == IUniswapV3Factory::PoolCreated::SIGNATURE_HASH {
+        let created = IUniswapV3Factory::PoolCreated::decode_log_data(&inner.data).ok()?;
         return Some(PoolEvent::Created {
             factory: inner.address,
             pool: created.pool,
@@ -193,29 +91,9 @@ pub fn decode(log: &Log) -> Option<PoolEvent> {
 
 #[cfg(test)]
 mod tests {
-    use alloy_primitives::{LogData, b256};
+    use alloy_primitives::LogData;
 
     use super::*;
-
-    #[test]
-    fn topics_are_the_real_ones() {
-        assert_eq!(
-            Sync::SIGNATURE_HASH,
-            b256!("0x1c411e9a96e071241c2f21f7726b17ae89e3cab4c78be50e062b03a9fffbbad1")
-        );
-        assert_eq!(
-            Swap::SIGNATURE_HASH,
-            b256!("0xc42079f94a6350d7e6235f29174924f928cc2ac818eb64fed8004e115fbcca67")
-        );
-        assert_eq!(
-            PairCreated::SIGNATURE_HASH,
-            b256!("0x0d3648bd0f6ba80134a33ba9275ac585d9d315f0ad8355cddefde31afa28d0e9")
-        );
-        assert_eq!(
-            PoolCreated::SIGNATURE_HASH,
-            b256!("0x783cca1c0412dd0d695e784568c96da2e9c22ff989357a2e8b1d9b2b4e6b7118")
-        );
-    }
 
     fn log(address: Address, topics: Vec<B256>, data: Vec<u8>) -> Log {
         Log {
@@ -236,7 +114,7 @@ mod tests {
         let pool = Address::repeat_byte(0xaa);
         let data = [word(U256::from(5)), word(U256::from(7))].concat();
         assert_eq!(
-            decode(&log(pool, vec![Sync::SIGNATURE_HASH], data)),
+            decode(&log(pool, vec![IUniswapV2Pair::Sync::SIGNATURE_HASH], data)),
             Some(PoolEvent::State {
                 pool,
                 state: PoolState::V2 {
@@ -256,7 +134,11 @@ mod tests {
         .concat();
         let sender = B256::left_padding_from(&[1]);
         assert_eq!(
-            decode(&log(pool, vec![Swap::SIGNATURE_HASH, sender, sender], data)),
+            decode(&log(
+                pool,
+                vec![IUniswapV3Pool::Swap::SIGNATURE_HASH, sender, sender],
+                data
+            )),
             Some(PoolEvent::State {
                 pool,
                 state: PoolState::V3 {
@@ -274,7 +156,11 @@ mod tests {
         assert_eq!(
             decode(&log(
                 factory,
-                vec![PairCreated::SIGNATURE_HASH, t0.into_word(), t1.into_word()],
+                vec![
+                    IUniswapV2Factory::PairCreated::SIGNATURE_HASH,
+                    t0.into_word(),
+                    t1.into_word()
+                ],
                 data
             )),
             Some(PoolEvent::Created {
@@ -287,7 +173,11 @@ mod tests {
         );
         // A Sync with missing data is not a pool event.
         assert_eq!(
-            decode(&log(pool, vec![Sync::SIGNATURE_HASH], vec![1])),
+            decode(&log(
+                pool,
+                vec![IUniswapV2Pair::Sync::SIGNATURE_HASH],
+                vec![1]
+            )),
             None
         );
     }

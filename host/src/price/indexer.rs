@@ -18,8 +18,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::calls::ChainCalls;
-use super::dex::{self, Factory, PoolEvent};
+use super::dex::{self, PoolEvent};
 use super::store::{BlockUpdate, Pool, PoolKind, PriceStore, Token};
+use crate::contracts::abi::{IERC20, IPool, IUniswapV2Factory, IUniswapV3Factory, IUniswapV3Pool};
+use crate::contracts::catalog::Factory;
 use crate::ingest::ChainEvent;
 use crate::ingest::model::Block;
 
@@ -144,11 +146,11 @@ impl Indexer {
 
     async fn ask_pool(&mut self, pool: Address, kind: PoolKind) -> anyhow::Result<Option<Pool>> {
         let (Some(token0), Some(token1), Some(factory)) = (
-            self.ask::<dex::token0Call>(pool, dex::token0Call {})
+            self.ask::<IPool::token0Call>(pool, IPool::token0Call {})
                 .await?,
-            self.ask::<dex::token1Call>(pool, dex::token1Call {})
+            self.ask::<IPool::token1Call>(pool, IPool::token1Call {})
                 .await?,
-            self.ask::<dex::factoryCall>(pool, dex::factoryCall {})
+            self.ask::<IPool::factoryCall>(pool, IPool::factoryCall {})
                 .await?,
         ) else {
             return Ok(None);
@@ -158,9 +160,9 @@ impl Indexer {
         }
         let confirmed = match kind {
             PoolKind::V2 => {
-                self.ask::<dex::getPairCall>(
+                self.ask::<IUniswapV2Factory::getPairCall>(
                     factory,
-                    dex::getPairCall {
+                    IUniswapV2Factory::getPairCall {
                         tokenA: token0,
                         tokenB: token1,
                     },
@@ -168,12 +170,15 @@ impl Indexer {
                 .await?
             }
             PoolKind::V3 => {
-                let Some(fee) = self.ask::<dex::feeCall>(pool, dex::feeCall {}).await? else {
+                let Some(fee) = self
+                    .ask::<IUniswapV3Pool::feeCall>(pool, IUniswapV3Pool::feeCall {})
+                    .await?
+                else {
                     return Ok(None);
                 };
-                self.ask::<dex::getPoolCall>(
+                self.ask::<IUniswapV3Factory::getPoolCall>(
                     factory,
-                    dex::getPoolCall {
+                    IUniswapV3Factory::getPoolCall {
                         tokenA: token0,
                         tokenB: token1,
                         fee,
@@ -219,7 +224,7 @@ impl Indexer {
     async fn decimals(&self, token: Address) -> anyhow::Result<Option<u8>> {
         let Some(raw) = self
             .calls
-            .call(token, dex::decimalsCall {}.abi_encode().into())
+            .call(token, IERC20::decimalsCall {}.abi_encode().into())
             .await?
         else {
             return Ok(None);
@@ -233,12 +238,12 @@ impl Indexer {
     async fn name(&self, token: Address) -> anyhow::Result<String> {
         let Some(raw) = self
             .calls
-            .call(token, dex::nameCall {}.abi_encode().into())
+            .call(token, IERC20::nameCall {}.abi_encode().into())
             .await?
         else {
             return Ok(String::new());
         };
-        if let Ok(name) = dex::nameCall::abi_decode_returns(&raw) {
+        if let Ok(name) = IERC20::nameCall::abi_decode_returns(&raw) {
             return Ok(name);
         }
         Ok(bytes32_text(&raw))

@@ -2,7 +2,7 @@
 //!
 //! - [`backfill`]: history from a configured block, by `eth_getLogs`.
 //! - [`calls`]: contract calls against the chain's source (node or devnet).
-//! - [`dex`]: pool events, identifying calls, default factories and base tokens.
+//! - [`dex`]: pool events decoded; the catalog's factories and base tokens as defaults.
 //! - [`indexer`]: pool events of canonical blocks into the store; rollbacks.
 //! - [`math`]: exact pool prices, liquidity weighting, decimal output.
 //! - [`query`]: the `token_price` answer: pools at a time, routes.

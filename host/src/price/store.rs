@@ -9,14 +9,7 @@ use alloy_primitives::{Address, B256, U256};
 use anyhow::Context;
 use redb::{Database, MultimapTableDefinition, ReadableDatabase, ReadableTable, TableDefinition};
 
-/// A DEX pool kind: what its state events carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PoolKind {
-    /// Uniswap V2 style: `Sync(reserve0, reserve1)`.
-    V2,
-    /// Uniswap V3 style: `Swap(…, sqrtPriceX96, liquidity, tick)`.
-    V3,
-}
+pub use crate::contracts::catalog::PoolKind;
 
 /// A pool the index prices from: its tokens in the pool's own order and
 /// the factory that created it (on the allow-list).

@@ -1,0 +1,306 @@
+//! The devnet's task: [`run`] drives a [`Devnet`] in real time, builds
+//! blocks on the blocking pool and announces submissions as they come.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use super::block::Built;
+use super::mempool::Submission;
+use super::{Devnet, Step};
+use crate::ingest::SourceEvent;
+
+/// Submissions taken into one pending announcement at most.
+const SUBMISSIONS_PER_BATCH: usize = 1_024;
+
+/// Drives `devnet` in real time until `shutdown` is cancelled or the
+/// receiver is gone: genesis first, then one step per
+/// `block_time / (pending_batches_per_block + 1)`, so a block's pending
+/// batches and the block itself share the block time evenly. Submitted
+/// transactions are announced as they come: what arrived together is one
+/// pending batch, with no waiting for more.
+pub async fn run(
+    mut devnet: Devnet,
+    out: mpsc::Sender<SourceEvent>,
+    mut submissions: mpsc::Receiver<Submission>,
+    shutdown: CancellationToken,
+) {
+    if !send(&out, &shutdown, SourceEvent::Block(devnet.genesis())).await {
+        return;
+    }
+    // The generated past, back to back.
+    let mut history = devnet.settings.history_blocks;
+    while history > 0 {
+        for event in devnet.next_step() {
+            if matches!(event, SourceEvent::Block(_)) {
+                history = history.saturating_sub(1);
+            }
+            if !send(&out, &shutdown, event).await {
+                return;
+            }
+        }
+    }
+    // What follows is live.
+    if !send(&out, &shutdown, SourceEvent::Synced).await {
+        return;
+    }
+    let steps = devnet.settings.pending_batches_per_block.max(1) + 1;
+    let mut ticks =
+        tokio::time::interval((devnet.block_time() / steps).max(Duration::from_millis(1)));
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // The first tick completes at once; the first batch comes one period
+    // after genesis.
+    ticks.tick().await;
+    let mut arrived = Vec::new();
+    let mut open = true;
+    // The block being built on the blocking pool; ticks wait for it.
+    let mut building: Option<JoinHandle<Built>> = None;
+    loop {
+        let events = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            built = async { building.as_mut().expect("guarded").await }, if building.is_some() => {
+                building = None;
+                match built {
+                    Ok(built) => devnet.mined(built),
+                    Err(error) => {
+                        tracing::error!(chain_id = devnet.chain_id, %error, "building a devnet block failed; the devnet stops");
+                        return;
+                    }
+                }
+            }
+            _ = ticks.tick(), if building.is_none() => match devnet.step() {
+                Step::Announce(events) => events,
+                Step::Build(job) => {
+                    building = Some(tokio::task::spawn_blocking(move || job.run()));
+                    continue;
+                }
+            },
+            received = submissions.recv_many(&mut arrived, SUBMISSIONS_PER_BATCH), if open => {
+                // Closed: the chain no longer takes submissions.
+                open = received > 0;
+                let mut announced = Vec::new();
+                let mut replies = Vec::with_capacity(arrived.len());
+                for submission in arrived.drain(..) {
+                    let outcome = devnet
+                        .accept(submission.envelope, submission.from)
+                        .map(|tx| announced.push(tx));
+                    replies.push((submission.reply, outcome));
+                }
+                // Announced before answered: a client holding the hash
+                // finds the transaction pending.
+                if !announced.is_empty()
+                    && !send(&out, &shutdown, SourceEvent::Pending(announced)).await
+                {
+                    return;
+                }
+                for (reply, outcome) in replies {
+                    let _ = reply.send(outcome);
+                }
+                continue;
+            }
+        };
+        for event in events {
+            if !send(&out, &shutdown, event).await {
+                return;
+            }
+        }
+    }
+}
+
+/// Sends `event` unless shutdown comes first (a full channel must not keep
+/// the devnet alive); false when the devnet should stop.
+async fn send(
+    out: &mpsc::Sender<SourceEvent>,
+    shutdown: &CancellationToken,
+    event: SourceEvent,
+) -> bool {
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => false,
+        sent = out.send(event) => sent.is_ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use tokio::sync::oneshot;
+
+    use super::super::testing::{outside, quiet, settings};
+    use super::super::{DevnetSettings, Refusal};
+    use super::*;
+
+    /// The next event [`run`] sends; `why` it should come in time.
+    async fn next_event(events: &mut mpsc::Receiver<SourceEvent>, why: &str) -> SourceEvent {
+        tokio::time::timeout(Duration::from_secs(30), events.recv())
+            .await
+            .expect(why)
+            .expect("the devnet runs")
+    }
+
+    /// A submissions queue nobody sends to.
+    fn closed() -> mpsc::Receiver<Submission> {
+        mpsc::channel(1).1
+    }
+
+    /// Submissions are announced as they arrive, without waiting for a
+    /// tick, and every sender hears back, refused or not.
+    #[tokio::test]
+    async fn run_announces_submissions_at_once() {
+        let slow = DevnetSettings {
+            block_time_ms: Some(3_600_000),
+            history_blocks: 0,
+            ..quiet()
+        };
+        let (out, mut events) = mpsc::channel(16);
+        let (submit, submitted) = mpsc::channel(16);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(Devnet::new(1, &slow), out, submitted, shutdown.clone()));
+        let mut answers = Vec::new();
+        for nonce in [0, 1, 1] {
+            let (envelope, from) = outside(nonce, 21_000, &[]);
+            let (reply, answer) = oneshot::channel();
+            submit
+                .send(Submission {
+                    envelope,
+                    from,
+                    reply,
+                })
+                .await
+                .expect("the devnet runs");
+            answers.push(answer);
+        }
+        let mut announced = Vec::new();
+        while announced.len() < 2 {
+            let event = next_event(&mut events, "announced without waiting for a block").await;
+            if let SourceEvent::Pending(txs) = event {
+                announced.extend(txs.iter().map(|tx| tx.nonce));
+            }
+        }
+        assert_eq!(announced, [0, 1]);
+        let mut outcomes = Vec::new();
+        for answer in answers {
+            outcomes.push(answer.await.expect("answered"));
+        }
+        assert_eq!(
+            outcomes,
+            [
+                Ok(()),
+                Ok(()),
+                Err(Refusal::NonceTooLow {
+                    expected: 2,
+                    got: 1
+                })
+            ]
+        );
+        shutdown.cancel();
+    }
+
+    /// The generated past comes at once: with an hour per block, five
+    /// blocks after genesis can only be the history.
+    #[tokio::test]
+    async fn run_sends_the_history_back_to_back() {
+        let slow = DevnetSettings {
+            block_time_ms: Some(3_600_000),
+            genesis_timestamp: None,
+            history_blocks: 5,
+            ..settings()
+        };
+        let devnet = Devnet::new(1, &slow);
+        let genesis_time = devnet.genesis().header.timestamp;
+        let (out, mut events) = mpsc::channel(64);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(devnet, out, closed(), shutdown.clone()));
+        let mut blocks = Vec::new();
+        loop {
+            match next_event(&mut events, "history arrives at once").await {
+                SourceEvent::Block(block) => blocks.push(block),
+                SourceEvent::Pending(_) => {}
+                SourceEvent::Synced => break,
+            }
+        }
+        assert_eq!(
+            blocks.len(),
+            6,
+            "genesis and five history blocks, then the marker"
+        );
+        let last = &blocks[5];
+        assert_eq!(last.number(), 5);
+        assert_eq!(last.header.timestamp, genesis_time + 5 * 3_600);
+        // The last history block is (about) now: genesis was set back.
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        assert!(
+            last.header.timestamp.abs_diff(now) <= 60,
+            "{} vs {now}",
+            last.header.timestamp
+        );
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn run_sends_genesis_then_steps_until_shutdown() {
+        let fast = DevnetSettings {
+            block_time_ms: Some(50),
+            ..settings()
+        };
+        let devnet = Devnet::new(1, &fast);
+        let genesis = devnet.genesis().hash;
+        let (out, mut events) = mpsc::channel(16);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(devnet, out, closed(), shutdown.clone()));
+        let SourceEvent::Block(first) = next_event(&mut events, "events keep coming").await else {
+            panic!("genesis comes first");
+        };
+        assert_eq!(first.hash, genesis);
+        let mut pending = 0;
+        loop {
+            match next_event(&mut events, "events keep coming").await {
+                SourceEvent::Pending(_) => pending += 1,
+                SourceEvent::Block(block) => {
+                    assert_eq!((block.number(), pending), (1, 4));
+                    break;
+                }
+                SourceEvent::Synced => panic!("the history ends after block 1"),
+            }
+        }
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("run returns on shutdown")
+            .expect("run does not panic");
+
+        // A full channel nobody reads does not keep it alive either.
+        let (out, _unread) = mpsc::channel(1);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(Devnet::new(1, &fast), out, closed(), shutdown.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("run returns on shutdown while blocked")
+            .expect("run does not panic");
+
+        // Nor does a receiver that is gone.
+        let (out, events) = mpsc::channel(1);
+        drop(events);
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            run(
+                Devnet::new(1, &fast),
+                out,
+                closed(),
+                CancellationToken::new(),
+            ),
+        )
+        .await
+        .expect("run returns when the receiver is gone");
+    }
+}

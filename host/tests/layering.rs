@@ -1,0 +1,958 @@
+//! Fails on any import cycle between the source files of this crate.
+//!
+//! Data flows one way (docs/architecture.md, Layering): a file may use the
+//! files below it, and a parent module may use its own children, but two
+//! files that reach each other, directly or through others, can no longer be
+//! read, tested or moved apart. This test parses `src/` with `syn`, draws an
+//! edge from each file to every file whose items it names (following `use`
+//! re-exports to the file that defines the item), and reports each strongly
+//! connected component of more than one file with the names that tie it.
+//!
+//! Not counted: test code (`#[cfg(test)]` items), `src/main.rs` and `src/bin/`
+//! (binaries are separate crates), and a parent module naming its own
+//! descendants (declaring and re-exporting children is how modules are built).
+//! Doc comments and string literals are not code, so links in them do not count.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+
+use syn::buffer::{Cursor, TokenBuffer};
+use syn::punctuated::Punctuated;
+use syn::visit::{self, Visit};
+use syn::{Attribute, ForeignItem, Item, Meta, UseTree};
+
+/// This crate's own `src/`.
+#[test]
+fn no_import_cycles_between_source_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = dependencies(&src);
+    // Guards against passing vacuously (wrong directory, nothing parsed).
+    assert!(
+        graph.files.len() > 1 && !graph.edges.is_empty(),
+        "expected several files and some edges under {}, found {} files and {} edges",
+        src.display(),
+        graph.files.len(),
+        graph.edges.len()
+    );
+    println!(
+        "{}: {} files, {} edges between files",
+        src.display(),
+        graph.files.len(),
+        graph.edges.len()
+    );
+    let found = strongly_connected(&graph);
+    assert!(found.is_empty(), "{}", report(&src, &found));
+}
+
+// The tests below run the checker on small crates written to a temporary
+// directory, so that it is shown to fail when it should, and only then.
+
+#[test]
+fn two_files_that_use_each_other_are_a_cycle() {
+    let dir = tree(&[
+        ("lib.rs", "mod a; mod b;"),
+        ("a.rs", "use crate::b::B; pub struct A;"),
+        ("b.rs", "pub struct B(crate::a::A);"),
+    ]);
+    let src = dir.path().join("src");
+    let found = cycles(&src);
+    assert_eq!(
+        found,
+        vec![Cycle {
+            files: vec!["a.rs".into(), "b.rs".into()],
+            edges: vec![edge("a.rs", "b.rs", &["B"]), edge("b.rs", "a.rs", &["A"])],
+        }]
+    );
+    let text = report(&src, &found);
+    assert!(text.contains("cycle 1: src/a.rs, src/b.rs\n"), "{text}");
+    assert!(
+        text.contains("shortest loop: src/a.rs -> src/b.rs -> src/a.rs\n"),
+        "{text}"
+    );
+    assert!(text.contains("src/a.rs -> src/b.rs: B\n"), "{text}");
+    assert!(text.contains("src/b.rs -> src/a.rs: A\n"), "{text}");
+}
+
+#[test]
+fn parent_using_children_and_child_using_sibling_or_parent_is_no_cycle() {
+    let dir = tree(&[
+        (
+            "lib.rs",
+            "pub mod http; pub mod rpc; pub use rpc::RpcError;",
+        ),
+        (
+            "rpc/mod.rs",
+            "mod error; pub mod methods; pub use error::RpcError; \
+             pub struct Limits; pub fn run() { methods::process(); }",
+        ),
+        ("rpc/error.rs", "pub struct RpcError;"),
+        (
+            "rpc/methods.rs",
+            "use super::{error::RpcError, Limits}; \
+             pub fn process() -> Result<Limits, RpcError> { Ok(Limits) }",
+        ),
+        (
+            "http/mod.rs",
+            "use crate::rpc::{self, methods::process}; \
+             pub fn serve() -> crate::RpcError { process(); rpc::run(); todo!() }",
+        ),
+    ]);
+    let graph = dependencies(&dir.path().join("src"));
+    assert_eq!(
+        graph.edges,
+        vec![
+            edge("http/mod.rs", "rpc/error.rs", &["RpcError"]),
+            edge("http/mod.rs", "rpc/methods.rs", &["process"]),
+            edge("http/mod.rs", "rpc/mod.rs", &["run"]),
+            edge("rpc/methods.rs", "rpc/error.rs", &["RpcError"]),
+            edge("rpc/methods.rs", "rpc/mod.rs", &["Limits"]),
+        ]
+    );
+    assert_eq!(strongly_connected(&graph), vec![]);
+}
+
+#[test]
+fn test_code_does_not_count() {
+    let files = |b: &'static str| {
+        tree(&[
+            ("lib.rs", "mod a; mod b;"),
+            ("a.rs", "use crate::b::B; pub struct A;"),
+            ("b.rs", b),
+        ])
+    };
+    let tested = files("pub struct B; #[cfg(test)] mod tests { use crate::a::A; }");
+    assert_eq!(cycles(&tested.path().join("src")), vec![]);
+    // The same inline module without cfg(test) is code like any other.
+    let untested = files("pub struct B; mod tests { use crate::a::A; }");
+    let found = cycles(&untested.path().join("src"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].files, ["a.rs", "b.rs"]);
+}
+
+#[test]
+fn cycles_through_re_exports_macros_and_super_are_found() {
+    let dir = tree(&[
+        ("lib.rs", "mod a; mod b; mod c;"),
+        // `crate::b::Thing` is defined in b/inner.rs, not in b/mod.rs.
+        ("a/mod.rs", "use crate::b::Thing; pub struct A; mod x;"),
+        (
+            "a/x.rs",
+            "pub fn f() { println!(\"{}\", super::super::c::C); }",
+        ),
+        ("b/mod.rs", "mod inner; pub use inner::*;"),
+        ("b/inner.rs", "pub struct Thing(crate::a::A);"),
+        ("c.rs", "pub const C: u8 = 0; fn g() { crate::a::x::f() }"),
+    ]);
+    let found = cycles(&dir.path().join("src"));
+    assert_eq!(
+        found,
+        vec![
+            Cycle {
+                files: vec!["a/mod.rs".into(), "b/inner.rs".into()],
+                edges: vec![
+                    edge("a/mod.rs", "b/inner.rs", &["Thing"]),
+                    edge("b/inner.rs", "a/mod.rs", &["A"]),
+                ],
+            },
+            Cycle {
+                files: vec!["a/x.rs".into(), "c.rs".into()],
+                edges: vec![
+                    edge("a/x.rs", "c.rs", &["C"]),
+                    edge("c.rs", "a/x.rs", &["f"])
+                ],
+            },
+        ]
+    );
+}
+
+/// What a file refers to in another file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Edge {
+    /// Paths relative to the source directory, `/`-separated.
+    from: String,
+    to: String,
+    /// The items of `to` that `from` names, sorted (`*` for a glob import).
+    names: Vec<String>,
+}
+
+/// A set of files that reach each other, and the edges among them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cycle {
+    files: Vec<String>,
+    edges: Vec<Edge>,
+}
+
+/// The files of a crate and the edges between them, sorted.
+struct Graph {
+    files: Vec<String>,
+    edges: Vec<Edge>,
+}
+
+/// The import cycles between the `.rs` files under `src`.
+fn cycles(src: &Path) -> Vec<Cycle> {
+    strongly_connected(&dependencies(src))
+}
+
+/// A message that names every file of every cycle and what ties them.
+fn report(src: &Path, cycles: &[Cycle]) -> String {
+    let dir = src.file_name().map_or_else(
+        || src.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    );
+    let mut text = format!(
+        "{} import cycle(s) between source files. Data flows one way \
+         (docs/architecture.md, Layering): move what the files share below \
+         all of them, or pass it in from above.\n",
+        cycles.len()
+    );
+    for (i, cycle) in cycles.iter().enumerate() {
+        let files: Vec<_> = cycle.files.iter().map(|f| format!("{dir}/{f}")).collect();
+        let _ = writeln!(text, "\ncycle {}: {}", i + 1, files.join(", "));
+        let shortest: Vec<_> = shortest_loop(cycle)
+            .iter()
+            .map(|f| format!("{dir}/{f}"))
+            .collect();
+        let _ = writeln!(text, "  shortest loop: {}", shortest.join(" -> "));
+        for edge in &cycle.edges {
+            let _ = writeln!(
+                text,
+                "  {dir}/{} -> {dir}/{}: {}",
+                edge.from,
+                edge.to,
+                edge.names.join(", ")
+            );
+        }
+    }
+    text
+}
+
+/// The shortest chain of edges in `cycle` that leads from a file back to
+/// itself (first file and last are the same): often the one edge to cut.
+fn shortest_loop(cycle: &Cycle) -> Vec<String> {
+    let mut best: Vec<String> = Vec::new();
+    for start in &cycle.files {
+        // Breadth-first from `start`; `came_from` holds each file's predecessor.
+        let mut came_from: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([start.as_str()]);
+        'search: while let Some(file) = queue.pop_front() {
+            for edge in cycle.edges.iter().filter(|e| e.from == file) {
+                if edge.to == *start {
+                    let mut path = vec![start.clone()];
+                    let mut at = file;
+                    while at != start {
+                        path.push(at.to_string());
+                        at = came_from[at];
+                    }
+                    path.push(start.clone());
+                    path.reverse();
+                    if best.is_empty() || path.len() < best.len() {
+                        best = path;
+                    }
+                    break 'search;
+                }
+                if !came_from.contains_key(edge.to.as_str()) {
+                    came_from.insert(&edge.to, file);
+                    queue.push_back(&edge.to);
+                }
+            }
+        }
+    }
+    best
+}
+
+/// A module path: `[]` is the crate root, `["rpc", "methods"]` is `crate::rpc::methods`.
+type ModPath = Vec<String>;
+
+/// What one module (a file, or an inline `mod x { … }` in it) declares.
+#[derive(Default)]
+struct Scope {
+    /// The file the module is written in.
+    file: String,
+    /// Child modules, from files or inline.
+    mods: BTreeSet<String>,
+    /// Other items defined here (types, functions, constants, macros…).
+    items: BTreeSet<String>,
+    /// Names brought in by module-level `use`, and the path as written.
+    imports: BTreeMap<String, Vec<String>>,
+    /// Paths of `use …::*`, as written.
+    globs: Vec<Vec<String>>,
+    /// Names brought in by `use` inside function bodies, for paths written here.
+    locals: BTreeMap<String, Vec<String>>,
+}
+
+/// A path written in a module, to resolve.
+struct Reference {
+    file: String,
+    module: ModPath,
+    path: Vec<String>,
+    glob: bool,
+}
+
+/// Where a path leads.
+enum Resolved {
+    /// A module itself (naming a module uses nothing in it yet).
+    Module(ModPath),
+    /// An item in a module: defined there, or not found there (such as one
+    /// made by a macro) and so taken to be there.
+    Item(ModPath, String),
+    /// Another crate, the prelude, a local variable, a generic parameter…
+    Outside,
+}
+
+/// Import chains longer than this are treated as outside the crate (they
+/// only occur with import loops, which do not compile).
+const MAX_DEPTH: usize = 12;
+
+struct Crate {
+    /// File path (relative to src) → its module path.
+    files: BTreeMap<String, ModPath>,
+    scopes: BTreeMap<ModPath, Scope>,
+}
+
+/// Parses every `.rs` file under `src` and draws the edges between them.
+fn dependencies(src: &Path) -> Graph {
+    let mut paths = Vec::new();
+    rust_files(src, "", &mut paths);
+    let mut parsed = Vec::new();
+    for rel in paths {
+        let path = src.join(&rel);
+        let text = fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let ast = syn::parse_file(&text)
+            .unwrap_or_else(|e| panic!("cannot parse {}: {e}", path.display()));
+        let module = module_of(&rel);
+        parsed.push((rel, module, ast));
+    }
+
+    let mut krate = Crate {
+        files: BTreeMap::new(),
+        scopes: BTreeMap::new(),
+    };
+    let mut test_only = Vec::new();
+    for (rel, module, ast) in &parsed {
+        declare(&mut krate.scopes, rel, module, &ast.items, &mut test_only);
+    }
+    // Files behind `#[cfg(test)] mod x;` are test code too.
+    let is_test_file = |module: &ModPath| test_only.iter().any(|t: &ModPath| module.starts_with(t));
+    krate.scopes.retain(|module, _| !is_test_file(module));
+
+    let mut references = Vec::new();
+    for (rel, module, ast) in &parsed {
+        if is_test_file(module) {
+            continue;
+        }
+        krate.files.insert(rel.clone(), module.clone());
+        let mut collector = Collector {
+            file: rel,
+            module: module.clone(),
+            references: Vec::new(),
+            locals: Vec::new(),
+        };
+        collector.visit_file(ast);
+        references.append(&mut collector.references);
+        for (module, name, path) in collector.locals {
+            if let Some(scope) = krate.scopes.get_mut(&module) {
+                scope.locals.insert(name, path);
+            }
+        }
+    }
+
+    let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for reference in &references {
+        let (target, name) = match krate.resolve(&reference.module, &reference.path, 0) {
+            Resolved::Item(module, name) => (module, name),
+            Resolved::Module(module) if reference.glob => (module, "*".to_string()),
+            Resolved::Module(_) | Resolved::Outside => continue,
+        };
+        let Some(to) = krate.file_of(&target) else {
+            continue;
+        };
+        let from_module = &krate.files[&reference.file];
+        let to_module = &krate.files[&to];
+        // Same file, or a parent naming its own descendant: not a dependency
+        // that can close a cycle.
+        if to_module.starts_with(from_module) {
+            continue;
+        }
+        edges
+            .entry((reference.file.clone(), to))
+            .or_default()
+            .insert(name);
+    }
+    Graph {
+        files: krate.files.into_keys().collect(),
+        edges: edges
+            .into_iter()
+            .map(|((from, to), names)| Edge {
+                from,
+                to,
+                names: names.into_iter().collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Appends the `.rs` files under `dir` to `out`, relative and sorted; skips
+/// the binaries (`main.rs`, `bin/`) at the top.
+fn rust_files(dir: &Path, rel: &str, out: &mut Vec<String>) {
+    let entries =
+        fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()));
+    let mut names: Vec<_> = entries
+        .map(|entry| entry.unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display())))
+        .map(|entry| {
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                entry.path(),
+            )
+        })
+        .collect();
+    names.sort();
+    for (name, path) in names {
+        let rel_path = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        if path.is_dir() {
+            if rel_path != "bin" {
+                rust_files(&path, &rel_path, out);
+            }
+        } else if name.ends_with(".rs") && rel_path != "main.rs" {
+            out.push(rel_path);
+        }
+    }
+}
+
+/// `lib.rs` → `[]`, `a/mod.rs` → `[a]`, `a/b.rs` → `[a, b]`.
+fn module_of(rel: &str) -> ModPath {
+    let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
+    let last = parts.pop().unwrap_or_default();
+    if last != "mod.rs" && !(parts.is_empty() && last == "lib.rs") {
+        parts.push(last.trim_end_matches(".rs").to_string());
+    }
+    parts
+}
+
+/// Records what `items` (the body of `module`, written in `file`) declare.
+fn declare(
+    scopes: &mut BTreeMap<ModPath, Scope>,
+    file: &str,
+    module: &ModPath,
+    items: &[Item],
+    test_only: &mut Vec<ModPath>,
+) {
+    let scope = scopes.entry(module.clone()).or_insert_with(|| Scope {
+        file: file.to_string(),
+        ..Scope::default()
+    });
+    let mut inline = Vec::new();
+    for item in items {
+        if is_test(attrs(item)) {
+            if let Item::Mod(m) = item {
+                test_only.push(child(module, &m.ident.to_string()));
+            }
+            continue;
+        }
+        let name = match item {
+            Item::Mod(m) => {
+                scope.mods.insert(m.ident.to_string());
+                if let Some((_, body)) = &m.content {
+                    inline.push((child(module, &m.ident.to_string()), body));
+                }
+                continue;
+            }
+            Item::Use(u) => {
+                if u.leading_colon.is_none() {
+                    for leaf in flatten(&u.tree) {
+                        match leaf.binding {
+                            _ if leaf.glob => scope.globs.push(leaf.path),
+                            Some(binding) => {
+                                scope.imports.insert(binding, leaf.path);
+                            }
+                            None => {}
+                        }
+                    }
+                }
+                continue;
+            }
+            Item::ForeignMod(f) => {
+                for foreign in &f.items {
+                    match foreign {
+                        ForeignItem::Fn(f) => scope.items.insert(f.sig.ident.to_string()),
+                        ForeignItem::Static(s) => scope.items.insert(s.ident.to_string()),
+                        ForeignItem::Type(t) => scope.items.insert(t.ident.to_string()),
+                        _ => false,
+                    };
+                }
+                continue;
+            }
+            Item::Const(i) => &i.ident,
+            Item::Enum(i) => &i.ident,
+            Item::ExternCrate(i) => i.rename.as_ref().map_or(&i.ident, |(_, rename)| rename),
+            Item::Fn(i) => &i.sig.ident,
+            Item::Macro(i) => match &i.ident {
+                Some(ident) => ident,
+                None => continue,
+            },
+            Item::Static(i) => &i.ident,
+            Item::Struct(i) => &i.ident,
+            Item::Trait(i) => &i.ident,
+            Item::TraitAlias(i) => &i.ident,
+            Item::Type(i) => &i.ident,
+            Item::Union(i) => &i.ident,
+            _ => continue,
+        };
+        scope.items.insert(name.to_string());
+    }
+    for (module, body) in inline {
+        declare(scopes, file, &module, body, test_only);
+    }
+}
+
+fn child(module: &[String], name: &str) -> ModPath {
+    let mut path = module.to_vec();
+    path.push(name.to_string());
+    path
+}
+
+/// One name (or glob) brought in by a `use` tree.
+struct UseLeaf {
+    path: Vec<String>,
+    binding: Option<String>,
+    glob: bool,
+}
+
+/// `use a::{b, c::d as e, f::*, self}` → `a::b` (b), `a::c::d` (e), `a::f::*`, `a` (a).
+fn flatten(tree: &UseTree) -> Vec<UseLeaf> {
+    fn walk(tree: &UseTree, prefix: &mut Vec<String>, out: &mut Vec<UseLeaf>) {
+        let leaf = |prefix: &[String], ident: &syn::Ident| {
+            let mut path = prefix.to_vec();
+            if ident != "self" {
+                path.push(ident.to_string());
+            }
+            path
+        };
+        match tree {
+            UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                walk(&p.tree, prefix, out);
+                prefix.pop();
+            }
+            UseTree::Name(n) => {
+                let path = leaf(prefix, &n.ident);
+                let binding = path.last().cloned();
+                out.push(UseLeaf {
+                    path,
+                    binding,
+                    glob: false,
+                });
+            }
+            UseTree::Rename(r) => {
+                let binding = (r.rename != "_").then(|| r.rename.to_string());
+                out.push(UseLeaf {
+                    path: leaf(prefix, &r.ident),
+                    binding,
+                    glob: false,
+                });
+            }
+            UseTree::Glob(_) => out.push(UseLeaf {
+                path: prefix.clone(),
+                binding: None,
+                glob: true,
+            }),
+            UseTree::Group(g) => {
+                for tree in &g.items {
+                    walk(tree, prefix, out);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(tree, &mut Vec::new(), &mut out);
+    out
+}
+
+impl Crate {
+    /// The file a module is written in (an inline module is in its file).
+    fn file_of(&self, module: &[String]) -> Option<String> {
+        let mut module = module.to_vec();
+        loop {
+            if let Some(scope) = self.scopes.get(&module) {
+                return Some(scope.file.clone());
+            }
+            module.pop()?;
+        }
+    }
+
+    /// Resolves `path`, written in module `at`, to what it names.
+    fn resolve(&self, at: &[String], path: &[String], depth: usize) -> Resolved {
+        if depth > MAX_DEPTH {
+            return Resolved::Outside;
+        }
+        let Some(first) = path.first() else {
+            return Resolved::Module(at.to_vec());
+        };
+        let (mut module, rest, bare) = match first.as_str() {
+            "crate" => (Vec::new(), &path[1..], false),
+            "self" | "super" => {
+                let mut module = at.to_vec();
+                let mut i = 0;
+                while let Some(segment) = path.get(i) {
+                    match segment.as_str() {
+                        "self" => {}
+                        "super" => {
+                            module.pop();
+                        }
+                        _ => break,
+                    }
+                    i += 1;
+                }
+                (module, &path[i..], false)
+            }
+            // A bare first segment names something in scope here, or else
+            // is outside the crate (edition 2018 paths).
+            _ => (at.to_vec(), path, true),
+        };
+        for (i, segment) in rest.iter().enumerate() {
+            let last = i + 1 == rest.len();
+            match self.lookup(&module, segment, bare && i == 0, last, depth) {
+                Some(Resolved::Module(next)) => module = next,
+                Some(found) => return found,
+                None if bare && i == 0 => return Resolved::Outside,
+                None => return Resolved::Item(module, segment.clone()),
+            }
+        }
+        Resolved::Module(module)
+    }
+
+    /// What `name` is in `module`, if the module declares or imports it.
+    fn lookup(
+        &self,
+        module: &[String],
+        name: &str,
+        with_locals: bool,
+        last: bool,
+        depth: usize,
+    ) -> Option<Resolved> {
+        let scope = self.scopes.get(module)?;
+        // A function and a module may share a name; at the end of a path,
+        // count the item (the conservative choice).
+        if scope.items.contains(name) && (last || !scope.mods.contains(name)) {
+            return Some(Resolved::Item(module.to_vec(), name.to_string()));
+        }
+        if scope.mods.contains(name) {
+            return Some(Resolved::Module(child(module, name)));
+        }
+        let imported = scope
+            .imports
+            .get(name)
+            .or_else(|| with_locals.then(|| scope.locals.get(name)).flatten());
+        if let Some(path) = imported {
+            return Some(self.resolve(module, path, depth + 1));
+        }
+        for glob in &scope.globs {
+            if let Resolved::Module(target) = self.resolve(module, glob, depth + 1)
+                && target != module
+                && let Some(found) = self.lookup(&target, name, false, last, depth + 1)
+            {
+                return Some(found);
+            }
+        }
+        None
+    }
+}
+
+/// Collects every path written in one file, outside test code.
+struct Collector<'a> {
+    file: &'a str,
+    /// The module being visited: the file's, or an inline one in it.
+    module: ModPath,
+    references: Vec<Reference>,
+    /// `use` inside function bodies: (module, name, path as written).
+    locals: Vec<(ModPath, String, Vec<String>)>,
+}
+
+impl Collector<'_> {
+    fn add(&mut self, path: Vec<String>, glob: bool) {
+        self.references.push(Reference {
+            file: self.file.to_string(),
+            module: self.module.clone(),
+            path,
+            glob,
+        });
+    }
+
+    /// Paths in a macro's tokens (`format!("{}", crate::a::f())`): every
+    /// `a::b…` of two or more segments. Single names are imports, seen already.
+    fn scan(&mut self, mut cursor: Cursor) {
+        while !cursor.eof() {
+            if let Some((inside, _, _, next)) = cursor.any_group() {
+                self.scan(inside);
+                cursor = next;
+            } else if let Some((ident, mut next)) = cursor.ident() {
+                let mut path = vec![ident.to_string()];
+                while let Some((ident, after)) = path_separator(next).and_then(|c| c.ident()) {
+                    path.push(ident.to_string());
+                    next = after;
+                }
+                if path.len() > 1 {
+                    self.add(path, false);
+                }
+                cursor = next;
+            } else if let Some((_, next)) = cursor.token_tree() {
+                cursor = next;
+            } else {
+                break;
+            }
+        }
+    }
+}
+
+/// The cursor after a `::` at `cursor`, if there is one.
+fn path_separator(cursor: Cursor) -> Option<Cursor> {
+    let (first, next) = cursor.punct()?;
+    let (second, after) = next.punct()?;
+    (first.as_char() == ':' && second.as_char() == ':').then_some(after)
+}
+
+impl<'ast> Visit<'ast> for Collector<'_> {
+    fn visit_item(&mut self, item: &'ast Item) {
+        if !is_test(attrs(item)) {
+            visit::visit_item(self, item);
+        }
+    }
+
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if let Some((_, items)) = &item.content {
+            self.module.push(item.ident.to_string());
+            for item in items {
+                self.visit_item(item);
+            }
+            self.module.pop();
+        }
+    }
+
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        if item.leading_colon.is_some() {
+            return;
+        }
+        for leaf in flatten(&item.tree) {
+            if let Some(binding) = &leaf.binding {
+                self.locals
+                    .push((self.module.clone(), binding.clone(), leaf.path.clone()));
+            }
+            self.add(leaf.path, leaf.glob);
+        }
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        if path.leading_colon.is_none() {
+            self.add(
+                path.segments.iter().map(|s| s.ident.to_string()).collect(),
+                false,
+            );
+        }
+        visit::visit_path(self, path);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        visit::visit_macro(self, mac);
+        let tokens = TokenBuffer::new2(mac.tokens.clone());
+        self.scan(tokens.begin());
+    }
+
+    fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
+        let attrs = match item {
+            syn::ImplItem::Const(i) => &i.attrs,
+            syn::ImplItem::Fn(i) => &i.attrs,
+            syn::ImplItem::Type(i) => &i.attrs,
+            syn::ImplItem::Macro(i) => &i.attrs,
+            _ => return visit::visit_impl_item(self, item),
+        };
+        if !is_test(attrs) {
+            visit::visit_impl_item(self, item);
+        }
+    }
+
+    fn visit_trait_item(&mut self, item: &'ast syn::TraitItem) {
+        let attrs = match item {
+            syn::TraitItem::Const(i) => &i.attrs,
+            syn::TraitItem::Fn(i) => &i.attrs,
+            syn::TraitItem::Type(i) => &i.attrs,
+            syn::TraitItem::Macro(i) => &i.attrs,
+            _ => return visit::visit_trait_item(self, item),
+        };
+        if !is_test(attrs) {
+            visit::visit_trait_item(self, item);
+        }
+    }
+
+    fn visit_field(&mut self, field: &'ast syn::Field) {
+        if !is_test(&field.attrs) {
+            visit::visit_field(self, field);
+        }
+    }
+
+    fn visit_variant(&mut self, variant: &'ast syn::Variant) {
+        if !is_test(&variant.attrs) {
+            visit::visit_variant(self, variant);
+        }
+    }
+
+    fn visit_arm(&mut self, arm: &'ast syn::Arm) {
+        if !is_test(&arm.attrs) {
+            visit::visit_arm(self, arm);
+        }
+    }
+
+    fn visit_local(&mut self, local: &'ast syn::Local) {
+        if !is_test(&local.attrs) {
+            visit::visit_local(self, local);
+        }
+    }
+}
+
+fn attrs(item: &Item) -> &[Attribute] {
+    match item {
+        Item::Const(i) => &i.attrs,
+        Item::Enum(i) => &i.attrs,
+        Item::ExternCrate(i) => &i.attrs,
+        Item::Fn(i) => &i.attrs,
+        Item::ForeignMod(i) => &i.attrs,
+        Item::Impl(i) => &i.attrs,
+        Item::Macro(i) => &i.attrs,
+        Item::Mod(i) => &i.attrs,
+        Item::Static(i) => &i.attrs,
+        Item::Struct(i) => &i.attrs,
+        Item::Trait(i) => &i.attrs,
+        Item::TraitAlias(i) => &i.attrs,
+        Item::Type(i) => &i.attrs,
+        Item::Union(i) => &i.attrs,
+        Item::Use(i) => &i.attrs,
+        _ => &[],
+    }
+}
+
+/// `#[cfg(test)]` or `#[cfg(all(test, …))]`: compiled only for tests.
+fn is_test(attrs: &[Attribute]) -> bool {
+    fn test_only(meta: &Meta) -> bool {
+        match meta {
+            Meta::Path(path) => path.is_ident("test"),
+            Meta::List(list) if list.path.is_ident("all") => list
+                .parse_args_with(Punctuated::<Meta, syn::Token![,]>::parse_terminated)
+                .is_ok_and(|metas| metas.iter().any(test_only)),
+            _ => false,
+        }
+    }
+    attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("cfg"))
+        .filter_map(|attr| attr.parse_args::<Meta>().ok())
+        .any(|meta| test_only(&meta))
+}
+
+/// Tarjan's strongly connected components of more than one file, each with
+/// its files and inner edges sorted, in order of their first file.
+fn strongly_connected(graph: &Graph) -> Vec<Cycle> {
+    struct Tarjan<'g> {
+        next: BTreeMap<&'g str, Vec<&'g str>>,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        on_stack: BTreeSet<&'g str>,
+        components: Vec<Vec<&'g str>>,
+    }
+    impl<'g> Tarjan<'g> {
+        fn visit(&mut self, node: &'g str) {
+            let index = self.index.len();
+            self.index.insert(node, index);
+            self.low.insert(node, index);
+            self.stack.push(node);
+            self.on_stack.insert(node);
+            for next in self.next.get(node).cloned().unwrap_or_default() {
+                if !self.index.contains_key(next) {
+                    self.visit(next);
+                    let low = self.low[node].min(self.low[next]);
+                    self.low.insert(node, low);
+                } else if self.on_stack.contains(next) {
+                    let low = self.low[node].min(self.index[next]);
+                    self.low.insert(node, low);
+                }
+            }
+            if self.low[node] == self.index[node] {
+                let mut component = Vec::new();
+                while let Some(member) = self.stack.pop() {
+                    self.on_stack.remove(member);
+                    component.push(member);
+                    if member == node {
+                        break;
+                    }
+                }
+                self.components.push(component);
+            }
+        }
+    }
+
+    let mut tarjan = Tarjan {
+        next: BTreeMap::new(),
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        components: Vec::new(),
+    };
+    for edge in &graph.edges {
+        tarjan.next.entry(&edge.from).or_default().push(&edge.to);
+    }
+    for file in &graph.files {
+        if !tarjan.index.contains_key(file.as_str()) {
+            tarjan.visit(file);
+        }
+    }
+    let mut cycles: Vec<Cycle> = tarjan
+        .components
+        .into_iter()
+        .filter(|component| component.len() > 1)
+        .map(|component| {
+            let members: BTreeSet<&str> = component.into_iter().collect();
+            Cycle {
+                files: members.iter().map(|f| f.to_string()).collect(),
+                edges: graph
+                    .edges
+                    .iter()
+                    .filter(|e| {
+                        members.contains(e.from.as_str()) && members.contains(e.to.as_str())
+                    })
+                    .cloned()
+                    .collect(),
+            }
+        })
+        .collect();
+    cycles.sort_by(|a, b| a.files.cmp(&b.files));
+    cycles
+}
+
+/// Writes `files` (path relative to `src/`, contents) into a new temporary
+/// directory's `src/`.
+fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory for a synthetic crate");
+    for (rel, text) in files {
+        let path = dir.path().join("src").join(rel);
+        let parent = path
+            .parent()
+            .expect("a file under src/ has a parent directory");
+        fs::create_dir_all(parent).expect("create a synthetic module directory");
+        fs::write(&path, text).expect("write a synthetic source file");
+    }
+    dir
+}
+
+fn edge(from: &str, to: &str, names: &[&str]) -> Edge {
+    Edge {
+        from: from.to_string(),
+        to: to.to_string(),
+        names: names.iter().map(|n| n.to_string()).collect(),
+    }
+}
