@@ -224,10 +224,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::config::FiltersConfig;
-    use crate::fanout::Sink;
-    use crate::filters::actor::{Start, Subscribe};
-    use crate::filters::{FilterEngine, FilterRegistry};
+    use crate::filters::testing::{builtin, subscribe_all};
     use crate::ingest::devnet::{Devnet, DevnetSettings};
     use crate::ingest::model::Block;
 
@@ -237,24 +234,10 @@ mod tests {
         topic: &str,
         shutdown: &CancellationToken,
     ) -> (FilterHandle, mpsc::Receiver<String>) {
-        let config = FiltersConfig {
-            dir: std::env::temp_dir().join("chainsieve-no-filters-dir"),
-            ..FiltersConfig::default()
-        };
-        let engine = FilterEngine::new(&config).expect("engine");
-        let registry = FilterRegistry::load(&engine, &config.dir).expect("built-ins");
-        let component = registry.active().remove(topic).expect("a built-in topic");
+        let (engine, component) = builtin(topic);
         let metrics = Metrics::default().actor("eth", topic);
         let handle = FilterHandle::spawn(engine, component, "eth", metrics).expect("actor");
-        let (sink, frames) = Sink::new(1_024, shutdown);
-        let subscribe = Subscribe {
-            key: 1,
-            id: "0x1".into(),
-            params: "[]".into(),
-            sink,
-            start: Start::Now,
-        };
-        handle.subscribe(subscribe).await.expect("subscribed");
+        let frames = subscribe_all(&handle, 1, shutdown).await;
         (handle, frames)
     }
 

@@ -20,7 +20,8 @@ use anyhow::Context;
 use chainsieve_filter_sdk::{Payload, Source, params};
 use tokio::sync::{mpsc, oneshot};
 
-use super::engine::{FilterComponent, FilterEngine, FilterInstance};
+use super::engine::FilterComponent;
+use super::instance::{Instance, Instantiate};
 use crate::fanout::{self, Sink};
 use crate::ingest::EventBatch;
 use crate::metrics::ActorMetrics;
@@ -137,12 +138,12 @@ pub struct FilterHandle {
 impl FilterHandle {
     /// Instantiates `component` for `chain` and starts its actor thread.
     pub fn spawn(
-        engine: Arc<FilterEngine>,
+        instances: Arc<dyn Instantiate>,
         component: FilterComponent,
         chain: &str,
         metrics: ActorMetrics,
     ) -> anyhow::Result<Self> {
-        let instance = engine.instantiate(&component)?;
+        let instance = instances.instantiate(&component)?;
         let (commands, rx) = mpsc::channel(QUEUE);
         let subscribers = Arc::new(AtomicUsize::new(0));
         let status = Arc::new(Mutex::new(FilterStatus::of(&component)));
@@ -155,7 +156,7 @@ impl FilterHandle {
         };
         let actor = Actor {
             chain: chain.to_string(),
-            engine,
+            instances,
             component,
             instance: Some(instance),
             subscriptions: HashMap::new(),
@@ -283,16 +284,17 @@ impl Record {
 /// A fresh instance with every subscription replayed into it, and what
 /// each said.
 struct Replayed {
-    instance: FilterInstance,
+    instance: Box<dyn Instance>,
     outcomes: Vec<(u64, Result<Payload, String>)>,
 }
 
 struct Actor {
     chain: String,
-    engine: Arc<FilterEngine>,
+    /// Makes the instances: the engine, or a test's stand-in.
+    instances: Arc<dyn Instantiate>,
     component: FilterComponent,
     /// `None` after a failure until the next call rebuilds it.
-    instance: Option<FilterInstance>,
+    instance: Option<Box<dyn Instance>>,
     subscriptions: HashMap<u64, Record>,
     subscribers: Arc<AtomicUsize>,
     status: Arc<Mutex<FilterStatus>>,
@@ -463,7 +465,7 @@ impl Actor {
     /// Instantiates `component` and replays every subscription into it.
     /// `Err` when it cannot be instantiated or a call fails.
     fn replay(&self, component: &FilterComponent) -> anyhow::Result<Replayed> {
-        let mut instance = self.engine.instantiate(component)?;
+        let mut instance = self.instances.instantiate(component)?;
         let mut outcomes = Vec::with_capacity(self.subscriptions.len());
         for (key, record) in &self.subscriptions {
             let outcome = instance
@@ -523,7 +525,7 @@ impl Actor {
     /// none; on failure logs and counts it and returns `None`.
     fn with_instance<T>(
         &mut self,
-        call: impl FnOnce(&mut FilterInstance) -> anyhow::Result<T>,
+        call: impl FnOnce(&mut dyn Instance) -> anyhow::Result<T>,
     ) -> Option<T> {
         if self.disabled.is_some() {
             return None;
@@ -535,7 +537,7 @@ impl Actor {
             return None;
         }
         let instance = self.instance.as_mut()?;
-        match call(instance) {
+        match call(instance.as_mut()) {
             Ok(value) => {
                 self.failures_in_a_row = 0;
                 Some(value)
@@ -578,4 +580,303 @@ impl Actor {
 enum Flow {
     Continue,
     Stop,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    use chainsieve_filter_sdk::Matches;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::filters::testing::{builtin, subscribe_all};
+    use crate::ingest::StreamEvent;
+    use crate::ingest::devnet::{Devnet, DevnetSettings};
+    use crate::ingest::model::Block;
+    use crate::metrics::Metrics;
+
+    /// What the stand-ins do, shared with the test that scripts them.
+    #[derive(Default)]
+    struct Script {
+        /// The outcomes of the next `match_batch` calls, in order: an
+        /// error message, or `None` for a normal answer. Empty: normal.
+        batches: VecDeque<Option<String>>,
+        /// Every subscription is refused with this, while set.
+        refuse: Option<String>,
+        /// Instances made so far.
+        made: usize,
+        /// Every subscription an instance took: (instance, key), the first
+        /// instance being 1.
+        subscribed: Vec<(usize, u64)>,
+    }
+
+    /// Makes stand-in instances that follow one script.
+    #[derive(Clone, Default)]
+    struct StandIns(Arc<Mutex<Script>>);
+
+    impl StandIns {
+        fn script(&self) -> std::sync::MutexGuard<'_, Script> {
+            self.0.lock().expect("script lock")
+        }
+    }
+
+    impl Instantiate for StandIns {
+        fn instantiate(&self, _: &FilterComponent) -> anyhow::Result<Box<dyn Instance>> {
+            let mut script = self.script();
+            script.made += 1;
+            Ok(Box::new(StandIn {
+                script: self.clone(),
+                number: script.made,
+                keys: Vec::new(),
+            }))
+        }
+    }
+
+    /// Matches the first event of every batch to every subscription, or
+    /// fails as scripted (a trap, a deadline: to the actor both are a
+    /// failed call).
+    struct StandIn {
+        script: StandIns,
+        /// Which instance this is, from 1.
+        number: usize,
+        keys: Vec<u64>,
+    }
+
+    impl Instance for StandIn {
+        fn subscribe(&mut self, key: u64, _: &str) -> anyhow::Result<Result<Payload, String>> {
+            let mut script = self.script.script();
+            if let Some(refusal) = &script.refuse {
+                return Ok(Err(refusal.clone()));
+            }
+            script.subscribed.push((self.number, key));
+            self.keys.push(key);
+            Ok(Ok(Payload::Hash))
+        }
+
+        fn unsubscribe(&mut self, key: u64) -> anyhow::Result<()> {
+            self.keys.retain(|k| *k != key);
+            Ok(())
+        }
+
+        fn match_batch(&mut self, _: &[u8]) -> anyhow::Result<Matches> {
+            if let Some(Some(error)) = self.script.script().batches.pop_front() {
+                anyhow::bail!(error);
+            }
+            Ok(Matches {
+                events: vec![0; self.keys.len()],
+                subscriptions: self.keys.clone(),
+            })
+        }
+    }
+
+    struct Harness {
+        stand_ins: StandIns,
+        handle: FilterHandle,
+        component: FilterComponent,
+        frames: mpsc::Receiver<String>,
+        heads: Vec<Arc<Block>>,
+        shutdown: CancellationToken,
+    }
+
+    /// A newHeads actor on stand-ins, with subscription 1 to everything.
+    async fn harness() -> Harness {
+        let (_, component) = builtin("newHeads");
+        let stand_ins = StandIns::default();
+        let metrics = Metrics::default().actor("eth", "newHeads");
+        let handle = FilterHandle::spawn(
+            Arc::new(stand_ins.clone()),
+            component.clone(),
+            "eth",
+            metrics,
+        )
+        .expect("actor");
+        let shutdown = CancellationToken::new();
+        let frames = subscribe_all(&handle, 1, &shutdown).await;
+        let mut devnet = Devnet::new(1, &DevnetSettings::default());
+        let heads = std::iter::once(devnet.genesis())
+            .chain(
+                std::iter::repeat_with(|| devnet.next_step())
+                    .flatten()
+                    .filter_map(|event| match event {
+                        crate::ingest::SourceEvent::Block(block) => Some(block),
+                        _ => None,
+                    }),
+            )
+            .take(8)
+            .collect();
+        Harness {
+            stand_ins,
+            handle,
+            component,
+            frames,
+            heads,
+            shutdown,
+        }
+    }
+
+    impl Harness {
+        /// Hands head `n` to the actor.
+        async fn send(&self, n: usize) {
+            let batch = EventBatch::new(
+                Source::Heads,
+                vec![StreamEvent::Head(self.heads[n].clone())],
+            );
+            assert!(
+                self.handle.send_batch(Arc::new(batch)).await,
+                "actor running"
+            );
+        }
+
+        /// The next frame the subscriber gets.
+        async fn next(&mut self) -> String {
+            tokio::time::timeout(Duration::from_secs(30), self.frames.recv())
+                .await
+                .expect("a frame in time")
+                .expect("the sink is open")
+        }
+
+        /// The notification for head `n`.
+        fn head(&self, n: usize) -> String {
+            fanout::notification("0x1", &format!("\"{}\"", self.heads[n].hash))
+        }
+
+        fn other_component(&self) -> FilterComponent {
+            let mut other = self.component.clone();
+            other.origin = "a replacement".into();
+            other.hash = "0x02".into();
+            other
+        }
+    }
+
+    impl Drop for Harness {
+        fn drop(&mut self) {
+            self.shutdown.cancel();
+        }
+    }
+
+    /// A failed call (a trap) loses that batch only: the next call builds a
+    /// fresh instance, replays every subscription into it, and delivers.
+    #[tokio::test]
+    async fn a_trap_rebuilds_the_instance_and_replays_its_subscriptions() {
+        let mut h = harness().await;
+        h.stand_ins.script().batches = VecDeque::from([Some("wasm trap: unreachable".into())]);
+        h.send(1).await;
+        h.send(2).await;
+        assert_eq!(h.next().await, h.head(2), "head 1 went to the failed call");
+        {
+            let script = h.stand_ins.script();
+            assert_eq!(script.made, 2, "rebuilt once");
+            assert_eq!(
+                script.subscribed,
+                vec![(1, 1), (2, 1)],
+                "subscription 1 replayed into it"
+            );
+        }
+        let status = h.handle.status();
+        assert_eq!((status.failures, status.disabled), (1, None));
+    }
+
+    /// Three failed calls in a row (here a trap, a deadline, a trap) disable
+    /// the component: its subscriptions end with the reason, new ones are
+    /// refused until a working component replaces it.
+    #[tokio::test]
+    async fn three_failures_in_a_row_disable_the_component() {
+        let mut h = harness().await;
+        h.stand_ins.script().batches = VecDeque::from([
+            Some("wasm trap: unreachable".into()),
+            Some("the call ran past its deadline of 1000 ms".into()),
+            Some("wasm trap: out of bounds".into()),
+        ]);
+        for n in 1..=3 {
+            h.send(n).await;
+        }
+        let ended: serde_json::Value = serde_json::from_str(&h.next().await).expect("JSON");
+        let message = ended["params"]["error"]["message"]
+            .as_str()
+            .expect("an error");
+        assert!(
+            message.contains("disabled") && message.contains("3 calls in a row failed"),
+            "{message}"
+        );
+        let refused = subscribe_all_refused(&h).await;
+        assert!(matches!(refused, SubscribeError::Unavailable(m) if m.contains("disabled")));
+        let status = h.handle.status();
+        assert_eq!(status.failures, 3);
+        assert!(
+            status
+                .disabled
+                .is_some_and(|reason| reason.contains("out of bounds"))
+        );
+
+        // A working replacement brings the topic back.
+        h.handle.swap(h.other_component()).await.expect("swapped");
+        assert_eq!(h.handle.status().disabled, None);
+    }
+
+    async fn subscribe_all_refused(h: &Harness) -> SubscribeError {
+        let (sink, _frames) = fanout::Sink::new(8, &h.shutdown);
+        h.handle
+            .subscribe(Subscribe {
+                key: 2,
+                id: "0x2".into(),
+                params: "[]".into(),
+                sink,
+                start: Start::Now,
+            })
+            .await
+            .expect_err("refused")
+    }
+
+    /// Only failures in a row count: one success between them starts over.
+    #[tokio::test]
+    async fn a_success_between_failures_starts_the_count_over() {
+        let mut h = harness().await;
+        let trap = || Some("wasm trap: unreachable".to_string());
+        h.stand_ins.script().batches = VecDeque::from([trap(), trap(), None, trap(), trap()]);
+        for n in 1..=6 {
+            h.send(n).await;
+        }
+        assert_eq!(h.next().await, h.head(3));
+        assert_eq!(h.next().await, h.head(6));
+        let status = h.handle.status();
+        assert_eq!((status.failures, status.disabled), (4, None));
+    }
+
+    /// A swap replays every live subscription into the new component; if it
+    /// refuses one, the swap is refused and the old component keeps serving.
+    #[tokio::test]
+    async fn a_swap_replays_or_is_refused_and_the_old_component_serves_on() {
+        let mut h = harness().await;
+        h.stand_ins.script().refuse = Some("no such filter field".into());
+        let refused = h
+            .handle
+            .swap(h.other_component())
+            .await
+            .expect_err("refused");
+        assert!(
+            refused.contains("refuses live subscription 0x1"),
+            "{refused}"
+        );
+        h.stand_ins.script().refuse = None;
+        assert_eq!(h.handle.status().origin, h.component.origin);
+        h.send(1).await;
+        assert_eq!(h.next().await, h.head(1), "the old instance serves on");
+
+        h.handle.swap(h.other_component()).await.expect("swapped");
+        {
+            let script = h.stand_ins.script();
+            assert_eq!(script.made, 3, "the refused one, then the new one");
+            assert_eq!(script.subscribed, vec![(1, 1), (3, 1)], "replayed");
+        }
+        assert_eq!(h.handle.status().origin, "a replacement");
+        h.send(2).await;
+        assert_eq!(h.next().await, h.head(2), "the new instance serves");
+
+        // A component of another stream is refused before the actor.
+        let mut logs = h.other_component();
+        logs.manifest.source = Source::Logs;
+        assert!(h.handle.swap(logs).await.is_err());
+    }
 }

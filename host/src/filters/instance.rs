@@ -1,0 +1,43 @@
+//! What a filter actor calls: an instance of a component, made by an
+//! [`Instantiate`]. The engine makes wasm instances; the actor's own tests
+//! make stand-ins that trap, time out or refuse on cue, so its supervision
+//! (rebuild, replay, disable, swap) is tested without a misbehaving guest.
+
+use chainsieve_filter_sdk::{Matches, Payload};
+
+use super::engine::{FilterComponent, FilterEngine, FilterInstance};
+
+/// One instance of a component. Any error means it must be rebuilt.
+pub trait Instance: Send {
+    /// `Ok(Err(message))` is the component refusing the parameters.
+    fn subscribe(&mut self, key: u64, params: &str) -> anyhow::Result<Result<Payload, String>>;
+    fn unsubscribe(&mut self, key: u64) -> anyhow::Result<()>;
+    /// Matches a batch in the packed layout.
+    fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches>;
+}
+
+/// Makes fresh instances of a component.
+pub trait Instantiate: Send + Sync {
+    fn instantiate(&self, component: &FilterComponent) -> anyhow::Result<Box<dyn Instance>>;
+}
+
+impl Instance for FilterInstance {
+    fn subscribe(&mut self, key: u64, params: &str) -> anyhow::Result<Result<Payload, String>> {
+        FilterInstance::subscribe(self, key, params)
+    }
+
+    fn unsubscribe(&mut self, key: u64) -> anyhow::Result<()> {
+        FilterInstance::unsubscribe(self, key)
+    }
+
+    fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches> {
+        FilterInstance::match_batch(self, batch)
+    }
+}
+
+impl Instantiate for FilterEngine {
+    fn instantiate(&self, component: &FilterComponent) -> anyhow::Result<Box<dyn Instance>> {
+        let instance = FilterEngine::instantiate(self, component)?;
+        Ok(Box::new(instance))
+    }
+}

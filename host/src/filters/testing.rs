@@ -1,0 +1,42 @@
+//! Helpers for the unit tests of the actor and its users: a built-in
+//! component, and a subscriber to everything an actor delivers.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::actor::{FilterHandle, Start, Subscribe};
+use super::{FilterComponent, FilterEngine, FilterRegistry};
+use crate::config::FiltersConfig;
+use crate::fanout::Sink;
+
+/// The engine and the built-in component serving `topic`.
+pub fn builtin(topic: &str) -> (Arc<FilterEngine>, FilterComponent) {
+    let config = FiltersConfig {
+        dir: std::env::temp_dir().join("chainsieve-no-filters-dir"),
+        ..FiltersConfig::default()
+    };
+    let engine = FilterEngine::new(&config).expect("engine");
+    let registry = FilterRegistry::load(&engine, &config.dir).expect("built-ins");
+    let component = registry.active().remove(topic).expect("a built-in topic");
+    (engine, component)
+}
+
+/// Subscribes `key` with no parameters (everything); returns its frames.
+pub async fn subscribe_all(
+    handle: &FilterHandle,
+    key: u64,
+    shutdown: &CancellationToken,
+) -> mpsc::Receiver<String> {
+    let (sink, frames) = Sink::new(1_024, shutdown);
+    let subscribe = Subscribe {
+        key,
+        id: format!("0x{key}").into(),
+        params: "[]".into(),
+        sink,
+        start: Start::Now,
+    };
+    handle.subscribe(subscribe).await.expect("subscribed");
+    frames
+}
