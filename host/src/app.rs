@@ -32,9 +32,19 @@ pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc
     // The chains' tasks stop with the server, or at once if a later chain
     // fails to start (nothing is left running behind an error).
     let chains_running = shutdown.child_token();
+    let tasks = TaskTracker::new();
     let mut chains = BTreeMap::new();
     for spec in &specs {
-        match Chain::start(spec, &registry, &engine, &metrics, config, &chains_running) {
+        let started = Chain::start(
+            spec,
+            &registry,
+            &engine,
+            &metrics,
+            config,
+            &chains_running,
+            &tasks,
+        );
+        match started {
             Ok(chain) => {
                 chains.insert(spec.name.clone(), chain);
             }
@@ -54,6 +64,7 @@ pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc
         config.filters.dir.clone(),
         chains.values().cloned().collect(),
         chains_running.clone(),
+        &tasks,
     )
     .inspect_err(|_| chains_running.cancel())?;
     let rate = NonZeroU32::new(config.limits.requests_per_second_per_key)
@@ -70,6 +81,7 @@ pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc
         limits: config.limits.clone(),
         shutdown,
         sessions: TaskTracker::new(),
+        tasks,
         stats: Stats::default(),
         filter_reloads,
     }))

@@ -66,6 +66,9 @@ pub struct TestServer {
     pub state: Arc<chainsieve::AppState>,
     pub config: Config,
     shutdown: CancellationToken,
+    /// The serving task: it ends once every session and background task has
+    /// (see [`TestServer::stop`]).
+    serving: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
 impl TestServer {
@@ -75,7 +78,8 @@ impl TestServer {
             .context("binding 127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
-        let state = chainsieve::spawn(listener, config.clone(), shutdown.clone())?;
+        let state = chainsieve::app::start(&config, shutdown.clone())?;
+        let serving = tokio::spawn(chainsieve::http::serve(listener, state.clone()));
         // Every chain's past in place first, as a client waiting for
         // /readyz would: tests then see only live events.
         for (name, chain) in &state.chains {
@@ -90,6 +94,7 @@ impl TestServer {
             state,
             config,
             shutdown,
+            serving: Some(serving),
         })
     }
 
@@ -113,6 +118,20 @@ impl TestServer {
 
     pub fn shutdown(&self) {
         self.shutdown.cancel();
+    }
+
+    /// Shuts down and returns once the server has let go of everything (its
+    /// price databases among them), as a process exiting would.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(serving) = self.serving.take() {
+            tokio::time::timeout(TIMEOUT, serving)
+                .await
+                .expect("the server stops in time")
+                .expect("the serving task does not panic")
+                .expect("the server stops cleanly");
+        }
+        // Dropping `self` lets go of the last handle on the server's state.
     }
 
     /// POSTs a JSON body and returns (status, parsed body or Null).

@@ -524,8 +524,7 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
     // made while the server was down (not the node's head by the time it
     // is back) is indexed from where the index stopped.
     drop(client);
-    server.shutdown();
-    drop(server);
+    server.stop().await;
     chain
         .send(Some(pair), fixture.reserves(3_500), Some(t0 + 10_000))
         .await;

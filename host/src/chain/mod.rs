@@ -11,6 +11,7 @@ use std::sync::{Arc, RwLockReadGuard};
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{ChainSpec, Config, SourceConfig};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
@@ -50,8 +51,8 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// Starts the chain's filter actors, its source and its pipeline; they
-    /// stop when `shutdown` is cancelled.
+    /// Starts the chain's filter actors, its source and its pipeline (on
+    /// `tasks`); they stop when `shutdown` is cancelled.
     pub fn start(
         spec: &ChainSpec,
         registry: &FilterRegistry,
@@ -59,6 +60,7 @@ impl Chain {
         metrics: &Arc<Metrics>,
         config: &Config,
         shutdown: &CancellationToken,
+        tasks: &TaskTracker,
     ) -> anyhow::Result<Arc<Chain>> {
         let topics = registry
             .active()
@@ -69,13 +71,13 @@ impl Chain {
                 Ok((topic, handle))
             })
             .collect::<anyhow::Result<_>>()?;
-        let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown)?;
+        let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown, tasks)?;
         let (events, rx) = mpsc::channel(SOURCE_QUEUE);
         let (upstream, submissions) = match &spec.source {
             SourceConfig::Devnet => {
                 let devnet = Devnet::new(spec.chain_id, &config.devnet);
                 let (submit, submitted) = mpsc::channel(SUBMISSION_QUEUE);
-                tokio::spawn(devnet::run(devnet, events, submitted, shutdown.clone()));
+                tasks.spawn(devnet::run(devnet, events, submitted, shutdown.clone()));
                 (None, Some(submit))
             }
             SourceConfig::Node(url) => {
@@ -87,13 +89,13 @@ impl Chain {
                     resume_from: price.resume_from()?,
                 };
                 let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
-                tokio::spawn(upstream::run(settings, events, status, shutdown.clone()));
+                tasks.spawn(upstream::run(settings, events, status, shutdown.clone()));
                 (Some(watcher), None)
             }
         };
         let state = Arc::new(PipelineState::new(spec.window, topics));
         let pipeline = Pipeline::new(&spec.name, state.clone(), price_events, metrics);
-        tokio::spawn(pipeline.run(rx, shutdown.clone()));
+        tasks.spawn(pipeline.run(rx, shutdown.clone()));
         Ok(Arc::new(Chain {
             name: spec.name.clone(),
             chain_id: spec.chain_id,

@@ -24,6 +24,7 @@ use anyhow::Context;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::Chain;
 use crate::filters::registry::Rejected;
@@ -51,6 +52,7 @@ pub fn spawn(
     dir: PathBuf,
     chains: Vec<Arc<Chain>>,
     shutdown: CancellationToken,
+    tasks: &TaskTracker,
 ) -> anyhow::Result<watch::Receiver<ReloadReport>> {
     // Events name absolute paths when the watch does; compare like with like.
     let dir = std::path::absolute(&dir)
@@ -84,7 +86,7 @@ pub fn spawn(
         watching_dir,
         report,
     };
-    tokio::spawn(reloader.run(rx, shutdown));
+    tasks.spawn(reloader.run(rx, shutdown));
     Ok(reports)
 }
 

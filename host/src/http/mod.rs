@@ -66,6 +66,11 @@ pub struct AppState {
     /// sent their close frames (hyper does not wait for upgraded
     /// connections).
     pub sessions: TaskTracker,
+    /// Every background task (sources, pipelines, price indexers, the
+    /// filters watcher): [`serve`] returns once they have ended too, so the
+    /// price store is closed before the process exits or a server on the
+    /// same data directory starts.
+    pub tasks: TaskTracker,
     pub stats: Stats,
     /// A new report after each scan of the filters directory.
     pub filter_reloads: watch::Receiver<ReloadReport>,
@@ -126,10 +131,12 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Serves `state` on `listener` until `shutdown` is cancelled, then waits
-/// for every WebSocket session to close (each within its close timeout).
+/// for every WebSocket session to close (each within its close timeout)
+/// and every background task to end.
 pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> anyhow::Result<()> {
     let shutdown = state.shutdown.clone();
     let sessions = state.sessions.clone();
+    let tasks = state.tasks.clone();
     // No Nagle: the session writer already gathers what is queued into one
     // write, and Nagle would hold a lone notification back until the peer
     // acknowledges the last one (tens of ms with delayed ACKs; the load
@@ -145,6 +152,8 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> anyhow::Resul
         .context("serving HTTP");
     sessions.close();
     sessions.wait().await;
+    tasks.close();
+    tasks.wait().await;
     served
 }
 

@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use alloy_primitives::{Address, Bytes, U256};
 use alloy_sol_types::SolCall;
@@ -265,6 +266,9 @@ fn bytes32_text(raw: &[u8]) -> String {
     String::from_utf8_lossy(&word[..end]).into_owned()
 }
 
+/// How long the indexer may go on after shutdown with what it was handed.
+const DRAIN: Duration = Duration::from_secs(10);
+
 /// Feeds `events` (from the chain's hub, in canonical order) to `indexer`
 /// until `shutdown`. A failure is logged and the event skipped: prices may
 /// then lag, the chain's streams never do.
@@ -273,10 +277,23 @@ pub async fn run(
     mut events: mpsc::UnboundedReceiver<ChainEvent>,
     shutdown: CancellationToken,
 ) {
+    // What was handed over before shutdown is indexed (the pipeline stops
+    // at shutdown and closes the channel): a store left half way through a
+    // reorg would have the next start resume from an orphaned block. A node
+    // gone with the server cannot hold the stop back for more than DRAIN.
+    let drained = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(DRAIN).await;
+    };
+    tokio::pin!(drained);
     loop {
         let event = tokio::select! {
-            () = shutdown.cancelled() => return,
+            biased;
             event = events.recv() => event,
+            () = &mut drained => {
+                tracing::warn!(chain = %indexer.chain, "stopped before indexing every block handed over");
+                return;
+            }
         };
         let Some(event) = event else { return };
         if let Err(error) = indexer.apply(&event).await.context("indexing pool events") {
@@ -292,6 +309,41 @@ mod tests {
     use crate::price::calls::DevnetCalls;
     use crate::price::dex::default_factories;
     use crate::price::query::token_price;
+
+    /// At shutdown the indexer still indexes what it was handed, and stops
+    /// once the pipeline (the sender) has.
+    #[tokio::test]
+    async fn shutdown_indexes_what_was_handed_over() {
+        let mut devnet = Devnet::new(1, &DevnetSettings::default());
+        let store = Arc::new(PriceStore::in_memory().expect("store"));
+        let indexer = Indexer::new(
+            "eth".into(),
+            store.clone(),
+            Arc::new(DevnetCalls::new(1)),
+            default_factories(1).to_vec(),
+        );
+        let (events, handed) = mpsc::unbounded_channel();
+        let mut last = devnet.genesis();
+        events.send(ChainEvent::Added(last.clone())).expect("open");
+        for _ in 0..40 {
+            for event in devnet.next_step() {
+                if let crate::ingest::SourceEvent::Block(block) = event {
+                    last = block.clone();
+                    events.send(ChainEvent::Added(block)).expect("open");
+                }
+            }
+        }
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        drop(events);
+        tokio::time::timeout(DRAIN, run(indexer, handed, shutdown))
+            .await
+            .expect("stops once drained");
+        assert_eq!(
+            store.tip_block().expect("tip"),
+            Some((last.number(), last.hash))
+        );
+    }
 
     #[test]
     fn bytes32_names_are_read() {

@@ -21,6 +21,7 @@ use alloy_primitives::Address;
 use anyhow::Context;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{ChainSpec, PriceConfig, SourceConfig};
 use crate::ingest::ChainEvent;
@@ -45,6 +46,7 @@ impl PriceIndex {
         spec: &ChainSpec,
         config: &PriceConfig,
         shutdown: &CancellationToken,
+        tasks: &TaskTracker,
     ) -> anyhow::Result<(Arc<Self>, mpsc::UnboundedSender<ChainEvent>)> {
         let (store, calls): (Arc<PriceStore>, Arc<dyn ChainCalls>) = match &spec.source {
             SourceConfig::Devnet => (
@@ -57,7 +59,13 @@ impl PriceIndex {
                         std::fs::create_dir_all(dir).with_context(|| {
                             format!("creating the price data directory {}", dir.display())
                         })?;
-                        open_shared(&dir.join(format!("{}.redb", spec.name)))?
+                        let path = dir.join(format!("{}.redb", spec.name));
+                        Arc::new(PriceStore::open(&path).with_context(|| {
+                            format!(
+                                "opening the price database {} (a file admits one server at a time)",
+                                path.display()
+                            )
+                        })?)
                     }
                     None => {
                         tracing::warn!(
@@ -75,7 +83,7 @@ impl PriceIndex {
                         node.clone(),
                         dex::default_factories(spec.chain_id).to_vec(),
                     );
-                    tokio::spawn(backfill::run(
+                    tasks.spawn(backfill::run(
                         spec.name.clone(),
                         node.clone(),
                         store.clone(),
@@ -94,7 +102,7 @@ impl PriceIndex {
             dex::default_factories(spec.chain_id).to_vec(),
         );
         let (events, rx) = mpsc::unbounded_channel();
-        tokio::spawn(indexer::run(indexer, rx, shutdown.clone()));
+        tasks.spawn(indexer::run(indexer, rx, shutdown.clone()));
         Ok((
             Arc::new(Self {
                 store,
@@ -125,25 +133,4 @@ impl PriceIndex {
             token1,
         )
     }
-}
-
-/// Opens the database at `path`, or shares the one already open in this
-/// process (a database file admits one opener; a server restarted in the
-/// same process, as tests do, may start before the old one let go).
-fn open_shared(path: &std::path::Path) -> anyhow::Result<Arc<PriceStore>> {
-    use std::collections::HashMap;
-    use std::path::PathBuf;
-    use std::sync::{Mutex, OnceLock, Weak};
-    static OPEN: OnceLock<Mutex<HashMap<PathBuf, Weak<PriceStore>>>> = OnceLock::new();
-    let mut open = OPEN
-        .get_or_init(Default::default)
-        .lock()
-        .map_err(|_| anyhow::anyhow!("price database registry poisoned"))?;
-    let key = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    if let Some(store) = open.get(&key).and_then(Weak::upgrade) {
-        return Ok(store);
-    }
-    let store = Arc::new(PriceStore::open(path)?);
-    open.insert(key, Arc::downgrade(&store));
-    Ok(store)
 }
