@@ -16,9 +16,6 @@ use alloy_primitives::B256;
 use super::events::ChainEvent;
 use super::model::Block;
 
-/// Blocks kept by default; deeper reorgs resynchronise.
-pub const DEFAULT_WINDOW: usize = 128;
-
 /// Why a block could not be placed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrackError {

@@ -22,16 +22,16 @@
 //! the same transactions on every run; only block hashes follow the genesis
 //! timestamp (fix it in the settings for a byte-identical stream).
 //!
-//! Here: the [`Devnet`] and its ticks. Apart: `settings` (the `[devnet]`
-//! section), `profile` (each chain's cadence, fees, tokens and pairs),
-//! `workload` (what its own accounts send), `mempool` (submissions),
-//! `block` (building blocks), `reorg` and `task` (the real-time loop).
+//! Here: the [`Devnet`] and its ticks (its settings, the `[devnet]`
+//! section, are the config's: [`DevnetSettings`]). Apart: `profile` (each
+//! chain's cadence, fees, tokens and pairs), `workload` (what its own
+//! accounts send), `mempool` (submissions), `block` (building blocks),
+//! `reorg` and `task` (the real-time loop).
 
 mod block;
 mod mempool;
 mod profile;
 mod reorg;
-mod settings;
 mod task;
 #[cfg(test)]
 mod testing;
@@ -53,10 +53,10 @@ use block::{BlockJob, BlockTemplate, Built, Generated, block_offset};
 use profile::{Profile, profile};
 use workload::{CREATE_GAS, Pool, gas_limit_for};
 
+pub use crate::config::DevnetSettings;
 pub use crate::contracts::catalog::KnownToken;
 pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission};
 pub use profile::{KnownPool, known_pools, known_tokens};
-pub use settings::DevnetSettings;
 pub use task::run;
 
 /// How many funded accounts send transactions.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Devnet;
 use super::block::Generated;
-use crate::ingest::canonical::DEFAULT_WINDOW;
+use crate::config::DEFAULT_WINDOW;
 use crate::ingest::model::Block;
 
 impl Devnet {

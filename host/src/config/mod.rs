@@ -11,7 +11,12 @@ use anyhow::{Context, bail};
 use chainsieve_filter_sdk::params;
 use serde::Deserialize;
 
-use crate::ingest::devnet::DevnetSettings;
+mod devnet;
+pub use devnet::DevnetSettings;
+
+/// Recent blocks a chain keeps by default (`chains.<name>.window`); deeper
+/// reorgs resynchronise.
+pub const DEFAULT_WINDOW: usize = 128;
 
 /// The key that works when no keys are configured and every chain runs on
 /// the devnet. Never accepted when any chain reads a real node.
@@ -379,7 +384,7 @@ impl Config {
                     name: name.clone(),
                     chain_id,
                     source: chain.source.clone(),
-                    window: chain.window.unwrap_or(crate::ingest::canonical::DEFAULT_WINDOW),
+                    window: chain.window.unwrap_or(DEFAULT_WINDOW),
                     price_from_block: chain.price_from_block,
                 })
             })

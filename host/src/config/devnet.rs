@@ -1,4 +1,5 @@
-//! The `[devnet]` section of the config.
+//! The `[devnet]` section of the config, read by the embedded devnet
+//! ([`crate::ingest::devnet`]).
 
 use serde::Deserialize;
 
