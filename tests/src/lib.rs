@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use chainsieve::config::Config;
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
+use chainsieve::ingest::upstream::UpstreamStatus;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -114,6 +115,32 @@ impl TestServer {
     /// to predict accounts and contracts.
     pub fn devnet(&self, chain_id: u64) -> Devnet {
         Devnet::new(chain_id, &self.config.devnet)
+    }
+
+    /// The first status of `chain`'s node source that `accept` takes,
+    /// within [`TIMEOUT`]. Panics on a devnet chain (it has no node).
+    pub async fn upstream_status(
+        &self,
+        chain: &str,
+        accept: impl Fn(&UpstreamStatus) -> bool,
+    ) -> UpstreamStatus {
+        let mut status = self.state.chains[chain]
+            .upstream
+            .clone()
+            .expect("a node source reports its status");
+        tokio::time::timeout(TIMEOUT, status.wait_for(accept))
+            .await
+            .expect("the status came in time")
+            .expect("status channel open")
+            .clone()
+    }
+
+    /// Waits until `chain`'s node source is subscribed and following: what
+    /// the node announces from then on reaches the subscribers (synced
+    /// alone does not say so for a node chain, which has no past to place).
+    pub async fn wait_live(&self, chain: &str) {
+        self.upstream_status(chain, |s| *s == UpstreamStatus::Live)
+            .await;
     }
 
     pub fn shutdown(&self) {

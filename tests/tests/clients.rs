@@ -5,8 +5,23 @@ use std::time::Duration;
 
 use alloy_primitives::{Address, keccak256};
 use alloy_signer_local::PrivateKeySigner;
-use chainsieve_tests::{TestServer, hex_address};
+use chainsieve_tests::{TestServer, hex_address, test_config};
 use serde_json::{Value, json};
+
+/// The longest a client script may run.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The test server, its eth chain keeping blocks for twice as long as a
+/// script may run: a block a script reported is still served when the test
+/// looks it up after the script, however slowly the script ran.
+async fn start_server() -> TestServer {
+    let mut config = test_config();
+    let block_time = config.devnet.block_time_ms.expect("the test devnet's pace");
+    let blocks = SCRIPT_TIMEOUT.as_millis() / u128::from(block_time);
+    config.chains.get_mut("eth").expect("an eth chain").window =
+        Some(usize::try_from(blocks * 2).expect("a window"));
+    TestServer::start(config).await.expect("server starts")
+}
 
 /// `tests/js`, where the README's test command installs the npm packages.
 fn js_dir() -> PathBuf {
@@ -50,7 +65,7 @@ async fn run_client(script: &str, url: &str, token: Address) -> Value {
         .arg(token.to_checksum(None))
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(Duration::from_secs(90), run)
+    let output = tokio::time::timeout(SCRIPT_TIMEOUT, run)
         .await
         .expect("the client finished")
         .expect("node runs");
@@ -90,7 +105,7 @@ fn assert_pending_hashes_and_transfer_log(report: &Value, token: Address) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log_and_broadcasts() {
-    let server = TestServer::default().await;
+    let server = start_server().await;
     let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
     let report = run_client("ethers_client.mjs", &server.ws_url("eth", "demo"), token).await;
 
@@ -127,7 +142,7 @@ async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log_and_broad
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn viem_watches_blocks_pending_transactions_and_decodes_a_transfer() {
-    let server = TestServer::default().await;
+    let server = start_server().await;
     let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
     let report = run_client("viem_client.mjs", &server.ws_url("eth", "demo"), token).await;
 
@@ -195,7 +210,7 @@ async fn viem_watches_blocks_pending_transactions_and_decodes_a_transfer() {
 /// and binary frames, and decodes every result into its own types.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web3_py_gets_heads_pending_hashes_and_a_filtered_log() {
-    let server = TestServer::default().await;
+    let server = start_server().await;
     let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
     let report = run_client("web3_client.py", &server.ws_url("eth", "demo"), token).await;
 

@@ -23,6 +23,43 @@ fn assert_consecutive(numbers: &[u64], what: &str) {
     );
 }
 
+/// What the eth connection received: the subscriptions ended (with their
+/// reason), and the heads of `newHeads` and of the well-behaved evilOnce
+/// subscription.
+#[derive(Debug, Default)]
+struct Seen {
+    ended: BTreeMap<String, String>,
+    head_numbers: Vec<u64>,
+    survivor_numbers: Vec<u64>,
+}
+
+impl Seen {
+    /// Takes one notification's `params`.
+    fn observe(&mut self, params: &Value, heads: &str, survivor: &str) {
+        let subscription = params["subscription"].as_str().expect("id").to_string();
+        if let Some(error) = params.get("error") {
+            assert_eq!(error["code"], json!(-32000), "{params}");
+            let message = error["message"].as_str().expect("message").to_string();
+            assert!(
+                self.ended.insert(subscription, message).is_none(),
+                "ended twice: {params}"
+            );
+            return;
+        }
+        let result = &params["result"];
+        if subscription == heads {
+            self.head_numbers.push(number(result));
+        } else if subscription == survivor {
+            self.survivor_numbers.push(number(result));
+        } else {
+            assert!(
+                !self.ended.contains_key(&subscription),
+                "a notification after the end: {params}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn misbehaving_filters_are_stopped_and_everything_else_keeps_serving() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -58,50 +95,64 @@ async fn misbehaving_filters_are_stopped_and_everything_else_keeps_serving() {
         .subscribe(json!(["evilPanic", {"do": "panic"}]))
         .await
         .expect("panic");
-    let current = eth
-        .call("eth_blockNumber", json!([]))
-        .await
-        .expect("block number");
-    let now = chainsieve_tests::quantity(&current["result"]);
-    let poison_block = now + 3;
     let survivor = eth.subscribe(json!(["evilOnce"])).await.expect("evilOnce");
-    eth.subscribe(json!(["evilOnce", {"do": "panic", "at_block": poison_block}]))
-        .await
-        .expect("evilOnce poison");
+
+    // The poison must reach the evilOnce actor before its block's batch
+    // does. The actor queues a subscription's response in order with its
+    // notifications, so survivor heads read before the poison's response
+    // are the batches it handled before the poison existed: if one of them
+    // is already the poison block (or past it), the poison came too late
+    // (a loaded machine), and a later block is tried.
+    let mut seen = Seen::default();
+    let mut tries = 0;
+    let poison_block = loop {
+        tries += 1;
+        assert!(tries <= 5, "no poison subscription was in time: {seen:?}");
+        let current = eth
+            .call("eth_blockNumber", json!([]))
+            .await
+            .expect("block number");
+        let now = chainsieve_tests::quantity(&current["result"])
+            .max(seen.survivor_numbers.last().copied().unwrap_or(0));
+        let poison_block = now + 3;
+        let poison = eth
+            .subscribe(json!(["evilOnce", {"do": "panic", "at_block": poison_block}]))
+            .await
+            .expect("evilOnce poison");
+        for _ in 0..eth.buffered_notifications() {
+            let params = eth.next_notification_params().await.expect("buffered");
+            seen.observe(&params, &heads, &survivor);
+        }
+        if seen
+            .survivor_numbers
+            .last()
+            .is_none_or(|&n| n < poison_block)
+        {
+            break poison_block;
+        }
+        let gone = eth
+            .call("eth_unsubscribe", json!([poison]))
+            .await
+            .expect("unsubscribe");
+        assert_eq!(gone["result"], json!(true), "{gone}");
+    };
 
     // Read until the three broken topics have ended and the one-off
     // failure is well behind.
-    let mut ended: BTreeMap<String, String> = BTreeMap::new();
-    let mut head_numbers = Vec::new();
-    let mut survivor_numbers = Vec::new();
-    while ended.len() < 3
-        || survivor_numbers
+    while seen.ended.len() < 3
+        || seen
+            .survivor_numbers
             .last()
             .is_none_or(|&n| n < poison_block + 3)
     {
         let params = eth.next_notification_params().await.expect("notification");
-        let subscription = params["subscription"].as_str().expect("id").to_string();
-        if let Some(error) = params.get("error") {
-            assert_eq!(error["code"], json!(-32000), "{params}");
-            let message = error["message"].as_str().expect("message").to_string();
-            assert!(
-                ended.insert(subscription.clone(), message).is_none(),
-                "ended twice: {params}"
-            );
-            continue;
-        }
-        let result = &params["result"];
-        if subscription == heads {
-            head_numbers.push(number(result));
-        } else if subscription == survivor {
-            survivor_numbers.push(number(result));
-        } else {
-            assert!(
-                !ended.contains_key(&subscription),
-                "a notification after the end: {params}"
-            );
-        }
+        seen.observe(&params, &heads, &survivor);
     }
+    let Seen {
+        ended,
+        head_numbers,
+        survivor_numbers,
+    } = seen;
     let reason = |id: &str| ended.get(id).cloned().unwrap_or_default();
     let in_a_row = format!("{DISABLE_AFTER} calls in a row failed");
     assert!(

@@ -61,6 +61,9 @@ async fn both_targets_deliver_the_whole_stream() {
     let server = TestServer::start(load::chainsieve_config(SourceConfig::Node(node.clone())))
         .await
         .expect("server");
+    // Subscribed to the node before any transaction is sent: what anvil
+    // announces before that is never forwarded.
+    server.wait_live("eth").await;
     let through = load::run(
         &spec,
         workload.clone(),

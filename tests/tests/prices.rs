@@ -4,33 +4,62 @@
 use alloy_sol_types::SolEvent;
 use chainsieve::contracts::abi::IUniswapV2Pair;
 use chainsieve::ingest::devnet::{known_pools, known_tokens};
-use chainsieve_tests::{TestServer, WsClient};
+use chainsieve_tests::{TIMEOUT, TestServer, WsClient, quantity};
 use serde_json::{Value, json};
 
 fn hex_u128(word: &str) -> u128 {
     u128::from_str_radix(word.trim_start_matches('0'), 16).unwrap_or(0)
 }
 
-/// Asks `token_price` after every new head until it answers (the indexer
-/// runs beside the streams, so a `Sync` log may arrive before its block is
-/// indexed).
-async fn price_after_heads(client: &mut WsClient, heads: &str, params: Value) -> Value {
-    loop {
-        let answer = client
-            .call("token_price", params.clone())
-            .await
-            .expect("token_price");
-        if answer.get("result").is_some() {
-            return answer["result"].clone();
-        }
-        assert_eq!(answer["error"]["code"], -32001, "{answer}");
+/// Asks `token_price` after every new head until it answers with a result
+/// `ready` takes (the indexer runs beside the streams, so a `Sync` log may
+/// arrive before its block is indexed); gives up after [`TIMEOUT`].
+async fn price_after_heads(
+    client: &mut WsClient,
+    heads: &str,
+    params: Value,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    let asking = async {
         loop {
-            let (sub, _) = client.next_notification().await.expect("a head");
-            if sub == heads {
-                break;
+            let answer = client
+                .call("token_price", params.clone())
+                .await
+                .expect("token_price");
+            match answer.get("result") {
+                Some(result) if ready(result) => return result.clone(),
+                Some(_) => {}
+                None => assert_eq!(answer["error"]["code"], -32001, "{answer}"),
+            }
+            loop {
+                let (sub, _) = client.next_notification().await.expect("a head");
+                if sub == heads {
+                    break;
+                }
             }
         }
-    }
+    };
+    tokio::time::timeout(TIMEOUT, asking)
+        .await
+        .expect("token_price answered as expected in time")
+}
+
+/// The block numbers a `token_price` result used.
+fn blocks_of(answer: &Value) -> Vec<u64> {
+    answer["blockNumbers"]
+        .as_array()
+        .expect("blocks")
+        .iter()
+        .map(|b| b.as_u64().expect("number"))
+        .collect()
+}
+
+/// Whether `answer` prices from the pool's state at `block` alone; fails on
+/// a state from after it (an earlier one means `block` is not indexed yet).
+fn priced_at(answer: &Value, block: u64) -> bool {
+    let blocks = blocks_of(answer);
+    assert!(blocks.iter().all(|&b| b <= block), "{answer}");
+    blocks == [block]
 }
 
 /// The WETH/USDC pair's `Sync` reserves at a block, and `token_price` at
@@ -56,16 +85,29 @@ async fn devnet_prices_follow_the_pool_reserves() {
         .await
         .expect("logs");
     let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
-    // The first Sync of the pair, and its block's time (devnet blocks are
-    // at least a second apart, so the time names that block).
-    let sync = loop {
+    // The first block with a Sync of the pair, and its last Sync (a block
+    // may swap in the pool more than once; the index keeps the last state):
+    // known once a Sync of a later block arrives, as one subscription's
+    // logs come in order.
+    let mut block_syncs: Vec<Value> = Vec::new();
+    loop {
         let (sub, result) = client.next_notification().await.expect("notification");
-        if sub == syncs {
-            break result;
+        if sub != syncs {
+            continue;
         }
-    };
+        let number = quantity(&result["blockNumber"]);
+        if block_syncs
+            .first()
+            .is_some_and(|first| number > quantity(&first["blockNumber"]))
+        {
+            break;
+        }
+        block_syncs.push(result);
+    }
+    let sync = block_syncs.last().expect("a Sync");
     let data = sync["data"].as_str().expect("data");
     let (reserve0, reserve1) = (hex_u128(&data[2..66]), hex_u128(&data[66..130]));
+    let number = quantity(&sync["blockNumber"]);
     let block = sync["blockNumber"].as_str().expect("number").to_string();
     let header = client
         .call("eth_getBlockByNumber", json!([block, false]))
@@ -92,6 +134,7 @@ async fn devnet_prices_follow_the_pool_reserves() {
         &mut client,
         &heads,
         json!({ "timestamp": timestamp, "token0": usdc.address, "token1": weth.address }),
+        |answer| priced_at(answer, number),
     )
     .await;
     let usdc_per_weth: f64 = answer["token0Price"]
@@ -105,14 +148,14 @@ async fn devnet_prices_follow_the_pool_reserves() {
     );
     assert_eq!(answer["token0Name"], "USD Coin");
     assert_eq!(answer["token1Name"], "Wrapped Ether");
-    assert_eq!(answer["blockNumbers"].as_array().expect("blocks").len(), 1);
-    assert!(answer["timestamp"].as_u64().expect("time") <= timestamp);
+    assert_eq!(answer["timestamp"].as_u64(), Some(timestamp), "{answer}");
 
     // The other order, and milliseconds: the reciprocal.
     let flipped = price_after_heads(
         &mut client,
         &heads,
         json!({ "timestamp": timestamp * 1_000, "token0": weth.address, "token1": usdc.address }),
+        |answer| priced_at(answer, number),
     )
     .await;
     assert_eq!(flipped["token1Price"], answer["token0Price"]);
@@ -142,14 +185,10 @@ async fn devnet_history_answers_past_timestamps() {
         &mut client,
         &heads,
         json!({ "timestamp": past, "token0": usdc.address, "token1": weth.address }),
+        |_| true,
     )
     .await;
-    let blocks: Vec<u64> = answer["blockNumbers"]
-        .as_array()
-        .expect("blocks")
-        .iter()
-        .map(|b| b.as_u64().expect("number"))
-        .collect();
+    let blocks = blocks_of(&answer);
     assert!(blocks.iter().all(|&b| b <= 30), "{answer}");
     assert!(answer["timestamp"].as_u64().expect("time") <= past);
 }

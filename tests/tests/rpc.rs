@@ -193,7 +193,13 @@ async fn token_price_validates_its_params() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_methods_answer_from_recent_blocks() {
+    // A past of ten blocks and no live block during the test (the first
+    // would come in an hour): a window of 4 holds blocks 7..=10, whatever
+    // the machine's pace.
+    const PAST: u64 = 10;
     let mut config = test_config();
+    config.devnet.history_blocks = PAST;
+    config.devnet.block_time_ms = Some(3_600_000);
     config.chains.insert(
         "eth".into(),
         ChainConfig {
@@ -205,21 +211,14 @@ async fn block_methods_answer_from_recent_blocks() {
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
-    let heads = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
-    // Six heads: block 0 is now outside a window of 4.
-    let seen = ws.collect_until(&heads, 6).await.expect("heads");
-    let newest = &seen.last().expect("six heads").1;
     let number = ws.call("eth_blockNumber", json!([])).await.expect("call");
-    let tip =
-        u64::from_str_radix(&number["result"].as_str().expect("hex")[2..], 16).expect("quantity");
-    let newest_number =
-        u64::from_str_radix(&newest["number"].as_str().expect("hex")[2..], 16).expect("quantity");
-    assert!(tip >= newest_number);
+    assert_eq!(number["result"], json!(format!("{PAST:#x}")), "{number}");
     let latest = ws
         .call("eth_getBlockByNumber", json!(["latest", false]))
         .await
         .expect("call");
     let block = &latest["result"];
+    assert_eq!(block["number"], json!(format!("{PAST:#x}")), "{latest}");
     assert!(
         block["transactions"]
             .as_array()
@@ -245,6 +244,32 @@ async fn block_methods_answer_from_recent_blocks() {
         .expect("call");
     assert_eq!(error_code(&old), -32001);
     assert!(error_message(&old).contains("older than the recent blocks"));
+    // The window's edges: its oldest block is answered, the one below not.
+    let oldest = PAST - 3;
+    let kept = ws
+        .call(
+            "eth_getBlockByNumber",
+            json!([format!("{oldest:#x}"), false]),
+        )
+        .await
+        .expect("call");
+    assert_eq!(
+        kept["result"]["number"],
+        json!(format!("{oldest:#x}")),
+        "{kept}"
+    );
+    let below = ws
+        .call(
+            "eth_getBlockByNumber",
+            json!([format!("{:#x}", oldest - 1), false]),
+        )
+        .await
+        .expect("call");
+    assert_eq!(error_code(&below), -32001, "{below}");
+    assert!(
+        error_message(&below).contains(&format!("(oldest: {oldest})")),
+        "{below}"
+    );
     let future = ws
         .call("eth_getBlockByNumber", json!(["0xffffffff", false]))
         .await

@@ -456,28 +456,6 @@ async fn reconnect_backfills_without_gap_or_duplicate() {
     }
 }
 
-/// Waits until `chain`'s node source is subscribed and following.
-async fn wait_live(server: &TestServer, chain: &str) {
-    status_when(server, chain, |s| *s == UpstreamStatus::Live).await;
-}
-
-/// The first status of `chain`'s node source that `accept` takes.
-async fn status_when(
-    server: &TestServer,
-    chain: &str,
-    accept: impl Fn(&UpstreamStatus) -> bool,
-) -> UpstreamStatus {
-    let mut status = server.state.chains[chain]
-        .upstream
-        .clone()
-        .expect("a node source reports its status");
-    tokio::time::timeout(chainsieve_tests::TIMEOUT, status.wait_for(accept))
-        .await
-        .expect("the status came in time")
-        .expect("status channel open")
-        .clone()
-}
-
 /// A server reading the node at `url` as Ethereum.
 async fn eth_server(url: String, window: Option<usize>) -> TestServer {
     TestServer::start(keyed(BTreeMap::from([(
@@ -499,7 +477,9 @@ async fn eth_server(url: String, window: Option<usize>) -> TestServer {
 async fn a_node_on_the_wrong_chain_is_refused() {
     let bsc = Anvil::start(56).await.expect("anvil");
     let server = eth_server(bsc.ws_url(), None).await;
-    let seen = status_when(&server, "eth", |s| matches!(s, UpstreamStatus::Down { .. })).await;
+    let seen = server
+        .upstream_status("eth", |s| matches!(s, UpstreamStatus::Down { .. }))
+        .await;
     assert_eq!(
         seen,
         UpstreamStatus::Down {
@@ -515,18 +495,26 @@ async fn a_reorg_deeper_than_the_window_resynchronises() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let server = eth_server(anvil.ws_url(), Some(4)).await;
     // Following before anything is mined, so the window holds 5..=8.
-    wait_live(&server, "eth").await;
+    server.wait_live("eth").await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
     let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
-    anvil.mine(8).await.expect("mine");
+    // Live is published before the source's catch-up asks for the latest
+    // block: one block first, and the rest once it has arrived (the
+    // catch-up is behind then), so the source links every block from 1 up
+    // rather than starting from wherever the catch-up found the node.
     let mut seen = Vec::new();
-    while seen.last() != Some(&8) {
-        let (sub, head) = client.next_notification().await.expect("head");
-        assert_eq!(sub, heads);
-        seen.push(number(&head["number"]));
-    }
+    anvil.mine(1).await.expect("mine");
+    heads_until(&mut client, &heads, 1, &mut seen).await;
+    anvil.mine(7).await.expect("mine");
+    heads_until(&mut client, &heads, 8, &mut seen).await;
+    // (The catch-up may have delivered genesis to this subscription too.)
+    let from = seen[0];
+    assert!(
+        from <= 1 && seen == (from..=8).collect::<Vec<_>>(),
+        "{seen:?}"
+    );
     anvil.reorg(6).await.expect("reorg deeper than the window");
     anvil.mine(2).await.expect("mine");
     let mut after = Vec::new();
@@ -552,6 +540,15 @@ async fn a_reorg_deeper_than_the_window_resynchronises() {
     }
 }
 
+/// Reads heads of `heads` into `seen` until block `last` arrives.
+async fn heads_until(client: &mut WsClient, heads: &str, last: u64, seen: &mut Vec<u64>) {
+    while seen.last() != Some(&last) {
+        let (sub, head) = client.next_notification().await.expect("head");
+        assert_eq!(sub, heads);
+        seen.push(number(&head["number"]));
+    }
+}
+
 /// An unreachable node is reported with the URL and the reason, the server
 /// runs on, and the chain goes live once the node appears.
 #[tokio::test]
@@ -563,7 +560,9 @@ async fn an_unreachable_node_is_reported_and_joined_when_it_appears() {
         .port();
     let url = format!("ws://127.0.0.1:{port}");
     let server = eth_server(url.clone(), None).await;
-    let down = status_when(&server, "eth", |s| matches!(s, UpstreamStatus::Down { .. })).await;
+    let down = server
+        .upstream_status("eth", |s| matches!(s, UpstreamStatus::Down { .. }))
+        .await;
     let UpstreamStatus::Down { reason } = down else {
         unreachable!("waited for Down");
     };
@@ -582,5 +581,5 @@ async fn an_unreachable_node_is_reported_and_joined_when_it_appears() {
     assert_eq!(chain_id["result"], "0x1");
     // The node comes up on that port: the chain goes live.
     let _anvil = Anvil::start_on(1, port).await.expect("anvil on the port");
-    wait_live(&server, "eth").await;
+    server.wait_live("eth").await;
 }
