@@ -27,8 +27,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Chain;
+use super::pipeline::PipelineState;
 use crate::filters::registry::Rejected;
 use crate::filters::{FilterComponent, FilterEngine, FilterHandle, FilterRegistry};
+use crate::metrics::Metrics;
 
 /// Quiet time after a change before the directory is read: a copy arrives
 /// as several events.
@@ -191,7 +193,7 @@ impl Reloader {
         let mut rejected = self.registry.rejected();
         let active = self.registry.active();
         for chain in &self.chains {
-            rejected.extend(apply(chain, &self.engine, &active).await);
+            rejected.extend(apply(&Topics::of(chain), &self.engine, &active).await);
         }
         self.report.send_modify(|report| {
             report.scans += 1;
@@ -200,27 +202,52 @@ impl Reloader {
     }
 }
 
-/// Brings `chain`'s actors in line with `active`; returns the swaps the
+/// The part of a chain the hot swap changes: its topics' actors.
+struct Topics<'a> {
+    chain: &'a str,
+    state: &'a PipelineState,
+    /// For the actors of topics added.
+    metrics: &'a Metrics,
+}
+
+impl<'a> Topics<'a> {
+    fn of(chain: &'a Chain) -> Self {
+        Self {
+            chain: &chain.name,
+            state: &chain.state,
+            metrics: &chain.metrics,
+        }
+    }
+
+    fn rejected(&self, component: &FilterComponent, reason: String) -> Rejected {
+        Rejected {
+            file: PathBuf::from(&component.origin),
+            reason: format!("on chain {}: {reason}", self.chain),
+        }
+    }
+}
+
+/// Brings a chain's actors in line with `active`; returns the swaps the
 /// chain refused.
 async fn apply(
-    chain: &Chain,
+    chain: &Topics<'_>,
     engine: &Arc<FilterEngine>,
     active: &BTreeMap<String, FilterComponent>,
 ) -> Vec<Rejected> {
     let mut refused = Vec::new();
-    let running = chain.filters();
+    let running = chain.state.topics();
     for (topic, component) in active {
         let Some(handle) = running.get(topic) else {
-            let counted = chain.metrics.actor(&chain.name, topic);
-            match FilterHandle::spawn(engine.clone(), component.clone(), &chain.name, counted) {
+            let counted = chain.metrics.actor(chain.chain, topic);
+            match FilterHandle::spawn(engine.clone(), component.clone(), chain.chain, counted) {
                 Ok(handle) => {
-                    tracing::info!(chain = %chain.name, %topic, file = %component.origin, "filter adds a topic");
-                    chain.add_filter(handle);
+                    tracing::info!(chain = %chain.chain, %topic, file = %component.origin, "filter adds a topic");
+                    chain.state.add_topic(handle);
                 }
                 Err(error) => {
                     let reason = format!("{error:#}");
-                    tracing::error!(chain = %chain.name, %topic, file = %component.origin, %reason, "cannot start the new topic's filter");
-                    refused.push(rejected(chain, component, reason));
+                    tracing::error!(chain = %chain.chain, %topic, file = %component.origin, %reason, "cannot start the new topic's filter");
+                    refused.push(chain.rejected(component, reason));
                 }
             }
             continue;
@@ -230,12 +257,12 @@ async fn apply(
             continue;
         }
         if let Err(reason) = handle.swap(component.clone()).await {
-            tracing::error!(chain = %chain.name, %topic, file = %component.origin, kept = %status.origin, %reason, "filter not swapped; the old one keeps serving");
-            refused.push(rejected(chain, component, reason));
+            tracing::error!(chain = %chain.chain, %topic, file = %component.origin, kept = %status.origin, %reason, "filter not swapped; the old one keeps serving");
+            refused.push(chain.rejected(component, reason));
         }
     }
     for (topic, handle) in running.iter() {
-        if !active.contains_key(topic) && chain.remove_filter(topic).is_some() {
+        if !active.contains_key(topic) && chain.state.remove_topic(topic).is_some() {
             handle
                 .retire(format!(
                     "the {topic} filter was removed from the server; this subscription has ended"
@@ -246,9 +273,81 @@ async fn apply(
     refused
 }
 
-fn rejected(chain: &Chain, component: &FilterComponent, reason: String) -> Rejected {
-    Rejected {
-        file: PathBuf::from(&component.origin),
-        reason: format!("on chain {}: {reason}", chain.name),
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::filters::testing::{builtin, subscribe_all};
+
+    /// From nothing every topic gets an actor; a changed component is
+    /// swapped in and an unchanged one left alone; a swap the actor refuses
+    /// is reported and the old component kept; a topic gone is retired,
+    /// its subscribers told why.
+    #[tokio::test]
+    async fn apply_adds_swaps_refuses_and_retires() {
+        let (engine, _) = builtin("newHeads");
+        let no_dir = std::env::temp_dir().join("chainsieve-no-filters-dir");
+        let active = FilterRegistry::load(&engine, &no_dir)
+            .expect("built-ins")
+            .active();
+        let state = PipelineState::new(8, BTreeMap::new());
+        let metrics = Metrics::default();
+        let chain = Topics {
+            chain: "eth",
+            state: &state,
+            metrics: &metrics,
+        };
+        assert!(apply(&chain, &engine, &active).await.is_empty());
+        assert!(state.topics().keys().eq(active.keys()), "every topic runs");
+        let shutdown = CancellationToken::new();
+        let mut frames = subscribe_all(&state.topics()["newHeads"], 1, &shutdown).await;
+        let logs_actor = state.topics()["logs"].status();
+
+        let mut next = active.clone();
+        let mut changed = active["newHeads"].clone();
+        changed.origin = "filters/heads.wasm".into();
+        changed.hash = "0x01".into();
+        next.insert("newHeads".into(), changed);
+        assert!(apply(&chain, &engine, &next).await.is_empty());
+        assert_eq!(
+            state.topics()["newHeads"].status().origin,
+            "filters/heads.wasm"
+        );
+        let unchanged = state.topics()["logs"].status();
+        assert_eq!(unchanged.loaded_at, logs_actor.loaded_at, "left alone");
+
+        let mut wrong = active["logs"].clone();
+        wrong.manifest.topic = "newHeads".into();
+        wrong.origin = "filters/wrong.wasm".into();
+        next.insert("newHeads".into(), wrong);
+        let refused = apply(&chain, &engine, &next).await;
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].file, PathBuf::from("filters/wrong.wasm"));
+        assert!(
+            refused[0].reason.starts_with("on chain eth: "),
+            "{}",
+            refused[0].reason
+        );
+        assert_eq!(
+            state.topics()["newHeads"].status().origin,
+            "filters/heads.wasm"
+        );
+
+        next.remove("newHeads");
+        assert!(apply(&chain, &engine, &next).await.is_empty());
+        assert!(!state.topics().contains_key("newHeads"));
+        let ended = tokio::time::timeout(Duration::from_secs(30), frames.recv())
+            .await
+            .expect("in time")
+            .expect("the ending frame");
+        let ended: Value = serde_json::from_str(&ended).expect("JSON");
+        let message = ended["params"]["error"]["message"]
+            .as_str()
+            .expect("an error");
+        assert!(message.contains("removed from the server"), "{message}");
+        shutdown.cancel();
     }
 }

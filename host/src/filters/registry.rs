@@ -196,3 +196,76 @@ fn wasm_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     files.sort();
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::FiltersConfig;
+
+    /// The built-in component `chainsieve_<stem>.wasm`'s bytes.
+    fn builtin_bytes(stem: &str) -> &'static [u8] {
+        let file = format!("chainsieve_{stem}.wasm");
+        builtin_components()
+            .iter()
+            .find(|(name, _)| *name == file)
+            .map(|(_, bytes)| *bytes)
+            .unwrap_or_else(|| panic!("no built-in {file}"))
+    }
+
+    fn engine() -> Arc<FilterEngine> {
+        FilterEngine::new(&FiltersConfig::default()).expect("engine")
+    }
+
+    /// At startup a directory component replaces the built-in of its
+    /// topic, and a bad file stops the server naming the file.
+    #[test]
+    fn a_directory_component_replaces_a_built_in_and_a_bad_one_stops_startup() {
+        let engine = engine();
+        let dir = tempfile::tempdir().expect("dir");
+        let mine = dir.path().join("my-logs.wasm");
+        std::fs::write(&mine, builtin_bytes("logs_filter")).expect("write");
+        let registry = FilterRegistry::load(&engine, dir.path()).expect("loads");
+        let active = registry.active();
+        assert_eq!(active["logs"].origin, mine.display().to_string());
+        assert!(active["newHeads"].origin.starts_with("built-in "));
+
+        std::fs::write(dir.path().join("bad.wasm"), b"not wasm").expect("write");
+        let error = FilterRegistry::load(&engine, dir.path()).expect_err("refused");
+        assert!(format!("{error:#}").contains("bad.wasm"), "{error:#}");
+    }
+
+    /// A rescan is lenient: a file that no longer loads is reported and its
+    /// last good version serves on; a second file for a served topic is
+    /// reported; a removed file falls back to the built-in.
+    #[test]
+    fn a_rescan_keeps_what_serves_and_reports_the_rest() {
+        let engine = engine();
+        let dir = tempfile::tempdir().expect("dir");
+        let mine = dir.path().join("a-logs.wasm");
+        std::fs::write(&mine, builtin_bytes("logs_filter")).expect("write");
+        let mut registry = FilterRegistry::load(&engine, dir.path()).expect("loads");
+
+        std::fs::write(&mine, b"half a file").expect("write");
+        let second = dir.path().join("b-logs.wasm");
+        std::fs::write(&second, builtin_bytes("logs_filter")).expect("write");
+        registry.rescan(&engine, dir.path());
+        assert_eq!(registry.active()["logs"].origin, mine.display().to_string());
+        let rejected = registry.rejected();
+        assert_eq!(rejected.len(), 2, "{rejected:?}");
+        assert_eq!(rejected[0].file, mine);
+        assert_eq!(rejected[1].file, second);
+        assert!(
+            rejected[1].reason.contains("already served by"),
+            "{}",
+            rejected[1].reason
+        );
+
+        std::fs::remove_file(&mine).expect("remove");
+        std::fs::remove_file(&second).expect("remove");
+        registry.rescan(&engine, dir.path());
+        assert!(registry.active()["logs"].origin.starts_with("built-in "));
+        assert!(registry.rejected().is_empty());
+    }
+}
