@@ -86,7 +86,7 @@ fn main() {
         );
     }
 
-    ensure_target_installed(&workspace);
+    ensure_target_installed();
 
     let target_root = target_root(&out_dir, &workspace);
     let guest_target = target_root.join("guest-build");
@@ -169,36 +169,60 @@ fn main() {
 /// installs the toolchain itself: on a machine that already has the pinned
 /// toolchain (or with `RUSTUP_AUTO_INSTALL=0`) the target is missing and the
 /// guest build would fail with "can't find crate for `core`". So the build
-/// adds it with rustup, in the workspace so the same toolchain override
-/// applies, and says so. Without rustup, the error says what to install.
-fn ensure_target_installed(workspace: &Path) {
+/// adds it with rustup, to the toolchain whose compiler runs this build (the
+/// one whose sysroot lacks it), and says so. A compiler rustup does not
+/// manage gets an error saying what to install.
+fn ensure_target_installed() {
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let sysroot = Command::new(&rustc)
         .args(["--print", "sysroot"])
         .output()
         .ok()
         .filter(|out| out.status.success())
-        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
-    let installed = |root: &Path| root.join("lib/rustlib").join(TARGET).join("lib").is_dir();
-    if sysroot.as_deref().is_some_and(installed) {
+        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+        .unwrap_or_else(|| panic!("`{rustc} --print sysroot` failed"));
+    let installed = || {
+        sysroot
+            .join("lib/rustlib")
+            .join(TARGET)
+            .join("lib")
+            .is_dir()
+    };
+    if installed() {
         return;
     }
+    // rustup keeps each toolchain in `<RUSTUP_HOME>/toolchains/<name>`.
+    let toolchain = sysroot
+        .parent()
+        .filter(|parent| parent.file_name().is_some_and(|name| name == "toolchains"))
+        .and_then(|_| sysroot.file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| {
+            panic!(
+                "the {TARGET} target is missing from {} (the sysroot of {rustc}, not a rustup toolchain); install the target for that compiler",
+                sysroot.display()
+            )
+        });
     println!(
-        "cargo:warning=the {TARGET} target (for the filter components) is missing; adding it with `rustup target add {TARGET}`"
+        "cargo:warning=the {TARGET} target (for the filter components) is missing; adding it with `rustup target add --toolchain {toolchain} {TARGET}`"
     );
     let added = Command::new("rustup")
-        .current_dir(workspace)
-        .args(["target", "add", TARGET])
+        .args(["target", "add", "--toolchain", &toolchain, TARGET])
         .status();
     match added {
         Ok(status) if status.success() => {}
         Ok(status) => panic!(
-            "`rustup target add {TARGET}` failed ({status}); the filter components need that target"
+            "`rustup target add --toolchain {toolchain} {TARGET}` failed ({status}); the filter components need that target"
         ),
         Err(e) => panic!(
             "the {TARGET} target is missing and rustup could not be run ({e}); install the target for {rustc} by hand"
         ),
     }
+    assert!(
+        installed(),
+        "rustup added {TARGET} to {toolchain}, but {} still lacks it",
+        sysroot.display()
+    );
 }
 
 /// The workspace's target directory: `OUT_DIR` is

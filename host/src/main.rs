@@ -174,9 +174,16 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     tokio::select! {
         signal = wait_for_signal() => {
             signal?;
-            tracing::info!("shutting down: closing connections");
+            tracing::info!("shutting down: closing connections (a second signal stops at once)");
             shutdown.cancel();
-            server.await.context("joining the server task")?
+            tokio::select! {
+                stopped = server => stopped.context("joining the server task")?,
+                second = wait_for_signal() => {
+                    second?;
+                    tracing::warn!("second signal: stopping without waiting for connections and tasks");
+                    Ok(())
+                }
+            }
         }
         // The server only stops by itself on an error.
         stopped = &mut server => stopped.context("joining the server task")?,

@@ -81,22 +81,24 @@ impl TestServer {
         let shutdown = CancellationToken::new();
         let state = chainsieve::app::start(&config, shutdown.clone())?;
         let serving = tokio::spawn(chainsieve::http::serve(listener, state.clone()));
+        // Built before waiting, so a failed wait still shuts it down.
+        let server = Self {
+            addr,
+            state,
+            config,
+            shutdown,
+            serving: Some(serving),
+        };
         // Every chain's past in place first, as a client waiting for
         // /readyz would: tests then see only live events.
-        for (name, chain) in &state.chains {
+        for (name, chain) in &server.state.chains {
             let mut synced = chain.synced();
             tokio::time::timeout(TIMEOUT, synced.wait_for(|synced| *synced))
                 .await
                 .with_context(|| format!("{name} synced in time"))?
                 .with_context(|| format!("{name} running"))?;
         }
-        Ok(Self {
-            addr,
-            state,
-            config,
-            shutdown,
-            serving: Some(serving),
-        })
+        Ok(server)
     }
 
     pub async fn default() -> Self {

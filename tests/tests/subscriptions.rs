@@ -474,13 +474,16 @@ async fn history_is_never_notified() {
     let mut ws = WsClient::connect(&format!("ws://{addr}/eth/v1/demo"))
         .await
         .expect("connect");
+    // Made while the history is being generated (it takes seconds in a
+    // debug build; a subscription takes milliseconds), so with history
+    // notified its first head would be an old one (seen: 0x4d of 100).
     let heads = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
     let (subscription, first) = ws.next_notification().await.expect("a head");
     assert_eq!(subscription, heads);
-    assert_eq!(
-        first["number"],
-        json!(format!("{:#x}", history + 1)),
-        "the first head notified is the first live one"
+    let number = chainsieve_tests::quantity(&first["number"]);
+    assert!(
+        number > history,
+        "the first head notified ({number}) is a live one, after the {history} history blocks"
     );
     let eth = &state.chains["eth"];
     assert!(eth.is_synced(), "a live head means the history is in place");

@@ -134,16 +134,6 @@ impl Chain {
         self.filters().get(topic).cloned()
     }
 
-    /// Serves `topic` with `handle` from the next batch on.
-    pub fn add_filter(&self, handle: FilterHandle) {
-        self.state.add_topic(handle);
-    }
-
-    /// Stops feeding `topic`; returns its actor for the caller to retire.
-    pub fn remove_filter(&self, topic: &str) -> Option<FilterHandle> {
-        self.state.remove_topic(topic)
-    }
-
     /// Read access to the recent canonical blocks.
     pub fn canonical(&self) -> RwLockReadGuard<'_, CanonicalChain> {
         self.state.window()

@@ -11,13 +11,14 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use chainsieve_filter_sdk::Source;
 use prometheus_client::metrics::counter::Counter;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::filters::FilterHandle;
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
 use crate::metrics::Metrics;
+use crate::price::Feed;
 
 /// What the pipeline writes and the chain's readers (RPC methods, the hot
 /// swap, the probes) share with it.
@@ -104,7 +105,7 @@ pub struct Pipeline {
     state: Arc<PipelineState>,
     /// Canonical changes for the price indexer, in order. Unbounded so the
     /// pipeline never waits on the contract calls the indexer makes.
-    price: mpsc::UnboundedSender<ChainEvent>,
+    price: mpsc::UnboundedSender<Feed>,
     /// Events ingested per stream, in [`stream_slot`] order.
     ingested: [Counter; 4],
 }
@@ -123,7 +124,7 @@ impl Pipeline {
     pub fn new(
         chain: &str,
         state: Arc<PipelineState>,
-        price: mpsc::UnboundedSender<ChainEvent>,
+        price: mpsc::UnboundedSender<Feed>,
         metrics: &Metrics,
     ) -> Self {
         Self {
@@ -163,6 +164,13 @@ impl Pipeline {
     /// queues (which pushes back on the source).
     pub async fn apply(&mut self, event: SourceEvent) {
         if matches!(event, SourceEvent::Synced) {
+            // Ready once the past answers `token_price` too; what the source
+            // sends meanwhile waits (an indexer that stopped does not hold
+            // the chain back).
+            let (done, indexed) = oneshot::channel();
+            if self.price.send(Feed::Flush(done)).is_ok() {
+                let _ = indexed.await;
+            }
             self.state.synced.send_replace(true);
             return;
         }
@@ -171,7 +179,7 @@ impl Pipeline {
         for change in self.order(event) {
             if !matches!(change, ChainEvent::Pending(_)) {
                 // The indexer stops only at shutdown.
-                let _ = self.price.send(change.clone());
+                let _ = self.price.send(Feed::Change(change.clone()));
             }
             if live {
                 self.dispatch(&change).await;
@@ -241,6 +249,8 @@ mod tests {
         (handle, frames)
     }
 
+    /// A pipeline over `topics`, and what its price indexer was handed (a
+    /// stand-in indexer that answers flushes at once).
     fn pipeline(
         topics: BTreeMap<String, FilterHandle>,
     ) -> (
@@ -249,7 +259,20 @@ mod tests {
         mpsc::UnboundedReceiver<ChainEvent>,
     ) {
         let state = Arc::new(PipelineState::new(128, topics));
-        let (price, indexed) = mpsc::unbounded_channel();
+        let (price, mut feed) = mpsc::unbounded_channel();
+        let (changes, indexed) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(next) = feed.recv().await {
+                match next {
+                    Feed::Change(change) => {
+                        let _ = changes.send(change);
+                    }
+                    Feed::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
         let pipeline = Pipeline::new("eth", state.clone(), price, &Metrics::default());
         (pipeline, state, indexed)
     }
@@ -302,8 +325,11 @@ mod tests {
         pipeline.apply(SourceEvent::Block(live)).await;
         assert_eq!(next_result(&mut frames).await["number"], "0x4");
         let mut numbers = Vec::new();
-        while let Ok(ChainEvent::Added(block)) = indexed.try_recv() {
-            numbers.push(block.number());
+        while numbers.len() < 5 {
+            match indexed.recv().await {
+                Some(ChainEvent::Added(block)) => numbers.push(block.number()),
+                other => panic!("only blocks added, got {other:?}"),
+            }
         }
         assert_eq!(
             numbers,

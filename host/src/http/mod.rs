@@ -66,10 +66,11 @@ pub struct AppState {
     /// sent their close frames (hyper does not wait for upgraded
     /// connections).
     pub sessions: TaskTracker,
-    /// Every background task (sources, pipelines, price indexers, the
-    /// filters watcher): [`serve`] returns once they have ended too, so the
-    /// price store is closed before the process exits or a server on the
-    /// same data directory starts.
+    /// The background tasks (sources, pipelines, price indexers and
+    /// backfills, the filters watcher): [`serve`] returns once they have
+    /// ended too, so that with this state dropped the price stores are
+    /// closed before the process exits or a server on the same data
+    /// directory starts.
     pub tasks: TaskTracker,
     pub stats: Stats,
     /// A new report after each scan of the filters directory.

@@ -15,7 +15,7 @@ use std::time::Duration;
 use alloy_primitives::{Address, Bytes, U256};
 use alloy_sol_types::SolCall;
 use anyhow::Context;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::calls::ChainCalls;
@@ -269,34 +269,59 @@ fn bytes32_text(raw: &[u8]) -> String {
 /// How long the indexer may go on after shutdown with what it was handed.
 const DRAIN: Duration = Duration::from_secs(10);
 
-/// Feeds `events` (from the chain's hub, in canonical order) to `indexer`
-/// until `shutdown`. A failure is logged and the event skipped: prices may
-/// then lag, the chain's streams never do.
+/// What the pipeline sends the indexer, in canonical order.
+#[derive(Debug)]
+pub enum Feed {
+    /// A canonical change to index.
+    Change(ChainEvent),
+    /// Answered once everything sent before it is indexed: the chain is
+    /// ready only when its past answers `token_price`.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Feeds `feed` (from the chain's pipeline) to `indexer` until `shutdown`.
+/// A failure is logged and the event skipped: prices may then lag, the
+/// chain's streams never do.
 pub async fn run(
     mut indexer: Indexer,
-    mut events: mpsc::UnboundedReceiver<ChainEvent>,
+    mut feed: mpsc::UnboundedReceiver<Feed>,
     shutdown: CancellationToken,
 ) {
-    // What was handed over before shutdown is indexed (the pipeline stops
-    // at shutdown and closes the channel): a store left half way through a
-    // reorg would have the next start resume from an orphaned block. A node
-    // gone with the server cannot hold the stop back for more than DRAIN.
+    // What was handed over before shutdown is still indexed (the pipeline
+    // stops at shutdown and closes the channel): a store left half way
+    // through a reorg would have the next start resume from an orphaned
+    // block. Past DRAIN after shutdown the indexer stops wherever it is, in
+    // the middle of a call to a node that stopped answering too; the blocks
+    // not indexed are fetched again on the next start (it resumes from the
+    // newest indexed block).
     let drained = async {
         shutdown.cancelled().await;
         tokio::time::sleep(DRAIN).await;
     };
     tokio::pin!(drained);
+    let stopped = |indexer: &Indexer| {
+        tracing::warn!(chain = %indexer.chain, "stopped before indexing every block handed over");
+    };
     loop {
-        let event = tokio::select! {
+        let next = tokio::select! {
             biased;
-            event = events.recv() => event,
-            () = &mut drained => {
-                tracing::warn!(chain = %indexer.chain, "stopped before indexing every block handed over");
-                return;
-            }
+            () = &mut drained => return stopped(&indexer),
+            next = feed.recv() => next,
         };
-        let Some(event) = event else { return };
-        if let Err(error) = indexer.apply(&event).await.context("indexing pool events") {
+        let event = match next {
+            None => return,
+            Some(Feed::Flush(done)) => {
+                let _ = done.send(());
+                continue;
+            }
+            Some(Feed::Change(event)) => event,
+        };
+        let applied = tokio::select! {
+            biased;
+            () = &mut drained => return stopped(&indexer),
+            applied = indexer.apply(&event) => applied,
+        };
+        if let Err(error) = applied.context("indexing pool events") {
             tracing::warn!(chain = %indexer.chain, error = format!("{error:#}"), "price index");
         }
     }
@@ -324,12 +349,13 @@ mod tests {
         );
         let (events, handed) = mpsc::unbounded_channel();
         let mut last = devnet.genesis();
-        events.send(ChainEvent::Added(last.clone())).expect("open");
+        let added = |block| Feed::Change(ChainEvent::Added(block));
+        events.send(added(last.clone())).expect("open");
         for _ in 0..40 {
             for event in devnet.next_step() {
                 if let crate::ingest::SourceEvent::Block(block) = event {
                     last = block.clone();
-                    events.send(ChainEvent::Added(block)).expect("open");
+                    events.send(added(block)).expect("open");
                 }
             }
         }

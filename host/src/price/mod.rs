@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{ChainSpec, PriceConfig, SourceConfig};
-use crate::ingest::ChainEvent;
 use calls::{ChainCalls, DevnetCalls, NodeConnection};
+pub use indexer::Feed;
 use query::{PriceAnswer, PriceError};
 use store::PriceStore;
 
@@ -47,7 +47,7 @@ impl PriceIndex {
         config: &PriceConfig,
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
-    ) -> anyhow::Result<(Arc<Self>, mpsc::UnboundedSender<ChainEvent>)> {
+    ) -> anyhow::Result<(Arc<Self>, mpsc::UnboundedSender<Feed>)> {
         let (store, calls): (Arc<PriceStore>, Arc<dyn ChainCalls>) = match &spec.source {
             SourceConfig::Devnet => (
                 Arc::new(PriceStore::in_memory()?),

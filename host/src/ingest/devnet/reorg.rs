@@ -33,6 +33,16 @@ impl Devnet {
         contents
     }
 
+    /// Marks the end of the past: a later reorg replaces only blocks mined
+    /// from here on, never history that was not delivered as live, and the
+    /// reorg cadence starts over.
+    pub fn go_live(&mut self) {
+        while self.recent.len() > 1 {
+            self.recent.pop_front();
+        }
+        self.blocks_since_reorg = 0;
+    }
+
     pub(super) fn remember(&mut self, block: Arc<Block>, content: Arc<Vec<Generated>>) {
         self.recent.push_back((block, content));
         // A reorg of depth d needs the d blocks it replaces and their parent.
@@ -125,6 +135,45 @@ mod tests {
             assert_eq!(removed, if forked { depth } else { 0 });
         }
         reorgs
+    }
+
+    /// Once live, a reorg never replaces a block of the past (which was
+    /// never delivered as live, so it cannot be undone).
+    #[test]
+    fn reorgs_after_going_live_replace_only_live_blocks() {
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                reorg_every: 1,
+                reorg_depth: 2,
+                ..settings()
+            },
+        );
+        let blocks = |devnet: &mut Devnet| -> Vec<Arc<Block>> {
+            devnet
+                .next_step()
+                .into_iter()
+                .filter_map(|e| match e {
+                    SourceEvent::Block(b) => Some(b),
+                    SourceEvent::Pending(_) | SourceEvent::Synced => None,
+                })
+                .collect()
+        };
+        for _ in 0..30 {
+            blocks(&mut devnet);
+        }
+        devnet.go_live();
+        let live_from = devnet.tip().number();
+        for _ in 0..60 {
+            if let Some(first) = blocks(&mut devnet).first() {
+                assert!(
+                    first.number() > live_from,
+                    "block {} replaces the past (live from {live_from})",
+                    first.number()
+                );
+            }
+        }
+        assert!(devnet.reorgs > 0, "the devnet reorganised once live");
     }
 
     #[test]

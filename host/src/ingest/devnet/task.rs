@@ -44,6 +44,7 @@ pub async fn run(
         }
     }
     // What follows is live.
+    devnet.go_live();
     if !send(&out, &shutdown, SourceEvent::Synced).await {
         return;
     }
@@ -279,9 +280,17 @@ mod tests {
 
         // A full channel nobody reads does not keep it alive either.
         let (out, _unread) = mpsc::channel(1);
+        let full = out.clone();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(run(Devnet::new(1, &fast), out, closed(), shutdown.clone()));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Blocked once the one slot is taken and it waits for another.
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while full.capacity() > 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the devnet fills the channel");
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), task)
             .await

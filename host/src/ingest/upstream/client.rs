@@ -25,6 +25,9 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// back on callers instead of growing memory.
 const OUTGOING_QUEUE: usize = 256;
 
+/// How long opening the WebSocket to a node may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -87,13 +90,17 @@ impl NodeClient {
     pub async fn connect(
         url: &str,
     ) -> Result<(NodeClient, mpsc::UnboundedReceiver<Notification>), NodeError> {
+        let failed = |reason: String| NodeError::Connect {
+            url: url.to_string(),
+            reason,
+        };
+        // A node that takes the TCP connection but never answers the
+        // upgrade (or a black-holed address) must not hold a caller forever.
         let (socket, _) =
-            tokio_tungstenite::connect_async(url)
+            tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(url))
                 .await
-                .map_err(|e| NodeError::Connect {
-                    url: url.to_string(),
-                    reason: e.to_string(),
-                })?;
+                .map_err(|_| failed(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())))?
+                .map_err(|e| failed(e.to_string()))?;
         let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
         // Unbounded on purpose: the socket task must never wait on the
         // consumer, or a consumer awaiting a call would wait on itself. The
