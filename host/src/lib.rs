@@ -2,8 +2,9 @@
 //! filter logic in WebAssembly components.
 //!
 //! Data flows one way, top to bottom (docs/architecture.md, Data flow); no
-//! module reaches up to the layer that wires it, and a test fails on any
-//! import cycle between the files of this crate:
+//! module reaches up to the layer that wires it, and a test
+//! (`tests/layering.rs`) fails on any import cycle between the files of
+//! this crate that leaves a module's own files:
 //!
 //! - [`app`] — the wiring: config in, filters loaded, chains started, the
 //!   HTTP state built; shutdown passed down.
