@@ -341,3 +341,37 @@ fn a_component_without_the_contract_is_refused_saying_so() {
         "{message}"
     );
 }
+
+/// A rescan is lenient: a file that no longer loads is reported and its
+/// last good version serves on; a second file for a served topic is
+/// reported; a removed file falls back to the built-in.
+#[test]
+fn a_rescan_keeps_what_serves_and_reports_the_rest() {
+    let engine = engine();
+    let dir = tempfile::tempdir().expect("dir");
+    let mine = dir.path().join("a-logs.wasm");
+    std::fs::write(&mine, builtin_bytes("logs_filter")).expect("write");
+    let mut registry =
+        chainsieve::filters::FilterRegistry::load(&engine, dir.path()).expect("loads");
+
+    std::fs::write(&mine, b"half a file").expect("write");
+    let second = dir.path().join("b-logs.wasm");
+    std::fs::write(&second, builtin_bytes("logs_filter")).expect("write");
+    registry.rescan(&engine, dir.path());
+    assert_eq!(registry.active()["logs"].origin, mine.display().to_string());
+    let rejected = registry.rejected();
+    assert_eq!(rejected.len(), 2, "{rejected:?}");
+    assert_eq!(rejected[0].file, mine);
+    assert_eq!(rejected[1].file, second);
+    assert!(
+        rejected[1].reason.contains("already served by"),
+        "{}",
+        rejected[1].reason
+    );
+
+    std::fs::remove_file(&mine).expect("remove");
+    std::fs::remove_file(&second).expect("remove");
+    registry.rescan(&engine, dir.path());
+    assert!(registry.active()["logs"].origin.starts_with("built-in "));
+    assert!(registry.rejected().is_empty());
+}

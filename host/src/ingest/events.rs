@@ -145,12 +145,7 @@ impl EventBatch {
             Source::MinedTransactions => block.transactions.len(),
             _ => block.logs.len(),
         };
-        let order: Box<dyn Iterator<Item = usize>> = if removed {
-            Box::new((0..count).rev())
-        } else {
-            Box::new(0..count)
-        };
-        let events = order
+        let mut events: Vec<StreamEvent> = (0..count)
             .map(|index| match source {
                 Source::MinedTransactions => StreamEvent::Mined {
                     block: block.clone(),
@@ -164,6 +159,9 @@ impl EventBatch {
                 },
             })
             .collect();
+        if removed {
+            events.reverse();
+        }
         EventBatch::new(source, events)
     }
 

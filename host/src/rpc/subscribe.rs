@@ -69,9 +69,7 @@ pub(super) async fn subscribe(
         filter.clone(),
         &connection.owned,
     );
-    // The response the client will read the id from; none for a
-    // JSON-RPC notification.
-    let start = match response(&call.id, &result(&id)) {
+    let start = match &call.id {
         None => Start::Now,
         Some(_) if in_batch => {
             let gate = Arc::new(AtomicBool::new(false));
@@ -82,7 +80,8 @@ pub(super) async fn subscribe(
                 .push(gate.clone());
             Start::Gated(gate)
         }
-        Some(frame) => Start::Acknowledge(frame),
+        // The response the client reads the id from, queued by the actor.
+        Some(_) => response(&call.id, &result(&id)).map_or(Start::Now, Start::Acknowledge),
     };
     let acked = matches!(start, Start::Acknowledge(_));
     let request = Subscribe {
