@@ -58,9 +58,21 @@ impl Sink {
     }
 
     /// Queues an `eth_subscription` notification around an already
-    /// serialized payload.
-    pub fn notify(&self, subscription: &str, payload: &str) -> Result<(), SendError> {
-        self.send(notification(subscription, payload))
+    /// serialized payload and its cursor.
+    pub fn notify(
+        &self,
+        subscription: &str,
+        payload: &str,
+        cursor: Option<&str>,
+    ) -> Result<(), SendError> {
+        self.send(notification(subscription, payload, cursor))
+    }
+
+    /// Whether the queue is at most half full: a replay fills only that
+    /// half, so live frames always find room (docs/architecture.md, The
+    /// event log).
+    pub fn has_room_to_spare(&self) -> bool {
+        self.frames.capacity() * 2 >= self.frames.max_capacity()
     }
 
     /// Fires when a frame was dropped for lack of room, or at shutdown.
@@ -71,19 +83,32 @@ impl Sink {
 
 const PREFIX: &str = r#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":""#;
 const MIDDLE: &str = r#"","result":"#;
+const CURSOR: &str = r#","cursor":""#;
 const SUFFIX: &str = "}}";
 
-/// Splices a subscription id and a serialized payload into a notification:
-/// the payload is serialized once per event, only this frame is per
-/// subscriber.
-pub fn notification(subscription: &str, payload: &str) -> String {
+/// Splices a subscription id, a serialized payload and the event's cursor
+/// into a notification: payload and cursor are made once per event, only
+/// this frame is per subscriber. A cursor is a log's (`chain:position:
+/// index:tag`), so it needs no JSON escaping.
+pub fn notification(subscription: &str, payload: &str, cursor: Option<&str>) -> String {
+    let cursor_len = cursor.map_or(0, |c| CURSOR.len() + c.len() + 1);
     let mut frame = String::with_capacity(
-        PREFIX.len() + subscription.len() + MIDDLE.len() + payload.len() + SUFFIX.len(),
+        PREFIX.len()
+            + subscription.len()
+            + MIDDLE.len()
+            + payload.len()
+            + cursor_len
+            + SUFFIX.len(),
     );
     frame.push_str(PREFIX);
     frame.push_str(subscription);
     frame.push_str(MIDDLE);
     frame.push_str(payload);
+    if let Some(cursor) = cursor {
+        frame.push_str(CURSOR);
+        frame.push_str(cursor);
+        frame.push('"');
+    }
     frame.push_str(SUFFIX);
     frame
 }
@@ -119,12 +144,34 @@ mod tests {
 
     #[test]
     fn notification_is_valid_json_in_the_subscription_shape() {
-        let frame = notification("0xabc", r#"{"number":"0x1"}"#);
+        let frame = notification(
+            "0xabc",
+            r#"{"number":"0x1"}"#,
+            Some("eth:7:0:00000000000000ff"),
+        );
         let v: Value = serde_json::from_str(&frame).expect("valid JSON");
         assert_eq!(
             v,
-            json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":{"number":"0x1"}}})
+            json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":{"number":"0x1"},"cursor":"eth:7:0:00000000000000ff"}})
         );
+        let bare: Value =
+            serde_json::from_str(&notification("0xabc", "\"0x1\"", None)).expect("valid JSON");
+        assert_eq!(
+            bare,
+            json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":"0x1"}})
+        );
+    }
+
+    #[test]
+    fn half_the_queue_is_spare_room() {
+        let shutdown = CancellationToken::new();
+        let (sink, _rx) = Sink::new(4, &shutdown);
+        assert!(sink.has_room_to_spare());
+        sink.send("a".into()).expect("room");
+        sink.send("b".into()).expect("room");
+        assert!(sink.has_room_to_spare(), "half full");
+        sink.send("c".into()).expect("room");
+        assert!(!sink.has_room_to_spare());
     }
 
     #[test]

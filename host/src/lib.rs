@@ -23,7 +23,11 @@
 //! - [`ingest`] — sources (the embedded [`ingest::devnet`], nodes through
 //!   [`ingest::upstream`]) produce blocks and pending transactions;
 //!   [`ingest::canonical`] orders them (reorgs become removals then
-//!   additions) and [`ingest::events`] splits them into per-stream batches.
+//!   additions).
+//! - [`log`] — each chain's event log: every canonical change as a step at
+//!   a position, over a bounded window that resuming subscriptions replay;
+//!   [`log::batch`] splits a step into per-stream batches, each event with
+//!   its cursor.
 //! - [`price`] — `token_price`'s index of DEX pools and its store.
 //! - [`contracts`] — the Solidity ABI (ERC-20, Uniswap V2/V3) and the
 //!   well-known tokens and DEX factories of each chain, below both the
@@ -41,6 +45,7 @@ pub mod fanout;
 pub mod filters;
 pub mod http;
 pub mod ingest;
+pub mod log;
 pub mod metrics;
 pub mod price;
 pub mod rpc;

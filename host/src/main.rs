@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chainsieve::Config;
-use chainsieve::config::{LogConfig, LogFormat};
+use chainsieve::config::{LogFormat, LoggingConfig};
 use chainsieve::filters::harness::{DEFAULT_BATCH, Harness, Match};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -158,7 +158,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
-    init_logging(&config.log);
+    init_logging(&config.logging);
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
@@ -194,7 +194,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 /// else `log.level`, as text or JSON lines. A log line that cannot be
 /// written (the collector behind stderr is gone) is dropped: reporting it
 /// would itself write to stderr, and panic.
-fn init_logging(log: &LogConfig) {
+fn init_logging(log: &LoggingConfig) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)

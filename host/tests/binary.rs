@@ -95,7 +95,7 @@ async fn logs_are_json_lines_on_stderr_when_configured() {
     let config = dir.path().join("chainsieve.toml");
     std::fs::write(
         &config,
-        "[log]\nlevel = \"chainsieve=debug,warn\"\nformat = \"json\"\n[devnet]\nhistory_blocks = 0\n",
+        "[logging]\nlevel = \"chainsieve=debug,warn\"\nformat = \"json\"\n[devnet]\nhistory_blocks = 0\n",
     )
     .expect("write config");
     let (mut child, _address, _stdout) =

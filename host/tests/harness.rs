@@ -9,9 +9,10 @@ use std::process::Command;
 use chainsieve::config::FiltersConfig;
 use chainsieve::filters::harness::{Harness, Match, read_events};
 use chainsieve::filters::registry::{BUILT_FILTERS_DIR, builtin_components};
+use chainsieve::ingest::SourceEvent;
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings, known_tokens};
 use chainsieve::ingest::model::TxPosition;
-use chainsieve::ingest::{EventBatch, SourceEvent};
+use chainsieve::log::batch::EventBatch;
 use chainsieve_filter_sdk::{Filter, Source, match_batch};
 use serde_json::Value;
 

@@ -18,6 +18,7 @@ use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{self, Devnet, Submission};
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
+use crate::log::EventLog;
 use crate::metrics::Metrics;
 use crate::price::PriceIndex;
 use pipeline::{Pipeline, PipelineState};
@@ -62,12 +63,13 @@ impl Chain {
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
     ) -> anyhow::Result<Arc<Chain>> {
+        let log = Arc::new(EventLog::new(&spec.name, &config.log));
         let topics = registry
             .active()
             .into_iter()
             .map(|(topic, component)| {
                 let counted = metrics.actor(&spec.name, &topic);
-                let handle = FilterHandle::spawn(engine.clone(), component, &spec.name, counted)?;
+                let handle = FilterHandle::spawn(engine.clone(), component, &log, counted)?;
                 Ok((topic, handle))
             })
             .collect::<anyhow::Result<_>>()?;
@@ -93,7 +95,7 @@ impl Chain {
                 (Some(watcher), None)
             }
         };
-        let state = Arc::new(PipelineState::new(spec.window, topics));
+        let state = Arc::new(PipelineState::new(spec.window, topics, log));
         let pipeline = Pipeline::new(&spec.name, state.clone(), price_events, metrics);
         tasks.spawn(pipeline.run(rx, shutdown.clone()));
         Ok(Arc::new(Chain {

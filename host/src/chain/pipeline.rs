@@ -1,10 +1,11 @@
 //! The seam between a chain's source and its consumers. The pipeline is fed
 //! by any ordered stream of [`SourceEvent`]s — the devnet, a node, and next
-//! a replayed log or a bus — and knows neither where they come from nor any
-//! socket: blocks go through the canonical tracker into the window, every
-//! canonical change goes to the price index, and once the source is synced
-//! each change is split into stream batches and handed to the actors of
-//! that stream (docs/architecture.md, Data flow).
+//! a bus — and knows neither where they come from nor any socket: blocks go
+//! through the canonical tracker into the window, every canonical change
+//! goes to the price index and is appended to the chain's event log, and
+//! once the source is synced each logged step is split into stream batches
+//! and handed to the actors of that stream (docs/architecture.md, Data
+//! flow).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -16,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::filters::FilterHandle;
 use crate::ingest::canonical::CanonicalChain;
-use crate::ingest::{ChainEvent, EventBatch, SourceEvent};
+use crate::ingest::{ChainEvent, SourceEvent};
+use crate::log::batch::EventBatch;
+use crate::log::{EventLog, Step};
 use crate::metrics::Metrics;
 use crate::price::Feed;
 
@@ -33,16 +36,24 @@ pub struct PipelineState {
     /// Set once the source's past is in place: until then nothing is
     /// notified and the chain is not ready.
     synced: watch::Sender<bool>,
+    /// Every canonical change, in order; written only by the pipeline.
+    log: Arc<EventLog>,
 }
 
 impl PipelineState {
-    /// A window of `window` blocks and the actors of `topics`.
-    pub fn new(window: usize, topics: BTreeMap<String, FilterHandle>) -> Self {
+    /// A window of `window` blocks, the actors of `topics`, and `log`.
+    pub fn new(window: usize, topics: BTreeMap<String, FilterHandle>, log: Arc<EventLog>) -> Self {
         Self {
             window: RwLock::new(CanonicalChain::new(window)),
             topics: RwLock::new(Arc::new(topics)),
             synced: watch::Sender::new(false),
+            log,
         }
+    }
+
+    /// The chain's event log.
+    pub fn log(&self) -> &Arc<EventLog> {
+        &self.log
     }
 
     /// Read access to the recent canonical blocks.
@@ -100,8 +111,8 @@ impl PipelineState {
 /// One chain's pipeline; [`Pipeline::run`] drives it from a source.
 #[derive(Debug)]
 pub struct Pipeline {
-    /// The chain's name, for logs.
-    chain: String,
+    /// The chain's name, for logs and cursors.
+    chain: Arc<str>,
     state: Arc<PipelineState>,
     /// Canonical changes for the price indexer, in order. Unbounded so the
     /// pipeline never waits on the contract calls the indexer makes.
@@ -128,7 +139,7 @@ impl Pipeline {
         metrics: &Metrics,
     ) -> Self {
         Self {
-            chain: chain.to_string(),
+            chain: chain.into(),
             state,
             price,
             ingested: [
@@ -174,15 +185,16 @@ impl Pipeline {
             self.state.synced.send_replace(true);
             return;
         }
-        // The source's past is placed, never notified.
+        // The source's past is placed and logged, never notified.
         let live = self.state.is_synced();
         for change in self.order(event) {
             if !matches!(change, ChainEvent::Pending(_)) {
                 // The indexer stops only at shutdown.
                 let _ = self.price.send(Feed::Change(change.clone()));
             }
+            let step = self.state.log.append(change);
             if live {
-                self.dispatch(&change).await;
+                self.dispatch(&step).await;
             }
         }
     }
@@ -209,8 +221,12 @@ impl Pipeline {
         }
     }
 
-    async fn dispatch(&self, change: &ChainEvent) {
-        for batch in EventBatch::from_chain_event(change) {
+    /// Hands the step's batches to the actors of their streams. An actor
+    /// without subscribers is skipped: one that gains a resuming
+    /// subscription reads what it skipped from the log (the subscriber
+    /// count it raised first is seen here, as the append came after).
+    async fn dispatch(&self, step: &Step) {
+        for batch in EventBatch::of_step(step, &self.chain) {
             self.ingested[stream_slot(batch.source)].inc_by(batch.len() as u64);
             let batch = Arc::new(batch);
             for filter in self.state.topics().values() {
@@ -232,7 +248,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::filters::testing::{builtin, subscribe_all};
+    use crate::filters::testing::{self, builtin, subscribe_all};
     use crate::ingest::devnet::{Devnet, DevnetSettings};
     use crate::ingest::model::Block;
 
@@ -240,25 +256,27 @@ mod tests {
     /// subscriber's frames.
     async fn actor(
         topic: &str,
+        log: &Arc<EventLog>,
         shutdown: &CancellationToken,
     ) -> (FilterHandle, mpsc::Receiver<String>) {
         let (engine, component) = builtin(topic);
         let metrics = Metrics::default().actor("eth", topic);
-        let handle = FilterHandle::spawn(engine, component, "eth", metrics).expect("actor");
+        let handle = FilterHandle::spawn(engine, component, log, metrics).expect("actor");
         let frames = subscribe_all(&handle, 1, shutdown).await;
         (handle, frames)
     }
 
-    /// A pipeline over `topics`, and what its price indexer was handed (a
-    /// stand-in indexer that answers flushes at once).
+    /// A pipeline over `topics` writing `log`, and what its price indexer
+    /// was handed (a stand-in indexer that answers flushes at once).
     fn pipeline(
         topics: BTreeMap<String, FilterHandle>,
+        log: Arc<EventLog>,
     ) -> (
         Pipeline,
         Arc<PipelineState>,
         mpsc::UnboundedReceiver<ChainEvent>,
     ) {
-        let state = Arc::new(PipelineState::new(128, topics));
+        let state = Arc::new(PipelineState::new(128, topics, log));
         let (price, mut feed) = mpsc::unbounded_channel();
         let (changes, indexed) = mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -290,13 +308,18 @@ mod tests {
             .collect()
     }
 
-    async fn next_result(frames: &mut mpsc::Receiver<String>) -> Value {
+    /// The next notification's `params`: subscription, result, cursor.
+    async fn next_params(frames: &mut mpsc::Receiver<String>) -> Value {
         let frame = tokio::time::timeout(Duration::from_secs(30), frames.recv())
             .await
             .expect("a frame in time")
             .expect("the sink is open");
         let frame: Value = serde_json::from_str(&frame).expect("JSON");
-        frame["params"]["result"].clone()
+        frame["params"].clone()
+    }
+
+    async fn next_result(frames: &mut mpsc::Receiver<String>) -> Value {
+        next_params(frames).await["result"].clone()
     }
 
     fn devnet() -> Devnet {
@@ -309,9 +332,10 @@ mod tests {
     #[tokio::test]
     async fn the_past_is_placed_but_never_notified() {
         let shutdown = CancellationToken::new();
-        let (heads, mut frames) = actor("newHeads", &shutdown).await;
+        let log = testing::log();
+        let (heads, mut frames) = actor("newHeads", &log, &shutdown).await;
         let (mut pipeline, state, mut indexed) =
-            pipeline(BTreeMap::from([("newHeads".to_string(), heads)]));
+            pipeline(BTreeMap::from([("newHeads".to_string(), heads)]), log);
         let mut devnet = devnet();
         pipeline.apply(SourceEvent::Block(devnet.genesis())).await;
         for block in blocks(&mut devnet, 3) {
@@ -344,7 +368,8 @@ mod tests {
     #[tokio::test]
     async fn topics_added_and_removed_mid_stream() {
         let shutdown = CancellationToken::new();
-        let (mut pipeline, state, _indexed) = pipeline(BTreeMap::new());
+        let log = testing::log();
+        let (mut pipeline, state, _indexed) = pipeline(BTreeMap::new(), log.clone());
         let mut devnet = devnet();
         pipeline.apply(SourceEvent::Synced).await;
         pipeline.apply(SourceEvent::Block(devnet.genesis())).await;
@@ -352,7 +377,7 @@ mod tests {
         pipeline
             .apply(SourceEvent::Block(next.next().expect("block 1")))
             .await;
-        let (heads, mut frames) = actor("newHeads", &shutdown).await;
+        let (heads, mut frames) = actor("newHeads", &log, &shutdown).await;
         state.add_topic(heads);
         pipeline
             .apply(SourceEvent::Block(next.next().expect("block 2")))
@@ -376,13 +401,15 @@ mod tests {
 
     /// Through a reorg, a `logs` subscriber sees exactly what the tracker
     /// says, batch by batch: the orphaned logs removed (last delivered
-    /// first), then the new branch's logs.
+    /// first), then the new branch's logs, each with the cursor of its
+    /// place in the log.
     #[tokio::test]
     async fn reorgs_reach_subscribers_as_the_tracker_orders_them() {
         let shutdown = CancellationToken::new();
-        let (logs, mut frames) = actor("logs", &shutdown).await;
+        let log = testing::log();
+        let (logs, mut frames) = actor("logs", &log, &shutdown).await;
         let (mut pipeline, _state, _indexed) =
-            pipeline(BTreeMap::from([("logs".to_string(), logs)]));
+            pipeline(BTreeMap::from([("logs".to_string(), logs)]), log);
         let mut devnet = Devnet::new(
             1,
             &DevnetSettings {
@@ -393,11 +420,13 @@ mod tests {
         );
         pipeline.apply(SourceEvent::Synced).await;
         let mut oracle = CanonicalChain::new(128);
+        let oracle_log = testing::log();
         let mut expected = Vec::new();
         let mut removed = 0;
         for block in std::iter::once(devnet.genesis()).chain(blocks(&mut devnet, 12)) {
             for change in oracle.apply(block.clone()).expect("linked blocks") {
-                for batch in EventBatch::from_chain_event(&change) {
+                let step = oracle_log.append(change);
+                for batch in EventBatch::of_step(&step, oracle_log.chain()) {
                     if batch.source == Source::Logs {
                         for index in 0..batch.len() {
                             let log: Value = serde_json::from_str(
@@ -405,7 +434,8 @@ mod tests {
                             )
                             .expect("JSON");
                             removed += usize::from(log["removed"] == true);
-                            expected.push(log);
+                            let cursor = batch.cursor(index).expect("a logged event");
+                            expected.push((log, cursor.to_string()));
                         }
                     }
                 }
@@ -413,8 +443,10 @@ mod tests {
             pipeline.apply(SourceEvent::Block(block)).await;
         }
         assert!(removed > 0, "the devnet reorganised");
-        for want in expected {
-            assert_eq!(next_result(&mut frames).await, want);
+        for (result, cursor) in expected {
+            let params = next_params(&mut frames).await;
+            assert_eq!(params["result"], result);
+            assert_eq!(params["cursor"], cursor.as_str());
         }
         shutdown.cancel();
     }

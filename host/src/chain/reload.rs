@@ -239,7 +239,12 @@ async fn apply(
     for (topic, component) in active {
         let Some(handle) = running.get(topic) else {
             let counted = chain.metrics.actor(chain.chain, topic);
-            match FilterHandle::spawn(engine.clone(), component.clone(), chain.chain, counted) {
+            match FilterHandle::spawn(
+                engine.clone(),
+                component.clone(),
+                chain.state.log(),
+                counted,
+            ) {
                 Ok(handle) => {
                     tracing::info!(chain = %chain.chain, %topic, file = %component.origin, "filter adds a topic");
                     chain.state.add_topic(handle);
@@ -280,7 +285,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::filters::testing::{builtin, subscribe_all};
+    use crate::filters::testing::{self, builtin, subscribe_all};
 
     /// From nothing every topic gets an actor; a changed component is
     /// swapped in and an unchanged one left alone; a swap the actor refuses
@@ -293,7 +298,7 @@ mod tests {
         let active = FilterRegistry::load(&engine, &no_dir)
             .expect("built-ins")
             .active();
-        let state = PipelineState::new(8, BTreeMap::new());
+        let state = PipelineState::new(8, BTreeMap::new(), testing::log());
         let metrics = Metrics::default();
         let chain = Topics {
             chain: "eth",

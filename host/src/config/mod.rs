@@ -39,18 +39,41 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub price: PriceConfig,
     pub log: LogConfig,
+    pub logging: LoggingConfig,
+}
+
+/// Each chain's event log: the window a resuming subscription reaches back
+/// into (docs/architecture.md, The event log).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// Blocks added that each chain's window keeps, with every step between
+    /// them (pending batches, removals).
+    pub blocks: usize,
+    /// The most memory, roughly, one chain's window holds; past it the
+    /// oldest steps go first, whatever `blocks` says.
+    pub memory_mib: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            blocks: 1_024,
+            memory_mib: 256,
+        }
+    }
 }
 
 /// What the server logs, and how. `RUST_LOG`, when set, overrides `level`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
-pub struct LogConfig {
+pub struct LoggingConfig {
     /// A `tracing` filter: `info`, `warn`, `chainsieve=debug,info`, …
     pub level: String,
     pub format: LogFormat,
 }
 
-impl Default for LogConfig {
+impl Default for LoggingConfig {
     fn default() -> Self {
         Self {
             level: "info".into(),
@@ -92,8 +115,22 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             price: PriceConfig::default(),
             log: LogConfig::default(),
+            logging: LoggingConfig::default(),
         }
     }
+}
+
+/// The error for keys an earlier version read elsewhere, if `text` has
+/// any: `[log]` configured logging before it configured the event log.
+fn moved_keys(text: &str) -> Option<anyhow::Error> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    let log = table.get("log")?.as_table()?;
+    let moved = ["level", "format"]
+        .into_iter()
+        .find(|key| log.contains_key(*key))?;
+    Some(anyhow::anyhow!(
+        "[log] {moved} moved to [logging] {moved}: [log] now configures the event log (blocks, memory_mib)"
+    ))
 }
 
 fn in_range(key: &str, value: u64, low: u64, high: u64) -> anyhow::Result<()> {
@@ -253,7 +290,9 @@ impl Config {
     }
 
     pub fn from_toml(text: &str) -> anyhow::Result<Self> {
-        let config: Config = toml::from_str(text).context("parsing TOML")?;
+        let config: Config = toml::from_str(text)
+            .map_err(|error| moved_keys(text).unwrap_or_else(|| anyhow::Error::new(error)))
+            .context("parsing TOML")?;
         config.validate()?;
         Ok(config)
     }
@@ -265,8 +304,12 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         let specs = self.chain_specs()?;
         self.keys()?;
-        tracing_subscriber::EnvFilter::try_new(&self.log.level)
-            .with_context(|| format!("log.level {:?} is not a tracing filter", self.log.level))?;
+        tracing_subscriber::EnvFilter::try_new(&self.logging.level).with_context(|| {
+            format!(
+                "logging.level {:?} is not a tracing filter",
+                self.logging.level
+            )
+        })?;
         if self
             .auth
             .admin_token
@@ -314,6 +357,8 @@ impl Config {
             10_000_000,
         )?;
         in_range("filters.max_values", self.filters.max_values, 1, 1_000_000)?;
+        in_range("log.blocks", self.log.blocks as u64, 1, 10_000_000)?;
+        in_range("log.memory_mib", self.log.memory_mib, 1, 1 << 20)?;
         let devnet = &self.devnet;
         in_range(
             "devnet.pending_batches_per_block",
@@ -542,9 +587,15 @@ mod tests {
                 "filters.max_values must be between 1 and 1000000, got 0",
             ),
             (
-                "[log]\nlevel = \"chainsieve=loud\"",
-                "log.level \"chainsieve=loud\" is not a tracing filter",
+                "[logging]\nlevel = \"chainsieve=loud\"",
+                "logging.level \"chainsieve=loud\" is not a tracing filter",
             ),
+            (
+                "[log]\nlevel = \"debug\"",
+                "[log] level moved to [logging] level",
+            ),
+            ("[log]\nblocks = 0", "log.blocks must be between 1"),
+            ("[log]\nmemory_mib = 0", "log.memory_mib must be between 1"),
             (
                 "[auth]\nadmin_token = \"short\"",
                 "auth.admin_token must be at least 16 characters",
@@ -564,10 +615,12 @@ mod tests {
         // The edges themselves are fine.
         Config::from_toml("[limits]\noutbound_queue = 1\nping_interval_secs = 86400")
             .expect("valid edges");
-        let logged =
-            Config::from_toml("[log]\nlevel = \"chainsieve=debug,warn\"\nformat = \"json\"")
-                .expect("a filter and a format");
-        assert_eq!(logged.log.format, LogFormat::Json);
-        assert!(Config::from_toml("[log]\nformat = \"xml\"").is_err());
+        let logged = Config::from_toml(
+            "[logging]\nlevel = \"chainsieve=debug,warn\"\nformat = \"json\"\n[log]\nblocks = 64",
+        )
+        .expect("a filter, a format and a window");
+        assert_eq!(logged.logging.format, LogFormat::Json);
+        assert_eq!(logged.log.blocks, 64);
+        assert!(Config::from_toml("[logging]\nformat = \"xml\"").is_err());
     }
 }

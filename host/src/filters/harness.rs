@@ -26,8 +26,9 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::{FilterEngine, FilterInstance, FilterManifest};
 use crate::config::FiltersConfig;
+use crate::ingest::StreamEvent;
 use crate::ingest::upstream::stream_event;
-use crate::ingest::{EventBatch, StreamEvent};
+use crate::log::batch::EventBatch;
 
 /// Events per `match-batch` call unless set otherwise: the size of a busy
 /// block's transactions.

@@ -1,5 +1,6 @@
 //! Helpers for the unit tests of the actor and its users: a built-in
-//! component, and a subscriber to everything an actor delivers.
+//! component, an empty log, and a subscriber to everything an actor
+//! delivers.
 
 use std::sync::Arc;
 
@@ -8,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::actor::{FilterHandle, Start, Subscribe};
 use super::{FilterComponent, FilterEngine, FilterRegistry};
-use crate::config::FiltersConfig;
+use crate::config::{FiltersConfig, LogConfig};
 use crate::fanout::Sink;
+use crate::log::EventLog;
 
 /// The engine and the built-in component serving `topic`.
 pub fn builtin(topic: &str) -> (Arc<FilterEngine>, FilterComponent) {
@@ -21,6 +23,11 @@ pub fn builtin(topic: &str) -> (Arc<FilterEngine>, FilterComponent) {
     let registry = FilterRegistry::load(&engine, &config.dir).expect("built-ins");
     let component = registry.active().remove(topic).expect("a built-in topic");
     (engine, component)
+}
+
+/// An empty log of chain `eth`, bounded by the defaults.
+pub fn log() -> Arc<EventLog> {
+    Arc::new(EventLog::new("eth", &LogConfig::default()))
 }
 
 /// Subscribes `key` with no parameters (everything); returns its frames.
@@ -36,6 +43,7 @@ pub async fn subscribe_all(
         params: "[]".into(),
         sink,
         start: Start::Now,
+        resume: None,
     };
     handle.subscribe(subscribe).await.expect("subscribed");
     frames

@@ -8,4 +8,4 @@ pub mod events;
 pub mod model;
 pub mod upstream;
 
-pub use events::{ChainEvent, EventBatch, SourceEvent, StreamEvent};
+pub use events::{ChainEvent, SourceEvent, StreamEvent};

@@ -8,6 +8,7 @@ pub mod error;
 pub mod methods;
 mod params;
 pub mod rate_limit;
+mod resume;
 mod submit;
 mod subscribe;
 pub mod subscriptions;

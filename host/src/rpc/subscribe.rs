@@ -1,7 +1,9 @@
 //! `eth_subscribe` and `eth_unsubscribe`. A subscription is registered
 //! before the filter actor can deliver to it, and its response is queued
 //! ahead of its first notification: by the actor itself (single calls), or
-//! behind a gate the session opens once the batch response is queued.
+//! behind a gate the session opens once the batch response is queued. A
+//! trailing options object ([`resume`](super::resume)) makes it replay the
+//! log first.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -11,7 +13,7 @@ use serde_json::value::RawValue;
 
 use super::context::{Connection, Context, Outcome};
 use super::params::{positional, require_positional};
-use super::{Call, RpcError, response, result, subscriptions};
+use super::{Call, RpcError, response, result, resume, subscriptions};
 use crate::filters::SubscribeError;
 use crate::filters::actor::{Start, Subscribe};
 
@@ -21,7 +23,7 @@ pub(super) async fn subscribe(
     call: &Call,
     in_batch: bool,
 ) -> Outcome {
-    let request = || -> Result<(String, String), RpcError> {
+    let request = || -> Result<(String, Vec<Value>), RpcError> {
         require_positional(&call.params, "eth_subscribe")?;
         let topic = match positional(&call.params, 0) {
             Some(Value::String(topic)) => topic.clone(),
@@ -37,9 +39,9 @@ pub(super) async fn subscribe(
             .as_array()
             .map(|items| items[1..].to_vec())
             .unwrap_or_default();
-        Ok((topic, Value::Array(rest).to_string()))
+        Ok((topic, rest))
     };
-    let (topic, params) = match request() {
+    let (topic, mut params) = match request() {
         Ok(parts) => parts,
         Err(error) => return Outcome::Reply(Err(error)),
     };
@@ -50,6 +52,10 @@ pub(super) async fn subscribe(
             "unknown subscription type \"{topic}\" (available: {})",
             available.join(", ")
         ))));
+    };
+    let resume = match resume::take_options(&mut params, filter.source) {
+        Ok(resume) => resume,
+        Err(error) => return Outcome::Reply(Err(error)),
     };
     let limit = ctx.limits.max_subscriptions_per_connection;
     if connection.owned().len() >= limit {
@@ -87,9 +93,10 @@ pub(super) async fn subscribe(
     let request = Subscribe {
         key,
         id: id.clone(),
-        params,
+        params: Value::Array(params).to_string(),
         sink: connection.sink.clone(),
         start,
+        resume,
     };
     match filter.subscribe(request).await {
         Ok(()) if acked => Outcome::Sent,
@@ -101,6 +108,7 @@ pub(super) async fn subscribe(
                 SubscribeError::Params(message) => RpcError::invalid_params(message),
                 SubscribeError::Limit(message) => RpcError::limit_exceeded(message),
                 SubscribeError::Unavailable(message) => RpcError::internal(message),
+                SubscribeError::Resume(refused) => resume::refusal(refused),
             }))
         }
     }

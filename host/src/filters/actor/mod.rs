@@ -5,25 +5,35 @@
 //! batches, never in the middle of one.
 //!
 //! A trap, a timeout or a bad answer never takes the server down: the actor
-//! rebuilds the instance and replays the subscriptions it keeps on record.
+//! rebuilds the instance and makes the subscriptions it keeps on record
+//! again in it.
 //! A component that fails [`DISABLE_AFTER`] calls in a row is disabled: its
 //! subscriptions end with an error notification and new ones are refused
 //! until a working component replaces it.
+//!
+//! A subscription that resumes first reads the chain's log from where it
+//! left off ([`replay`]), a step at a time between live batches, then
+//! joins the live ones with no gap and no duplicate.
+
+mod replay;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use chainsieve_filter_sdk::{Payload, Source, params};
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
 use super::engine::FilterComponent;
 use super::instance::{Instance, Instantiate};
 use crate::fanout::{self, Sink};
-use crate::ingest::EventBatch;
+use crate::log::batch::EventBatch;
+use crate::log::cursor::{Mark, ResumeError, ResumeFrom};
+use crate::log::{EventLog, Position};
 use crate::metrics::ActorMetrics;
 
 /// Batches (and commands) an actor may have waiting; a full queue makes the
@@ -39,6 +49,11 @@ pub const DISABLE_AFTER: u32 = 3;
 /// whose filter was removed or disabled.
 const ENDED: i64 = -32000;
 
+/// How long an actor whose every replay waits (for its reader to make
+/// room, or for its batch response to be queued) waits for a command
+/// before looking again.
+const REPLAY_WAIT: Duration = Duration::from_millis(2);
+
 /// Why a subscription was not created.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SubscribeError {
@@ -52,6 +67,9 @@ pub enum SubscribeError {
     /// The filter is not working; the message is for the client.
     #[error("{0}")]
     Unavailable(String),
+    /// The subscription cannot resume from where it asked to.
+    #[error(transparent)]
+    Resume(#[from] ResumeError),
 }
 
 /// A subscription request, answered on `reply`.
@@ -65,6 +83,8 @@ pub struct Subscribe {
     pub params: String,
     pub sink: Sink,
     pub start: Start,
+    /// Replay the log from here before the live events.
+    pub resume: Option<ResumeFrom>,
 }
 
 /// How a new subscription's first notification is ordered after the
@@ -136,13 +156,18 @@ pub struct FilterHandle {
 }
 
 impl FilterHandle {
-    /// Instantiates `component` for `chain` and starts its actor thread.
+    /// Instantiates `component` for the chain of `log` and starts its actor
+    /// thread. Called inside the tokio runtime, whose timers the actor uses
+    /// while replays wait.
     pub fn spawn(
         instances: Arc<dyn Instantiate>,
         component: FilterComponent,
-        chain: &str,
+        log: &Arc<EventLog>,
         metrics: ActorMetrics,
     ) -> anyhow::Result<Self> {
+        let chain = log.chain().clone();
+        let runtime = tokio::runtime::Handle::try_current()
+            .context("filter actors start inside the tokio runtime")?;
         let instance = instances.instantiate(&component)?;
         let (commands, rx) = mpsc::channel(QUEUE);
         let subscribers = Arc::new(AtomicUsize::new(0));
@@ -155,10 +180,13 @@ impl FilterHandle {
             status: status.clone(),
         };
         let actor = Actor {
-            chain: chain.to_string(),
+            chain: chain.clone(),
+            log: log.clone(),
+            runtime,
             instances,
             component,
             instance: Some(instance),
+            replay: replay::Replay::default(),
             subscriptions: HashMap::new(),
             subscribers,
             status,
@@ -222,7 +250,7 @@ impl FilterHandle {
     }
 
     /// Replaces the component between two batches, every live subscription
-    /// replayed into the new one. On `Err` (it fails to instantiate, refuses
+    /// made again in the new one. On `Err` (it fails to instantiate, refuses
     /// a live subscription, or consumes another source) the old component
     /// keeps serving.
     pub async fn swap(&self, component: FilterComponent) -> Result<(), String> {
@@ -264,7 +292,7 @@ fn lock(status: &Mutex<FilterStatus>) -> std::sync::MutexGuard<'_, FilterStatus>
 }
 
 /// What the actor keeps of a subscription: enough to deliver to it and to
-/// replay it into a rebuilt or swapped instance.
+/// make it again in a rebuilt or swapped instance.
 struct Record {
     id: Arc<str>,
     params: String,
@@ -272,29 +300,69 @@ struct Record {
     sink: Sink,
     /// Closed until the session queued the batch response carrying the id.
     gate: Option<Arc<AtomicBool>>,
+    feed: Feed,
+}
+
+/// Where a subscription's notifications come from now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Feed {
+    /// Live batches past this position (the ones up to it were replayed).
+    Live { after: Position },
+    /// The log, until the replay catches up; the next event due.
+    Replaying { next: Mark },
 }
 
 impl Record {
     /// Sends the subscription's last frame: why it ended.
     fn end(&self, message: &str) {
-        let _ = self.sink.send(fanout::ended(&self.id, ENDED, message));
+        self.end_with(ENDED, message);
+    }
+
+    fn end_with(&self, code: i64, message: &str) {
+        let _ = self.sink.send(fanout::ended(&self.id, code, message));
+    }
+
+    /// Whether its batch response has been queued (always, outside a batch).
+    fn announced(&self) -> bool {
+        self.gate
+            .as_ref()
+            .is_none_or(|open| open.load(Ordering::Acquire))
+    }
+
+    /// Queues event `event` of `batch`; false if the connection is gone or
+    /// overflowed (which closes it, and a closed one unsubscribes).
+    fn notify(&self, batch: &EventBatch, event: usize) -> bool {
+        self.sink
+            .notify(
+                &self.id,
+                batch.payload(event, self.payload),
+                batch.cursor(event),
+            )
+            .is_ok()
     }
 }
 
-/// A fresh instance with every subscription replayed into it, and what
+/// A fresh instance with every subscription made again in it, and what
 /// each said.
-struct Replayed {
+struct Resubscribed {
     instance: Box<dyn Instance>,
     outcomes: Vec<(u64, Result<Payload, String>)>,
 }
 
 struct Actor {
-    chain: String,
+    chain: Arc<str>,
+    /// What resuming subscriptions replay.
+    log: Arc<EventLog>,
+    /// Drives the wait for a command, with a timeout, while replays wait.
+    runtime: tokio::runtime::Handle,
     /// Makes the instances: the engine, or a test's stand-in.
     instances: Arc<dyn Instantiate>,
     component: FilterComponent,
     /// `None` after a failure until the next call rebuilds it.
     instance: Option<Box<dyn Instance>>,
+    /// The replays' own instance, so a replay matches against only the
+    /// subscriptions replaying.
+    replay: replay::Replay,
     subscriptions: HashMap<u64, Record>,
     subscribers: Arc<AtomicUsize>,
     status: Arc<Mutex<FilterStatus>>,
@@ -305,27 +373,58 @@ struct Actor {
 }
 
 impl Actor {
+    /// Takes commands until the handle is dropped or the actor retires;
+    /// while subscriptions replay, one replay step goes between two
+    /// commands, so live batches never wait for a whole replay.
     fn run(mut self, mut rx: mpsc::Receiver<Command>) {
-        while let Some(command) = rx.blocking_recv() {
-            // A panic (a bug on the host side of a call) must not end the
-            // actor silently: the instance is the only state a command can
-            // leave half-changed, so it is dropped and rebuilt on next use,
-            // like after a trap. A subscriber waiting on a reply sees the
-            // filter unavailable.
-            let handled =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle(command)));
-            match handled {
-                Ok(Flow::Continue) => {}
-                Ok(Flow::Stop) => return,
-                Err(panic) => {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    tracing::error!(chain = %self.chain, topic = %self.component.manifest.topic, panic = %what, "filter actor panicked; rebuilding the instance");
-                    self.instance = None;
+        loop {
+            let command = if self.replaying() {
+                let moved = self.guarded(Self::replay_turn).unwrap_or(false);
+                match rx.try_recv() {
+                    Ok(command) => command,
+                    Err(TryRecvError::Disconnected) => return,
+                    Err(TryRecvError::Empty) if moved => continue,
+                    // Every replay waits on its reader or its gate.
+                    Err(TryRecvError::Empty) => {
+                        let waited = self
+                            .runtime
+                            .block_on(async { tokio::time::timeout(REPLAY_WAIT, rx.recv()).await });
+                        match waited {
+                            Ok(Some(command)) => command,
+                            Ok(None) => return,
+                            Err(_) => continue,
+                        }
+                    }
                 }
+            } else {
+                match rx.blocking_recv() {
+                    Some(command) => command,
+                    None => return,
+                }
+            };
+            if let Some(Flow::Stop) = self.guarded(|actor| actor.handle(command)) {
+                return;
+            }
+        }
+    }
+
+    /// Runs `work`, surviving a panic (a bug on the host side of a call):
+    /// the instances are the only state it can leave half-changed, so they
+    /// are dropped and rebuilt on next use, like after a trap. A subscriber
+    /// waiting on a reply sees the filter unavailable.
+    fn guarded<T>(&mut self, work: impl FnOnce(&mut Self) -> T) -> Option<T> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(self))) {
+            Ok(value) => Some(value),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(chain = %self.chain, topic = %self.component.manifest.topic, panic = %what, "filter actor panicked; rebuilding the instance");
+                self.instance = None;
+                self.replay.reset();
+                None
             }
         }
     }
@@ -367,6 +466,7 @@ impl Actor {
             params,
             sink,
             start,
+            resume,
         } = request;
         if let Some(reason) = &self.disabled {
             return Err(SubscribeError::Unavailable(format!(
@@ -374,6 +474,12 @@ impl Actor {
                 self.topic()
             )));
         }
+        let feed = match &resume {
+            None => Feed::Live { after: 0 },
+            Some(from) => Feed::Replaying {
+                next: self.log.start_of(from)?,
+            },
+        };
         let outcome = self
             .with_instance(|instance| instance.subscribe(key, &params))
             .ok_or_else(|| {
@@ -398,6 +504,9 @@ impl Actor {
             Start::Gated(gate) => Some(gate),
             Start::Now => None,
         };
+        if matches!(feed, Feed::Replaying { .. }) {
+            self.replay.join(key, &params);
+        }
         self.subscriptions.insert(
             key,
             Record {
@@ -406,6 +515,7 @@ impl Actor {
                 payload,
                 sink,
                 gate,
+                feed,
             },
         );
         self.count_subscribers();
@@ -413,8 +523,11 @@ impl Actor {
     }
 
     fn unsubscribe(&mut self, key: u64) {
-        if self.subscriptions.remove(&key).is_some() {
+        if let Some(record) = self.subscriptions.remove(&key) {
             self.count_subscribers();
+            if matches!(record.feed, Feed::Replaying { .. }) {
+                self.replay.leave(key);
+            }
             self.with_instance(|instance| instance.unsubscribe(key));
         }
     }
@@ -436,56 +549,50 @@ impl Actor {
         let Some(matches) = matched else {
             return;
         };
+        let position = batch.position();
         let mut sent = 0;
-        for (event, key) in matches.pairs() {
+        for (event, key) in replay::in_chain_order(&matches) {
             let event = event as usize;
             if event >= batch.len() {
                 tracing::warn!(chain = %self.chain, topic = %self.topic(), event, len = batch.len(), "filter returned an event index outside the batch");
                 continue;
             }
             if let Some(record) = self.subscriptions.get(&key)
-                && record
-                    .gate
-                    .as_ref()
-                    .is_none_or(|open| open.load(Ordering::Acquire))
+                && record.announced()
+                && matches!(record.feed, Feed::Live { after } if position > after)
+                && record.notify(batch, event)
             {
-                // Overflow closes that connection; a closed one unsubscribes.
-                if record
-                    .sink
-                    .notify(&record.id, batch.payload(event, record.payload))
-                    .is_ok()
-                {
-                    sent += 1;
-                }
+                sent += 1;
             }
         }
         self.metrics.notifications.inc_by(sent);
     }
 
-    /// Instantiates `component` and replays every subscription into it.
+    /// Instantiates `component` and makes every subscription again in it.
     /// `Err` when it cannot be instantiated or a call fails.
-    fn replay(&self, component: &FilterComponent) -> anyhow::Result<Replayed> {
+    fn resubscribed(&self, component: &FilterComponent) -> anyhow::Result<Resubscribed> {
         let mut instance = self.instances.instantiate(component)?;
         let mut outcomes = Vec::with_capacity(self.subscriptions.len());
         for (key, record) in &self.subscriptions {
             let outcome = instance
                 .subscribe(*key, &record.params)
-                .with_context(|| format!("replaying subscription {}", record.id))?;
+                .with_context(|| format!("making subscription {} again", record.id))?;
             outcomes.push((*key, outcome));
         }
-        Ok(Replayed { instance, outcomes })
+        Ok(Resubscribed { instance, outcomes })
     }
 
     /// Builds a fresh instance of the current component after a failure.
     /// A subscription it now refuses (only a component whose answers change
     /// between instances would) ends with the reason instead of vanishing.
     fn rebuild(&mut self) -> anyhow::Result<()> {
-        let Replayed { instance, outcomes } = self.replay(&self.component)?;
+        let Resubscribed { instance, outcomes } = self.resubscribed(&self.component)?;
         for (key, outcome) in outcomes {
             if let Err(refusal) = outcome
                 && let Some(record) = self.subscriptions.remove(&key)
             {
-                tracing::warn!(chain = %self.chain, topic = %self.topic(), subscription = %record.id, %refusal, "rebuilt filter refused a subscription on replay; ending it");
+                self.replay.leave(key);
+                tracing::warn!(chain = %self.chain, topic = %self.topic(), subscription = %record.id, %refusal, "rebuilt filter refused a subscription made again; ending it");
                 record.end(&format!(
                     "the {} filter was restarted and refused this subscription: {refusal}",
                     self.topic()
@@ -498,8 +605,9 @@ impl Actor {
     }
 
     fn swap(&mut self, component: FilterComponent) -> Result<(), String> {
-        let Replayed { instance, outcomes } =
-            self.replay(&component).map_err(|e| format!("{e:#}"))?;
+        let Resubscribed { instance, outcomes } = self
+            .resubscribed(&component)
+            .map_err(|e| format!("{e:#}"))?;
         if let Some((key, Err(refusal))) = outcomes.iter().find(|(_, o)| o.is_err()) {
             let id = self.subscriptions.get(key).map(|r| r.id.clone());
             return Err(format!(
@@ -516,6 +624,8 @@ impl Actor {
         *lock(&self.status) = FilterStatus::of(&component);
         self.component = component;
         self.instance = Some(instance);
+        // Replays go on in an instance of the new component.
+        self.replay.reset();
         self.failures_in_a_row = 0;
         self.disabled = None;
         Ok(())
@@ -572,6 +682,7 @@ impl Actor {
         for (_, record) in self.subscriptions.drain() {
             record.end(message);
         }
+        self.replay.clear();
         self.count_subscribers();
     }
 }
@@ -583,300 +694,4 @@ enum Flow {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::VecDeque;
-    use std::time::Duration;
-
-    use chainsieve_filter_sdk::Matches;
-    use tokio_util::sync::CancellationToken;
-
-    use super::*;
-    use crate::filters::testing::{builtin, subscribe_all};
-    use crate::ingest::StreamEvent;
-    use crate::ingest::devnet::{Devnet, DevnetSettings};
-    use crate::ingest::model::Block;
-    use crate::metrics::Metrics;
-
-    /// What the stand-ins do, shared with the test that scripts them.
-    #[derive(Default)]
-    struct Script {
-        /// The outcomes of the next `match_batch` calls, in order: an
-        /// error message, or `None` for a normal answer. Empty: normal.
-        batches: VecDeque<Option<String>>,
-        /// Every subscription is refused with this, while set.
-        refuse: Option<String>,
-        /// Instances made so far.
-        made: usize,
-        /// Every subscription an instance took: (instance, key), the first
-        /// instance being 1.
-        subscribed: Vec<(usize, u64)>,
-    }
-
-    /// Makes stand-in instances that follow one script.
-    #[derive(Clone, Default)]
-    struct StandIns(Arc<Mutex<Script>>);
-
-    impl StandIns {
-        fn script(&self) -> std::sync::MutexGuard<'_, Script> {
-            self.0.lock().expect("script lock")
-        }
-    }
-
-    impl Instantiate for StandIns {
-        fn instantiate(&self, _: &FilterComponent) -> anyhow::Result<Box<dyn Instance>> {
-            let mut script = self.script();
-            script.made += 1;
-            Ok(Box::new(StandIn {
-                script: self.clone(),
-                number: script.made,
-                keys: Vec::new(),
-            }))
-        }
-    }
-
-    /// Matches the first event of every batch to every subscription, or
-    /// fails as scripted (a trap, a deadline: to the actor both are a
-    /// failed call).
-    struct StandIn {
-        script: StandIns,
-        /// Which instance this is, from 1.
-        number: usize,
-        keys: Vec<u64>,
-    }
-
-    impl Instance for StandIn {
-        fn subscribe(&mut self, key: u64, _: &str) -> anyhow::Result<Result<Payload, String>> {
-            let mut script = self.script.script();
-            if let Some(refusal) = &script.refuse {
-                return Ok(Err(refusal.clone()));
-            }
-            script.subscribed.push((self.number, key));
-            self.keys.push(key);
-            Ok(Ok(Payload::Hash))
-        }
-
-        fn unsubscribe(&mut self, key: u64) -> anyhow::Result<()> {
-            self.keys.retain(|k| *k != key);
-            Ok(())
-        }
-
-        fn match_batch(&mut self, _: &[u8]) -> anyhow::Result<Matches> {
-            if let Some(Some(error)) = self.script.script().batches.pop_front() {
-                anyhow::bail!(error);
-            }
-            Ok(Matches {
-                events: vec![0; self.keys.len()],
-                subscriptions: self.keys.clone(),
-            })
-        }
-    }
-
-    struct Harness {
-        stand_ins: StandIns,
-        handle: FilterHandle,
-        component: FilterComponent,
-        frames: mpsc::Receiver<String>,
-        heads: Vec<Arc<Block>>,
-        shutdown: CancellationToken,
-    }
-
-    /// A newHeads actor on stand-ins, with subscription 1 to everything.
-    async fn harness() -> Harness {
-        let (_, component) = builtin("newHeads");
-        let stand_ins = StandIns::default();
-        let metrics = Metrics::default().actor("eth", "newHeads");
-        let handle = FilterHandle::spawn(
-            Arc::new(stand_ins.clone()),
-            component.clone(),
-            "eth",
-            metrics,
-        )
-        .expect("actor");
-        let shutdown = CancellationToken::new();
-        let frames = subscribe_all(&handle, 1, &shutdown).await;
-        let mut devnet = Devnet::new(1, &DevnetSettings::default());
-        let heads = std::iter::once(devnet.genesis())
-            .chain(
-                std::iter::repeat_with(|| devnet.next_step())
-                    .flatten()
-                    .filter_map(|event| match event {
-                        crate::ingest::SourceEvent::Block(block) => Some(block),
-                        _ => None,
-                    }),
-            )
-            .take(8)
-            .collect();
-        Harness {
-            stand_ins,
-            handle,
-            component,
-            frames,
-            heads,
-            shutdown,
-        }
-    }
-
-    impl Harness {
-        /// Hands head `n` to the actor.
-        async fn send(&self, n: usize) {
-            let batch = EventBatch::new(
-                Source::Heads,
-                vec![StreamEvent::Head(self.heads[n].clone())],
-            );
-            assert!(
-                self.handle.send_batch(Arc::new(batch)).await,
-                "actor running"
-            );
-        }
-
-        /// The next frame the subscriber gets.
-        async fn next(&mut self) -> String {
-            tokio::time::timeout(Duration::from_secs(30), self.frames.recv())
-                .await
-                .expect("a frame in time")
-                .expect("the sink is open")
-        }
-
-        /// The notification for head `n`.
-        fn head(&self, n: usize) -> String {
-            fanout::notification("0x1", &format!("\"{}\"", self.heads[n].hash))
-        }
-
-        fn other_component(&self) -> FilterComponent {
-            let mut other = self.component.clone();
-            other.origin = "a replacement".into();
-            other.hash = "0x02".into();
-            other
-        }
-    }
-
-    impl Drop for Harness {
-        fn drop(&mut self) {
-            self.shutdown.cancel();
-        }
-    }
-
-    /// A failed call (a trap) loses that batch only: the next call builds a
-    /// fresh instance, replays every subscription into it, and delivers.
-    #[tokio::test]
-    async fn a_trap_rebuilds_the_instance_and_replays_its_subscriptions() {
-        let mut h = harness().await;
-        h.stand_ins.script().batches = VecDeque::from([Some("wasm trap: unreachable".into())]);
-        h.send(1).await;
-        h.send(2).await;
-        assert_eq!(h.next().await, h.head(2), "head 1 went to the failed call");
-        {
-            let script = h.stand_ins.script();
-            assert_eq!(script.made, 2, "rebuilt once");
-            assert_eq!(
-                script.subscribed,
-                vec![(1, 1), (2, 1)],
-                "subscription 1 replayed into it"
-            );
-        }
-        let status = h.handle.status();
-        assert_eq!((status.failures, status.disabled), (1, None));
-    }
-
-    /// Three failed calls in a row (here a trap, a deadline, a trap) disable
-    /// the component: its subscriptions end with the reason, new ones are
-    /// refused until a working component replaces it.
-    #[tokio::test]
-    async fn three_failures_in_a_row_disable_the_component() {
-        let mut h = harness().await;
-        h.stand_ins.script().batches = VecDeque::from([
-            Some("wasm trap: unreachable".into()),
-            Some("the call ran past its deadline of 1000 ms".into()),
-            Some("wasm trap: out of bounds".into()),
-        ]);
-        for n in 1..=3 {
-            h.send(n).await;
-        }
-        let ended: serde_json::Value = serde_json::from_str(&h.next().await).expect("JSON");
-        let message = ended["params"]["error"]["message"]
-            .as_str()
-            .expect("an error");
-        assert!(
-            message.contains("disabled") && message.contains("3 calls in a row failed"),
-            "{message}"
-        );
-        let refused = subscribe_all_refused(&h).await;
-        assert!(matches!(refused, SubscribeError::Unavailable(m) if m.contains("disabled")));
-        let status = h.handle.status();
-        assert_eq!(status.failures, 3);
-        assert!(
-            status
-                .disabled
-                .is_some_and(|reason| reason.contains("out of bounds"))
-        );
-
-        // A working replacement brings the topic back.
-        h.handle.swap(h.other_component()).await.expect("swapped");
-        assert_eq!(h.handle.status().disabled, None);
-    }
-
-    async fn subscribe_all_refused(h: &Harness) -> SubscribeError {
-        let (sink, _frames) = fanout::Sink::new(8, &h.shutdown);
-        h.handle
-            .subscribe(Subscribe {
-                key: 2,
-                id: "0x2".into(),
-                params: "[]".into(),
-                sink,
-                start: Start::Now,
-            })
-            .await
-            .expect_err("refused")
-    }
-
-    /// Only failures in a row count: one success between them starts over.
-    #[tokio::test]
-    async fn a_success_between_failures_starts_the_count_over() {
-        let mut h = harness().await;
-        let trap = || Some("wasm trap: unreachable".to_string());
-        h.stand_ins.script().batches = VecDeque::from([trap(), trap(), None, trap(), trap()]);
-        for n in 1..=6 {
-            h.send(n).await;
-        }
-        assert_eq!(h.next().await, h.head(3));
-        assert_eq!(h.next().await, h.head(6));
-        let status = h.handle.status();
-        assert_eq!((status.failures, status.disabled), (4, None));
-    }
-
-    /// A swap replays every live subscription into the new component; if it
-    /// refuses one, the swap is refused and the old component keeps serving.
-    #[tokio::test]
-    async fn a_swap_replays_or_is_refused_and_the_old_component_serves_on() {
-        let mut h = harness().await;
-        h.stand_ins.script().refuse = Some("no such filter field".into());
-        let refused = h
-            .handle
-            .swap(h.other_component())
-            .await
-            .expect_err("refused");
-        assert!(
-            refused.contains("refuses live subscription 0x1"),
-            "{refused}"
-        );
-        h.stand_ins.script().refuse = None;
-        assert_eq!(h.handle.status().origin, h.component.origin);
-        h.send(1).await;
-        assert_eq!(h.next().await, h.head(1), "the old instance serves on");
-
-        h.handle.swap(h.other_component()).await.expect("swapped");
-        {
-            let script = h.stand_ins.script();
-            assert_eq!(script.made, 3, "the refused one, then the new one");
-            assert_eq!(script.subscribed, vec![(1, 1), (3, 1)], "replayed");
-        }
-        assert_eq!(h.handle.status().origin, "a replacement");
-        h.send(2).await;
-        assert_eq!(h.next().await, h.head(2), "the new instance serves");
-
-        // A component of another stream is refused before the actor.
-        let mut logs = h.other_component();
-        logs.manifest.source = Source::Logs;
-        assert!(h.handle.swap(logs).await.is_err());
-    }
-}
+mod tests;

@@ -1,0 +1,324 @@
+//! Resume replay (docs/architecture.md, The event log). A resuming
+//! subscription reads the chain's log from its mark, one step per turn
+//! between two commands, matched by an instance of its own that holds only
+//! the subscriptions replaying, so live batches never wait for a whole
+//! replay and never pay for it.
+//!
+//! A replay delivers while its connection's queue is at most half full (the
+//! other half stays free for live frames): a replay larger than the queue
+//! is paced by its reader, never a reason to close the connection. Once its
+//! mark passes the log's head it takes live batches from the next position
+//! on: those up to the head were replayed, and every later one reaches the
+//! actor, since the pipeline appends a step before it checks for
+//! subscribers and the subscription was counted before.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use chainsieve_filter_sdk::Matches;
+
+use super::{Actor, Feed};
+use crate::filters::instance::Instance;
+use crate::log::batch::EventBatch;
+use crate::log::cursor::Mark;
+use crate::log::{Position, Step};
+
+/// The JSON-RPC error code ending a replay that fell out of the log's
+/// window: EIP-1474's "resource not found", as for a resume older than it.
+const FELL_BEHIND: i64 = -32001;
+
+/// The subscriptions replaying and what matches for them.
+#[derive(Default)]
+pub(super) struct Replay {
+    /// The subscriptions replaying, in the order they joined.
+    keys: Vec<u64>,
+    /// Holds every replaying subscription; built when a step needs it,
+    /// dropped after a failure or when the last replay catches up.
+    instance: Option<Box<dyn Instance>>,
+    /// The step matched last, for subscriptions paused inside it; stale
+    /// once the replaying subscriptions change.
+    last: Option<Arc<Matched>>,
+}
+
+/// One step as the replaying subscriptions match it.
+struct Matched {
+    position: Position,
+    /// `None` when the step has no events of the actor's stream.
+    batch: Option<EventBatch>,
+    /// (event, subscription) in chain order.
+    pairs: Vec<(u32, u64)>,
+}
+
+impl Replay {
+    /// A subscription starts replaying.
+    pub(super) fn join(&mut self, key: u64, params: &str) {
+        self.keys.push(key);
+        self.last = None;
+        if let Some(instance) = &mut self.instance
+            && !matches!(instance.subscribe(key, params), Ok(Ok(_)))
+        {
+            // Rebuilt with every replaying subscription at the next step.
+            self.instance = None;
+        }
+    }
+
+    /// A subscription stops replaying (caught up, or gone).
+    pub(super) fn leave(&mut self, key: u64) {
+        let before = self.keys.len();
+        self.keys.retain(|k| *k != key);
+        if self.keys.len() == before {
+            return;
+        }
+        self.last = None;
+        if self.keys.is_empty() {
+            self.instance = None;
+        } else if let Some(instance) = &mut self.instance
+            && instance.unsubscribe(key).is_err()
+        {
+            self.instance = None;
+        }
+    }
+
+    /// Drops the instance (after a failure or a swap); it is rebuilt, of the
+    /// current component, at the next step.
+    pub(super) fn reset(&mut self) {
+        self.instance = None;
+        self.last = None;
+    }
+
+    /// Forgets every replay (their subscriptions ended).
+    pub(super) fn clear(&mut self) {
+        self.keys.clear();
+        self.reset();
+    }
+}
+
+/// The pairs of `matches` ordered by event, so each subscriber gets a
+/// batch's events in chain order, which its cursors rely on. A component's
+/// answer usually is in order already, and is then taken as it is.
+pub(super) fn in_chain_order(matches: &Matches) -> impl Iterator<Item = (u32, u64)> + '_ {
+    let sorted = matches.events.is_sorted();
+    let mut reordered: Vec<(u32, u64)> = Vec::new();
+    if !sorted {
+        reordered = matches.pairs().collect();
+        reordered.sort_by_key(|(event, _)| *event);
+    }
+    matches.pairs().filter(move |_| sorted).chain(reordered)
+}
+
+impl Actor {
+    pub(super) fn replaying(&self) -> bool {
+        !self.replay.keys.is_empty()
+    }
+
+    /// Moves the replays on by at most one step of the log; false when
+    /// none could move (each waits for its reader, or for its batch
+    /// response to be queued).
+    pub(super) fn replay_turn(&mut self) -> bool {
+        if self.join_live() {
+            return true;
+        }
+        let Some(position) = self
+            .replay
+            .keys
+            .iter()
+            .filter_map(|key| self.subscriptions.get(key))
+            .filter(|record| record.announced() && record.sink.has_room_to_spare())
+            .filter_map(|record| match record.feed {
+                Feed::Replaying { next } => Some(next.position),
+                Feed::Live { .. } => None,
+            })
+            .min()
+        else {
+            return false;
+        };
+        let Some(step) = self.log.get(position) else {
+            self.end_fallen_behind(position);
+            return true;
+        };
+        match self.matched(&step) {
+            Some(matched) => self.deliver_replayed(&matched),
+            // The call failed (counted); the step is lost to these
+            // subscriptions, as a failed live batch is to live ones.
+            None => self.advance_past(position),
+        }
+        true
+    }
+
+    /// Moves every replay whose mark is past the log's head to the live
+    /// batches; true if any did.
+    fn join_live(&mut self) -> bool {
+        let head = self.log.head();
+        let mut caught_up = Vec::new();
+        for key in &self.replay.keys {
+            if let Some(record) = self.subscriptions.get_mut(key)
+                && let Feed::Replaying { next } = record.feed
+                && next.position > head
+            {
+                record.feed = Feed::Live {
+                    after: next.position - 1,
+                };
+                caught_up.push(*key);
+            }
+        }
+        for key in &caught_up {
+            self.replay.leave(*key);
+        }
+        !caught_up.is_empty()
+    }
+
+    /// The step as the replaying subscriptions match it; `None` if the
+    /// call failed.
+    fn matched(&mut self, step: &Step) -> Option<Arc<Matched>> {
+        if let Some(last) = &self.replay.last
+            && last.position == step.position
+        {
+            return Some(last.clone());
+        }
+        let batch = EventBatch::stream_of(step, &self.chain, self.component.manifest.source);
+        let pairs = match &batch {
+            None => Vec::new(),
+            Some(batch) => match self.replay_match(batch) {
+                Ok(matches) => {
+                    self.failures_in_a_row = 0;
+                    in_chain_order(&matches).collect()
+                }
+                Err(error) => {
+                    self.replay.instance = None;
+                    self.failed(error.context(format!("replaying step {}", step.position)));
+                    return None;
+                }
+            },
+        };
+        let matched = Arc::new(Matched {
+            position: step.position,
+            batch,
+            pairs,
+        });
+        self.replay.last = Some(matched.clone());
+        Some(matched)
+    }
+
+    /// Matches `batch` in the replays' instance, building it first if
+    /// needed.
+    fn replay_match(&mut self, batch: &EventBatch) -> anyhow::Result<Matches> {
+        if self.replay.instance.is_none() {
+            let mut instance = self
+                .instances
+                .instantiate(&self.component)
+                .context("building the replay instance")?;
+            for key in &self.replay.keys {
+                if let Some(record) = self.subscriptions.get(key) {
+                    instance
+                        .subscribe(*key, &record.params)
+                        .with_context(|| format!("making subscription {} to replay", record.id))?
+                        .map_err(|refusal| {
+                            anyhow::anyhow!("the replay instance refused {}: {refusal}", record.id)
+                        })?;
+                }
+            }
+            self.replay.instance = Some(instance);
+        }
+        let instance = self
+            .replay
+            .instance
+            .as_mut()
+            .context("the replay instance was just built")?;
+        instance.match_batch(batch.encoded())
+    }
+
+    /// Delivers a matched step to each replay at it that has room, as far
+    /// as the room goes.
+    fn deliver_replayed(&mut self, matched: &Matched) {
+        let mut sent = 0;
+        for key in &self.replay.keys {
+            let Some(record) = self.subscriptions.get_mut(key) else {
+                continue;
+            };
+            let Feed::Replaying { next } = record.feed else {
+                continue;
+            };
+            if next.position != matched.position {
+                continue;
+            }
+            let Some(batch) = &matched.batch else {
+                record.feed = Feed::Replaying {
+                    next: Mark::step(matched.position + 1),
+                };
+                continue;
+            };
+            if !record.announced() {
+                continue;
+            }
+            let mut paused_at = None;
+            for (event, _) in matched
+                .pairs
+                .iter()
+                .filter(|(event, k)| k == key && *event >= next.index)
+            {
+                if *event as usize >= batch.len() {
+                    continue;
+                }
+                if !record.sink.has_room_to_spare() {
+                    paused_at = Some(*event);
+                    break;
+                }
+                if record.notify(batch, *event as usize) {
+                    sent += 1;
+                }
+            }
+            record.feed = Feed::Replaying {
+                next: match paused_at {
+                    Some(index) => Mark {
+                        position: matched.position,
+                        index,
+                    },
+                    None => Mark::step(matched.position + 1),
+                },
+            };
+        }
+        self.metrics.notifications.inc_by(sent);
+    }
+
+    /// Moves every replay at `position` to the next step.
+    fn advance_past(&mut self, position: Position) {
+        for key in &self.replay.keys {
+            if let Some(record) = self.subscriptions.get_mut(key)
+                && matches!(record.feed, Feed::Replaying { next } if next.position == position)
+            {
+                record.feed = Feed::Replaying {
+                    next: Mark::step(position + 1),
+                };
+            }
+        }
+    }
+
+    /// Ends the replays at `position`: the log dropped that step before
+    /// they read it (their readers were too slow for the window).
+    fn end_fallen_behind(&mut self, position: Position) {
+        let behind: Vec<u64> = self
+            .replay
+            .keys
+            .iter()
+            .copied()
+            .filter(|key| {
+                self.subscriptions.get(key).is_some_and(
+                    |record| matches!(record.feed, Feed::Replaying { next } if next.position == position),
+                )
+            })
+            .collect();
+        let message = format!(
+            "the replay fell behind {}: events were lost, subscribe again",
+            self.log.window()
+        );
+        for key in behind {
+            self.replay.leave(key);
+            if let Some(record) = self.subscriptions.remove(&key) {
+                tracing::warn!(chain = %self.chain, topic = %self.topic(), subscription = %record.id, position, "replay fell out of the log's window; ending it");
+                record.end_with(FELL_BEHIND, &message);
+                self.with_instance(|instance| instance.unsubscribe(key));
+            }
+        }
+        self.count_subscribers();
+    }
+}

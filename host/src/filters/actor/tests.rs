@@ -1,0 +1,479 @@
+//! The actor's supervision (rebuild, disable, swap) and resume replay, on
+//! stand-in instances.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use chainsieve_filter_sdk::Matches;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::config::LogConfig;
+use crate::filters::testing::{builtin, subscribe_all};
+use crate::ingest::ChainEvent;
+use crate::ingest::devnet::{Devnet, DevnetSettings};
+use crate::ingest::model::Block;
+use crate::log::cursor::Cursor;
+use crate::metrics::Metrics;
+
+/// What the stand-ins do, shared with the test that scripts them.
+#[derive(Default)]
+struct Script {
+    /// The outcomes of the next `match_batch` calls, in order: an
+    /// error message, or `None` for a normal answer. Empty: normal.
+    batches: VecDeque<Option<String>>,
+    /// Every subscription is refused with this, while set.
+    refuse: Option<String>,
+    /// Instances made so far.
+    made: usize,
+    /// Every subscription an instance took: (instance, key), the first
+    /// instance being 1.
+    subscribed: Vec<(usize, u64)>,
+}
+
+/// Makes stand-in instances that follow one script.
+#[derive(Clone, Default)]
+struct StandIns(Arc<Mutex<Script>>);
+
+impl StandIns {
+    fn script(&self) -> std::sync::MutexGuard<'_, Script> {
+        self.0.lock().expect("script lock")
+    }
+}
+
+impl Instantiate for StandIns {
+    fn instantiate(&self, _: &FilterComponent) -> anyhow::Result<Box<dyn Instance>> {
+        let mut script = self.script();
+        script.made += 1;
+        Ok(Box::new(StandIn {
+            script: self.clone(),
+            number: script.made,
+            keys: Vec::new(),
+        }))
+    }
+}
+
+/// Matches the first event of every batch to every subscription, or
+/// fails as scripted (a trap, a deadline: to the actor both are a
+/// failed call).
+struct StandIn {
+    script: StandIns,
+    /// Which instance this is, from 1.
+    number: usize,
+    keys: Vec<u64>,
+}
+
+impl Instance for StandIn {
+    fn subscribe(&mut self, key: u64, _: &str) -> anyhow::Result<Result<Payload, String>> {
+        let mut script = self.script.script();
+        if let Some(refusal) = &script.refuse {
+            return Ok(Err(refusal.clone()));
+        }
+        script.subscribed.push((self.number, key));
+        self.keys.push(key);
+        Ok(Ok(Payload::Hash))
+    }
+
+    fn unsubscribe(&mut self, key: u64) -> anyhow::Result<()> {
+        self.keys.retain(|k| *k != key);
+        Ok(())
+    }
+
+    fn match_batch(&mut self, _: &[u8]) -> anyhow::Result<Matches> {
+        if let Some(Some(error)) = self.script.script().batches.pop_front() {
+            anyhow::bail!(error);
+        }
+        Ok(Matches {
+            events: vec![0; self.keys.len()],
+            subscriptions: self.keys.clone(),
+        })
+    }
+}
+
+struct Harness {
+    stand_ins: StandIns,
+    handle: FilterHandle,
+    component: FilterComponent,
+    frames: mpsc::Receiver<String>,
+    heads: Vec<Arc<Block>>,
+    /// The chain's log: [`Harness::send`] appends to it.
+    log: Arc<EventLog>,
+    /// The cursor of each head sent, by head.
+    cursors: HashMap<usize, String>,
+    shutdown: CancellationToken,
+}
+
+/// A newHeads actor on stand-ins, with subscription 1 to everything.
+async fn harness() -> Harness {
+    harness_with(LogConfig::default()).await
+}
+
+/// [`harness`] over a log bounded by `log`.
+async fn harness_with(log: LogConfig) -> Harness {
+    let (_, component) = builtin("newHeads");
+    let stand_ins = StandIns::default();
+    let metrics = Metrics::default().actor("eth", "newHeads");
+    let log = Arc::new(EventLog::new("eth", &log));
+    let handle = FilterHandle::spawn(
+        Arc::new(stand_ins.clone()),
+        component.clone(),
+        &log,
+        metrics,
+    )
+    .expect("actor");
+    let shutdown = CancellationToken::new();
+    let frames = subscribe_all(&handle, 1, &shutdown).await;
+    let mut devnet = Devnet::new(1, &DevnetSettings::default());
+    let heads = std::iter::once(devnet.genesis())
+        .chain(
+            std::iter::repeat_with(|| devnet.next_step())
+                .flatten()
+                .filter_map(|event| match event {
+                    crate::ingest::SourceEvent::Block(block) => Some(block),
+                    _ => None,
+                }),
+        )
+        .take(32)
+        .collect();
+    Harness {
+        stand_ins,
+        handle,
+        component,
+        frames,
+        heads,
+        log,
+        cursors: HashMap::new(),
+        shutdown,
+    }
+}
+
+impl Harness {
+    /// Appends head `n` to the log, as the pipeline would, without handing
+    /// it to the actor (as for an actor without subscribers).
+    fn log_only(&mut self, n: usize) -> Arc<EventBatch> {
+        let step = self.log.append(ChainEvent::Added(self.heads[n].clone()));
+        let batch = EventBatch::stream_of(&step, self.log.chain(), Source::Heads).expect("a head");
+        self.cursors
+            .insert(n, batch.cursor(0).expect("logged").to_string());
+        Arc::new(batch)
+    }
+
+    /// Appends head `n` to the log and hands its batch to the actor.
+    async fn send(&mut self, n: usize) {
+        let batch = self.log_only(n);
+        assert!(self.handle.send_batch(batch).await, "actor running");
+    }
+
+    /// The next frame the subscriber gets.
+    async fn next(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(30), self.frames.recv())
+            .await
+            .expect("a frame in time")
+            .expect("the sink is open")
+    }
+
+    /// Subscription 1's notification for head `n`.
+    fn head(&self, n: usize) -> String {
+        self.head_to("0x1", n)
+    }
+
+    /// The notification of head `n` to subscription `id`.
+    fn head_to(&self, id: &str, n: usize) -> String {
+        fanout::notification(
+            id,
+            &format!("\"{}\"", self.heads[n].hash),
+            Some(&self.cursors[&n]),
+        )
+    }
+
+    /// Subscribes `key` (id `0x<key>`) resuming `from`, its frames into a
+    /// queue of `capacity`.
+    async fn resume(
+        &self,
+        key: u64,
+        from: ResumeFrom,
+        capacity: usize,
+    ) -> Result<(mpsc::Receiver<String>, fanout::Sink), SubscribeError> {
+        let (sink, frames) = fanout::Sink::new(capacity, &self.shutdown);
+        self.handle
+            .subscribe(Subscribe {
+                key,
+                id: format!("0x{key}").into(),
+                params: "[]".into(),
+                sink: sink.clone(),
+                start: Start::Now,
+                resume: Some(from),
+            })
+            .await?;
+        Ok((frames, sink))
+    }
+
+    /// The cursor of head `n`, sent before.
+    fn cursor(&self, n: usize) -> Cursor {
+        self.cursors[&n].parse().expect("a cursor")
+    }
+
+    fn other_component(&self) -> FilterComponent {
+        let mut other = self.component.clone();
+        other.origin = "a replacement".into();
+        other.hash = "0x02".into();
+        other
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A failed call (a trap) loses that batch only: the next call builds a
+/// fresh instance, replays every subscription into it, and delivers.
+#[tokio::test]
+async fn a_trap_rebuilds_the_instance_and_replays_its_subscriptions() {
+    let mut h = harness().await;
+    h.stand_ins.script().batches = VecDeque::from([Some("wasm trap: unreachable".into())]);
+    h.send(1).await;
+    h.send(2).await;
+    assert_eq!(h.next().await, h.head(2), "head 1 went to the failed call");
+    {
+        let script = h.stand_ins.script();
+        assert_eq!(script.made, 2, "rebuilt once");
+        assert_eq!(
+            script.subscribed,
+            vec![(1, 1), (2, 1)],
+            "subscription 1 replayed into it"
+        );
+    }
+    let status = h.handle.status();
+    assert_eq!((status.failures, status.disabled), (1, None));
+}
+
+/// Three failed calls in a row (here a trap, a deadline, a trap) disable
+/// the component: its subscriptions end with the reason, new ones are
+/// refused until a working component replaces it.
+#[tokio::test]
+async fn three_failures_in_a_row_disable_the_component() {
+    let mut h = harness().await;
+    h.stand_ins.script().batches = VecDeque::from([
+        Some("wasm trap: unreachable".into()),
+        Some("the call ran past its deadline of 1000 ms".into()),
+        Some("wasm trap: out of bounds".into()),
+    ]);
+    for n in 1..=3 {
+        h.send(n).await;
+    }
+    let ended: serde_json::Value = serde_json::from_str(&h.next().await).expect("JSON");
+    let message = ended["params"]["error"]["message"]
+        .as_str()
+        .expect("an error");
+    assert!(
+        message.contains("disabled") && message.contains("3 calls in a row failed"),
+        "{message}"
+    );
+    let refused = subscribe_all_refused(&h).await;
+    assert!(matches!(refused, SubscribeError::Unavailable(m) if m.contains("disabled")));
+    let status = h.handle.status();
+    assert_eq!(status.failures, 3);
+    assert!(
+        status
+            .disabled
+            .is_some_and(|reason| reason.contains("out of bounds"))
+    );
+
+    // A working replacement brings the topic back.
+    h.handle.swap(h.other_component()).await.expect("swapped");
+    assert_eq!(h.handle.status().disabled, None);
+}
+
+async fn subscribe_all_refused(h: &Harness) -> SubscribeError {
+    let (sink, _frames) = fanout::Sink::new(8, &h.shutdown);
+    h.handle
+        .subscribe(Subscribe {
+            key: 2,
+            id: "0x2".into(),
+            params: "[]".into(),
+            sink,
+            start: Start::Now,
+            resume: None,
+        })
+        .await
+        .expect_err("refused")
+}
+
+/// Only failures in a row count: one success between them starts over.
+#[tokio::test]
+async fn a_success_between_failures_starts_the_count_over() {
+    let mut h = harness().await;
+    let trap = || Some("wasm trap: unreachable".to_string());
+    h.stand_ins.script().batches = VecDeque::from([trap(), trap(), None, trap(), trap()]);
+    for n in 1..=6 {
+        h.send(n).await;
+    }
+    assert_eq!(h.next().await, h.head(3));
+    assert_eq!(h.next().await, h.head(6));
+    let status = h.handle.status();
+    assert_eq!((status.failures, status.disabled), (4, None));
+}
+
+/// A swap replays every live subscription into the new component; if it
+/// refuses one, the swap is refused and the old component keeps serving.
+#[tokio::test]
+async fn a_swap_replays_or_is_refused_and_the_old_component_serves_on() {
+    let mut h = harness().await;
+    h.stand_ins.script().refuse = Some("no such filter field".into());
+    let refused = h
+        .handle
+        .swap(h.other_component())
+        .await
+        .expect_err("refused");
+    assert!(
+        refused.contains("refuses live subscription 0x1"),
+        "{refused}"
+    );
+    h.stand_ins.script().refuse = None;
+    assert_eq!(h.handle.status().origin, h.component.origin);
+    h.send(1).await;
+    assert_eq!(h.next().await, h.head(1), "the old instance serves on");
+
+    h.handle.swap(h.other_component()).await.expect("swapped");
+    {
+        let script = h.stand_ins.script();
+        assert_eq!(script.made, 3, "the refused one, then the new one");
+        assert_eq!(script.subscribed, vec![(1, 1), (3, 1)], "replayed");
+    }
+    assert_eq!(h.handle.status().origin, "a replacement");
+    h.send(2).await;
+    assert_eq!(h.next().await, h.head(2), "the new instance serves");
+
+    // A component of another stream is refused before the actor.
+    let mut logs = h.other_component();
+    logs.manifest.source = Source::Logs;
+    assert!(h.handle.swap(logs).await.is_err());
+}
+
+/// Reads `count` frames off `frames`, each within the timeout.
+async fn take(frames: &mut mpsc::Receiver<String>, count: usize) -> Vec<String> {
+    let mut taken = Vec::with_capacity(count);
+    while taken.len() < count {
+        let frame = tokio::time::timeout(Duration::from_secs(30), frames.recv())
+            .await
+            .expect("a frame in time")
+            .expect("the sink is open");
+        taken.push(frame);
+    }
+    taken
+}
+
+/// A resuming subscription gets every head after its cursor from the log
+/// (including ones the actor never saw, as without subscribers the
+/// pipeline skips it), then the live ones: heads sent while it replays
+/// are neither lost nor doubled at the seam.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_replays_the_log_then_joins_live_with_no_gap_or_duplicate() {
+    let mut h = harness().await;
+    for n in 0..4 {
+        h.log_only(n);
+    }
+    let (mut frames, _sink) = h
+        .resume(2, ResumeFrom::After(h.cursor(1)), 64)
+        .await
+        .expect("resumed");
+    for n in 4..8 {
+        h.send(n).await;
+    }
+    let want: Vec<String> = (2..8).map(|n| h.head_to("0x2", n)).collect();
+    assert_eq!(take(&mut frames, 6).await, want);
+    h.send(8).await;
+    assert_eq!(take(&mut frames, 1).await, vec![h.head_to("0x2", 8)]);
+    assert!(frames.try_recv().is_err(), "nothing twice");
+    // The subscriber that never left got the live ones only, once each.
+    let live: Vec<String> = (4..=8).map(|n| h.head(n)).collect();
+    assert_eq!(take(&mut h.frames, 5).await, live);
+}
+
+/// `fromBlock` starts at the block's own step; a block past the tip, or
+/// older than the window, is refused with a message naming the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_block_replays_from_that_block_and_refusals_name_the_window() {
+    let mut h = harness_with(LogConfig {
+        blocks: 4,
+        ..LogConfig::default()
+    })
+    .await;
+    for n in 0..8 {
+        h.log_only(n);
+    }
+    let (mut frames, _sink) = h
+        .resume(2, ResumeFrom::Block(6), 64)
+        .await
+        .expect("resumed");
+    assert_eq!(
+        take(&mut frames, 2).await,
+        vec![h.head_to("0x2", 6), h.head_to("0x2", 7)]
+    );
+    let too_old = h
+        .resume(3, ResumeFrom::After(h.cursor(1)), 64)
+        .await
+        .expect_err("too old");
+    assert!(
+        matches!(&too_old, SubscribeError::Resume(ResumeError::TooOld(m)) if m.contains("reaches back to block 4")),
+        "{too_old:?}"
+    );
+    let ahead = h
+        .resume(4, ResumeFrom::Block(9), 64)
+        .await
+        .expect_err("ahead");
+    assert!(matches!(
+        ahead,
+        SubscribeError::Resume(ResumeError::Ahead(_))
+    ));
+    assert_eq!(h.handle.subscriber_count(), 2, "refused ones are not kept");
+}
+
+/// A replay far larger than the connection's queue is paced by its
+/// reader: everything arrives in order and the connection never closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_larger_than_the_queue_is_paced_not_closed() {
+    let mut h = harness().await;
+    for n in 0..32 {
+        h.log_only(n);
+    }
+    let (mut frames, sink) = h.resume(2, ResumeFrom::Block(0), 4).await.expect("resumed");
+    let want: Vec<String> = (0..32).map(|n| h.head_to("0x2", n)).collect();
+    assert_eq!(take(&mut frames, 32).await, want);
+    assert!(!sink.closing().is_cancelled(), "never overflowed");
+}
+
+/// A reader so slow that the log drops the step its replay needs next
+/// gets an error notification saying so, not a silent gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_that_falls_out_of_the_window_ends_with_an_error() {
+    let mut h = harness_with(LogConfig {
+        blocks: 4,
+        ..LogConfig::default()
+    })
+    .await;
+    for n in 0..4 {
+        h.log_only(n);
+    }
+    // Room for two frames; unread, the replay stops after them.
+    let (mut frames, _sink) = h.resume(2, ResumeFrom::Block(0), 2).await.expect("resumed");
+    let first = take(&mut frames, 1).await;
+    assert_eq!(first, vec![h.head_to("0x2", 0)]);
+    for n in 4..12 {
+        h.log_only(n);
+    }
+    let rest = take(&mut frames, 2).await;
+    assert_eq!(rest[0], h.head_to("0x2", 1));
+    let ended: serde_json::Value = serde_json::from_str(&rest[1]).expect("JSON");
+    assert_eq!(ended["params"]["error"]["code"], -32001);
+    let message = ended["params"]["error"]["message"]
+        .as_str()
+        .expect("a message");
+    assert!(
+        message.contains("fell behind") && message.contains("reaches back to block 8"),
+        "{message}"
+    );
+    assert_eq!(h.handle.subscriber_count(), 1);
+}

@@ -1,0 +1,313 @@
+//! The events of one stream from one logged step, shared by every filter
+//! actor consuming that stream. A batch is encoded for the filter
+//! components once, and each event's notification payload and cursor are
+//! made at most once, however many topics and subscribers it reaches.
+
+use std::sync::{Arc, OnceLock};
+
+use chainsieve_filter_sdk::layout::{BatchWriter, HeadFields, LogFields, TxFields};
+use chainsieve_filter_sdk::{Payload, Source};
+
+use super::cursor::Cursor;
+use super::{Position, Step};
+use crate::ingest::model::{Block, Transaction};
+use crate::ingest::{ChainEvent, StreamEvent};
+
+/// The payload kinds, in the order [`EventBatch`] caches them.
+const PAYLOAD_KINDS: [Payload; 3] = [Payload::Hash, Payload::Full, Payload::FullBlockvision];
+
+fn kind_slot(kind: Payload) -> usize {
+    PAYLOAD_KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .expect("every payload kind has a slot")
+}
+
+/// Where a batch's events sit in a log, for their cursors.
+#[derive(Clone, Debug)]
+struct Origin {
+    chain: Arc<str>,
+    position: Position,
+    tag: u64,
+}
+
+/// What is made at most once per event: its payload in each kind, and its
+/// cursor.
+#[derive(Debug, Default)]
+struct Slot {
+    payloads: [OnceLock<Arc<str>>; 3],
+    cursor: OnceLock<Box<str>>,
+}
+
+/// The events of one stream from one step, shared by every filter actor
+/// consuming that stream.
+#[derive(Debug)]
+pub struct EventBatch {
+    pub source: Source,
+    /// `None` for events outside any log (the component harness's).
+    origin: Option<Origin>,
+    events: Vec<StreamEvent>,
+    /// The packed layout, built on first use: a batch no filter subscribes
+    /// to is never encoded.
+    encoded: OnceLock<Vec<u8>>,
+    slots: Vec<Slot>,
+}
+
+impl EventBatch {
+    /// Events outside any log: they match, but have no cursors.
+    pub fn new(source: Source, events: Vec<StreamEvent>) -> Self {
+        let slots = events.iter().map(|_| Slot::default()).collect();
+        Self {
+            source,
+            origin: None,
+            events,
+            encoded: OnceLock::new(),
+            slots,
+        }
+    }
+
+    /// Splits a step of `chain`'s log into its stream batches, in the
+    /// order subscribers see them (empty ones left out).
+    pub fn of_step(step: &Step, chain: &Arc<str>) -> Vec<EventBatch> {
+        let sources: &[Source] = match step.change {
+            ChainEvent::Pending(_) => &[Source::PendingTransactions],
+            ChainEvent::Added(_) => &[Source::Heads, Source::MinedTransactions, Source::Logs],
+            ChainEvent::Removed(_) => &[Source::MinedTransactions, Source::Logs],
+        };
+        sources
+            .iter()
+            .filter_map(|source| Self::stream_of(step, chain, *source))
+            .collect()
+    }
+
+    /// The batch of `source` in a step of `chain`'s log, if it has events
+    /// of that stream.
+    pub fn stream_of(step: &Step, chain: &Arc<str>, source: Source) -> Option<EventBatch> {
+        let events = match (&step.change, source) {
+            (ChainEvent::Pending(txs), Source::PendingTransactions) => {
+                txs.iter().cloned().map(StreamEvent::Pending).collect()
+            }
+            (ChainEvent::Added(block), Source::Heads) => vec![StreamEvent::Head(block.clone())],
+            (ChainEvent::Added(block), Source::MinedTransactions | Source::Logs) => {
+                block_stream(block, source, false)
+            }
+            (ChainEvent::Removed(block), Source::MinedTransactions | Source::Logs) => {
+                block_stream(block, source, true)
+            }
+            _ => Vec::new(),
+        };
+        if events.is_empty() {
+            return None;
+        }
+        let mut batch = Self::new(source, events);
+        batch.origin = Some(Origin {
+            chain: chain.clone(),
+            position: step.position,
+            tag: step.tag,
+        });
+        Some(batch)
+    }
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    pub fn events(&self) -> &[StreamEvent] {
+        &self.events
+    }
+
+    /// The batch in the filter contract's packed layout.
+    pub fn encoded(&self) -> &[u8] {
+        self.encoded.get_or_init(|| self.encode())
+    }
+
+    /// The step of the log the events are of (0 outside any log).
+    pub fn position(&self) -> Position {
+        self.origin.as_ref().map_or(0, |origin| origin.position)
+    }
+
+    /// The JSON payload of event `index` in `kind`, serialized once.
+    pub fn payload(&self, index: usize, kind: Payload) -> &Arc<str> {
+        self.slots[index].payloads[kind_slot(kind)]
+            .get_or_init(|| self.events[index].payload_json(kind).into())
+    }
+
+    /// The cursor of event `index`, made once (`None` outside any log).
+    pub fn cursor(&self, index: usize) -> Option<&str> {
+        let origin = self.origin.as_ref()?;
+        let cursor = self.slots[index].cursor.get_or_init(|| {
+            Cursor {
+                chain: origin.chain.to_string(),
+                position: origin.position,
+                index: u32::try_from(index).unwrap_or(u32::MAX),
+                tag: origin.tag,
+            }
+            .to_string()
+            .into()
+        });
+        Some(cursor)
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut w = BatchWriter::new(self.source, self.events.len());
+        for event in &self.events {
+            match event {
+                StreamEvent::Pending(tx) => push_tx(&mut w, tx, 0, false),
+                StreamEvent::Mined {
+                    block,
+                    index,
+                    removed,
+                } => push_tx(
+                    &mut w,
+                    &block.transactions[*index],
+                    block.number(),
+                    *removed,
+                ),
+                StreamEvent::Head(block) => {
+                    let h = &block.header;
+                    w.push_head(&HeadFields {
+                        number: h.number,
+                        timestamp: h.timestamp,
+                        hash: &block.hash.0,
+                        parent_hash: &h.parent_hash.0,
+                        miner: &h.beneficiary.0.0,
+                        gas_used: h.gas_used,
+                        gas_limit: h.gas_limit,
+                        base_fee: h.base_fee_per_gas.unwrap_or(0),
+                    })
+                }
+                StreamEvent::Log {
+                    block,
+                    index,
+                    removed,
+                } => {
+                    let log = &block.logs[*index];
+                    let topics: Vec<[u8; 32]> = log.topics().iter().map(|t| t.0).collect();
+                    w.push_log(&LogFields {
+                        address: &log.address().0.0,
+                        topics: &topics,
+                        data: &log.data().data,
+                        block_number: block.number(),
+                        log_index: layout_index(log.log_index),
+                        transaction_index: layout_index(log.transaction_index),
+                        transaction_hash: &log.transaction_hash.unwrap_or_default().0,
+                        removed: *removed,
+                    })
+                }
+            }
+        }
+        w.finish()
+    }
+}
+
+/// A block's transactions or logs; a removed block's in reverse, so a
+/// reorg undoes exactly what was delivered, last first
+/// (docs/architecture.md, Decided semantics).
+fn block_stream(block: &Arc<Block>, source: Source, removed: bool) -> Vec<StreamEvent> {
+    let count = match source {
+        Source::MinedTransactions => block.transactions.len(),
+        _ => block.logs.len(),
+    };
+    let mut events: Vec<StreamEvent> = (0..count)
+        .map(|index| match source {
+            Source::MinedTransactions => StreamEvent::Mined {
+                block: block.clone(),
+                index,
+                removed,
+            },
+            _ => StreamEvent::Log {
+                block: block.clone(),
+                index,
+                removed,
+            },
+        })
+        .collect();
+    if removed {
+        events.reverse();
+    }
+    events
+}
+
+/// A position as the batch layout's u32 field holds it. A block's gas
+/// limit keeps real positions far below 2^32; a larger one (only a
+/// malformed source could send it) saturates rather than wrapping to a
+/// small, wrong index.
+fn layout_index(position: Option<u64>) -> u32 {
+    u32::try_from(position.unwrap_or_default()).unwrap_or(u32::MAX)
+}
+
+fn push_tx(w: &mut BatchWriter, tx: &Transaction, block_number: u64, removed: bool) {
+    w.push_tx(&TxFields {
+        hash: &tx.hash.0,
+        from: &tx.from.0.0,
+        to: tx.to.as_ref().map(|a| &a.0.0),
+        tx_type: tx.tx_type,
+        value: &tx.value.to_be_bytes::<32>(),
+        nonce: tx.nonce,
+        gas: tx.gas,
+        block_number,
+        input: &tx.input,
+        removed,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::SourceEvent;
+    use crate::ingest::devnet::{Devnet, DevnetSettings};
+    use crate::log::EventLog;
+
+    /// Positions in the block of a batch's transactions or logs.
+    fn positions(batch: &EventBatch) -> Vec<usize> {
+        batch
+            .events()
+            .iter()
+            .map(|event| match event {
+                StreamEvent::Mined { index, .. } | StreamEvent::Log { index, .. } => *index,
+                StreamEvent::Pending(_) | StreamEvent::Head(_) => {
+                    unreachable!("block streams only")
+                }
+            })
+            .collect()
+    }
+
+    /// A removed block's transactions and logs come in the exact reverse
+    /// of their first delivery: an undo, last first.
+    #[test]
+    fn a_removed_block_is_undone_last_first() {
+        let mut devnet = Devnet::new(1, &DevnetSettings::default());
+        let block = std::iter::repeat_with(|| devnet.next_step())
+            .flatten()
+            .find_map(|event| match event {
+                SourceEvent::Block(b) if b.transactions.len() >= 2 && b.logs.len() >= 2 => Some(b),
+                _ => None,
+            })
+            .expect("the devnet mines busy blocks");
+        let log = EventLog::new("eth", &crate::config::LogConfig::default());
+        let stream = |event: ChainEvent, source: Source| {
+            let step = log.append(event);
+            EventBatch::stream_of(&step, log.chain(), source).expect("a batch of that stream")
+        };
+        for source in [Source::MinedTransactions, Source::Logs] {
+            let added = positions(&stream(ChainEvent::Added(block.clone()), source));
+            let removed = positions(&stream(ChainEvent::Removed(block.clone()), source));
+            assert_eq!(added, (0..added.len()).collect::<Vec<_>>(), "{source:?}");
+            assert_eq!(
+                removed,
+                added.iter().rev().copied().collect::<Vec<_>>(),
+                "{source:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn positions_saturate_instead_of_wrapping() {
+        assert_eq!(layout_index(Some(7)), 7);
+        assert_eq!(layout_index(None), 0);
+        assert_eq!(layout_index(Some(u64::from(u32::MAX) + 5)), u32::MAX);
+    }
+}

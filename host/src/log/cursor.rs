@@ -1,0 +1,169 @@
+//! The cursor every notification carries, and what a client may resume
+//! from (docs/architecture.md, The event log).
+//!
+//! A cursor names one event of one step of one chain's log:
+//! `<chain>:<position>:<index>:<tag>`, e.g. `eth:1042:3:9c0f2a41d8e7b655`.
+//! Clients treat it as opaque. The tag tells the step at that position
+//! from another one (a log rebuilt at a restart without a data directory),
+//! so a cursor never resumes at the wrong place silently.
+
+use std::fmt;
+
+use super::Position;
+
+/// One event of a logged step: the `index`-th event of its stream's batch
+/// at `position`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    pub chain: String,
+    pub position: Position,
+    pub index: u32,
+    pub tag: u64,
+}
+
+impl fmt::Display for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}:{:016x}",
+            self.chain, self.position, self.index, self.tag
+        )
+    }
+}
+
+/// Why a `resumeFrom` string is not a cursor.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "resumeFrom {text:?} is not a chainsieve cursor ({reason}); pass the \"cursor\" of the last notification received"
+)]
+pub struct MalformedCursor {
+    text: String,
+    reason: &'static str,
+}
+
+impl std::str::FromStr for Cursor {
+    type Err = MalformedCursor;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let malformed = |reason| MalformedCursor {
+            text: text.chars().take(120).collect(),
+            reason,
+        };
+        // From the right: a chain name is a URL prefix and may hold anything
+        // but a slash.
+        let mut parts = text.rsplitn(4, ':');
+        let (Some(tag), Some(index), Some(position), Some(chain)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(malformed("expected four parts separated by ':'"));
+        };
+        if chain.is_empty() {
+            return Err(malformed("no chain"));
+        }
+        let position = position
+            .parse::<Position>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| malformed("the position is not a positive integer"))?;
+        let index = index
+            .parse()
+            .map_err(|_| malformed("the event index is not an integer"))?;
+        if tag.len() != 16 {
+            return Err(malformed("the tag is not 16 hex digits"));
+        }
+        let tag =
+            u64::from_str_radix(tag, 16).map_err(|_| malformed("the tag is not 16 hex digits"))?;
+        Ok(Cursor {
+            chain: chain.to_string(),
+            position,
+            index,
+            tag,
+        })
+    }
+}
+
+/// Where a resuming subscription starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResumeFrom {
+    /// Right after the event a notification's cursor names.
+    After(Cursor),
+    /// At the start of the canonical block of this number.
+    Block(u64),
+}
+
+/// The next event a replay delivers: event `index` of step `position`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Mark {
+    pub position: Position,
+    pub index: u32,
+}
+
+impl Mark {
+    /// The start of step `position`.
+    pub fn step(position: Position) -> Self {
+        Self { position, index: 0 }
+    }
+}
+
+/// Why a resume cannot start; never a silent start from now.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeError {
+    /// A cursor of another chain's log.
+    #[error("{0}")]
+    OtherChain(String),
+    /// Older than the log's window: the message names the window.
+    #[error("{0}")]
+    TooOld(String),
+    /// A step this log does not hold (another log's, or lost at a restart).
+    #[error("{0}")]
+    Unknown(String),
+    /// A block past the chain's tip.
+    #[error("{0}")]
+    Ahead(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_reads_back_what_it_writes() {
+        let cursor = Cursor {
+            chain: "polygon-amoy:test".into(),
+            position: 1_042,
+            index: 3,
+            tag: 0x9c0f_2a41_d8e7_b655,
+        };
+        let text = cursor.to_string();
+        assert_eq!(text, "polygon-amoy:test:1042:3:9c0f2a41d8e7b655");
+        assert_eq!(text.parse::<Cursor>(), Ok(cursor));
+    }
+
+    #[test]
+    fn malformed_cursors_say_what_is_wrong() {
+        for (text, reason) in [
+            ("", "four parts"),
+            ("eth:12:0", "four parts"),
+            (":12:0:9c0f2a41d8e7b655", "no chain"),
+            ("eth:0:0:9c0f2a41d8e7b655", "position"),
+            ("eth:x:0:9c0f2a41d8e7b655", "position"),
+            ("eth:12:-1:9c0f2a41d8e7b655", "event index"),
+            ("eth:12:0:9c0f", "16 hex digits"),
+            ("eth:12:0:9c0f2a41d8e7b65z", "16 hex digits"),
+        ] {
+            let error = text.parse::<Cursor>().expect_err(text).to_string();
+            assert!(error.contains(reason), "{text}: {error}");
+            assert!(error.contains("not a chainsieve cursor"), "{error}");
+        }
+    }
+
+    #[test]
+    fn marks_order_by_position_then_index() {
+        let a = Mark {
+            position: 4,
+            index: 9,
+        };
+        assert!(a < Mark::step(5));
+        assert!(Mark::step(4) < a);
+    }
+}

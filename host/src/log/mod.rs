@@ -1,0 +1,469 @@
+//! A chain's event log: every change the canonical tracker emits — a block
+//! added, a block removed by a reorg, a batch of pending transactions — as
+//! a step at a position, in order, over a bounded window
+//! (docs/architecture.md, The event log).
+//!
+//! The pipeline appends; the filter actors get each live step's batches
+//! from the pipeline and read older steps here when a subscription resumes.
+//! A position means the same thing to every reader of the same log: it is
+//! the step's place in the log, counted from 1, not anything of one
+//! process's memory.
+
+pub mod batch;
+pub mod cursor;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use alloy_primitives::B256;
+
+use crate::config::LogConfig;
+use crate::ingest::ChainEvent;
+use crate::ingest::model::{Block, Transaction};
+use cursor::{Cursor, Mark, ResumeError, ResumeFrom};
+
+/// A step's place in its chain's log: 1 for the first step, one more for
+/// each next.
+pub type Position = u64;
+
+/// One change of the chain at its position.
+#[derive(Debug)]
+pub struct Step {
+    pub position: Position,
+    pub change: ChainEvent,
+    /// Tells this step from a different one at the same position.
+    pub tag: u64,
+    /// What it holds, roughly, for the window's byte bound.
+    bytes: usize,
+}
+
+impl Step {
+    fn new(position: Position, change: ChainEvent) -> Self {
+        Self {
+            position,
+            tag: tag(&change),
+            bytes: approximate_bytes(&change),
+            change,
+        }
+    }
+}
+
+/// The first eight bytes of the step's block hash (inverted for a
+/// removal) or of its first pending transaction's hash.
+fn tag(change: &ChainEvent) -> u64 {
+    let word = |hash: &B256| {
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(&hash.0[..8]);
+        u64::from_be_bytes(bytes)
+    };
+    match change {
+        ChainEvent::Added(block) => word(&block.hash),
+        ChainEvent::Removed(block) => !word(&block.hash),
+        ChainEvent::Pending(txs) => txs.first().map_or(0, |tx| word(&tx.hash)),
+    }
+}
+
+/// Heap bytes a step keeps alive, roughly: fixed sizes per header,
+/// transaction and log plus their variable data.
+fn approximate_bytes(change: &ChainEvent) -> usize {
+    let transaction = |tx: &Transaction| 256 + tx.input.len();
+    let block = |block: &Block| {
+        768 + block
+            .transactions
+            .iter()
+            .map(|tx| transaction(tx))
+            .sum::<usize>()
+            + block
+                .logs
+                .iter()
+                .map(|log| 192 + 32 * log.topics().len() + log.data().data.len())
+                .sum::<usize>()
+    };
+    match change {
+        ChainEvent::Added(b) | ChainEvent::Removed(b) => block(b),
+        ChainEvent::Pending(txs) => 64 + txs.iter().map(|tx| transaction(tx)).sum::<usize>(),
+    }
+}
+
+/// One chain's log.
+#[derive(Debug)]
+pub struct EventLog {
+    chain: Arc<str>,
+    /// Blocks added that the window keeps (`[log] blocks`).
+    max_blocks: usize,
+    /// What the window's steps may hold (`[log] memory_mib`).
+    max_bytes: usize,
+    /// Written by the pipeline (append), read by resuming subscriptions;
+    /// held only to push, pop or clone an `Arc`, never across a filter
+    /// call or an await.
+    steps: RwLock<Steps>,
+}
+
+#[derive(Debug, Default)]
+struct Steps {
+    held: VecDeque<Arc<Step>>,
+    /// The position the next step gets.
+    next: Position,
+    /// `Added` steps held.
+    blocks: usize,
+    bytes: usize,
+    /// Canonical block number → the position of the step that added it.
+    added: BTreeMap<u64, Position>,
+}
+
+impl EventLog {
+    /// An empty log for `chain`, bounded as `config` says.
+    pub fn new(chain: &str, config: &LogConfig) -> Self {
+        Self {
+            chain: chain.into(),
+            max_blocks: config.blocks.max(1),
+            max_bytes: usize::try_from(config.memory_mib.saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX),
+            steps: RwLock::new(Steps {
+                next: 1,
+                ..Steps::default()
+            }),
+        }
+    }
+
+    /// The chain this log is of (the URL prefix), as cursors name it.
+    pub fn chain(&self) -> &Arc<str> {
+        &self.chain
+    }
+
+    /// Appends `change` at the next position, dropping the oldest steps
+    /// past the window.
+    pub fn append(&self, change: ChainEvent) -> Arc<Step> {
+        let mut steps = self.write();
+        let step = Arc::new(Step::new(steps.next, change));
+        steps.next += 1;
+        match &step.change {
+            ChainEvent::Added(block) => {
+                // What sat at or above it is no longer canonical.
+                steps.added.split_off(&block.number());
+                steps.added.insert(block.number(), step.position);
+                steps.blocks += 1;
+            }
+            ChainEvent::Removed(block) => {
+                steps.added.remove(&block.number());
+            }
+            ChainEvent::Pending(_) => {}
+        }
+        steps.bytes += step.bytes;
+        steps.held.push_back(step.clone());
+        while steps.held.len() > 1
+            && (steps.blocks > self.max_blocks || steps.bytes > self.max_bytes)
+        {
+            let Some(oldest) = steps.held.pop_front() else {
+                break;
+            };
+            steps.bytes -= oldest.bytes;
+            if let ChainEvent::Added(block) = &oldest.change {
+                steps.blocks -= 1;
+                if steps.added.get(&block.number()) == Some(&oldest.position) {
+                    steps.added.remove(&block.number());
+                }
+            }
+        }
+        step
+    }
+
+    /// The last position appended (0 before any step).
+    pub fn head(&self) -> Position {
+        self.read().next - 1
+    }
+
+    /// The step at `position`, if the window still holds it.
+    pub fn get(&self, position: Position) -> Option<Arc<Step>> {
+        let steps = self.read();
+        let first = steps.held.front()?.position;
+        let offset = usize::try_from(position.checked_sub(first)?).ok()?;
+        steps.held.get(offset).cloned()
+    }
+
+    /// Where a subscription resuming `from` starts, or why it cannot.
+    pub fn start_of(&self, from: &ResumeFrom) -> Result<Mark, ResumeError> {
+        let steps = self.read();
+        match from {
+            ResumeFrom::After(cursor) => self.after(&steps, cursor),
+            ResumeFrom::Block(number) => self.block_start(&steps, *number),
+        }
+    }
+
+    fn after(&self, steps: &Steps, cursor: &Cursor) -> Result<Mark, ResumeError> {
+        if *cursor.chain != *self.chain {
+            return Err(ResumeError::OtherChain(format!(
+                "the cursor {cursor} is of chain {}, but this connection serves {}",
+                cursor.chain, self.chain
+            )));
+        }
+        let head = steps.next - 1;
+        if cursor.position > head {
+            return Err(ResumeError::Unknown(format!(
+                "the cursor {cursor} is past the end of {}'s log (its last step is {head}): it comes from another log, or from one a restart did not keep",
+                self.chain
+            )));
+        }
+        let first = steps.held.front().map_or(steps.next, |s| s.position);
+        if cursor.position < first {
+            return Err(ResumeError::TooOld(format!(
+                "the cursor {cursor} is older than {}",
+                self.describe(steps)
+            )));
+        }
+        let held = usize::try_from(cursor.position - first)
+            .ok()
+            .and_then(|offset| steps.held.get(offset));
+        if held.is_none_or(|step| step.tag != cursor.tag) {
+            return Err(ResumeError::Unknown(format!(
+                "the cursor {cursor} names a step {}'s log does not hold at that position: it comes from another log, or from one a restart did not keep",
+                self.chain
+            )));
+        }
+        Ok(Mark {
+            position: cursor.position,
+            index: cursor.index.saturating_add(1),
+        })
+    }
+
+    fn block_start(&self, steps: &Steps, number: u64) -> Result<Mark, ResumeError> {
+        if let Some(position) = steps.added.get(&number) {
+            return Ok(Mark::step(*position));
+        }
+        let tip = steps.added.last_key_value().map(|(n, _)| *n);
+        match tip {
+            // Nothing to replay yet: live from the next block on.
+            Some(tip) if number == tip + 1 => Ok(Mark::step(steps.next)),
+            Some(tip) if number > tip => Err(ResumeError::Ahead(format!(
+                "fromBlock {number} is past {}'s tip, block {tip}",
+                self.chain
+            ))),
+            _ => Err(ResumeError::TooOld(format!(
+                "fromBlock {number} is older than {}",
+                self.describe(steps)
+            ))),
+        }
+    }
+
+    /// How far back the window reaches now, for refusals: "eth's log,
+    /// which reaches back to block …".
+    pub fn window(&self) -> String {
+        self.describe(&self.read())
+    }
+
+    fn describe(&self, steps: &Steps) -> String {
+        let bounds = format!(
+            "it keeps the last {} blocks and at most {} MiB ([log] blocks, [log] memory_mib)",
+            self.max_blocks,
+            self.max_bytes >> 20
+        );
+        match (steps.held.front(), steps.added.first_key_value()) {
+            (Some(first), Some((oldest, _))) => format!(
+                "{}'s log, which reaches back to block {oldest} (position {}); {bounds}",
+                self.chain, first.position
+            ),
+            (Some(first), None) => format!(
+                "{}'s log, which reaches back to position {}; {bounds}",
+                self.chain, first.position
+            ),
+            (None, _) => format!("{}'s log, which is empty; {bounds}", self.chain),
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Steps> {
+        // Every write leaves the steps whole between statements that can
+        // panic; keep serving after one.
+        self.steps
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Steps> {
+        self.steps
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::canonical::CanonicalChain;
+    use crate::ingest::devnet::{Devnet, DevnetSettings};
+    use crate::ingest::{SourceEvent, model::Block};
+
+    fn config(blocks: usize) -> LogConfig {
+        LogConfig {
+            blocks,
+            ..LogConfig::default()
+        }
+    }
+
+    /// The devnet's next `count` blocks.
+    fn blocks(devnet: &mut Devnet, count: usize) -> Vec<Arc<Block>> {
+        std::iter::once(devnet.genesis())
+            .chain(
+                std::iter::repeat_with(|| devnet.next_step())
+                    .flatten()
+                    .filter_map(|event| match event {
+                        SourceEvent::Block(block) => Some(block),
+                        _ => None,
+                    }),
+            )
+            .take(count)
+            .collect()
+    }
+
+    /// A log of `count` devnet blocks, each through the canonical tracker.
+    fn filled(count: usize, log_blocks: usize) -> (EventLog, Vec<Arc<Block>>) {
+        let log = EventLog::new("eth", &config(log_blocks));
+        let mut tracker = CanonicalChain::new(128);
+        let mut devnet = Devnet::new(1, &DevnetSettings::default());
+        let blocks = blocks(&mut devnet, count);
+        for block in &blocks {
+            for change in tracker.apply(block.clone()).expect("linked") {
+                log.append(change);
+            }
+        }
+        (log, blocks)
+    }
+
+    fn cursor(log: &EventLog, position: Position, index: u32) -> Cursor {
+        Cursor {
+            chain: "eth".into(),
+            position,
+            index,
+            tag: log.get(position).expect("held").tag,
+        }
+    }
+
+    #[test]
+    fn positions_count_from_one_and_the_window_drops_the_oldest_blocks() {
+        let (log, blocks) = filled(10, 4);
+        assert_eq!(log.head(), 10);
+        assert!(log.get(6).is_none(), "block 5's step is gone");
+        let oldest = log.get(7).expect("the oldest step held");
+        assert!(matches!(&oldest.change, ChainEvent::Added(b) if b.hash == blocks[6].hash));
+        assert_eq!(log.get(10).map(|s| s.position), Some(10));
+        assert!(log.get(11).is_none());
+    }
+
+    #[test]
+    fn a_cursor_resumes_right_after_its_event() {
+        let (log, _) = filled(10, 16);
+        let from = ResumeFrom::After(cursor(&log, 5, 2));
+        assert_eq!(
+            log.start_of(&from),
+            Ok(Mark {
+                position: 5,
+                index: 3
+            })
+        );
+    }
+
+    #[test]
+    fn refusals_name_what_is_wrong() {
+        let (log, _) = filled(10, 4);
+        let too_old = log
+            .start_of(&ResumeFrom::After(Cursor {
+                chain: "eth".into(),
+                position: 2,
+                index: 0,
+                tag: 1,
+            }))
+            .expect_err("too old");
+        assert!(
+            matches!(&too_old, ResumeError::TooOld(m) if m.contains("reaches back to block 6 (position 7)") && m.contains("last 4 blocks")),
+            "{too_old:?}"
+        );
+        let mut other = cursor(&log, 8, 0);
+        other.tag ^= 1;
+        assert!(matches!(
+            log.start_of(&ResumeFrom::After(other)),
+            Err(ResumeError::Unknown(_))
+        ));
+        let mut ahead = cursor(&log, 8, 0);
+        ahead.position = 11;
+        assert!(matches!(
+            log.start_of(&ResumeFrom::After(ahead)),
+            Err(ResumeError::Unknown(m)) if m.contains("past the end")
+        ));
+        let mut bsc = cursor(&log, 8, 0);
+        bsc.chain = "bsc".into();
+        assert!(matches!(
+            log.start_of(&ResumeFrom::After(bsc)),
+            Err(ResumeError::OtherChain(m)) if m.contains("of chain bsc")
+        ));
+    }
+
+    #[test]
+    fn from_block_starts_at_the_step_that_added_the_canonical_block() {
+        let (log, _) = filled(10, 4);
+        assert_eq!(log.start_of(&ResumeFrom::Block(8)), Ok(Mark::step(9)));
+        assert_eq!(
+            log.start_of(&ResumeFrom::Block(10)),
+            Ok(Mark::step(11)),
+            "the next block: nothing to replay"
+        );
+        assert!(matches!(
+            log.start_of(&ResumeFrom::Block(11)),
+            Err(ResumeError::Ahead(m)) if m.contains("tip, block 9")
+        ));
+        assert!(matches!(
+            log.start_of(&ResumeFrom::Block(5)),
+            Err(ResumeError::TooOld(m)) if m.contains("reaches back to block 6")
+        ));
+    }
+
+    #[test]
+    fn a_reorg_moves_from_block_to_the_new_branch() {
+        let log = EventLog::new("eth", &config(64));
+        let mut tracker = CanonicalChain::new(128);
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                reorg_every: 4,
+                reorg_depth: 2,
+                ..DevnetSettings::default()
+            },
+        );
+        let mut removed = false;
+        for block in blocks(&mut devnet, 12) {
+            for change in tracker.apply(block).expect("linked") {
+                removed |= matches!(change, ChainEvent::Removed(_));
+                log.append(change);
+            }
+        }
+        assert!(removed, "the devnet reorganised");
+        for number in 0..=tracker.tip().expect("a tip").number() {
+            let canonical = tracker.by_number(number).expect("in the window");
+            let Mark { position, index } = log
+                .start_of(&ResumeFrom::Block(number))
+                .expect("in the log");
+            assert_eq!(index, 0);
+            let step = log.get(position).expect("held");
+            assert!(
+                matches!(&step.change, ChainEvent::Added(b) if b.hash == canonical.hash),
+                "block {number}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_byte_bound_drops_steps_too() {
+        let log = EventLog::new(
+            "eth",
+            &LogConfig {
+                memory_mib: 0,
+                ..LogConfig::default()
+            },
+        );
+        let mut devnet = Devnet::new(1, &DevnetSettings::default());
+        for block in blocks(&mut devnet, 3) {
+            log.append(ChainEvent::Added(block));
+        }
+        assert_eq!(log.head(), 3);
+        assert!(log.get(2).is_none(), "only the newest step fits");
+        assert!(log.get(3).is_some());
+    }
+}

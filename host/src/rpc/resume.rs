@@ -1,0 +1,194 @@
+//! The options object `eth_subscribe` may end with: `{"resumeFrom":
+//! "<cursor>"}` or `{"fromBlock": "0x…"}` (docs/architecture.md, The event
+//! log). An object whose only members are options is the options object;
+//! the host takes it out, so the filter component never sees it.
+
+use chainsieve_filter_sdk::Source;
+use serde_json::{Map, Value};
+
+use super::RpcError;
+use super::params::parse_quantity;
+use crate::log::cursor::{Cursor, ResumeError, ResumeFrom};
+
+const RESUME_FROM: &str = "resumeFrom";
+const FROM_BLOCK: &str = "fromBlock";
+const OPTIONS: [&str; 2] = [RESUME_FROM, FROM_BLOCK];
+
+/// Takes the options object off the end of `params` (the parameters after
+/// the topic) and reads it, for a topic that consumes `source`.
+pub(super) fn take_options(
+    params: &mut Vec<Value>,
+    source: Source,
+) -> Result<Option<ResumeFrom>, RpcError> {
+    let options = match params.last() {
+        Some(Value::Object(last))
+            if !last.is_empty() && last.keys().all(|key| OPTIONS.contains(&key.as_str())) =>
+        {
+            last.clone()
+        }
+        _ => {
+            if params.iter().any(|param| param.get(RESUME_FROM).is_some()) {
+                return Err(RpcError::invalid_params(
+                    "resumeFrom goes in an options object of its own, the last parameter: [\"logs\", {\"address\": \"0x…\"}, {\"resumeFrom\": \"<cursor>\"}]",
+                ));
+            }
+            return Ok(None);
+        }
+    };
+    params.pop();
+    read(&options, source).map(Some)
+}
+
+fn read(options: &Map<String, Value>, source: Source) -> Result<ResumeFrom, RpcError> {
+    match (options.get(RESUME_FROM), options.get(FROM_BLOCK)) {
+        (Some(_), Some(_)) => Err(RpcError::invalid_params(
+            "give resumeFrom or fromBlock, not both",
+        )),
+        (Some(Value::String(cursor)), None) => cursor
+            .parse::<Cursor>()
+            .map(ResumeFrom::After)
+            .map_err(|malformed| RpcError::invalid_params(malformed.to_string())),
+        (Some(other), None) => Err(RpcError::invalid_params(format!(
+            "resumeFrom must be the cursor string of a notification, got {other}"
+        ))),
+        (None, Some(block)) => {
+            if source == Source::PendingTransactions {
+                return Err(RpcError::invalid_params(
+                    "fromBlock replays the mined streams (newHeads, logs, bvMinedTransactions and custom topics on them); this topic reads pending transactions: resume it with resumeFrom",
+                ));
+            }
+            block
+                .as_str()
+                .and_then(parse_quantity)
+                .map(ResumeFrom::Block)
+                .ok_or_else(|| {
+                    RpcError::invalid_params(format!(
+                        "fromBlock must be a block number as a hex quantity (\"0x1b4\"), got {block}"
+                    ))
+                })
+        }
+        (None, None) => Err(RpcError::invalid_params(
+            "an options object names resumeFrom or fromBlock",
+        )),
+    }
+}
+
+/// The JSON-RPC error for a resume the log refuses.
+pub(super) fn refusal(error: ResumeError) -> RpcError {
+    match error {
+        ResumeError::OtherChain(message) | ResumeError::Ahead(message) => {
+            RpcError::invalid_params(message)
+        }
+        ResumeError::TooOld(message) | ResumeError::Unknown(message) => {
+            RpcError::not_found(message)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::rpc::error::code;
+
+    fn take(params: Value, source: Source) -> (Result<Option<ResumeFrom>, RpcError>, Value) {
+        let mut params = params.as_array().expect("an array").clone();
+        let taken = take_options(&mut params, source);
+        (taken, Value::Array(params))
+    }
+
+    const CURSOR: &str = "eth:12:3:00000000000000ff";
+
+    #[test]
+    fn the_options_object_is_taken_out_before_the_filter_sees_the_params() {
+        let cursor: Cursor = CURSOR.parse().expect("a cursor");
+        let address = json!({"address": "0x00000000000000000000000000000000000000aa"});
+        for (params, source, rest) in [
+            (
+                json!([address, {"resumeFrom": CURSOR}]),
+                Source::Logs,
+                json!([address]),
+            ),
+            (json!([{"resumeFrom": CURSOR}]), Source::Heads, json!([])),
+            (
+                json!([true, {"resumeFrom": CURSOR}]),
+                Source::PendingTransactions,
+                json!([true]),
+            ),
+        ] {
+            let (taken, left) = take(params, source);
+            assert_eq!(taken, Ok(Some(ResumeFrom::After(cursor.clone()))));
+            assert_eq!(left, rest);
+        }
+        let (taken, left) = take(json!([{"fromBlock": "0x1b4"}]), Source::MinedTransactions);
+        assert_eq!(taken, Ok(Some(ResumeFrom::Block(0x1b4))));
+        assert_eq!(left, json!([]));
+    }
+
+    #[test]
+    fn objects_that_are_not_only_options_stay_with_the_filter() {
+        for params in [
+            json!([{}]),
+            json!([{"address": "0xaa", "fromBlock": "0x1"}]),
+            json!([true]),
+            json!([]),
+        ] {
+            let (taken, left) = take(params.clone(), Source::Logs);
+            assert_eq!(taken, Ok(None));
+            assert_eq!(left, params);
+        }
+    }
+
+    #[test]
+    fn bad_options_are_invalid_params_that_say_what_is_wrong() {
+        for (params, source, says) in [
+            (
+                json!([{"resumeFrom": "yesterday"}]),
+                Source::Heads,
+                "not a chainsieve cursor",
+            ),
+            (
+                json!([{"resumeFrom": 12}]),
+                Source::Heads,
+                "must be the cursor string",
+            ),
+            (
+                json!([{"resumeFrom": CURSOR, "fromBlock": "0x1"}]),
+                Source::Heads,
+                "not both",
+            ),
+            (json!([{"fromBlock": "12"}]), Source::Logs, "hex quantity"),
+            (
+                json!([{"fromBlock": "0x1"}]),
+                Source::PendingTransactions,
+                "resume it with resumeFrom",
+            ),
+            (
+                json!([{"address": "0xaa", "resumeFrom": CURSOR}]),
+                Source::Logs,
+                "options object of its own",
+            ),
+        ] {
+            let (taken, _) = take(params.clone(), source);
+            let error = taken.expect_err("refused");
+            assert_eq!(error.code, code::INVALID_PARAMS, "{params}");
+            assert!(error.message.contains(says), "{params}: {}", error.message);
+        }
+    }
+
+    #[test]
+    fn refusals_map_to_eip_1474_codes() {
+        let code_of = |error| refusal(error).code;
+        assert_eq!(code_of(ResumeError::TooOld("x".into())), code::NOT_FOUND);
+        assert_eq!(code_of(ResumeError::Unknown("x".into())), code::NOT_FOUND);
+        assert_eq!(
+            code_of(ResumeError::OtherChain("x".into())),
+            code::INVALID_PARAMS
+        );
+        assert_eq!(
+            code_of(ResumeError::Ahead("x".into())),
+            code::INVALID_PARAMS
+        );
+    }
+}
