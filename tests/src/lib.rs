@@ -329,6 +329,21 @@ impl WsClient {
         Ok(all)
     }
 
+    /// Hands the connection to a task that forwards the `params` of every
+    /// notification, in order, until the connection ends: the socket keeps
+    /// being read while the test waits on something else.
+    pub fn forward_notifications(mut self) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+        let (forward, notifications) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(params) = self.next_notification_params().await {
+                if forward.send(params).is_err() {
+                    return;
+                }
+            }
+        });
+        notifications
+    }
+
     /// Waits for the server to close the connection; returns (code, reason).
     pub async fn closed(&mut self) -> anyhow::Result<(u16, String)> {
         loop {

@@ -1,0 +1,391 @@
+//! Resumable subscriptions on the devnet: a client whose socket dies
+//! mid-stream reconnects with the cursor of the last notification it got
+//! and, for every topic, what both connections received is exactly what an
+//! uninterrupted subscription received, in order, across a reorg that
+//! happened while it was away. Bad resumes are refused with their codes.
+
+use std::collections::BTreeMap;
+
+use chainsieve::config::{Config, LogConfig};
+use chainsieve::filters::registry::BUILT_FILTERS_DIR;
+use chainsieve::ingest::devnet::DevnetSettings;
+use chainsieve_tests::filters::watching;
+use chainsieve_tests::{TIMEOUT, TestServer, WsClient, fast_devnet, hex_address, quantity};
+use serde_json::{Value, json};
+
+/// A notification as both connections must agree on it.
+#[derive(Clone, Debug, PartialEq)]
+struct Delivered {
+    result: Value,
+    cursor: String,
+}
+
+impl Delivered {
+    fn of(params: &Value) -> Self {
+        Self {
+            result: params["result"].clone(),
+            cursor: params["cursor"]
+                .as_str()
+                .unwrap_or_else(|| panic!("every notification carries a cursor: {params}"))
+                .to_string(),
+        }
+    }
+
+    /// Where the cursor (`chain:position:index:tag`) points: the log
+    /// position and the event's index in that step.
+    fn mark(&self) -> (u64, u64) {
+        let mut parts = self.cursor.split(':').skip(1).map(|p| p.parse().ok());
+        match (parts.next().flatten(), parts.next().flatten()) {
+            (Some(position), Some(index)) => (position, index),
+            _ => panic!("a cursor with a position and an index: {}", self.cursor),
+        }
+    }
+
+    fn position(&self) -> u64 {
+        self.mark().0
+    }
+}
+
+/// Every topic, built-in and custom, with parameters.
+fn topics(token: &str) -> Vec<(&'static str, Vec<Value>)> {
+    vec![
+        ("logs", vec![json!({"address": token})]),
+        ("newHeads", vec![]),
+        ("bvMinedTransactions", vec![]),
+        ("newPendingTransactions", vec![json!(true)]),
+        ("erc20Transfers", vec![json!({"tokens": [token]})]),
+    ]
+}
+
+/// Subscribes to every topic (with `options` appended to its params, if
+/// any); returns subscription id → topic.
+async fn subscribe_all(
+    ws: &mut WsClient,
+    token: &str,
+    options: impl Fn(&str) -> Option<Value>,
+) -> BTreeMap<String, &'static str> {
+    let mut ids = BTreeMap::new();
+    for (topic, params) in topics(token) {
+        let mut call = vec![json!(topic)];
+        call.extend(params);
+        call.extend(options(topic));
+        let id = ws.subscribe(Value::Array(call)).await.expect("subscribed");
+        ids.insert(id, topic);
+    }
+    ids
+}
+
+/// Reads `ws` until every topic has at least `each` notifications in
+/// `into`; returns the params of `newHeads` notifications seen meanwhile.
+async fn read_until_each(
+    ws: &mut WsClient,
+    ids: &BTreeMap<String, &'static str>,
+    into: &mut BTreeMap<&'static str, Vec<Delivered>>,
+    each: usize,
+) {
+    let mut fresh: BTreeMap<&str, usize> = ids.values().map(|t| (*t, 0)).collect();
+    while fresh.values().any(|n| *n < each) {
+        let params = ws.next_notification_params().await.expect("notifications");
+        let id = params["subscription"].as_str().expect("an id");
+        let topic = ids[id];
+        into.entry(topic).or_default().push(Delivered::of(&params));
+        *fresh.get_mut(topic).expect("a topic") += 1;
+    }
+}
+
+/// The server with the example `erc20Transfers` component, a devnet that
+/// reorganises every `reorg_every` blocks (0: never) up to three deep, and
+/// a log of `blocks`.
+async fn server(blocks: usize, reorg_every: u64) -> (TestServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = "chainsieve_example_erc20_transfers.wasm";
+    std::fs::copy(
+        std::path::Path::new(BUILT_FILTERS_DIR).join(file),
+        dir.path().join(file),
+    )
+    .expect("copy the example");
+    let config = Config {
+        devnet: DevnetSettings {
+            reorg_every,
+            reorg_depth: 3,
+            ..fast_devnet()
+        },
+        log: LogConfig {
+            blocks,
+            ..LogConfig::default()
+        },
+        ..watching(dir.path())
+    };
+    (TestServer::start(config).await.expect("server"), dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_topic_resumes_exactly_across_a_reorg() {
+    let (server, _dir) = server(1_024, 4).await;
+    let token = hex_address(&chainsieve::ingest::devnet::known_tokens(1)[0].address);
+    let url = server.ws_url("eth", "demo");
+
+    // The control never leaves: it is read by a task of its own throughout.
+    let mut control = WsClient::connect(&url).await.expect("connect");
+    let control_ids = subscribe_all(&mut control, &token, |_| None).await;
+    let mut control_feed = control.forward_notifications();
+    let mut controlled: BTreeMap<&'static str, Vec<Delivered>> = BTreeMap::new();
+
+    let mut first = WsClient::connect(&url).await.expect("connect");
+    let first_ids = subscribe_all(&mut first, &token, |_| None).await;
+    let mut got: BTreeMap<&'static str, Vec<Delivered>> = BTreeMap::new();
+    read_until_each(&mut first, &first_ids, &mut got, 2).await;
+    // The socket dies mid-stream, in the middle of a block's transactions:
+    // no close frame, notifications in flight.
+    while !(1..=8).contains(&got["bvMinedTransactions"].last().expect("some").mark().1) {
+        let params = first
+            .next_notification_params()
+            .await
+            .expect("notifications");
+        let topic = first_ids[params["subscription"].as_str().expect("an id")];
+        got.entry(topic).or_default().push(Delivered::of(&params));
+    }
+    drop(first);
+    let last: BTreeMap<&'static str, String> = got
+        .iter()
+        .map(|(topic, delivered)| (*topic, delivered.last().expect("some").cursor.clone()))
+        .collect();
+    let away_from = got["newHeads"].last().expect("a head").position();
+
+    // Away until the chain reorganised: the control sees a head that is not
+    // above the one before it, then two more.
+    let mut previous: Option<u64> = None;
+    let mut after_reorg: Option<usize> = None;
+    while after_reorg.is_none_or(|n| n < 2) {
+        let params = tokio::time::timeout(TIMEOUT, control_feed.recv())
+            .await
+            .expect("control notifications in time")
+            .expect("the control is connected");
+        let topic = control_ids[params["subscription"].as_str().expect("an id")];
+        let delivered = Delivered::of(&params);
+        if topic == "newHeads" && delivered.position() > away_from {
+            let number = quantity(&delivered.result["number"]);
+            match after_reorg.as_mut() {
+                Some(n) => *n += 1,
+                None if previous.is_some_and(|p| number <= p) => after_reorg = Some(0),
+                None => {}
+            }
+            previous = Some(number);
+        }
+        controlled.entry(topic).or_default().push(delivered);
+    }
+
+    let mut second = WsClient::connect(&url).await.expect("reconnect");
+    let second_ids = subscribe_all(&mut second, &token, |topic| {
+        Some(json!({"resumeFrom": last[topic]}))
+    })
+    .await;
+    let mut resumed: BTreeMap<&'static str, Vec<Delivered>> = BTreeMap::new();
+    read_until_each(&mut second, &second_ids, &mut resumed, 3).await;
+    // Well past the seam where the replay joined the live batches: two
+    // blocks (five steps each) after the control's last step when the
+    // client came back.
+    let back_at = controlled
+        .values()
+        .filter_map(|c| c.last())
+        .map(Delivered::position)
+        .max()
+        .expect("the control got something");
+    while resumed["newHeads"].last().expect("some").position() <= back_at + 10 {
+        let params = second
+            .next_notification_params()
+            .await
+            .expect("notifications");
+        let topic = second_ids[params["subscription"].as_str().expect("an id")];
+        resumed
+            .entry(topic)
+            .or_default()
+            .push(Delivered::of(&params));
+    }
+
+    // The control must have caught up with the resumed connection on every
+    // topic before comparing.
+    let behind = |controlled: &BTreeMap<&str, Vec<Delivered>>| {
+        resumed.iter().any(|(topic, delivered)| {
+            let last = delivered.last().expect("some").mark();
+            controlled
+                .get(topic)
+                .and_then(|c| c.last())
+                .is_none_or(|c| c.mark() < last)
+        })
+    };
+    while behind(&controlled) {
+        let params = tokio::time::timeout(TIMEOUT, control_feed.recv())
+            .await
+            .expect("control notifications in time")
+            .expect("the control is connected");
+        let topic = control_ids[params["subscription"].as_str().expect("an id")];
+        controlled
+            .entry(topic)
+            .or_default()
+            .push(Delivered::of(&params));
+    }
+
+    let mut removed = 0;
+    for (topic, _) in topics(&token) {
+        let mut union = got[topic].clone();
+        union.extend(resumed[topic].iter().cloned());
+        // Each actor delivers in log order, so both streams are complete
+        // up to the last position either received.
+        let upto = union
+            .last()
+            .expect("some")
+            .mark()
+            .min(controlled[topic].last().expect("some").mark());
+        let union: Vec<&Delivered> = union.iter().filter(|d| d.mark() <= upto).collect();
+        let start = controlled[topic]
+            .iter()
+            .position(|d| d.cursor == union[0].cursor)
+            .unwrap_or_else(|| {
+                panic!("{topic}: the control saw the first connection's first event")
+            });
+        let control: Vec<&Delivered> = controlled[topic][start..]
+            .iter()
+            .filter(|d| d.mark() <= upto)
+            .collect();
+        assert!(
+            union.len() > got[topic].len(),
+            "{topic}: the comparison reaches past the reconnect"
+        );
+        let cursors = |events: &[&Delivered]| -> Vec<String> {
+            events.iter().map(|d| d.cursor.clone()).collect()
+        };
+        assert_eq!(
+            cursors(&union),
+            cursors(&control),
+            "{topic}: the two connections together got exactly the control's events, in order (cursors shown; the first connection's last: {})",
+            last[topic]
+        );
+        assert!(
+            union
+                .iter()
+                .zip(&control)
+                .all(|(a, b)| a.result == b.result),
+            "{topic}: and the same payloads"
+        );
+        removed += resumed[topic]
+            .iter()
+            .filter(|d| d.result["removed"] == json!(true))
+            .count();
+    }
+    assert!(
+        removed > 0,
+        "the resumed streams carried the reorg's removals"
+    );
+}
+
+/// The mined topics replay from the start of a block within the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_block_replays_heads_from_that_block_then_goes_live() {
+    let (server, _dir) = server(1_024, 0).await;
+    let mut ws = WsClient::connect(&server.ws_url("bsc", "demo"))
+        .await
+        .expect("connect");
+    let live = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let mut now = 0;
+    while now < 4 {
+        let (_, head) = ws.next_notification().await.expect("a head");
+        now = quantity(&head["number"]);
+    }
+    let replay = ws
+        .subscribe(json!(["newHeads", {"fromBlock": format!("{:#x}", now - 3)}]))
+        .await
+        .expect("subscribe");
+    let mut numbers = Vec::new();
+    while numbers.len() < 6 {
+        let (subscription, head) = ws.next_notification().await.expect("heads");
+        if subscription == replay {
+            numbers.push(quantity(&head["number"]));
+        } else {
+            assert_eq!(subscription, live);
+        }
+    }
+    assert_eq!(numbers[..4], [now - 3, now - 2, now - 1, now]);
+    assert!(numbers[4..].iter().all(|n| *n > now - 3), "{numbers:?}");
+}
+
+/// Every refusal is a JSON-RPC error with the right code and a message
+/// saying what was wrong, and the connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_resumes_are_refused_with_their_codes() {
+    let (server, _dir) = server(8, 0).await;
+    let mut bsc = WsClient::connect(&server.ws_url("bsc", "demo"))
+        .await
+        .expect("connect");
+    bsc.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let bsc_cursor = bsc.next_notification_params().await.expect("a head")["cursor"].clone();
+
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let first = ws.next_notification_params().await.expect("a head");
+    let old_cursor = first["cursor"].clone();
+    let old_block = first["result"]["number"].clone();
+    // Ten blocks later the window of eight has let go of that one.
+    for _ in 0..10 {
+        ws.next_notification().await.expect("heads");
+    }
+    for (params, code, says) in [
+        (
+            json!(["newHeads", {"resumeFrom": "not-a-cursor"}]),
+            -32602,
+            "not a chainsieve cursor",
+        ),
+        (
+            json!(["newHeads", {"resumeFrom": bsc_cursor}]),
+            -32602,
+            "is of chain bsc",
+        ),
+        (
+            json!(["newHeads", {"resumeFrom": old_cursor}]),
+            -32001,
+            "older than eth's log, which reaches back to block",
+        ),
+        (
+            json!(["logs", {"fromBlock": old_block}]),
+            -32001,
+            "last 8 blocks",
+        ),
+        (
+            json!(["newHeads", {"fromBlock": "0xffffff"}]),
+            -32602,
+            "past eth's tip",
+        ),
+        (
+            json!(["newPendingTransactions", {"fromBlock": "0x1"}]),
+            -32602,
+            "resume it with resumeFrom",
+        ),
+        (
+            json!(["logs", {"address": "0x00000000000000000000000000000000000000aa", "resumeFrom": "x"}]),
+            -32602,
+            "options object of its own",
+        ),
+    ] {
+        let response = ws
+            .call("eth_subscribe", params.clone())
+            .await
+            .expect("answered");
+        assert_eq!(
+            response["error"]["code"],
+            json!(code),
+            "{params}: {response}"
+        );
+        let message = response["error"]["message"].as_str().expect("a message");
+        assert!(message.contains(says), "{params}: {message}");
+    }
+    let response = ws
+        .call("eth_blockNumber", json!([]))
+        .await
+        .expect("answered");
+    assert!(
+        response["result"].is_string(),
+        "the connection serves on: {response}"
+    );
+}
