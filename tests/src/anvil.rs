@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::TIMEOUT;
+use crate::{TIMEOUT, WsClient, quantity};
 
 /// Anvil's first dev account (funded, unlocked).
 pub const DEV_ACCOUNT: &str = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266";
@@ -242,4 +242,51 @@ async fn spawn(
     // Keep draining stdout so anvil never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Ok((child, port))
+}
+
+/// The receipt of `hash` once its block has arrived on the `newHeads`
+/// subscription `heads` (so everything before it was processed too), and
+/// every notification received meanwhile. Anvil answers
+/// `eth_sendTransaction` before its automine block exists, so the receipt
+/// is looked up again after each head.
+pub async fn mined(
+    client: &mut WsClient,
+    heads: &str,
+    anvil: &Anvil,
+    hash: &str,
+) -> (Value, Vec<(String, Value)>) {
+    let mut newest = 0;
+    let mut received = Vec::new();
+    loop {
+        let receipt = anvil
+            .rpc("eth_getTransactionReceipt", json!([hash]))
+            .await
+            .expect("receipt");
+        if !receipt.is_null() && newest >= quantity(&receipt["blockNumber"]) {
+            return (receipt, received);
+        }
+        loop {
+            let (sub, result) = client.next_notification().await.expect("a head");
+            let head = (sub == heads).then(|| quantity(&result["number"]));
+            received.push((sub, result));
+            if let Some(head) = head {
+                newest = head;
+                break;
+            }
+        }
+    }
+}
+
+/// Deploys the Ping contract and returns its address once its block has
+/// been delivered on `heads`.
+pub async fn deploy_ping(client: &mut WsClient, heads: &str, anvil: &Anvil) -> String {
+    let deploy = anvil
+        .send(json!({ "from": DEV_ACCOUNT, "data": ping_contract() }))
+        .await
+        .expect("deploy");
+    let (receipt, _) = mined(client, heads, anvil, &deploy).await;
+    receipt["contractAddress"]
+        .as_str()
+        .expect("contract address")
+        .to_string()
 }

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
 use chainsieve::ingest::upstream::UpstreamStatus;
-use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, ping_contract, ping_topic};
+use chainsieve_tests::anvil::{
+    Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, deploy_ping, mined, ping_contract, ping_topic,
+};
 use chainsieve_tests::{TestServer, WsClient, of};
 use serde_json::{Value, json};
 
@@ -51,39 +53,6 @@ fn hash_of(tx: &Value) -> String {
 fn number(value: &Value) -> u64 {
     let text = value.as_str().expect("hex quantity");
     u64::from_str_radix(text.trim_start_matches("0x"), 16).expect("hex")
-}
-
-/// The receipt of `hash` once its block has arrived on the `newHeads`
-/// subscription `heads` (so everything before it was processed too), and
-/// every notification received meanwhile. Anvil answers
-/// `eth_sendTransaction` before its automine block exists, so the receipt
-/// is looked up again after each head.
-async fn mined(
-    client: &mut WsClient,
-    heads: &str,
-    anvil: &Anvil,
-    hash: &str,
-) -> (Value, Vec<(String, Value)>) {
-    let mut newest = 0;
-    let mut received = Vec::new();
-    loop {
-        let receipt = anvil
-            .rpc("eth_getTransactionReceipt", json!([hash]))
-            .await
-            .expect("receipt");
-        if !receipt.is_null() && newest >= number(&receipt["blockNumber"]) {
-            return (receipt, received);
-        }
-        loop {
-            let (sub, result) = client.next_notification().await.expect("a head");
-            let head = (sub == heads).then(|| number(&result["number"]));
-            received.push((sub, result));
-            if let Some(head) = head {
-                newest = head;
-                break;
-            }
-        }
-    }
 }
 
 /// Every event type on every chain, from real signed transactions: a
@@ -281,20 +250,6 @@ async fn check_chain(server: &TestServer, name: &str, anvil: &Anvil) {
         .find(|tx| tx["hash"] == deploy.as_str())
         .expect("deployment in its block");
     assert_eq!(creation["to"], Value::Null);
-}
-
-/// Deploys the Ping contract and returns its address once its block has
-/// been delivered on `heads`.
-async fn deploy_ping(client: &mut WsClient, heads: &str, anvil: &Anvil) -> String {
-    let deploy = anvil
-        .send(json!({ "from": DEV_ACCOUNT, "data": ping_contract() }))
-        .await
-        .expect("deploy");
-    let (receipt, _) = mined(client, heads, anvil, &deploy).await;
-    receipt["contractAddress"]
-        .as_str()
-        .expect("contract address")
-        .to_string()
 }
 
 /// Reorgs of depth 1, 3 and 10 (`anvil_reorg` replaces the last blocks

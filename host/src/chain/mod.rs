@@ -9,16 +9,18 @@ pub mod reload;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLockReadGuard};
 
+use anyhow::Context;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{ChainSpec, Config, SourceConfig};
+use crate::config::{ChainSpec, Config, LogConfig, SourceConfig};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{self, Devnet, Submission};
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
 use crate::log::EventLog;
+use crate::log::store::{self, LogStore, Persist};
 use crate::metrics::Metrics;
 use crate::price::PriceIndex;
 use pipeline::{Pipeline, PipelineState};
@@ -63,7 +65,7 @@ impl Chain {
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
     ) -> anyhow::Result<Arc<Chain>> {
-        let log = Arc::new(EventLog::new(&spec.name, &config.log));
+        let (log, persist) = event_log(spec, &config.log, tasks)?;
         let topics = registry
             .active()
             .into_iter()
@@ -74,6 +76,7 @@ impl Chain {
             })
             .collect::<anyhow::Result<_>>()?;
         let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown, tasks)?;
+        let state = Arc::new(PipelineState::new(spec.window, topics, log));
         let (events, rx) = mpsc::channel(SOURCE_QUEUE);
         let (upstream, submissions) = match &spec.source {
             SourceConfig::Devnet => {
@@ -88,15 +91,14 @@ impl Chain {
                     url: url.clone(),
                     chain_id: spec.chain_id,
                     backfill_limit: spec.window as u64,
-                    resume_from: price.resume_from()?,
+                    resume_from: resume_from(&state, &price)?,
                 };
                 let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
                 tasks.spawn(upstream::run(settings, events, status, shutdown.clone()));
                 (Some(watcher), None)
             }
         };
-        let state = Arc::new(PipelineState::new(spec.window, topics, log));
-        let pipeline = Pipeline::new(&spec.name, state.clone(), price_events, metrics);
+        let pipeline = Pipeline::new(&spec.name, state.clone(), price_events, persist, metrics);
         tasks.spawn(pipeline.run(rx, shutdown.clone()));
         Ok(Arc::new(Chain {
             name: spec.name.clone(),
@@ -140,4 +142,53 @@ impl Chain {
     pub fn canonical(&self) -> RwLockReadGuard<'_, CanonicalChain> {
         self.state.window()
     }
+}
+
+/// The chain's event log: for a node chain with `[log] data_dir`, restored
+/// from its file, with a task (on `tasks`) persisting the steps the
+/// pipeline sends; otherwise in memory only.
+fn event_log(
+    spec: &ChainSpec,
+    config: &LogConfig,
+    tasks: &TaskTracker,
+) -> anyhow::Result<(Arc<EventLog>, Option<mpsc::UnboundedSender<Persist>>)> {
+    let dir = match (&spec.source, &config.data_dir) {
+        (SourceConfig::Node(_), Some(dir)) => dir,
+        _ => return Ok((Arc::new(EventLog::new(&spec.name, config)), None)),
+    };
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the log data directory {}", dir.display()))?;
+    let path = dir.join(format!("{}.log.redb", spec.name));
+    let store = LogStore::open(&path).with_context(|| {
+        format!(
+            "opening the log database {} (a file admits one server at a time)",
+            path.display()
+        )
+    })?;
+    let stored = store
+        .load()
+        .with_context(|| format!("reading the log database {}", path.display()))?;
+    let log = Arc::new(EventLog::restored(&spec.name, config, stored));
+    tracing::info!(chain = %spec.name, oldest = log.oldest(), head = log.head(), "event log restored");
+    let (persist, steps) = mpsc::unbounded_channel();
+    tasks.spawn(store::write(store, log.chain().clone(), steps));
+    Ok((log, Some(persist)))
+}
+
+/// Where a node source picks up after a restart: the canonical blocks a
+/// restored log holds (so a reorg that happened meanwhile connects to
+/// them and is undone), else the price index's last block.
+fn resume_from(
+    state: &PipelineState,
+    price: &PriceIndex,
+) -> anyhow::Result<Vec<(u64, alloy_primitives::B256)>> {
+    let window: Vec<_> = state
+        .window()
+        .blocks()
+        .map(|block| (block.number(), block.hash))
+        .collect();
+    if !window.is_empty() {
+        return Ok(window);
+    }
+    Ok(price.resume_from()?.into_iter().collect())
 }

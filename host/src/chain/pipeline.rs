@@ -19,6 +19,7 @@ use crate::filters::FilterHandle;
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::{ChainEvent, SourceEvent};
 use crate::log::batch::EventBatch;
+use crate::log::store::Persist;
 use crate::log::{EventLog, Step};
 use crate::metrics::Metrics;
 use crate::price::Feed;
@@ -41,10 +42,18 @@ pub struct PipelineState {
 }
 
 impl PipelineState {
-    /// A window of `window` blocks, the actors of `topics`, and `log`.
+    /// A window of `window` blocks, the actors of `topics`, and `log`; the
+    /// window starts from the canonical blocks the log holds (a restored
+    /// log's, after a restart).
     pub fn new(window: usize, topics: BTreeMap<String, FilterHandle>, log: Arc<EventLog>) -> Self {
+        let mut canonical = CanonicalChain::new(window);
+        for block in log.canonical(window) {
+            if canonical.apply(block.clone()).is_err() {
+                canonical.reset(block);
+            }
+        }
         Self {
-            window: RwLock::new(CanonicalChain::new(window)),
+            window: RwLock::new(canonical),
             topics: RwLock::new(Arc::new(topics)),
             synced: watch::Sender::new(false),
             log,
@@ -117,6 +126,9 @@ pub struct Pipeline {
     /// Canonical changes for the price indexer, in order. Unbounded so the
     /// pipeline never waits on the contract calls the indexer makes.
     price: mpsc::UnboundedSender<Feed>,
+    /// Logged steps for the task that persists them (a node chain with a
+    /// data directory). Unbounded so the pipeline never waits on a disk.
+    persist: Option<mpsc::UnboundedSender<Persist>>,
     /// Events ingested per stream, in [`stream_slot`] order.
     ingested: [Counter; 4],
 }
@@ -136,12 +148,14 @@ impl Pipeline {
         chain: &str,
         state: Arc<PipelineState>,
         price: mpsc::UnboundedSender<Feed>,
+        persist: Option<mpsc::UnboundedSender<Persist>>,
         metrics: &Metrics,
     ) -> Self {
         Self {
             chain: chain.into(),
             state,
             price,
+            persist,
             ingested: [
                 Source::PendingTransactions,
                 Source::MinedTransactions,
@@ -193,6 +207,13 @@ impl Pipeline {
                 let _ = self.price.send(Feed::Change(change.clone()));
             }
             let step = self.state.log.append(change);
+            if let Some(persist) = &self.persist {
+                // The writer stops only after the pipeline.
+                let _ = persist.send(Persist {
+                    step: step.clone(),
+                    oldest: self.state.log.oldest(),
+                });
+            }
             if live {
                 self.dispatch(&step).await;
             }
@@ -291,7 +312,7 @@ mod tests {
                 }
             }
         });
-        let pipeline = Pipeline::new("eth", state.clone(), price, &Metrics::default());
+        let pipeline = Pipeline::new("eth", state.clone(), price, None, &Metrics::default());
         (pipeline, state, indexed)
     }
 

@@ -53,6 +53,12 @@ pub struct LogConfig {
     /// The most memory, roughly, one chain's window holds; past it the
     /// oldest steps go first, whatever `blocks` says.
     pub memory_mib: u64,
+    /// A directory for one database file per node-fed chain
+    /// (`<chain>.log.redb`), so the window survives restarts and clients
+    /// resume across them. Unset: kept in memory. Devnet chains always
+    /// keep it in memory (their history is generated afresh at every
+    /// start).
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for LogConfig {
@@ -60,6 +66,7 @@ impl Default for LogConfig {
         Self {
             blocks: 1_024,
             memory_mib: 256,
+            data_dir: None,
         }
     }
 }

@@ -69,6 +69,11 @@ impl CanonicalChain {
         self.blocks.front()
     }
 
+    /// The blocks held, oldest first.
+    pub fn blocks(&self) -> impl Iterator<Item = &Arc<Block>> {
+        self.blocks.iter()
+    }
+
     /// Places `block` and returns the events subscribers must see, in order.
     /// A block already in the window yields nothing.
     pub fn apply(&mut self, block: Arc<Block>) -> Result<Vec<ChainEvent>, TrackError> {

@@ -9,8 +9,9 @@ use chainsieve_filter_sdk::Payload;
 
 use super::model::{Block, Transaction, TxPosition};
 
-/// A change to one chain, in the order subscribers must see it.
-#[derive(Clone, Debug)]
+/// A change to one chain, in the order subscribers must see it. Its serde
+/// form is a persisted log's record of a step.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum ChainEvent {
     /// Transactions that entered the mempool.
     Pending(Vec<Arc<Transaction>>),

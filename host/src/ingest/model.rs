@@ -10,10 +10,10 @@ use alloy_consensus::{Header, Transaction as _, TxEnvelope};
 use alloy_eips::eip2930::AccessList;
 use alloy_primitives::{Address, B256, Bytes, U64, U128, U256};
 use alloy_rpc_types_eth::Log;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 /// How a transaction pays for gas.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Fees {
     /// Types 0 and 1: a single gas price.
     GasPrice(u128),
@@ -25,7 +25,7 @@ pub enum Fees {
 }
 
 /// A transaction's signature as the RPC shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxSignature {
     /// For legacy transactions `v` carries the EIP-155 chain id; for typed
     /// ones it equals `yParity`.
@@ -35,7 +35,9 @@ pub struct TxSignature {
 }
 
 /// A signed transaction, independent of where it sits (pending or mined).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Its serde form is what a persisted log stores (docs/architecture.md,
+/// The event log), not a wire shape: see [`Transaction::to_json`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transaction {
     pub hash: B256,
     /// EIP-2718 type: 0 legacy, 1 access list, 2 EIP-1559, 3 blob, 4 set-code.
@@ -55,8 +57,9 @@ pub struct Transaction {
     pub signature: TxSignature,
 }
 
-/// A canonical (or orphaned) block with everything the streams need.
-#[derive(Clone, Debug)]
+/// A canonical (or orphaned) block with everything the streams need. Its
+/// serde form is what a persisted log stores, not a wire shape.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Block {
     pub hash: B256,
     pub header: Header,

@@ -11,6 +11,7 @@
 
 pub mod batch;
 pub mod cursor;
+pub mod store;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -131,12 +132,41 @@ impl EventLog {
         &self.chain
     }
 
+    /// The log of `chain` holding `stored` (a persisted window, oldest
+    /// first) within the bounds `config` sets now. A gap in the positions
+    /// (only a damaged file has one) keeps what follows it.
+    pub fn restored(
+        chain: &str,
+        config: &LogConfig,
+        stored: impl IntoIterator<Item = (Position, ChainEvent)>,
+    ) -> Self {
+        let log = Self::new(chain, config);
+        {
+            let mut steps = log.write();
+            for (position, change) in stored {
+                if position != steps.next {
+                    *steps = Steps {
+                        next: position,
+                        ..Steps::default()
+                    };
+                }
+                log.push(&mut steps, Step::new(position, change));
+            }
+        }
+        log
+    }
+
     /// Appends `change` at the next position, dropping the oldest steps
     /// past the window.
     pub fn append(&self, change: ChainEvent) -> Arc<Step> {
         let mut steps = self.write();
-        let step = Arc::new(Step::new(steps.next, change));
-        steps.next += 1;
+        let position = steps.next;
+        self.push(&mut steps, Step::new(position, change))
+    }
+
+    fn push(&self, steps: &mut Steps, step: Step) -> Arc<Step> {
+        let step = Arc::new(step);
+        steps.next = step.position + 1;
         match &step.change {
             ChainEvent::Added(block) => {
                 // What sat at or above it is no longer canonical.
@@ -171,6 +201,34 @@ impl EventLog {
     /// The last position appended (0 before any step).
     pub fn head(&self) -> Position {
         self.read().next - 1
+    }
+
+    /// The oldest position the window holds (the next one while empty).
+    pub fn oldest(&self) -> Position {
+        let steps = self.read();
+        steps.held.front().map_or(steps.next, |step| step.position)
+    }
+
+    /// The last `count` canonical blocks the window holds, oldest first:
+    /// what a restarted chain's tracker starts from.
+    pub fn canonical(&self, count: usize) -> Vec<Arc<Block>> {
+        let steps = self.read();
+        let first = steps.held.front().map_or(steps.next, |s| s.position);
+        let mut blocks: Vec<Arc<Block>> = steps
+            .added
+            .values()
+            .rev()
+            .take(count)
+            .filter_map(|position| {
+                let step = steps.held.get(usize::try_from(position - first).ok()?)?;
+                match &step.change {
+                    ChainEvent::Added(block) => Some(block.clone()),
+                    _ => None,
+                }
+            })
+            .collect();
+        blocks.reverse();
+        blocks
     }
 
     /// The step at `position`, if the window still holds it.
@@ -447,6 +505,27 @@ mod tests {
                 "block {number}"
             );
         }
+    }
+
+    #[test]
+    fn a_restored_log_goes_on_where_it_stopped() {
+        let (log, blocks) = filled(10, 4);
+        let stored: Vec<(Position, ChainEvent)> = (log.oldest()..=log.head())
+            .map(|p| (p, log.get(p).expect("held").change.clone()))
+            .collect();
+        let restored = EventLog::restored("eth", &config(4), stored);
+        assert_eq!((restored.oldest(), restored.head()), (7, 10));
+        let hashes = |blocks: Vec<Arc<Block>>| blocks.iter().map(|b| b.hash).collect::<Vec<_>>();
+        assert_eq!(
+            hashes(restored.canonical(2)),
+            vec![blocks[8].hash, blocks[9].hash]
+        );
+        let from = ResumeFrom::After(cursor(&log, 8, 0));
+        assert_eq!(restored.start_of(&from), log.start_of(&from));
+        assert_eq!(
+            restored.append(ChainEvent::Pending(Vec::new())).position,
+            11
+        );
     }
 
     #[test]

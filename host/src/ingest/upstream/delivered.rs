@@ -80,10 +80,12 @@ impl Delivered {
         }
     }
 
-    /// Starts from a block delivered before a restart.
-    pub fn resume(&mut self, number: u64, hash: B256) {
+    /// Starts from the linked blocks (number, hash; oldest first)
+    /// delivered before a restart.
+    pub fn resume(&mut self, blocks: &[(u64, B256)]) {
         self.blocks.clear();
-        self.blocks.push_back((number, hash));
+        let skip = blocks.len().saturating_sub(self.depth);
+        self.blocks.extend(blocks.iter().skip(skip).copied());
     }
 
     /// Whether a pending `hash` is worth fetching.

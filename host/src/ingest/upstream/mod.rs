@@ -63,9 +63,10 @@ pub struct UpstreamSettings {
     /// delivered (reorg depth or reconnect gap); past it, resynchronise.
     /// The chain's tracker window: deeper history could not be placed.
     pub backfill_limit: u64,
-    /// The last block processed before a restart (the price index's tip):
-    /// the first catch-up fills the gap from there, within the limit.
-    pub resume_from: Option<(u64, B256)>,
+    /// The canonical blocks (number, hash; oldest first) processed before
+    /// a restart: the first catch-up fills the gap from them, within the
+    /// limit, and undoes those a reorg replaced meanwhile.
+    pub resume_from: Vec<(u64, B256)>,
 }
 
 /// Where a node source stands; the latest value is kept for readiness
@@ -106,9 +107,7 @@ pub async fn run(
         return;
     }
     let mut delivered = Delivered::new(settings.backfill_limit);
-    if let Some((number, hash)) = settings.resume_from {
-        delivered.resume(number, hash);
-    }
+    delivered.resume(&settings.resume_from);
     let mut retries = retry_delays();
     let mut down_since: Option<String> = None;
     loop {
@@ -598,7 +597,7 @@ mod tests {
             url,
             chain_id: 137,
             backfill_limit: 16,
-            resume_from: None,
+            resume_from: Vec::new(),
         }
     }
 
