@@ -1,11 +1,13 @@
-//! Real client libraries pointed at chainsieve unchanged.
+//! Real client libraries pointed at chainsieve unchanged. Every
+//! notification they get carries a `cursor` member beside `subscription`
+//! and `result` (checked on the same server first), which they ignore.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use alloy_primitives::{Address, keccak256};
 use alloy_signer_local::PrivateKeySigner;
-use chainsieve_tests::{TestServer, hex_address, test_config};
+use chainsieve_tests::{TestServer, WsClient, hex_address, test_config};
 use serde_json::{Value, json};
 
 /// The longest a client script may run.
@@ -13,14 +15,25 @@ const SCRIPT_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The test server, its eth chain keeping blocks for twice as long as a
 /// script may run: a block a script reported is still served when the test
-/// looks it up after the script, however slowly the script ran.
+/// looks it up after the script, however slowly the script ran. Its
+/// notifications carry cursors, as a raw client sees first.
 async fn start_server() -> TestServer {
     let mut config = test_config();
     let block_time = config.devnet.block_time_ms.expect("the test devnet's pace");
     let blocks = SCRIPT_TIMEOUT.as_millis() / u128::from(block_time);
     config.chains.get_mut("eth").expect("an eth chain").window =
         Some(usize::try_from(blocks * 2).expect("a window"));
-    TestServer::start(config).await.expect("server starts")
+    let server = TestServer::start(config).await.expect("server starts");
+    let mut raw = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    raw.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let params = raw.next_notification_params().await.expect("a head");
+    assert!(
+        params["cursor"].as_str().is_some_and(|c| c.starts_with("eth:")),
+        "notifications carry a cursor: {params}"
+    );
+    server
 }
 
 /// `tests/js`, where the README's test command installs the npm packages.
