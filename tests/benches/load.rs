@@ -47,6 +47,15 @@ struct Args {
     timed: usize,
     #[arg(long, value_enum, default_value_t = Target::All)]
     target: Target,
+    /// Devnet: blocks of history (50 transactions each, and as many a
+    /// second live) the devnet generates at start, into the event log.
+    #[arg(long, default_value_t = 0)]
+    history_blocks: u64,
+    /// Devnet: a quarter into the measured window, one more client
+    /// subscribes to every log from the start of the history
+    /// (`fromBlock`) and times its replay up to the tip.
+    #[arg(long)]
+    replay: bool,
     /// Internal: serve chainsieve from this source (`devnet` or a node's
     /// URL) and print its URL (the child process of a run).
     #[arg(long, hide = true)]
@@ -72,7 +81,7 @@ enum Target {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(upstream) = args.serve {
-        return serve(upstream).await;
+        return serve(upstream, args.history_blocks).await;
     }
     raise_file_limit();
     let spec = Spec {
@@ -92,14 +101,31 @@ async fn main() -> anyhow::Result<()> {
         }
         let report = match target {
             Target::Devnet => {
-                let (child, url) = start_chainsieve("devnet").await?;
+                let (child, url) = start_chainsieve("devnet", args.history_blocks).await?;
                 let pid = child.id().context("chainsieve exited")?;
-                load::run(&spec, workload.clone(), &url, &url, Some(pid)).await?
+                let (resident, _) = load::memory(pid)?;
+                println!(
+                    "devnet server with {} history blocks: {:.1} MiB resident before clients",
+                    args.history_blocks,
+                    resident as f64 / (1 << 20) as f64
+                );
+                let replay = args.replay.then(|| {
+                    tokio::spawn(replay(
+                        url.clone(),
+                        args.history_blocks,
+                        spec.warmup + spec.measure / 4,
+                    ))
+                });
+                let report = load::run(&spec, workload.clone(), &url, &url, Some(pid)).await?;
+                if let Some(replay) = replay {
+                    replay.await.context("the replay client panicked")??;
+                }
+                report
             }
             Target::Chainsieve => {
                 let anvil = workload.start_node().await?;
                 let node = anvil.ws_url();
-                let (child, url) = start_chainsieve(&node).await?;
+                let (child, url) = start_chainsieve(&node, 0).await?;
                 let pid = child.id().context("chainsieve exited")?;
                 load::run(&spec, workload.clone(), &node, &url, Some(pid)).await?
             }
@@ -205,12 +231,45 @@ fn quantiles(h: &Histogram<u64>) -> String {
     )
 }
 
+/// After `delay`, subscribes to every log from the start of the devnet's
+/// `history` blocks and prints how long the replay took to reach the block
+/// that was the tip when it subscribed.
+async fn replay(url: String, history: u64, delay: Duration) -> anyhow::Result<()> {
+    tokio::time::sleep(delay).await;
+    let mut client = chainsieve_tests::WsClient::connect(&url).await?;
+    let tip = client
+        .call("eth_blockNumber", serde_json::json!([]))
+        .await?;
+    let tip = chainsieve_tests::quantity(&tip["result"]);
+    let from = tip.saturating_sub(history.saturating_sub(1));
+    let started = std::time::Instant::now();
+    client
+        .subscribe(serde_json::json!(["logs", {"fromBlock": format!("{from:#x}")}]))
+        .await?;
+    let mut replayed = 0u64;
+    loop {
+        let (_, log) = client.next_notification().await?;
+        replayed += 1;
+        if chainsieve_tests::quantity(&log["blockNumber"]) >= tip {
+            break;
+        }
+    }
+    let took = started.elapsed();
+    println!(
+        "  replay: blocks {from}..={tip} ({} blocks, {replayed} log notifications) reached the tip in {:.0} ms ({:.0} notifications/s)",
+        tip - from + 1,
+        took.as_secs_f64() * 1_000.0,
+        replayed as f64 / took.as_secs_f64()
+    );
+    Ok(())
+}
+
 /// Starts this binary as a chainsieve server reading `source` (`devnet` or
-/// a node's URL); returns the child (killed on drop) and its WebSocket URL
-/// once it is ready.
-async fn start_chainsieve(source: &str) -> anyhow::Result<(Child, String)> {
+/// a node's URL; a devnet with `history` blocks); returns the child (killed
+/// on drop) and its WebSocket URL once it is ready.
+async fn start_chainsieve(source: &str, history: u64) -> anyhow::Result<(Child, String)> {
     let mut child = Command::new(std::env::current_exe().context("this binary")?)
-        .args(["--serve", source])
+        .args(["--serve", source, "--history-blocks", &history.to_string()])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -226,15 +285,16 @@ async fn start_chainsieve(source: &str) -> anyhow::Result<(Child, String)> {
     Ok((child, url))
 }
 
-/// The child: chainsieve with `source` as the only chain's source, limits
-/// raised past the benchmark's load, until stdin closes.
-async fn serve(source: String) -> anyhow::Result<()> {
+/// The child: chainsieve with `source` as the only chain's source (a
+/// devnet with `history` blocks of 50 transactions), limits raised past
+/// the benchmark's load, until stdin closes.
+async fn serve(source: String, history: u64) -> anyhow::Result<()> {
     let source = if source == "devnet" {
         SourceConfig::Devnet
     } else {
         SourceConfig::Node(source)
     };
-    let config = Config {
+    let mut config = Config {
         limits: LimitsConfig {
             max_connections_per_key: 1_000_000,
             requests_per_second_per_key: 10_000_000,
@@ -242,6 +302,10 @@ async fn serve(source: String) -> anyhow::Result<()> {
         },
         ..load::chainsieve_config(source)
     };
+    if history > 0 {
+        config.devnet.history_blocks = history;
+        config.devnet.transactions_per_block = 50;
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
@@ -250,11 +314,11 @@ async fn serve(source: String) -> anyhow::Result<()> {
     while !state
         .chains
         .values()
-        .all(|chain| chain.source_status() == UpstreamStatus::Live)
+        .all(|chain| chain.source_status() == UpstreamStatus::Live && chain.is_synced())
     {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "the upstream did not come live"
+            "the source did not come live and synced"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

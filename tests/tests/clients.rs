@@ -30,7 +30,9 @@ async fn start_server() -> TestServer {
     raw.subscribe(json!(["newHeads"])).await.expect("subscribe");
     let params = raw.next_notification_params().await.expect("a head");
     assert!(
-        params["cursor"].as_str().is_some_and(|c| c.starts_with("eth:")),
+        params["cursor"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("eth:")),
         "notifications carry a cursor: {params}"
     );
     server
