@@ -389,3 +389,43 @@ async fn bad_resumes_are_refused_with_their_codes() {
         "the connection serves on: {response}"
     );
 }
+
+/// A resume inside a JSON-RPC batch replays only once the batch response,
+/// which tells the client the subscription's id, is on its way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_in_a_batch_replays_after_the_batch_response() {
+    let (server, _dir) = server(1_024, 0).await;
+    let mut ws = WsClient::connect(&server.ws_url("polygon", "demo"))
+        .await
+        .expect("connect");
+    let live = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let mut now = 0;
+    while now < 4 {
+        let (_, head) = ws.next_notification().await.expect("a head");
+        now = quantity(&head["number"]);
+    }
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 7, "method": "eth_subscribe", "params": ["newHeads", {"fromBlock": format!("{:#x}", now - 2)}]},
+        {"jsonrpc": "2.0", "id": 8, "method": "eth_chainId", "params": []},
+    ]);
+    ws.send_text(&batch.to_string()).await;
+    let response = ws.next_response().await.expect("the batch response");
+    let replay = response
+        .as_array()
+        .and_then(|answers| answers.iter().find(|a| a["id"] == 7))
+        .and_then(|answer| answer["result"].as_str())
+        .unwrap_or_else(|| panic!("a subscription id in {response}"))
+        .to_string();
+    for _ in 0..ws.buffered_notifications() {
+        let (subscription, _) = ws.next_notification().await.expect("buffered");
+        assert_eq!(subscription, live, "nothing replayed before the response");
+    }
+    let mut numbers = Vec::new();
+    while numbers.len() < 3 {
+        let (subscription, head) = ws.next_notification().await.expect("heads");
+        if subscription == replay {
+            numbers.push(quantity(&head["number"]));
+        }
+    }
+    assert_eq!(numbers, [now - 2, now - 1, now]);
+}

@@ -386,13 +386,17 @@ impl Actor {
                     Err(TryRecvError::Empty) if moved => continue,
                     // Every replay waits on its reader or its gate.
                     Err(TryRecvError::Empty) => {
-                        let waited = self
-                            .runtime
-                            .block_on(async { tokio::time::timeout(REPLAY_WAIT, rx.recv()).await });
+                        let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            self.runtime.block_on(async {
+                                tokio::time::timeout(REPLAY_WAIT, rx.recv()).await
+                            })
+                        }));
                         match waited {
-                            Ok(Some(command)) => command,
-                            Ok(None) => return,
-                            Err(_) => continue,
+                            Ok(Ok(Some(command))) => command,
+                            Ok(Err(_)) => continue,
+                            // The handles are gone, or the runtime's timers
+                            // are (it is shutting down).
+                            Ok(Ok(None)) | Err(_) => return,
                         }
                     }
                 }
