@@ -51,7 +51,7 @@ struct Args {
     /// second live) the devnet generates at start, into the event log.
     #[arg(long, default_value_t = 0)]
     history_blocks: u64,
-    /// Devnet: a quarter into the measured window, one more client
+    /// Devnet: halfway into the measured window, one more client
     /// subscribes to every log from the start of the history
     /// (`fromBlock`) and times its replay up to the tip.
     #[arg(long)]
@@ -113,12 +113,16 @@ async fn main() -> anyhow::Result<()> {
                     tokio::spawn(replay(
                         url.clone(),
                         args.history_blocks,
-                        spec.warmup + spec.measure / 4,
+                        spec.warmup + spec.measure / 2,
                     ))
                 });
                 let report = load::run(&spec, workload.clone(), &url, &url, Some(pid)).await?;
                 if let Some(replay) = replay {
-                    replay.await.context("the replay client panicked")??;
+                    let (from, to) = replay.await.context("the replay client panicked")??;
+                    println!(
+                        "  pending latency from send while the replay ran: {}",
+                        quantiles(&report.latency_between(from, to)?)
+                    );
                 }
                 report
             }
@@ -233,8 +237,12 @@ fn quantiles(h: &Histogram<u64>) -> String {
 
 /// After `delay`, subscribes to every log from the start of the devnet's
 /// `history` blocks and prints how long the replay took to reach the block
-/// that was the tip when it subscribed.
-async fn replay(url: String, history: u64, delay: Duration) -> anyhow::Result<()> {
+/// that was the tip when it subscribed; returns when it started and ended.
+async fn replay(
+    url: String,
+    history: u64,
+    delay: Duration,
+) -> anyhow::Result<(std::time::Instant, std::time::Instant)> {
     tokio::time::sleep(delay).await;
     let mut client = chainsieve_tests::WsClient::connect(&url).await?;
     let tip = client
@@ -254,14 +262,15 @@ async fn replay(url: String, history: u64, delay: Duration) -> anyhow::Result<()
             break;
         }
     }
-    let took = started.elapsed();
+    let ended = std::time::Instant::now();
+    let took = ended - started;
     println!(
         "  replay: blocks {from}..={tip} ({} blocks, {replayed} log notifications) reached the tip in {:.0} ms ({:.0} notifications/s)",
         tip - from + 1,
         took.as_secs_f64() * 1_000.0,
         replayed as f64 / took.as_secs_f64()
     );
-    Ok(())
+    Ok((started, ended))
 }
 
 /// Starts this binary as a chainsieve server reading `source` (`devnet` or

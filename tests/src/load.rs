@@ -250,9 +250,28 @@ pub struct Report {
     pub totals: [u64; 4],
     /// Transactions the node refused.
     pub refused: u64,
+    /// When the run started, and each timed pending receipt: (when it was
+    /// received, in nanoseconds since the start; its latency from send, in
+    /// microseconds).
+    pub started: Instant,
+    pub pending_samples: Vec<(u64, u64)>,
 }
 
 impl Report {
+    /// The pending latency from send of the receipts between `from` and
+    /// `to` (say, while something else ran).
+    pub fn latency_between(&self, from: Instant, to: Instant) -> anyhow::Result<Histogram<u64>> {
+        let offset = |at: Instant| at.saturating_duration_since(self.started).as_nanos() as u64;
+        let (from, to) = (offset(from), offset(to));
+        let mut histogram = Histogram::new_with_bounds(1, 60_000_000, 3).context("histogram")?;
+        for &(received, latency) in &self.pending_samples {
+            if (from..to).contains(&received) {
+                histogram.saturating_record(latency);
+            }
+        }
+        Ok(histogram)
+    }
+
     pub fn notifications_per_second(&self) -> f64 {
         self.per_second.iter().sum()
     }
@@ -376,6 +395,13 @@ pub async fn run(
             .map_err(|_| anyhow::anyhow!("a client panicked while timing"))?,
     );
     let latency = histogram(&receipts, &shared.sent_at)?;
+    let pending_samples = receipts
+        .iter()
+        .filter_map(|&(tx, received)| {
+            let at = shared.sent_at[tx].load(Ordering::Relaxed);
+            (at > 0).then(|| (received, received.saturating_sub(at - 1) / 1_000))
+        })
+        .collect();
     let from_ingestion = match probe {
         Some(probe) => {
             probe.abort();
@@ -403,6 +429,8 @@ pub async fn run(
         missing_pending,
         totals: std::array::from_fn(|i| shared.totals[i].load(Ordering::Relaxed)),
         refused: shared.refused.load(Ordering::Relaxed),
+        started: shared.start,
+        pending_samples,
     })
 }
 

@@ -13,6 +13,7 @@
 //! subscribers and the subscription was counted before.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Context;
 use chainsieve_filter_sdk::Matches;
@@ -27,6 +28,49 @@ use crate::log::{Position, Step};
 /// window: EIP-1474's "resource not found", as for a resume older than it.
 const FELL_BEHIND: i64 = -32001;
 
+/// Replayed notifications one actor sends per second at most, and in one
+/// burst: a replay takes a bounded share of the machine, so live
+/// subscribers keep their latency (README, Benchmarks: resume).
+const REPLAY_RATE: f64 = 50_000.0;
+const REPLAY_BURST: f64 = 1_000.0;
+
+/// A token bucket over [`REPLAY_RATE`].
+struct Budget {
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Self {
+            tokens: REPLAY_BURST,
+            refilled: Instant::now(),
+        }
+    }
+}
+
+impl Budget {
+    /// Takes one notification's worth; false when the bucket is empty.
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let earned = now.duration_since(self.refilled).as_secs_f64() * REPLAY_RATE;
+        self.tokens = (self.tokens + earned).min(REPLAY_BURST);
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn is_empty(&mut self) -> bool {
+        let now = Instant::now();
+        let earned = now.duration_since(self.refilled).as_secs_f64() * REPLAY_RATE;
+        self.tokens < 1.0 && earned + self.tokens < 1.0
+    }
+}
+
 /// The subscriptions replaying and what matches for them.
 #[derive(Default)]
 pub(super) struct Replay {
@@ -38,6 +82,7 @@ pub(super) struct Replay {
     /// The step matched last, for subscriptions paused inside it; stale
     /// once the replaying subscriptions change.
     last: Option<Arc<Matched>>,
+    budget: Budget,
 }
 
 /// One step as the replaying subscriptions match it.
@@ -117,6 +162,9 @@ impl Actor {
     pub(super) fn replay_turn(&mut self) -> bool {
         if self.join_live() {
             return true;
+        }
+        if self.replay.budget.is_empty() {
+            return false;
         }
         let Some(position) = self
             .replay
@@ -259,7 +307,7 @@ impl Actor {
                 if *event as usize >= batch.len() {
                     continue;
                 }
-                if !record.sink.has_room_to_spare() {
+                if !record.sink.has_room_to_spare() || !self.replay.budget.take() {
                     paused_at = Some(*event);
                     break;
                 }
