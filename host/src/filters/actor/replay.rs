@@ -370,3 +370,30 @@ impl Actor {
         self.count_subscribers();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A burst's worth goes at once; then the bucket refills at the rate.
+    #[test]
+    fn the_budget_allows_a_burst_then_the_rate() {
+        let mut budget = Budget::default();
+        let burst = (0..2 * REPLAY_BURST as usize)
+            .take_while(|_| budget.take())
+            .count();
+        assert!(
+            (REPLAY_BURST as usize..REPLAY_BURST as usize + 50).contains(&burst),
+            "{burst}"
+        );
+        budget.refilled -= Duration::from_millis(10);
+        assert!(
+            !budget.is_empty(),
+            "10 ms earn {} more",
+            REPLAY_RATE / 100.0
+        );
+        assert!(budget.take());
+    }
+}
