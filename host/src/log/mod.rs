@@ -112,6 +112,19 @@ struct Steps {
     added: BTreeMap<u64, Position>,
 }
 
+impl Steps {
+    /// The oldest position held (the next one while empty).
+    fn oldest(&self) -> Position {
+        self.held.front().map_or(self.next, |step| step.position)
+    }
+
+    /// The step at `position`, if held.
+    fn at(&self, position: Position) -> Option<&Arc<Step>> {
+        let offset = usize::try_from(position.checked_sub(self.oldest())?).ok()?;
+        self.held.get(offset)
+    }
+}
+
 impl EventLog {
     /// An empty log for `chain`, bounded as `config` says.
     pub fn new(chain: &str, config: &LogConfig) -> Self {
@@ -205,26 +218,21 @@ impl EventLog {
 
     /// The oldest position the window holds (the next one while empty).
     pub fn oldest(&self) -> Position {
-        let steps = self.read();
-        steps.held.front().map_or(steps.next, |step| step.position)
+        self.read().oldest()
     }
 
     /// The last `count` canonical blocks the window holds, oldest first:
     /// what a restarted chain's tracker starts from.
     pub fn canonical(&self, count: usize) -> Vec<Arc<Block>> {
         let steps = self.read();
-        let first = steps.held.front().map_or(steps.next, |s| s.position);
         let mut blocks: Vec<Arc<Block>> = steps
             .added
             .values()
             .rev()
             .take(count)
-            .filter_map(|position| {
-                let step = steps.held.get(usize::try_from(position - first).ok()?)?;
-                match &step.change {
-                    ChainEvent::Added(block) => Some(block.clone()),
-                    _ => None,
-                }
+            .filter_map(|position| match &steps.at(*position)?.change {
+                ChainEvent::Added(block) => Some(block.clone()),
+                _ => None,
             })
             .collect();
         blocks.reverse();
@@ -233,10 +241,7 @@ impl EventLog {
 
     /// The step at `position`, if the window still holds it.
     pub fn get(&self, position: Position) -> Option<Arc<Step>> {
-        let steps = self.read();
-        let first = steps.held.front()?.position;
-        let offset = usize::try_from(position.checked_sub(first)?).ok()?;
-        steps.held.get(offset).cloned()
+        self.read().at(position).cloned()
     }
 
     /// Where a subscription resuming `from` starts, or why it cannot.
@@ -262,17 +267,16 @@ impl EventLog {
                 self.chain
             )));
         }
-        let first = steps.held.front().map_or(steps.next, |s| s.position);
-        if cursor.position < first {
+        if cursor.position < steps.oldest() {
             return Err(ResumeError::TooOld(format!(
                 "the cursor {cursor} is older than {}",
                 self.describe(steps)
             )));
         }
-        let held = usize::try_from(cursor.position - first)
-            .ok()
-            .and_then(|offset| steps.held.get(offset));
-        if held.is_none_or(|step| step.tag != cursor.tag) {
+        if steps
+            .at(cursor.position)
+            .is_none_or(|step| step.tag != cursor.tag)
+        {
             return Err(ResumeError::Unknown(format!(
                 "the cursor {cursor} names a step {}'s log does not hold at that position: it comes from another log, or from one a restart did not keep",
                 self.chain

@@ -52,22 +52,21 @@ impl Default for Budget {
 impl Budget {
     /// Takes one notification's worth; false when the bucket is empty.
     fn take(&mut self) -> bool {
+        let available = !self.is_empty();
+        if available {
+            self.tokens -= 1.0;
+        }
+        available
+    }
+
+    /// Adds what the time since the last look earned; true if that is less
+    /// than one notification's worth.
+    fn is_empty(&mut self) -> bool {
         let now = Instant::now();
         let earned = now.duration_since(self.refilled).as_secs_f64() * REPLAY_RATE;
         self.tokens = (self.tokens + earned).min(REPLAY_BURST);
         self.refilled = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn is_empty(&mut self) -> bool {
-        let now = Instant::now();
-        let earned = now.duration_since(self.refilled).as_secs_f64() * REPLAY_RATE;
-        self.tokens < 1.0 && earned + self.tokens < 1.0
+        self.tokens < 1.0
     }
 }
 
