@@ -7,9 +7,8 @@
 use std::collections::BTreeMap;
 
 use chainsieve::config::{Config, LogConfig};
-use chainsieve::filters::registry::BUILT_FILTERS_DIR;
 use chainsieve::ingest::devnet::DevnetSettings;
-use chainsieve_tests::filters::watching;
+use chainsieve_tests::filters::{built, place, watching};
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient, fast_devnet, hex_address, quantity};
 use serde_json::{Value, json};
 
@@ -75,8 +74,38 @@ async fn subscribe_all(
     ids
 }
 
-/// Reads `ws` until every topic has at least `each` notifications in
-/// `into`; returns the params of `newHeads` notifications seen meanwhile.
+/// Files a notification's `params` under its topic (subscription id →
+/// topic in `ids`) in `into`; returns the topic.
+fn file(
+    params: &Value,
+    ids: &BTreeMap<String, &'static str>,
+    into: &mut BTreeMap<&'static str, Vec<Delivered>>,
+) -> &'static str {
+    let topic = ids[params["subscription"].as_str().expect("an id")];
+    into.entry(topic).or_default().push(Delivered::of(params));
+    topic
+}
+
+/// Reads `ws`'s next notification and files it; returns its topic.
+async fn read_one(
+    ws: &mut WsClient,
+    ids: &BTreeMap<String, &'static str>,
+    into: &mut BTreeMap<&'static str, Vec<Delivered>>,
+) -> &'static str {
+    let params = ws.next_notification_params().await.expect("notifications");
+    file(&params, ids, into)
+}
+
+/// The next notification a forwarded connection received.
+async fn next_forwarded(feed: &mut tokio::sync::mpsc::UnboundedReceiver<Value>) -> Value {
+    tokio::time::timeout(TIMEOUT, feed.recv())
+        .await
+        .expect("notifications in time")
+        .expect("the connection is open")
+}
+
+/// Reads `ws` until every topic has at least `each` more notifications in
+/// `into`.
 async fn read_until_each(
     ws: &mut WsClient,
     ids: &BTreeMap<String, &'static str>,
@@ -85,12 +114,25 @@ async fn read_until_each(
 ) {
     let mut fresh: BTreeMap<&str, usize> = ids.values().map(|t| (*t, 0)).collect();
     while fresh.values().any(|n| *n < each) {
-        let params = ws.next_notification_params().await.expect("notifications");
-        let id = params["subscription"].as_str().expect("an id");
-        let topic = ids[id];
-        into.entry(topic).or_default().push(Delivered::of(&params));
+        let topic = read_one(ws, ids, into).await;
         *fresh.get_mut(topic).expect("a topic") += 1;
     }
+}
+
+/// A `newHeads` subscription on `chain` of `server`, read until the chain
+/// reached block 4; returns the client, the subscription and that head's
+/// number.
+async fn heads_from_block_four(server: &TestServer, chain: &str) -> (WsClient, String, u64) {
+    let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
+        .await
+        .expect("connect");
+    let live = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let mut now = 0;
+    while now < 4 {
+        let (_, head) = ws.next_notification().await.expect("a head");
+        now = quantity(&head["number"]);
+    }
+    (ws, live, now)
 }
 
 /// The server with the example `erc20Transfers` component, a devnet that
@@ -98,12 +140,8 @@ async fn read_until_each(
 /// a log of `blocks`.
 async fn server(blocks: usize, reorg_every: u64) -> (TestServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let file = "chainsieve_example_erc20_transfers.wasm";
-    std::fs::copy(
-        std::path::Path::new(BUILT_FILTERS_DIR).join(file),
-        dir.path().join(file),
-    )
-    .expect("copy the example");
+    let example = "chainsieve_example_erc20_transfers.wasm";
+    place(dir.path(), example, &built(example));
     let config = Config {
         devnet: DevnetSettings {
             reorg_every,
@@ -138,12 +176,7 @@ async fn every_topic_resumes_exactly_across_a_reorg() {
     // The socket dies mid-stream, in the middle of a block's transactions:
     // no close frame, notifications in flight.
     while !(1..=8).contains(&got["bvMinedTransactions"].last().expect("some").mark().1) {
-        let params = first
-            .next_notification_params()
-            .await
-            .expect("notifications");
-        let topic = first_ids[params["subscription"].as_str().expect("an id")];
-        got.entry(topic).or_default().push(Delivered::of(&params));
+        read_one(&mut first, &first_ids, &mut got).await;
     }
     drop(first);
     let last: BTreeMap<&'static str, String> = got
@@ -157,11 +190,8 @@ async fn every_topic_resumes_exactly_across_a_reorg() {
     let mut previous: Option<u64> = None;
     let mut after_reorg: Option<usize> = None;
     while after_reorg.is_none_or(|n| n < 2) {
-        let params = tokio::time::timeout(TIMEOUT, control_feed.recv())
-            .await
-            .expect("control notifications in time")
-            .expect("the control is connected");
-        let topic = control_ids[params["subscription"].as_str().expect("an id")];
+        let params = next_forwarded(&mut control_feed).await;
+        let topic = file(&params, &control_ids, &mut controlled);
         let delivered = Delivered::of(&params);
         if topic == "newHeads" && delivered.position() > away_from {
             let number = quantity(&delivered.result["number"]);
@@ -172,7 +202,6 @@ async fn every_topic_resumes_exactly_across_a_reorg() {
             }
             previous = Some(number);
         }
-        controlled.entry(topic).or_default().push(delivered);
     }
 
     let mut second = WsClient::connect(&url).await.expect("reconnect");
@@ -192,15 +221,7 @@ async fn every_topic_resumes_exactly_across_a_reorg() {
         .max()
         .expect("the control got something");
     while resumed["newHeads"].last().expect("some").position() <= back_at + 10 {
-        let params = second
-            .next_notification_params()
-            .await
-            .expect("notifications");
-        let topic = second_ids[params["subscription"].as_str().expect("an id")];
-        resumed
-            .entry(topic)
-            .or_default()
-            .push(Delivered::of(&params));
+        read_one(&mut second, &second_ids, &mut resumed).await;
     }
 
     // The control must have caught up with the resumed connection on every
@@ -215,15 +236,8 @@ async fn every_topic_resumes_exactly_across_a_reorg() {
         })
     };
     while behind(&controlled) {
-        let params = tokio::time::timeout(TIMEOUT, control_feed.recv())
-            .await
-            .expect("control notifications in time")
-            .expect("the control is connected");
-        let topic = control_ids[params["subscription"].as_str().expect("an id")];
-        controlled
-            .entry(topic)
-            .or_default()
-            .push(Delivered::of(&params));
+        let params = next_forwarded(&mut control_feed).await;
+        file(&params, &control_ids, &mut controlled);
     }
 
     let mut removed = 0;
@@ -283,15 +297,7 @@ async fn every_topic_resumes_exactly_across_a_reorg() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_block_replays_heads_from_that_block_then_goes_live() {
     let (server, _dir) = server(1_024, 0).await;
-    let mut ws = WsClient::connect(&server.ws_url("bsc", "demo"))
-        .await
-        .expect("connect");
-    let live = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
-    let mut now = 0;
-    while now < 4 {
-        let (_, head) = ws.next_notification().await.expect("a head");
-        now = quantity(&head["number"]);
-    }
+    let (mut ws, live, now) = heads_from_block_four(&server, "bsc").await;
     let replay = ws
         .subscribe(json!(["newHeads", {"fromBlock": format!("{:#x}", now - 3)}]))
         .await
@@ -395,15 +401,7 @@ async fn bad_resumes_are_refused_with_their_codes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_in_a_batch_replays_after_the_batch_response() {
     let (server, _dir) = server(1_024, 0).await;
-    let mut ws = WsClient::connect(&server.ws_url("polygon", "demo"))
-        .await
-        .expect("connect");
-    let live = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
-    let mut now = 0;
-    while now < 4 {
-        let (_, head) = ws.next_notification().await.expect("a head");
-        now = quantity(&head["number"]);
-    }
+    let (mut ws, live, now) = heads_from_block_four(&server, "polygon").await;
     let batch = json!([
         {"jsonrpc": "2.0", "id": 7, "method": "eth_subscribe", "params": ["newHeads", {"fromBlock": format!("{:#x}", now - 2)}]},
         {"jsonrpc": "2.0", "id": 8, "method": "eth_chainId", "params": []},
