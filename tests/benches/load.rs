@@ -56,6 +56,10 @@ struct Args {
     /// (`fromBlock`) and times its replay up to the tip.
     #[arg(long)]
     replay: bool,
+    /// Runs of every target, in turn; with more than one, a summary gives
+    /// each figure's median and spread (min–max).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
     /// Internal: serve chainsieve from this source (`devnet` or a node's
     /// URL) and print its URL (the child process of a run).
     #[arg(long, hide = true)]
@@ -92,75 +96,199 @@ async fn main() -> anyhow::Result<()> {
         measure: Duration::from_secs(args.seconds),
         timed_connections: args.timed,
     };
+    println!("machine: {}", machine());
     eprintln!("signing {} transactions", spec.transactions());
     let workload = Arc::new(Workload::new(spec.transactions())?);
-    let mut reports = Vec::new();
-    for target in [Target::Anvil, Target::Chainsieve, Target::Devnet] {
-        if args.target != Target::All && args.target != target {
-            continue;
+    let mut runs = Vec::new();
+    for run in 1..=args.runs.max(1) {
+        if args.runs > 1 {
+            println!("run {run} of {}", args.runs);
         }
-        let report = match target {
-            Target::Devnet => {
-                let (child, url) = start_chainsieve("devnet", args.history_blocks).await?;
-                let pid = child.id().context("chainsieve exited")?;
-                let (resident, _) = load::memory(pid)?;
-                println!(
-                    "devnet server with {} history blocks: {:.1} MiB resident before clients",
-                    args.history_blocks,
-                    resident as f64 / (1 << 20) as f64
-                );
-                let replay = args.replay.then(|| {
-                    tokio::spawn(replay(
-                        url.clone(),
-                        args.history_blocks,
-                        spec.warmup + spec.measure / 2,
-                    ))
-                });
-                let report = load::run(&spec, workload.clone(), &url, &url, Some(pid)).await?;
-                if let Some(replay) = replay {
-                    let (from, to) = replay.await.context("the replay client panicked")??;
-                    println!(
-                        "  pending latency from send while the replay ran: {}",
-                        quantiles(&report.latency_between(from, to)?)
-                    );
-                }
-                report
+        let mut reports = Vec::new();
+        for target in [Target::Anvil, Target::Chainsieve, Target::Devnet] {
+            if args.target == Target::All || args.target == target {
+                let report = run_target(target, &args, &spec, &workload).await?;
+                print(target, &spec, &report);
+                reports.push((target, report));
             }
-            Target::Chainsieve => {
-                let anvil = workload.start_node().await?;
-                let node = anvil.ws_url();
-                let (child, url) = start_chainsieve(&node, 0).await?;
-                let pid = child.id().context("chainsieve exited")?;
-                load::run(&spec, workload.clone(), &node, &url, Some(pid)).await?
-            }
-            Target::Anvil | Target::All => {
-                let anvil = workload.start_node().await?;
-                let node = anvil.ws_url();
-                let pid = anvil.pid().context("anvil exited")?;
-                load::run(&spec, workload.clone(), &node, &node, Some(pid)).await?
-            }
-        };
-        print(target, &spec, &report);
-        reports.push((target, report));
+        }
+        print_ratios(&reports, &spec);
+        runs.push(reports);
     }
+    if runs.len() > 1 {
+        summarize(&runs, &spec);
+    }
+    Ok(())
+}
+
+/// One run of one target.
+async fn run_target(
+    target: Target,
+    args: &Args,
+    spec: &Spec,
+    workload: &Arc<Workload>,
+) -> anyhow::Result<Report> {
+    Ok(match target {
+        Target::Devnet => {
+            let (child, url) = start_chainsieve("devnet", args.history_blocks).await?;
+            let pid = child.id().context("chainsieve exited")?;
+            let (resident, _) = load::memory(pid)?;
+            println!(
+                "devnet server with {} history blocks: {:.1} MiB resident before clients",
+                args.history_blocks,
+                resident as f64 / (1 << 20) as f64
+            );
+            let replay = args.replay.then(|| {
+                tokio::spawn(replay(
+                    url.clone(),
+                    args.history_blocks,
+                    spec.warmup + spec.measure / 2,
+                ))
+            });
+            let report = load::run(spec, workload.clone(), &url, &url, Some(pid)).await?;
+            if let Some(replay) = replay {
+                let (from, to) = replay.await.context("the replay client panicked")??;
+                println!(
+                    "  pending latency from send while the replay ran: {}",
+                    quantiles(&report.latency_between(from, to)?)
+                );
+            }
+            report
+        }
+        Target::Chainsieve => {
+            let anvil = workload.start_node().await?;
+            let node = anvil.ws_url();
+            let (child, url) = start_chainsieve(&node, 0).await?;
+            let pid = child.id().context("chainsieve exited")?;
+            load::run(spec, workload.clone(), &node, &url, Some(pid)).await?
+        }
+        Target::Anvil | Target::All => {
+            let anvil = workload.start_node().await?;
+            let node = anvil.ws_url();
+            let pid = anvil.pid().context("anvil exited")?;
+            load::run(spec, workload.clone(), &node, &node, Some(pid)).await?
+        }
+    })
+}
+
+/// Each chainsieve target's notifications per CPU-second against anvil's,
+/// within one run.
+fn ratios(reports: &[(Target, Report)], spec: &Spec) -> Vec<(Target, f64)> {
     let per_cpu = |wanted| {
         reports
             .iter()
             .find(|(target, _)| *target == wanted)
             .and_then(|(_, report)| report.per_cpu_second(spec.measure))
     };
-    if let Some(anvil) = per_cpu(Target::Anvil) {
-        for target in [Target::Chainsieve, Target::Devnet] {
-            if let Some(ours) = per_cpu(target) {
-                println!(
-                    "notifications per CPU-second: {} {ours:.0} / anvil {anvil:.0} = {:.1}×",
-                    name(target),
-                    ours / anvil
-                );
-            }
+    let Some(anvil) = per_cpu(Target::Anvil) else {
+        return Vec::new();
+    };
+    [Target::Chainsieve, Target::Devnet]
+        .into_iter()
+        .filter_map(|target| per_cpu(target).map(|ours| (target, ours / anvil)))
+        .collect()
+}
+
+fn print_ratios(reports: &[(Target, Report)], spec: &Spec) {
+    for (target, ratio) in ratios(reports, spec) {
+        println!(
+            "notifications per CPU-second: {} / anvil = {ratio:.1}×",
+            name(target)
+        );
+    }
+}
+
+/// Medians and spreads over the runs, per target.
+fn summarize(runs: &[Vec<(Target, Report)>], spec: &Spec) {
+    println!("summary of {} runs: median (min–max)", runs.len());
+    let targets: Vec<Target> = runs[0].iter().map(|(target, _)| *target).collect();
+    for target in targets {
+        let reports: Vec<&Report> = runs
+            .iter()
+            .flat_map(|run| run.iter())
+            .filter(|(t, _)| *t == target)
+            .map(|(_, report)| report)
+            .collect();
+        let figure = |f: &dyn Fn(&Report) -> Option<f64>| {
+            spread(reports.iter().filter_map(|report| f(report)).collect())
+        };
+        let ms =
+            |q: f64| move |report: &Report| Some(report.latency.value_at_quantile(q) as f64 / 1e3);
+        println!("  {}:", name(target));
+        println!(
+            "    notifications/s {}",
+            figure(&|r| Some(r.notifications_per_second()))
+        );
+        println!(
+            "    server CPU, % of a core {}",
+            figure(&|r| r
+                .cpu
+                .map(|cpu| cpu.total().as_secs_f64() / spec.measure.as_secs_f64() * 100.0))
+        );
+        println!(
+            "    user-space share of the server's CPU, % {}",
+            figure(&|r| r.cpu.map(|cpu| cpu.user_share() * 100.0))
+        );
+        println!(
+            "    notifications per CPU-second {}",
+            figure(&|r| r.per_cpu_second(spec.measure))
+        );
+        println!(
+            "    pending latency from send, ms: p50 {}, p99 {}, p999 {}",
+            figure(&ms(0.5)),
+            figure(&ms(0.99)),
+            figure(&ms(0.999))
+        );
+        println!(
+            "    memory per connection, KiB {}",
+            figure(&|r| r.memory_per_connection.map(|m| m / 1024.0))
+        );
+        let ratio = spread(
+            runs.iter()
+                .flat_map(|run| ratios(run, spec))
+                .filter(|(t, _)| *t == target)
+                .map(|(_, ratio)| ratio)
+                .collect(),
+        );
+        if target != Target::Anvil {
+            println!("    per CPU-second against anvil, same run {ratio}");
         }
     }
-    Ok(())
+}
+
+/// `median (min–max)` of some figures, or `—` for none.
+fn spread(mut values: Vec<f64>) -> String {
+    values.sort_by(f64::total_cmp);
+    let Some((first, last)) = values.first().zip(values.last()) else {
+        return "—".into();
+    };
+    let median = if values.len() % 2 == 1 {
+        values[values.len() / 2]
+    } else {
+        (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
+    };
+    let digits = |v: f64| if v.abs() >= 100.0 { 0 } else { 2 };
+    format!(
+        "{median:.d$} ({first:.f$}–{last:.l$})",
+        d = digits(median),
+        f = digits(*first),
+        l = digits(*last)
+    )
+}
+
+/// The CPU model and the cores this machine offers, for the figures.
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("model name"))
+                .and_then(|rest| rest.split_once(':'))
+                .map(|(_, model)| model.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{model}, {cores} cores")
 }
 
 fn name(target: Target) -> String {
@@ -202,10 +330,11 @@ fn print(target: Target, spec: &Spec, report: &Report) {
     }
     if let (Some(cpu), Some(per_cpu)) = (report.cpu, report.per_cpu_second(spec.measure)) {
         println!(
-            "  server CPU {:.2} s in {} s ({:.0}% of a core), {per_cpu:.0} notifications per CPU-second",
-            cpu.as_secs_f64(),
+            "  server CPU {:.2} s in {} s ({:.0}% of a core, {:.0}% of it in user space), {per_cpu:.0} notifications per CPU-second",
+            cpu.total().as_secs_f64(),
             spec.measure.as_secs(),
-            cpu.as_secs_f64() / spec.measure.as_secs_f64() * 100.0
+            cpu.total().as_secs_f64() / spec.measure.as_secs_f64() * 100.0,
+            cpu.user_share() * 100.0
         );
     }
     if let (Some(per), Some(peak)) = (report.memory_per_connection, report.peak_memory) {

@@ -235,7 +235,7 @@ pub struct Report {
     /// when the clients are on the node itself.
     pub from_ingestion: Option<Histogram<u64>>,
     /// The server's CPU time in the window (`None` for an in-process server).
-    pub cpu: Option<Duration>,
+    pub cpu: Option<CpuTime>,
     /// The server's resident memory growth from connecting and subscribing,
     /// per connection, and its peak resident memory.
     pub memory_per_connection: Option<f64>,
@@ -279,7 +279,8 @@ impl Report {
     /// Notifications per CPU-second of the server.
     pub fn per_cpu_second(&self, measure: Duration) -> Option<f64> {
         self.cpu.map(|cpu| {
-            self.notifications_per_second() * measure.as_secs_f64() / cpu.as_secs_f64().max(1e-9)
+            self.notifications_per_second() * measure.as_secs_f64()
+                / cpu.total().as_secs_f64().max(1e-9)
         })
     }
 }
@@ -657,8 +658,34 @@ async fn count_refusals(mut answers: SplitStream<Socket>, shared: Arc<Shared>) {
     }
 }
 
-/// A process's user + system CPU time.
-pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+/// A process's CPU time, in user space and in the kernel (system calls,
+/// and the softirqs that ran on its behalf, such as loopback's receive).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTime {
+    pub user: Duration,
+    pub system: Duration,
+}
+
+impl CpuTime {
+    pub fn total(&self) -> Duration {
+        self.user + self.system
+    }
+
+    /// The user-space share of the total, from 0 to 1.
+    pub fn user_share(&self) -> f64 {
+        self.user.as_secs_f64() / self.total().as_secs_f64().max(1e-9)
+    }
+
+    pub fn saturating_sub(self, earlier: Self) -> Self {
+        Self {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+        }
+    }
+}
+
+/// A process's CPU time so far.
+pub fn cpu_time(pid: u32) -> anyhow::Result<CpuTime> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces) in parentheses.
@@ -673,10 +700,13 @@ pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     };
     // utime and stime are fields 14 and 15 of the whole line; `rest`
     // starts at field 3.
-    let total = ticks(11)? + ticks(12)?;
     // SAFETY: sysconf only reads a configuration value.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Ok(Duration::from_nanos(total * 1_000_000_000 / per_second))
+    let time = |ticks: u64| Duration::from_nanos(ticks * 1_000_000_000 / per_second);
+    Ok(CpuTime {
+        user: time(ticks(11)?),
+        system: time(ticks(12)?),
+    })
 }
 
 /// A process's resident and peak resident memory, in bytes.
