@@ -1,25 +1,162 @@
 //! Delivery to connections. Each connection has a bounded queue of outbound
 //! frames ([`Sink`]); the filter actors push notifications into it without
-//! ever waiting. A connection whose queue is full is flagged and closed by
-//! its session with a reason, so one slow reader never stalls the others.
+//! ever waiting. A connection whose queue is full is flagged ([`Closing`])
+//! and closed by its session with a reason, so one slow reader never
+//! stalls the others.
 //!
-//! The flag is a child of the server's shutdown token: the session's writer
-//! waits on that one per-connection token for both reasons to close, instead
-//! of polling the shutdown token every connection shares (a contended lock
-//! on every frame).
+//! A notification is queued as its parts, not as text: the subscription id
+//! and the event's [`Notice`] (payload and cursor, made once per event and
+//! shared by every subscriber). The session's writer splices them into its
+//! socket's write buffer, so a notification costs each subscriber two
+//! reference counts and no allocation (docs/architecture.md, Fan-out).
 
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+
+use futures_util::task::AtomicWaker;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+
+/// One outbound text frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Made whole: a response, a subscription's last frame.
+    Text(String),
+    /// An `eth_subscription` notification, spliced when it is written.
+    Notification {
+        subscription: Arc<str>,
+        notice: Notice,
+    },
+}
+
+impl Frame {
+    /// The frame's text, in the pieces written one after the other.
+    pub fn pieces(&self) -> [&str; 3] {
+        match self {
+            Self::Text(text) => [text, "", ""],
+            Self::Notification {
+                subscription,
+                notice,
+            } => [PREFIX, subscription, &notice.rest],
+        }
+    }
+
+    /// The frame's length in bytes.
+    pub fn len(&self) -> usize {
+        self.pieces().iter().map(|piece| piece.len()).sum()
+    }
+
+    /// Whether the frame has no text (never, for the frames queued here).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frame's text in one string.
+    pub fn to_text(&self) -> String {
+        self.pieces().concat()
+    }
+}
+
+impl From<String> for Frame {
+    fn from(text: String) -> Self {
+        Self::Text(text)
+    }
+}
+
+/// What follows the subscription id in each notification of one event:
+/// `","result":<payload>,"cursor":"<cursor>"}}`. Made once per event and
+/// payload kind; cloning it is a reference count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    rest: Arc<str>,
+    payload_len: usize,
+}
+
+impl Notice {
+    /// The notice of a serialized payload and its event's cursor. A cursor
+    /// is a log's (`chain:position:index:tag`), so it needs no JSON
+    /// escaping.
+    pub fn new(payload: &str, cursor: Option<&str>) -> Self {
+        let mut rest = String::with_capacity(
+            MIDDLE.len()
+                + payload.len()
+                + cursor.map_or(0, |c| CURSOR.len() + c.len() + 1)
+                + SUFFIX.len(),
+        );
+        rest.push_str(MIDDLE);
+        rest.push_str(payload);
+        if let Some(cursor) = cursor {
+            rest.push_str(CURSOR);
+            rest.push_str(cursor);
+            rest.push('"');
+        }
+        rest.push_str(SUFFIX);
+        Self {
+            rest: rest.into(),
+            payload_len: payload.len(),
+        }
+    }
+
+    /// The serialized payload.
+    pub fn payload(&self) -> &str {
+        &self.rest[MIDDLE.len()..MIDDLE.len() + self.payload_len]
+    }
+}
 
 /// The sending side of one connection's outbound queue.
 #[derive(Clone, Debug)]
 pub struct Sink {
     /// Bounded: its capacity is how far a reader may fall behind.
-    frames: mpsc::Sender<String>,
-    /// Cancelled when a frame did not fit (the session then closes the
-    /// connection with 1008 instead of silently skipping events) or when
-    /// the server shuts down (its parent).
-    closing: CancellationToken,
+    frames: mpsc::Sender<Frame>,
+    /// Set when a frame did not fit: the session then closes the
+    /// connection with 1008 instead of silently skipping events.
+    closing: Closing,
+}
+
+/// Tells a connection's writer to stop: set by a send that found the queue
+/// full, or by the session (the client left, the server shuts down). The
+/// writer polls it on every round, so it is an atomic flag and a waker
+/// rather than a cancellation token (whose every poll takes two locks).
+#[derive(Clone, Debug, Default)]
+pub struct Closing(Arc<ClosingState>);
+
+#[derive(Debug, Default)]
+struct ClosingState {
+    closed: AtomicBool,
+    /// The writer's, woken once by [`Closing::close`].
+    writer: AtomicWaker,
+}
+
+impl Closing {
+    pub fn close(&self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.writer.wake();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.0.closed.load(Ordering::Acquire)
+    }
+
+    /// Ready once closed; a pending poll wakes `cx` at the close.
+    pub fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_closed() {
+            return Poll::Ready(());
+        }
+        self.0.writer.register(cx.waker());
+        // A close between the check and the registration woke no one.
+        if self.is_closed() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Completes once closed. Only one task may wait at a time (the
+    /// connection's writer).
+    pub async fn closed(&self) {
+        poll_fn(|cx| self.poll_closed(cx)).await
+    }
 }
 
 /// Why a frame was not queued.
@@ -32,40 +169,37 @@ pub enum SendError {
 }
 
 impl Sink {
-    /// A queue of `capacity` frames whose closing signal also fires when
-    /// `shutdown` is cancelled.
-    pub fn new(capacity: usize, shutdown: &CancellationToken) -> (Self, mpsc::Receiver<String>) {
+    /// A queue of `capacity` frames.
+    pub fn new(capacity: usize) -> (Self, mpsc::Receiver<Frame>) {
         let (frames, rx) = mpsc::channel(capacity.max(1));
         (
             Self {
                 frames,
-                closing: shutdown.child_token(),
+                closing: Closing::default(),
             },
             rx,
         )
     }
 
     /// Queues a frame without waiting.
-    pub fn send(&self, frame: String) -> Result<(), SendError> {
-        match self.frames.try_send(frame) {
+    pub fn send(&self, frame: impl Into<Frame>) -> Result<(), SendError> {
+        match self.frames.try_send(frame.into()) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => {
-                self.closing.cancel();
+                self.closing.close();
                 Err(SendError::Overflow)
             }
             Err(mpsc::error::TrySendError::Closed(_)) => Err(SendError::Closed),
         }
     }
 
-    /// Queues an `eth_subscription` notification around an already
-    /// serialized payload and its cursor.
-    pub fn notify(
-        &self,
-        subscription: &str,
-        payload: &str,
-        cursor: Option<&str>,
-    ) -> Result<(), SendError> {
-        self.send(notification(subscription, payload, cursor))
+    /// Queues an `eth_subscription` notification of `notice` to
+    /// `subscription`.
+    pub fn notify(&self, subscription: &Arc<str>, notice: &Notice) -> Result<(), SendError> {
+        self.send(Frame::Notification {
+            subscription: subscription.clone(),
+            notice: notice.clone(),
+        })
     }
 
     /// Whether the queue is at most half full: a replay fills only that
@@ -75,8 +209,8 @@ impl Sink {
         self.frames.capacity() * 2 >= self.frames.max_capacity()
     }
 
-    /// Fires when a frame was dropped for lack of room, or at shutdown.
-    pub fn closing(&self) -> &CancellationToken {
+    /// Set when a frame was dropped for lack of room, or by the session.
+    pub fn closing(&self) -> &Closing {
         &self.closing
     }
 }
@@ -85,33 +219,6 @@ const PREFIX: &str = r#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"
 const MIDDLE: &str = r#"","result":"#;
 const CURSOR: &str = r#","cursor":""#;
 const SUFFIX: &str = "}}";
-
-/// Splices a subscription id, a serialized payload and the event's cursor
-/// into a notification: payload and cursor are made once per event, only
-/// this frame is per subscriber. A cursor is a log's (`chain:position:
-/// index:tag`), so it needs no JSON escaping.
-pub fn notification(subscription: &str, payload: &str, cursor: Option<&str>) -> String {
-    let cursor_len = cursor.map_or(0, |c| CURSOR.len() + c.len() + 1);
-    let mut frame = String::with_capacity(
-        PREFIX.len()
-            + subscription.len()
-            + MIDDLE.len()
-            + payload.len()
-            + cursor_len
-            + SUFFIX.len(),
-    );
-    frame.push_str(PREFIX);
-    frame.push_str(subscription);
-    frame.push_str(MIDDLE);
-    frame.push_str(payload);
-    if let Some(cursor) = cursor {
-        frame.push_str(CURSOR);
-        frame.push_str(cursor);
-        frame.push('"');
-    }
-    frame.push_str(SUFFIX);
-    frame
-}
 
 /// The last frame of a subscription the server ended (its filter was
 /// removed or disabled): an `eth_subscription` carrying a JSON-RPC error
@@ -134,28 +241,44 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn shutdown_closes_every_sink() {
-        let shutdown = CancellationToken::new();
-        let (sink, _rx) = Sink::new(2, &shutdown);
-        shutdown.cancel();
-        assert!(sink.closing().is_cancelled());
+    /// A close wakes the task waiting on it, whether it came before or
+    /// after the wait began.
+    #[tokio::test]
+    async fn a_close_wakes_the_writer_waiting_on_it() {
+        let closing = Closing::default();
+        let waiting = tokio::spawn({
+            let closing = closing.clone();
+            async move { closing.closed().await }
+        });
+        tokio::task::yield_now().await;
+        closing.close();
+        tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+            .await
+            .expect("woken in time")
+            .expect("no panic");
+        assert!(closing.is_closed());
+        closing.closed().await;
     }
 
     #[test]
     fn notification_is_valid_json_in_the_subscription_shape() {
-        let frame = notification(
-            "0xabc",
-            r#"{"number":"0x1"}"#,
-            Some("eth:7:0:00000000000000ff"),
-        );
-        let v: Value = serde_json::from_str(&frame).expect("valid JSON");
+        let notice = Notice::new(r#"{"number":"0x1"}"#, Some("eth:7:0:00000000000000ff"));
+        assert_eq!(notice.payload(), r#"{"number":"0x1"}"#);
+        let frame = Frame::Notification {
+            subscription: "0xabc".into(),
+            notice,
+        };
+        let v: Value = serde_json::from_str(&frame.to_text()).expect("valid JSON");
         assert_eq!(
             v,
             json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":{"number":"0x1"},"cursor":"eth:7:0:00000000000000ff"}})
         );
-        let bare: Value =
-            serde_json::from_str(&notification("0xabc", "\"0x1\"", None)).expect("valid JSON");
+        assert_eq!(frame.len(), frame.to_text().len());
+        let bare = Frame::Notification {
+            subscription: "0xabc".into(),
+            notice: Notice::new("\"0x1\"", None),
+        };
+        let bare: Value = serde_json::from_str(&bare.to_text()).expect("valid JSON");
         assert_eq!(
             bare,
             json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":"0x1"}})
@@ -164,13 +287,12 @@ mod tests {
 
     #[test]
     fn half_the_queue_is_spare_room() {
-        let shutdown = CancellationToken::new();
-        let (sink, _rx) = Sink::new(4, &shutdown);
+        let (sink, _rx) = Sink::new(4);
         assert!(sink.has_room_to_spare());
-        sink.send("a".into()).expect("room");
-        sink.send("b".into()).expect("room");
+        sink.send("a".to_string()).expect("room");
+        sink.send("b".to_string()).expect("room");
         assert!(sink.has_room_to_spare(), "half full");
-        sink.send("c".into()).expect("room");
+        sink.send("c".to_string()).expect("room");
         assert!(!sink.has_room_to_spare());
     }
 
@@ -186,19 +308,14 @@ mod tests {
 
     #[test]
     fn a_full_queue_flags_overflow_instead_of_waiting() {
-        let shutdown = CancellationToken::new();
-        let (sink, mut rx) = Sink::new(2, &shutdown);
-        assert_eq!(sink.send("a".into()), Ok(()));
-        assert_eq!(sink.send("b".into()), Ok(()));
-        assert!(!sink.closing().is_cancelled());
-        assert_eq!(sink.send("c".into()), Err(SendError::Overflow));
-        assert!(sink.closing().is_cancelled());
-        assert!(
-            !shutdown.is_cancelled(),
-            "one connection's overflow is its own"
-        );
-        assert_eq!(rx.try_recv().ok().as_deref(), Some("a"));
+        let (sink, mut rx) = Sink::new(2);
+        assert_eq!(sink.send("a".to_string()), Ok(()));
+        assert_eq!(sink.send("b".to_string()), Ok(()));
+        assert!(!sink.closing().is_closed());
+        assert_eq!(sink.send("c".to_string()), Err(SendError::Overflow));
+        assert!(sink.closing().is_closed());
+        assert_eq!(rx.try_recv().ok(), Some(Frame::Text("a".into())));
         drop(rx);
-        assert_eq!(sink.send("d".into()), Err(SendError::Closed));
+        assert_eq!(sink.send("d".to_string()), Err(SendError::Closed));
     }
 }

@@ -204,7 +204,7 @@ fn the_frame_handler_answers_every_input_well_formed() {
     let api_key: Arc<str> = "demo".into();
     // A connection whose queue nobody reads: replies that do not fit are
     // the session's business; the handler must still answer.
-    let (sink, _frames) = Sink::new(1 << 16, &state.shutdown);
+    let (sink, _frames) = Sink::new(1 << 16);
     let connection = Connection::new(sink);
     let mut runner = runner();
     for over_websocket in [false, true] {

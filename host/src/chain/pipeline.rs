@@ -269,21 +269,18 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+    use crate::fanout::Frame;
     use crate::filters::testing::{self, builtin, subscribe_all};
     use crate::ingest::devnet::{Devnet, DevnetSettings};
     use crate::ingest::model::Block;
 
     /// A built-in topic's actor with one subscriber to everything, and the
     /// subscriber's frames.
-    async fn actor(
-        topic: &str,
-        log: &Arc<EventLog>,
-        shutdown: &CancellationToken,
-    ) -> (FilterHandle, mpsc::Receiver<String>) {
+    async fn actor(topic: &str, log: &Arc<EventLog>) -> (FilterHandle, mpsc::Receiver<Frame>) {
         let (engine, component) = builtin(topic);
         let metrics = Metrics::default().actor("eth", topic);
         let handle = FilterHandle::spawn(engine, component, log, metrics).expect("actor");
-        let frames = subscribe_all(&handle, 1, shutdown).await;
+        let frames = subscribe_all(&handle, 1).await;
         (handle, frames)
     }
 
@@ -330,16 +327,16 @@ mod tests {
     }
 
     /// The next notification's `params`: subscription, result, cursor.
-    async fn next_params(frames: &mut mpsc::Receiver<String>) -> Value {
+    async fn next_params(frames: &mut mpsc::Receiver<Frame>) -> Value {
         let frame = tokio::time::timeout(Duration::from_secs(30), frames.recv())
             .await
             .expect("a frame in time")
             .expect("the sink is open");
-        let frame: Value = serde_json::from_str(&frame).expect("JSON");
+        let frame: Value = serde_json::from_str(&frame.to_text()).expect("JSON");
         frame["params"].clone()
     }
 
-    async fn next_result(frames: &mut mpsc::Receiver<String>) -> Value {
+    async fn next_result(frames: &mut mpsc::Receiver<Frame>) -> Value {
         next_params(frames).await["result"].clone()
     }
 
@@ -352,9 +349,8 @@ mod tests {
     /// first one after the marker.
     #[tokio::test]
     async fn the_past_is_placed_but_never_notified() {
-        let shutdown = CancellationToken::new();
         let log = testing::log();
-        let (heads, mut frames) = actor("newHeads", &log, &shutdown).await;
+        let (heads, mut frames) = actor("newHeads", &log).await;
         let (mut pipeline, state, mut indexed) =
             pipeline(BTreeMap::from([("newHeads".to_string(), heads)]), log);
         let mut devnet = devnet();
@@ -381,14 +377,12 @@ mod tests {
             vec![0, 1, 2, 3, 4],
             "the price index sees the past too"
         );
-        shutdown.cancel();
     }
 
     /// A topic added between two events gets the next batch; a removed one
     /// gets nothing more (its retirement is the next thing it says).
     #[tokio::test]
     async fn topics_added_and_removed_mid_stream() {
-        let shutdown = CancellationToken::new();
         let log = testing::log();
         let (mut pipeline, state, _indexed) = pipeline(BTreeMap::new(), log.clone());
         let mut devnet = devnet();
@@ -398,7 +392,7 @@ mod tests {
         pipeline
             .apply(SourceEvent::Block(next.next().expect("block 1")))
             .await;
-        let (heads, mut frames) = actor("newHeads", &log, &shutdown).await;
+        let (heads, mut frames) = actor("newHeads", &log).await;
         state.add_topic(heads);
         pipeline
             .apply(SourceEvent::Block(next.next().expect("block 2")))
@@ -412,12 +406,12 @@ mod tests {
         let last = tokio::time::timeout(Duration::from_secs(30), frames.recv())
             .await
             .expect("in time")
-            .expect("the ending frame");
+            .expect("the ending frame")
+            .to_text();
         assert!(
             last.contains("\"error\""),
             "block 3 never reached it: {last}"
         );
-        shutdown.cancel();
     }
 
     /// Through a reorg, a `logs` subscriber sees exactly what the tracker
@@ -426,9 +420,8 @@ mod tests {
     /// place in the log.
     #[tokio::test]
     async fn reorgs_reach_subscribers_as_the_tracker_orders_them() {
-        let shutdown = CancellationToken::new();
         let log = testing::log();
-        let (logs, mut frames) = actor("logs", &log, &shutdown).await;
+        let (logs, mut frames) = actor("logs", &log).await;
         let (mut pipeline, _state, _indexed) =
             pipeline(BTreeMap::from([("logs".to_string(), logs)]), log);
         let mut devnet = Devnet::new(
@@ -451,7 +444,9 @@ mod tests {
                     if batch.source == Source::Logs {
                         for index in 0..batch.len() {
                             let log: Value = serde_json::from_str(
-                                batch.payload(index, chainsieve_filter_sdk::Payload::Full),
+                                batch
+                                    .notice(index, chainsieve_filter_sdk::Payload::Full)
+                                    .payload(),
                             )
                             .expect("JSON");
                             removed += usize::from(log["removed"] == true);
@@ -469,6 +464,5 @@ mod tests {
             assert_eq!(params["result"], result);
             assert_eq!(params["cursor"], cursor.as_str());
         }
-        shutdown.cancel();
     }
 }

@@ -307,8 +307,7 @@ mod tests {
         };
         assert!(apply(&chain, &engine, &active).await.is_empty());
         assert!(state.topics().keys().eq(active.keys()), "every topic runs");
-        let shutdown = CancellationToken::new();
-        let mut frames = subscribe_all(&state.topics()["newHeads"], 1, &shutdown).await;
+        let mut frames = subscribe_all(&state.topics()["newHeads"], 1).await;
         let logs_actor = state.topics()["logs"].status();
 
         let mut next = active.clone();
@@ -348,11 +347,10 @@ mod tests {
             .await
             .expect("in time")
             .expect("the ending frame");
-        let ended: Value = serde_json::from_str(&ended).expect("JSON");
+        let ended: Value = serde_json::from_str(&ended.to_text()).expect("JSON");
         let message = ended["params"]["error"]["message"]
             .as_str()
             .expect("an error");
         assert!(message.contains("removed from the server"), "{message}");
-        shutdown.cancel();
     }
 }

@@ -5,12 +5,11 @@
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use super::actor::{FilterHandle, Start, Subscribe};
 use super::{FilterComponent, FilterEngine, FilterRegistry};
 use crate::config::{FiltersConfig, LogConfig};
-use crate::fanout::Sink;
+use crate::fanout::{Frame, Sink};
 use crate::log::EventLog;
 
 /// The engine and the built-in component serving `topic`.
@@ -31,12 +30,8 @@ pub fn log() -> Arc<EventLog> {
 }
 
 /// Subscribes `key` with no parameters (everything); returns its frames.
-pub async fn subscribe_all(
-    handle: &FilterHandle,
-    key: u64,
-    shutdown: &CancellationToken,
-) -> mpsc::Receiver<String> {
-    let (sink, frames) = Sink::new(1_024, shutdown);
+pub async fn subscribe_all(handle: &FilterHandle, key: u64) -> mpsc::Receiver<Frame> {
+    let (sink, frames) = Sink::new(1_024);
     let subscribe = Subscribe {
         key,
         id: format!("0x{key}").into(),

@@ -3,7 +3,9 @@
 //! and upgrades to a WebSocket on GET. Unknown keys get HTTP 401 with a
 //! JSON-RPC error body and no upgrade.
 //!
-//! - [`session`] — one WebSocket connection;
+//! - [`socket`] — accepted sockets, shared by a session's two halves;
+//!   [`upgrade`] — the WebSocket handshake; [`session`] — one WebSocket
+//!   connection;
 //! - [`admin`] — `/admin/filters`; [`health`] — `/healthz`, `/readyz`;
 //!   [`metrics`] — `/metrics`;
 //! - [`connections`] — open WebSocket connections per key.
@@ -13,6 +15,8 @@ pub mod connections;
 pub mod health;
 pub mod metrics;
 pub mod session;
+pub mod socket;
+pub mod upgrade;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -21,14 +25,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::Context as _;
 use axum::Router;
 use axum::body::{Body, to_bytes};
-use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -41,6 +44,8 @@ use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::{RpcError, error_response};
 use connections::Connections;
+use socket::{Listener, Socket};
+use upgrade::WebSocketRequest;
 
 /// Everything a request handler needs; one per server, built by
 /// [`crate::app::start`].
@@ -138,16 +143,10 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> anyhow::Resul
     let shutdown = state.shutdown.clone();
     let sessions = state.sessions.clone();
     let tasks = state.tasks.clone();
-    // No Nagle: the session writer already gathers what is queued into one
-    // write, and Nagle would hold a lone notification back until the peer
-    // acknowledges the last one (tens of ms with delayed ACKs; the load
-    // benchmark's pending p99 fell from 20 to ~ms without it).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "could not disable Nagle on a connection");
-        }
-    });
-    let served = axum::serve(listener, router(state))
+    // Each request carries its connection's socket, for a WebSocket
+    // session to write to.
+    let app = router(state).into_make_service_with_connect_info::<Socket>();
+    let served = axum::serve(Listener::new(listener), app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .context("serving HTTP");
@@ -255,7 +254,7 @@ fn is_length_limit(error: &axum::Error) -> bool {
 async fn ws_default(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
-    ws: WebSocketUpgrade,
+    ws: WebSocketRequest,
 ) -> Response {
     let chain = state.default_chain.clone();
     upgrade(state, &chain, &key, ws)
@@ -264,7 +263,7 @@ async fn ws_default(
 async fn ws_chain(
     State(state): State<Arc<AppState>>,
     Path((chain, key)): Path<(String, String)>,
-    ws: WebSocketUpgrade,
+    ws: WebSocketRequest,
 ) -> Response {
     upgrade(state, &chain, &key, ws)
 }
@@ -272,13 +271,7 @@ async fn ws_chain(
 /// Bytes read from a WebSocket at a time.
 const READ_BUFFER: usize = 512;
 
-/// Bytes of coalesced frames gathered before a write. The buffer keeps its
-/// capacity after a flush, so this bounds what a busy connection holds
-/// (tungstenite's default is 128 KiB); 8 KiB is still ~50 hash
-/// notifications, or 8 full transactions, per write syscall.
-const WRITE_BUFFER: usize = 8 << 10;
-
-fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -> Response {
+fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketRequest) -> Response {
     let (chain, api_key) = match authorize(&state, chain, key) {
         Ok(found) => found,
         Err((status, error)) => return json_error(status, error),
@@ -304,20 +297,20 @@ fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketUpgrade) -
     // 140 KiB per connection with it, 10.7 with 4 KiB, 7.4 with 512 B);
     // JSON-RPC requests are small, and a larger frame is still read, in
     // more chunks.
-    ws.max_message_size(transport_limit)
-        .max_frame_size(transport_limit)
-        .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(WRITE_BUFFER)
-        .on_upgrade(move |socket| {
-            let sessions = state.sessions.clone();
-            sessions.track_future(async move {
-                let open = state.metrics.connections(&chain.name);
-                open.inc();
-                session::serve(socket, state, chain, api_key).await;
-                open.dec();
-                drop(permit);
-            })
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(transport_limit))
+        .max_frame_size(Some(transport_limit))
+        .read_buffer_size(READ_BUFFER);
+    ws.accept(config, move |reader, socket| {
+        let sessions = state.sessions.clone();
+        sessions.track_future(async move {
+            let open = state.metrics.connections(&chain.name);
+            open.inc();
+            session::serve(reader, socket, state, chain, api_key).await;
+            open.dec();
+            drop(permit);
         })
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The events of one stream from one logged step, shared by every filter
 //! actor consuming that stream. A batch is encoded for the filter
-//! components once, and each event's notification payload and cursor are
-//! made at most once, however many topics and subscribers it reaches.
+//! components once, and each event's notification payload and cursor (its
+//! [`Notice`]) are made at most once, however many topics and subscribers
+//! it reaches.
 
 use std::sync::{Arc, OnceLock};
 
@@ -10,6 +11,7 @@ use chainsieve_filter_sdk::{Payload, Source};
 
 use super::cursor::Cursor;
 use super::{Position, Step};
+use crate::fanout::Notice;
 use crate::ingest::model::{Block, Transaction};
 use crate::ingest::{ChainEvent, StreamEvent};
 
@@ -31,11 +33,11 @@ struct Origin {
     tag: u64,
 }
 
-/// What is made at most once per event: its payload in each kind, and its
-/// cursor.
+/// What is made at most once per event: its notice in each payload kind,
+/// and its cursor.
 #[derive(Debug, Default)]
 struct Slot {
-    payloads: [OnceLock<Arc<str>>; 3],
+    notices: [OnceLock<Notice>; 3],
     cursor: OnceLock<Box<str>>,
 }
 
@@ -129,10 +131,12 @@ impl EventBatch {
         self.origin.as_ref().map_or(0, |origin| origin.position)
     }
 
-    /// The JSON payload of event `index` in `kind`, serialized once.
-    pub fn payload(&self, index: usize, kind: Payload) -> &Arc<str> {
-        self.slots[index].payloads[kind_slot(kind)]
-            .get_or_init(|| self.events[index].payload_json(kind).into())
+    /// What every notification of event `index` in payload `kind` carries
+    /// after the subscription id: the payload, serialized once, and the
+    /// cursor.
+    pub fn notice(&self, index: usize, kind: Payload) -> &Notice {
+        self.slots[index].notices[kind_slot(kind)]
+            .get_or_init(|| Notice::new(&self.events[index].payload_json(kind), self.cursor(index)))
     }
 
     /// The cursor of event `index`, made once (`None` outside any log).

@@ -333,11 +333,7 @@ impl Record {
     /// overflowed (which closes it, and a closed one unsubscribes).
     fn notify(&self, batch: &EventBatch, event: usize) -> bool {
         self.sink
-            .notify(
-                &self.id,
-                batch.payload(event, self.payload),
-                batch.cursor(event),
-            )
+            .notify(&self.id, batch.notice(event, self.payload))
             .is_ok()
     }
 }

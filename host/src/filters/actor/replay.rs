@@ -358,15 +358,21 @@ impl Actor {
             "the replay fell behind {}: events were lost, subscribe again",
             self.log.window()
         );
+        let mut ended = Vec::with_capacity(behind.len());
         for key in behind {
             self.replay.leave(key);
             if let Some(record) = self.subscriptions.remove(&key) {
                 tracing::warn!(chain = %self.chain, topic = %self.topic(), subscription = %record.id, position, "replay fell out of the log's window; ending it");
-                record.end_with(FELL_BEHIND, &message);
                 self.with_instance(|instance| instance.unsubscribe(key));
+                ended.push(record);
             }
         }
+        // Counted before the last frames go: whoever reads one finds the
+        // subscription gone.
         self.count_subscribers();
+        for record in ended {
+            record.end_with(FELL_BEHIND, &message);
+        }
     }
 }
 

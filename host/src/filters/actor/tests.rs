@@ -5,10 +5,10 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use chainsieve_filter_sdk::Matches;
-use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::config::LogConfig;
+use crate::fanout::{Frame, Notice};
 use crate::filters::testing::{builtin, subscribe_all};
 use crate::ingest::ChainEvent;
 use crate::ingest::devnet::{Devnet, DevnetSettings};
@@ -94,13 +94,12 @@ struct Harness {
     stand_ins: StandIns,
     handle: FilterHandle,
     component: FilterComponent,
-    frames: mpsc::Receiver<String>,
+    frames: mpsc::Receiver<Frame>,
     heads: Vec<Arc<Block>>,
     /// The chain's log: [`Harness::send`] appends to it.
     log: Arc<EventLog>,
     /// The cursor of each head sent, by head.
     cursors: HashMap<usize, String>,
-    shutdown: CancellationToken,
 }
 
 /// A newHeads actor on stand-ins, with subscription 1 to everything.
@@ -121,8 +120,7 @@ async fn harness_with(log: LogConfig) -> Harness {
         metrics,
     )
     .expect("actor");
-    let shutdown = CancellationToken::new();
-    let frames = subscribe_all(&handle, 1, &shutdown).await;
+    let frames = subscribe_all(&handle, 1).await;
     let mut devnet = Devnet::new(1, &DevnetSettings::default());
     let heads = std::iter::once(devnet.genesis())
         .chain(
@@ -143,7 +141,6 @@ async fn harness_with(log: LogConfig) -> Harness {
         heads,
         log,
         cursors: HashMap::new(),
-        shutdown,
     }
 }
 
@@ -170,6 +167,7 @@ impl Harness {
             .await
             .expect("a frame in time")
             .expect("the sink is open")
+            .to_text()
     }
 
     /// Subscription 1's notification for head `n`.
@@ -179,11 +177,14 @@ impl Harness {
 
     /// The notification of head `n` to subscription `id`.
     fn head_to(&self, id: &str, n: usize) -> String {
-        fanout::notification(
-            id,
-            &format!("\"{}\"", self.heads[n].hash),
-            Some(&self.cursors[&n]),
-        )
+        Frame::Notification {
+            subscription: id.into(),
+            notice: Notice::new(
+                &format!("\"{}\"", self.heads[n].hash),
+                Some(&self.cursors[&n]),
+            ),
+        }
+        .to_text()
     }
 
     /// Subscribes `key` (id `0x<key>`) resuming `from`, its frames into a
@@ -193,8 +194,8 @@ impl Harness {
         key: u64,
         from: ResumeFrom,
         capacity: usize,
-    ) -> Result<(mpsc::Receiver<String>, fanout::Sink), SubscribeError> {
-        let (sink, frames) = fanout::Sink::new(capacity, &self.shutdown);
+    ) -> Result<(mpsc::Receiver<Frame>, fanout::Sink), SubscribeError> {
+        let (sink, frames) = fanout::Sink::new(capacity);
         self.handle
             .subscribe(Subscribe {
                 key,
@@ -218,12 +219,6 @@ impl Harness {
         other.origin = "a replacement".into();
         other.hash = "0x02".into();
         other
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
     }
 }
 
@@ -287,7 +282,7 @@ async fn three_failures_in_a_row_disable_the_component() {
 }
 
 async fn subscribe_all_refused(h: &Harness) -> SubscribeError {
-    let (sink, _frames) = fanout::Sink::new(8, &h.shutdown);
+    let (sink, _frames) = fanout::Sink::new(8);
     h.handle
         .subscribe(Subscribe {
             key: 2,
@@ -353,14 +348,14 @@ async fn a_swap_replays_or_is_refused_and_the_old_component_serves_on() {
 }
 
 /// Reads `count` frames off `frames`, each within the timeout.
-async fn take(frames: &mut mpsc::Receiver<String>, count: usize) -> Vec<String> {
+async fn take(frames: &mut mpsc::Receiver<Frame>, count: usize) -> Vec<String> {
     let mut taken = Vec::with_capacity(count);
     while taken.len() < count {
         let frame = tokio::time::timeout(Duration::from_secs(30), frames.recv())
             .await
             .expect("a frame in time")
             .expect("the sink is open");
-        taken.push(frame);
+        taken.push(frame.to_text());
     }
     taken
 }
@@ -442,7 +437,7 @@ async fn a_replay_larger_than_the_queue_is_paced_not_closed() {
     let (mut frames, sink) = h.resume(2, ResumeFrom::Block(0), 4).await.expect("resumed");
     let want: Vec<String> = (0..32).map(|n| h.head_to("0x2", n)).collect();
     assert_eq!(take(&mut frames, 32).await, want);
-    assert!(!sink.closing().is_cancelled(), "never overflowed");
+    assert!(!sink.closing().is_closed(), "never overflowed");
 }
 
 /// A reader so slow that the log drops the step its replay needs next

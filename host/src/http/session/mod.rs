@@ -1,0 +1,239 @@
+//! One WebSocket connection. The reader answers requests in order; every
+//! outbound frame (responses and notifications alike) goes through the
+//! connection's bounded queue, so their order is kept and no producer ever
+//! waits on this socket. The [`writer`] drains the queue, pings every
+//! interval, and closes the connection with a reason when the queue
+//! overflows, a ping went unanswered for a whole interval, or the server
+//! shuts down.
+
+mod writer;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Bytes, Message};
+
+use super::AppState;
+use super::socket::Socket;
+use super::upgrade::Reader;
+use crate::chain::Chain;
+use crate::fanout::{SendError, Sink};
+use crate::rpc::methods::{self, Connection, Context};
+use crate::rpc::{RpcError, error_response};
+use writer::Stop;
+
+/// Close code for a subscriber that fell too far behind, or stopped
+/// answering pings (policy violation).
+const CLOSE_TOO_SLOW: CloseCode = CloseCode::Policy;
+
+/// How long a close frame may take to reach a peer that is not reading.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a connection ends.
+#[derive(Debug, PartialEq, Eq)]
+enum Ending {
+    /// The client closed (its close frame, to echo).
+    Closed(Option<CloseFrame>),
+    /// The socket failed: nothing more to send.
+    Gone,
+    /// The outbound queue overflowed.
+    TooSlow,
+    /// A ping went a whole interval without a pong.
+    Unresponsive,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+pub async fn serve(
+    mut reader: Reader,
+    socket: Socket,
+    state: Arc<AppState>,
+    chain: Arc<Chain>,
+    api_key: Arc<str>,
+) {
+    let (sink, frames) = Sink::new(state.limits.outbound_queue);
+    let closing = sink.closing().clone();
+    let connection = Connection::new(sink);
+    // Pongs the reader owes the client's pings, sent by the writer. One
+    // is enough: a pong answers the latest ping (RFC 6455, 5.5.3).
+    let (owed, pongs) = mpsc::channel(1);
+    // Set by the reader on every pong, checked by the writer before the
+    // next ping.
+    let ponged = Arc::new(AtomicBool::new(true));
+    let ping_interval = Duration::from_secs(state.limits.ping_interval_secs.max(1));
+    let mut writing = tokio::spawn({
+        let (mut socket, closing, ponged) = (socket.clone(), closing.clone(), ponged.clone());
+        async move { writer::write(&mut socket, frames, pongs, &closing, ping_interval, &ponged).await }
+    });
+    let ctx = state.rpc_context(&chain, &api_key, Some(&connection));
+    let (read_ending, writer_stop) = tokio::select! {
+        ending = read(&mut reader, ctx, &ponged, &owed) => (Some(ending), None),
+        () = state.shutdown.cancelled() => (Some(Ending::Shutdown), None),
+        stop = &mut writing => (None, Some(stop.ok())),
+    };
+    let stop = match writer_stop {
+        Some(stop) => stop,
+        None => {
+            // Stops the writer, at a frame's end or mid-write.
+            closing.close();
+            writing.await.ok()
+        }
+    };
+    let (ending, unwritten) = settle(read_ending, stop);
+    // Cancel first: a peer that stopped reading may never take the close.
+    for id in connection.take_owned() {
+        state.subscriptions.remove(&id, &api_key).await;
+    }
+    let close = |code, reason: &str| {
+        Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        })
+    };
+    let frame = match ending {
+        Ending::Gone => return,
+        Ending::Closed(theirs) => {
+            // Echo the client's close, and the connection is over.
+            let echo = theirs.map(|frame| CloseFrame {
+                code: frame.code,
+                reason: "".into(),
+            });
+            let mut socket = socket;
+            let _ =
+                tokio::time::timeout(CLOSE_TIMEOUT, writer::close(&mut socket, unwritten, echo))
+                    .await;
+            return;
+        }
+        Ending::TooSlow => {
+            state.stats.count_closed_too_slow();
+            tracing::info!(chain = %chain.name, "closed a connection whose outbound queue overflowed");
+            close(CLOSE_TOO_SLOW, "subscriber too slow: outbound queue full")
+        }
+        Ending::Unresponsive => {
+            tracing::info!(chain = %chain.name, "closed a connection that did not answer a ping");
+            close(CLOSE_TOO_SLOW, "no pong to the last ping")
+        }
+        Ending::Shutdown => close(CloseCode::Away, "server shutting down"),
+    };
+    // The closing handshake: send ours, then read (and drop) what the peer
+    // still sends until its Close. Closing the socket with requests unread
+    // would make the kernel reset the connection, and the peer could lose
+    // our close frame, and with it the reason.
+    let mut socket = socket;
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        if writer::close(&mut socket, unwritten, frame).await.is_ok() {
+            while let Some(Ok(message)) = reader.next().await {
+                if matches!(message, Message::Close(_)) {
+                    break;
+                }
+            }
+        }
+    })
+    .await;
+}
+
+/// Why the connection ends, from how the reader ended (`None`: it was
+/// still reading) and how the writer stopped (`None`: it panicked), and
+/// the rest of a write the writer broke off.
+fn settle(reader: Option<Ending>, writer: Option<Stop>) -> (Ending, Vec<u8>) {
+    match (reader, writer) {
+        (Some(Ending::Gone), _) | (_, None | Some(Stop::Gone)) => (Ending::Gone, Vec::new()),
+        (Some(ending), Some(Stop::Closing { unwritten })) => (ending, unwritten),
+        (Some(ending), Some(Stop::Unresponsive)) => (ending, Vec::new()),
+        // Only an overflow sets `closing` before the session does.
+        (None, Some(Stop::Closing { unwritten })) => (Ending::TooSlow, unwritten),
+        (None, Some(Stop::Unresponsive)) => (Ending::Unresponsive, Vec::new()),
+    }
+}
+
+/// Answers requests until the client closes or the socket fails, or a
+/// reply finds the outbound queue full.
+async fn read(
+    reader: &mut Reader,
+    ctx: Context<'_>,
+    ponged: &AtomicBool,
+    owed: &mpsc::Sender<Bytes>,
+) -> Ending {
+    let connection = ctx.connection.expect("sessions always have a connection");
+    let limit = ctx.limits.max_request_bytes;
+    while let Some(Ok(message)) = reader.next().await {
+        let bytes = match &message {
+            Message::Text(text) => text.as_bytes(),
+            Message::Binary(bytes) => bytes.as_ref(),
+            Message::Close(frame) => return Ending::Closed(frame.clone()),
+            Message::Ping(payload) => {
+                // A pong already owed answers this ping too.
+                let _ = owed.try_send(payload.clone());
+                continue;
+            }
+            Message::Pong(_) => {
+                ponged.store(true, Ordering::Relaxed);
+                continue;
+            }
+            // Only ever written, never read.
+            Message::Frame(_) => continue,
+        };
+        let reply = if bytes.len() > limit {
+            Some(error_response(&RpcError::limit_exceeded(format!(
+                "request of {} bytes exceeds the limit of {limit} bytes",
+                bytes.len()
+            ))))
+        } else {
+            methods::process(ctx, bytes).await
+        };
+        let queued = reply.map(|reply| connection.sink.send(reply));
+        // Subscriptions made in a batch deliver only now, after the
+        // response that tells the client their ids.
+        connection.open_gates();
+        match queued {
+            // A client that sends faster than it reads overflows its queue
+            // like a slow subscriber, and is closed the same way.
+            Some(Err(SendError::Overflow)) => return Ending::TooSlow,
+            Some(Err(SendError::Closed)) => return Ending::Gone,
+            Some(Ok(())) | None => {}
+        }
+    }
+    Ending::Gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Who ended first decides the reason; a broken-off write is kept for
+    /// the close frame to follow, and a failed socket sends nothing more.
+    #[test]
+    fn the_first_to_end_gives_the_reason() {
+        let cut = || {
+            Some(Stop::Closing {
+                unwritten: b"rest".to_vec(),
+            })
+        };
+        assert_eq!(
+            settle(Some(Ending::Shutdown), cut()),
+            (Ending::Shutdown, b"rest".to_vec())
+        );
+        assert_eq!(settle(None, cut()), (Ending::TooSlow, b"rest".to_vec()));
+        assert_eq!(
+            settle(None, Some(Stop::Unresponsive)),
+            (Ending::Unresponsive, Vec::new())
+        );
+        assert_eq!(
+            settle(Some(Ending::Gone), cut()),
+            (Ending::Gone, Vec::new())
+        );
+        assert_eq!(
+            settle(Some(Ending::TooSlow), Some(Stop::Gone)),
+            (Ending::Gone, Vec::new())
+        );
+        assert_eq!(
+            settle(Some(Ending::Shutdown), None),
+            (Ending::Gone, Vec::new())
+        );
+    }
+}
