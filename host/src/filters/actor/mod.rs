@@ -551,7 +551,7 @@ impl Actor {
         };
         let position = batch.position();
         let mut sent = 0;
-        for (event, key) in replay::in_chain_order(&matches) {
+        for (event, key) in replay::in_delivery_order(&matches) {
             let event = event as usize;
             if event >= batch.len() {
                 tracing::warn!(chain = %self.chain, topic = %self.topic(), event, len = batch.len(), "filter returned an event index outside the batch");
