@@ -15,46 +15,60 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use tokio::sync::mpsc;
 
-/// One outbound text frame.
+/// One outbound frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
-    /// Made whole: a response, a subscription's last frame.
+    /// Text made whole: a response, a subscription's last frame.
     Text(String),
     /// An `eth_subscription` notification, spliced when it is written.
     Notification {
         subscription: Arc<str>,
         notice: Notice,
     },
+    /// The answer to a client's ping, with its payload; queued with the
+    /// rest, so one queue is all the writer waits on.
+    Pong(Bytes),
 }
 
 impl Frame {
-    /// The frame's text, in the pieces written one after the other.
-    pub fn pieces(&self) -> [&str; 3] {
+    /// The frame's payload, in the pieces written one after the other.
+    pub fn pieces(&self) -> [&[u8]; 3] {
         match self {
-            Self::Text(text) => [text, "", ""],
+            Self::Text(text) => [text.as_bytes(), b"", b""],
             Self::Notification {
                 subscription,
                 notice,
-            } => [PREFIX, subscription, &notice.rest],
+            } => [
+                PREFIX.as_bytes(),
+                subscription.as_bytes(),
+                notice.rest.as_bytes(),
+            ],
+            Self::Pong(payload) => [payload, b"", b""],
         }
     }
 
-    /// The frame's length in bytes.
+    /// Whether it is a text frame (every frame but a pong).
+    pub fn is_text(&self) -> bool {
+        !matches!(self, Self::Pong(_))
+    }
+
+    /// The payload's length in bytes.
     pub fn len(&self) -> usize {
         self.pieces().iter().map(|piece| piece.len()).sum()
     }
 
-    /// Whether the frame has no text (never, for the frames queued here).
+    /// Whether the payload is empty (a pong's may be).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The frame's text in one string.
+    /// The payload in one string (a pong's lossily).
     pub fn to_text(&self) -> String {
-        self.pieces().concat()
+        String::from_utf8_lossy(&self.pieces().concat()).into_owned()
     }
 }
 

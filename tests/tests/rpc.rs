@@ -410,9 +410,11 @@ async fn unsubscribe_over_websocket_and_over_http_with_the_same_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn websocket_pings_are_answered() {
+async fn websocket_pings_and_closes_are_answered() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
     let server = TestServer::default().await;
     let (mut socket, _) = tokio_tungstenite::connect_async(server.ws_url("bsc", "demo"))
@@ -428,6 +430,21 @@ async fn websocket_pings_are_answered() {
     match answer {
         Some(Ok(Message::Pong(payload))) => assert_eq!(&payload[..], b"are you there"),
         other => panic!("expected a pong, got {other:?}"),
+    }
+    // A client's close is echoed with its code, and the stream then ends.
+    socket
+        .send(Message::Close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "done".into(),
+        })))
+        .await
+        .expect("close");
+    let echo = tokio::time::timeout(chainsieve_tests::TIMEOUT, socket.next())
+        .await
+        .expect("no hang");
+    match echo {
+        Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.code, CloseCode::Normal),
+        other => panic!("expected the close echoed, got {other:?}"),
     }
 }
 

@@ -13,16 +13,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::{Bytes, Message};
 
 use super::AppState;
 use super::socket::Socket;
 use super::upgrade::Reader;
 use crate::chain::Chain;
-use crate::fanout::{SendError, Sink};
+use crate::fanout::{Frame, SendError, Sink};
 use crate::rpc::methods::{self, Connection, Context};
 use crate::rpc::{RpcError, error_response};
 use writer::Stop;
@@ -59,20 +58,17 @@ pub async fn serve(
     let (sink, frames) = Sink::new(state.limits.outbound_queue);
     let closing = sink.closing().clone();
     let connection = Connection::new(sink);
-    // Pongs the reader owes the client's pings, sent by the writer. One
-    // is enough: a pong answers the latest ping (RFC 6455, 5.5.3).
-    let (owed, pongs) = mpsc::channel(1);
     // Set by the reader on every pong, checked by the writer before the
     // next ping.
     let ponged = Arc::new(AtomicBool::new(true));
     let ping_interval = Duration::from_secs(state.limits.ping_interval_secs.max(1));
     let mut writing = tokio::spawn({
         let (mut socket, closing, ponged) = (socket.clone(), closing.clone(), ponged.clone());
-        async move { writer::write(&mut socket, frames, pongs, &closing, ping_interval, &ponged).await }
+        async move { writer::write(&mut socket, frames, &closing, ping_interval, &ponged).await }
     });
     let ctx = state.rpc_context(&chain, &api_key, Some(&connection));
     let (read_ending, writer_stop) = tokio::select! {
-        ending = read(&mut reader, ctx, &ponged, &owed) => (Some(ending), None),
+        ending = read(&mut reader, ctx, &ponged) => (Some(ending), None),
         () = state.shutdown.cancelled() => (Some(Ending::Shutdown), None),
         stop = &mut writing => (None, Some(stop.ok())),
     };
@@ -153,12 +149,7 @@ fn settle(reader: Option<Ending>, writer: Option<Stop>) -> (Ending, Vec<u8>) {
 
 /// Answers requests until the client closes or the socket fails, or a
 /// reply finds the outbound queue full.
-async fn read(
-    reader: &mut Reader,
-    ctx: Context<'_>,
-    ponged: &AtomicBool,
-    owed: &mpsc::Sender<Bytes>,
-) -> Ending {
+async fn read(reader: &mut Reader, ctx: Context<'_>, ponged: &AtomicBool) -> Ending {
     let connection = ctx.connection.expect("sessions always have a connection");
     let limit = ctx.limits.max_request_bytes;
     while let Some(Ok(message)) = reader.next().await {
@@ -167,9 +158,12 @@ async fn read(
             Message::Binary(bytes) => bytes.as_ref(),
             Message::Close(frame) => return Ending::Closed(frame.clone()),
             Message::Ping(payload) => {
-                // A pong already owed answers this ping too.
-                let _ = owed.try_send(payload.clone());
-                continue;
+                // Answered in order with the rest of what is queued.
+                match connection.sink.send(Frame::Pong(payload.clone())) {
+                    Err(SendError::Overflow) => return Ending::TooSlow,
+                    Err(SendError::Closed) => return Ending::Gone,
+                    Ok(()) => continue,
+                }
             }
             Message::Pong(_) => {
                 ponged.store(true, Ordering::Relaxed);

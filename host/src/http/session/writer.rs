@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tokio_tungstenite::tungstenite::Bytes;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::{self, FrameHeader};
 
 use crate::fanout::{Closing, Frame};
@@ -40,15 +40,14 @@ pub(super) enum Stop {
     Unresponsive,
 }
 
-/// Drains the outbound queue (and the pongs the reader owes) into
-/// `socket` until `closing` is set or the connection fails. Every wait,
+/// Drains the outbound queue into `socket` until `closing` is set or the
+/// connection fails. Every wait,
 /// including a write to a peer that stopped reading, gives way to
 /// `closing`. It runs as a task of its own, so a notification wakes only
 /// this loop, never the session's reader.
 pub(super) async fn write<W>(
     socket: &mut W,
     mut frames: mpsc::Receiver<Frame>,
-    mut pongs: mpsc::Receiver<Bytes>,
     closing: &Closing,
     ping_interval: Duration,
     ponged: &AtomicBool,
@@ -75,10 +74,6 @@ where
                     return Stop::Gone;
                 }
             }
-            pong = pongs.recv() => match pong {
-                Some(payload) => control(frame::Frame::pong(payload), &mut out),
-                None => return Stop::Gone,
-            },
             _ = ping.tick() => {
                 // The last ping's pong must have come by now.
                 if !ponged.swap(false, Ordering::Relaxed) {
@@ -88,7 +83,7 @@ where
             }
         }
         for frame in batch.drain(..) {
-            text(&frame, &mut out);
+            encode(&frame, &mut out);
         }
         let mut written = 0;
         while written < out.len() {
@@ -121,17 +116,21 @@ pub(super) async fn close<W: AsyncWrite + Unpin>(
     socket.write_all(&unwritten).await
 }
 
-/// Appends `frame` as one final, unmasked text frame.
-fn text(frame: &Frame, out: &mut Vec<u8>) {
+/// Appends `frame` as one final, unmasked frame.
+fn encode(frame: &Frame, out: &mut Vec<u8>) {
     let header = FrameHeader {
-        opcode: OpCode::Data(Data::Text),
+        opcode: if frame.is_text() {
+            OpCode::Data(Data::Text)
+        } else {
+            OpCode::Control(Control::Pong)
+        },
         ..FrameHeader::default()
     };
     header
         .format(frame.len() as u64, out)
         .expect("writing to a Vec cannot fail");
     for piece in frame.pieces() {
-        out.extend_from_slice(piece.as_bytes());
+        out.extend_from_slice(piece);
     }
 }
 
@@ -236,9 +235,8 @@ mod tests {
             sink.send(frame).expect("room");
         }
         let (mut socket, writes, mut client) = socket(1 << 16);
-        let (_owed, pongs) = mpsc::channel(1);
         let ponged = AtomicBool::new(true);
-        let writing = write(&mut socket, frames, pongs, sink.closing(), HOUR, &ponged);
+        let writing = write(&mut socket, frames, sink.closing(), HOUR, &ponged);
         let checking = async {
             for frame in &queued {
                 assert_eq!(
@@ -258,15 +256,15 @@ mod tests {
         );
     }
 
-    /// A pong the reader owes goes out with the next write.
+    /// A pong the reader queued goes out as a pong.
     #[tokio::test]
-    async fn an_owed_pong_is_sent() {
+    async fn a_queued_pong_is_sent_as_a_pong() {
         let (sink, frames) = Sink::new(8);
         let (mut socket, _, mut client) = socket(1 << 16);
-        let (owed, pongs) = mpsc::channel(1);
-        owed.try_send(Bytes::from_static(b"hi")).expect("room");
+        sink.send(Frame::Pong(Bytes::from_static(b"hi")))
+            .expect("room");
         let ponged = AtomicBool::new(true);
-        let writing = write(&mut socket, frames, pongs, sink.closing(), HOUR, &ponged);
+        let writing = write(&mut socket, frames, sink.closing(), HOUR, &ponged);
         let checking = async {
             assert_eq!(
                 next(&mut client).await,
@@ -292,9 +290,8 @@ mod tests {
         let (sink, frames) = Sink::new(2);
         // Room for part of a frame in flight, and nobody reads it.
         let (mut socket, _, _client) = socket(16);
-        let (_owed, pongs) = mpsc::channel(1);
         let ponged = AtomicBool::new(true);
-        let writing = write(&mut socket, frames, pongs, sink.closing(), HOUR, &ponged);
+        let writing = write(&mut socket, frames, sink.closing(), HOUR, &ponged);
         let feeding = async {
             for n in 0.. {
                 match sink.send(format!("frame {n} of a peer that stopped reading")) {
@@ -320,11 +317,10 @@ mod tests {
     async fn a_ping_unanswered_for_an_interval_ends_the_connection() {
         let (sink, frames) = Sink::new(8);
         let (mut socket, _, mut client) = socket(1 << 16);
-        let (_owed, pongs) = mpsc::channel(1);
         let ponged = AtomicBool::new(true);
         // Shorter than `next`'s timeout, which runs on the same paused clock.
         let period = Duration::from_secs(10);
-        let writing = write(&mut socket, frames, pongs, sink.closing(), period, &ponged);
+        let writing = write(&mut socket, frames, sink.closing(), period, &ponged);
         let answering = async {
             // Answer three pings, then stop (the fourth is never answered).
             for answered in 0..4 {
