@@ -14,8 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tokio_tungstenite::tungstenite::Bytes;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
-use tokio_tungstenite::tungstenite::protocol::frame::{self, FrameHeader};
+use tokio_tungstenite::tungstenite::protocol::frame;
 
 use crate::fanout::{Closing, Frame};
 
@@ -116,19 +115,27 @@ pub(super) async fn close<W: AsyncWrite + Unpin>(
     socket.write_all(&unwritten).await
 }
 
-/// Appends `frame` as one final, unmasked frame.
+/// Appends `frame` as one final, unmasked frame: the header (RFC 6455,
+/// 5.2) is written here, as tungstenite's general `FrameHeader::format`
+/// took 2.5% of the server's CPU in the load benchmark's profile.
 fn encode(frame: &Frame, out: &mut Vec<u8>) {
-    let header = FrameHeader {
-        opcode: if frame.is_text() {
-            OpCode::Data(Data::Text)
-        } else {
-            OpCode::Control(Control::Pong)
-        },
-        ..FrameHeader::default()
-    };
-    header
-        .format(frame.len() as u64, out)
-        .expect("writing to a Vec cannot fail");
+    const FIN: u8 = 0x80;
+    const TEXT: u8 = 0x1;
+    const PONG: u8 = 0xA;
+    let len = frame.len();
+    out.reserve(10 + len);
+    out.push(FIN | if frame.is_text() { TEXT } else { PONG });
+    match u16::try_from(len) {
+        Ok(short) if short < 126 => out.push(short as u8),
+        Ok(medium) => {
+            out.push(126);
+            out.extend_from_slice(&medium.to_be_bytes());
+        }
+        Err(_) => {
+            out.push(127);
+            out.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+    }
     for piece in frame.pieces() {
         out.extend_from_slice(piece);
     }
@@ -225,16 +232,17 @@ mod tests {
             subscription: "0xab".into(),
             notice: Notice::new("\"0x1\"", Some("eth:1:0:00000000000000ff")),
         };
-        // Long enough for a 16-bit length in the frame header.
+        // Lengths of each size the header has: 7 bits, 16, and 64.
         let queued = [
             Frame::Text("a".into()),
             notification,
             Frame::Text("x".repeat(300)),
+            Frame::Text("y".repeat(70_000)),
         ];
         for frame in queued.iter().cloned() {
             sink.send(frame).expect("room");
         }
-        let (mut socket, writes, mut client) = socket(1 << 16);
+        let (mut socket, writes, mut client) = socket(1 << 20);
         let ponged = AtomicBool::new(true);
         let writing = write(&mut socket, frames, sink.closing(), HOUR, &ponged);
         let checking = async {
