@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use tokio::sync::mpsc;
 
@@ -31,7 +30,7 @@ pub enum Frame {
     },
     /// The answer to a client's ping, with its payload; queued with the
     /// rest, so one queue is all the writer waits on.
-    Pong(Bytes),
+    Pong(Box<[u8]>),
 }
 
 impl Frame {
@@ -45,7 +44,7 @@ impl Frame {
             } => [
                 PREFIX.as_bytes(),
                 subscription.as_bytes(),
-                notice.rest.as_bytes(),
+                notice.0.rest.as_bytes(),
             ],
             Self::Pong(payload) => [payload, b"", b""],
         }
@@ -81,9 +80,16 @@ impl From<String> for Frame {
 /// What follows the subscription id in each notification of one event:
 /// `","result":<payload>,"cursor":"<cursor>"}}`. Made once per event and
 /// payload kind; cloning it is a reference count.
+///
+/// One pointer, not a fat `Arc<str>` and a length: every slot of every
+/// connection's queue is as large as the largest frame (32 bytes), and the
+/// queue allocates its first 32 slots up front, idle or not.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Notice {
-    rest: Arc<str>,
+pub struct Notice(Arc<NoticeText>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct NoticeText {
+    rest: Box<str>,
     payload_len: usize,
 }
 
@@ -106,15 +112,15 @@ impl Notice {
             rest.push('"');
         }
         rest.push_str(SUFFIX);
-        Self {
+        Self(Arc::new(NoticeText {
             rest: rest.into(),
             payload_len: payload.len(),
-        }
+        }))
     }
 
     /// The serialized payload.
     pub fn payload(&self) -> &str {
-        &self.rest[MIDDLE.len()..MIDDLE.len() + self.payload_len]
+        &self.0.rest[MIDDLE.len()..MIDDLE.len() + self.0.payload_len]
     }
 }
 
@@ -272,6 +278,11 @@ mod tests {
             .expect("no panic");
         assert!(closing.is_closed());
         closing.closed().await;
+    }
+
+    #[test]
+    fn a_queue_slot_is_four_words() {
+        assert_eq!(std::mem::size_of::<Frame>(), 32);
     }
 
     #[test]

@@ -159,7 +159,7 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, ponged: &AtomicBool) -> End
             Message::Close(frame) => return Ending::Closed(frame.clone()),
             Message::Ping(payload) => {
                 // Answered in order with the rest of what is queued.
-                match connection.sink.send(Frame::Pong(payload.clone())) {
+                match connection.sink.send(Frame::Pong(payload.as_ref().into())) {
                     Err(SendError::Overflow) => return Ending::TooSlow,
                     Err(SendError::Closed) => return Ending::Gone,
                     Ok(()) => continue,

@@ -269,7 +269,7 @@ mod tests {
     async fn a_queued_pong_is_sent_as_a_pong() {
         let (sink, frames) = Sink::new(8);
         let (mut socket, _, mut client) = socket(1 << 16);
-        sink.send(Frame::Pong(Bytes::from_static(b"hi")))
+        sink.send(Frame::Pong(b"hi".as_slice().into()))
             .expect("room");
         let ponged = AtomicBool::new(true);
         let writing = write(&mut socket, frames, sink.closing(), HOUR, &ponged);
