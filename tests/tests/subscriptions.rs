@@ -187,10 +187,14 @@ async fn new_pending_transactions_as_hashes_or_full_objects() {
             }
         }
         // The full subscription, made first, saw every transaction the hash
-        // subscription saw, in the same order (same topic, same actor).
+        // subscription saw, in the same order (same topic, same actor; it
+        // may have more of the last batch, as each subscriber's share of a
+        // batch is queued in one run).
         let full_hashes = hashes(&full_txs);
         assert!(
-            full_hashes.ends_with(&plain_hashes),
+            full_hashes
+                .windows(plain_hashes.len())
+                .any(|window| window == plain_hashes.as_slice()),
             "{chain}: {full_hashes:?} vs {plain_hashes:?}"
         );
     }
