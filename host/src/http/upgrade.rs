@@ -222,11 +222,7 @@ mod tests {
             "{body}"
         );
 
-        let no_connection = handshake()
-            .header(header::CONNECTION, "close")
-            .body(())
-            .expect("request");
-        let mut no_connection = no_connection;
+        let mut no_connection = handshake().body(()).expect("request");
         no_connection
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
