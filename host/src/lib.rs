@@ -38,6 +38,7 @@
 #![deny(unsafe_code)]
 
 pub mod app;
+pub mod bus;
 pub mod chain;
 pub mod config;
 pub mod contracts;

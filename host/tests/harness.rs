@@ -61,7 +61,9 @@ fn generate() -> [String; 4] {
                         line(3, block.log_json(index, false));
                     }
                 }
-                SourceEvent::Synced => unreachable!("steps carry no marker"),
+                SourceEvent::Synced | SourceEvent::Logged { .. } => {
+                    unreachable!("steps carry no marker")
+                }
             }
         }
     }

@@ -8,7 +8,7 @@
 //! flow).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use chainsieve_filter_sdk::Source;
 use prometheus_client::metrics::counter::Counter;
@@ -20,7 +20,7 @@ use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::{ChainEvent, SourceEvent};
 use crate::log::batch::EventBatch;
 use crate::log::store::Persist;
-use crate::log::{EventLog, Step};
+use crate::log::{EventLog, Position, Step};
 use crate::metrics::Metrics;
 use crate::price::Feed;
 
@@ -48,9 +48,7 @@ impl PipelineState {
     pub fn new(window: usize, topics: BTreeMap<String, FilterHandle>, log: Arc<EventLog>) -> Self {
         let mut canonical = CanonicalChain::new(window);
         for block in log.canonical(window) {
-            if canonical.apply(block.clone()).is_err() {
-                canonical.reset(block);
-            }
+            canonical.follow(&ChainEvent::Added(block));
         }
         Self {
             window: RwLock::new(canonical),
@@ -199,38 +197,55 @@ impl Pipeline {
             self.state.synced.send_replace(true);
             return;
         }
-        // The source's past is placed and logged, never notified.
-        let live = self.state.is_synced();
-        for change in self.order(event) {
-            if !matches!(change, ChainEvent::Pending(_)) {
-                // The indexer stops only at shutdown.
-                let _ = self.price.send(Feed::Change(change.clone()));
-            }
-            let step = self.state.log.append(change);
-            if let Some(persist) = &self.persist {
-                // The writer stops only after the pipeline.
-                let _ = persist.send(Persist {
-                    step: step.clone(),
-                    oldest: self.state.log.oldest(),
-                });
-            }
-            if live {
-                self.dispatch(&step).await;
-            }
+        if let SourceEvent::Logged { position, change } = event {
+            self.window().follow(&change);
+            self.take(Some(position), change).await;
+            return;
         }
+        for change in self.order(event) {
+            self.take(None, change).await;
+        }
+    }
+
+    /// Takes one canonical change to the price index and the log (at
+    /// `position` if another log gave it one, else at the next), and once
+    /// the source is synced to the actors: the source's past is placed and
+    /// logged, never notified.
+    async fn take(&self, position: Option<Position>, change: ChainEvent) {
+        if !matches!(change, ChainEvent::Pending(_)) {
+            // The indexer stops only at shutdown.
+            let _ = self.price.send(Feed::Change(change.clone()));
+        }
+        let step = match position {
+            Some(position) => self.state.log.append_at(position, change),
+            None => self.state.log.append(change),
+        };
+        if let Some(persist) = &self.persist {
+            // The writer stops only after the pipeline.
+            let _ = persist.send(Persist {
+                step: step.clone(),
+                oldest: self.state.log.oldest(),
+            });
+        }
+        if self.state.is_synced() {
+            self.dispatch(&step).await;
+        }
+    }
+
+    fn window(&self) -> RwLockWriteGuard<'_, CanonicalChain> {
+        self.state
+            .window
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs blocks through the canonical tracker.
     fn order(&self, event: SourceEvent) -> Vec<ChainEvent> {
         match event {
             SourceEvent::Pending(txs) => vec![ChainEvent::Pending(txs)],
-            SourceEvent::Synced => Vec::new(),
+            SourceEvent::Synced | SourceEvent::Logged { .. } => Vec::new(),
             SourceEvent::Block(block) => {
-                let mut window = self
-                    .state
-                    .window
-                    .write()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut window = self.window();
                 match window.apply(block.clone()) {
                     Ok(changes) => changes,
                     Err(error) => {
@@ -320,7 +335,7 @@ mod tests {
             .flatten()
             .filter_map(|event| match event {
                 SourceEvent::Block(block) => Some(block),
-                SourceEvent::Pending(_) | SourceEvent::Synced => None,
+                SourceEvent::Pending(_) | SourceEvent::Synced | SourceEvent::Logged { .. } => None,
             })
             .take(count)
             .collect()
@@ -464,5 +479,74 @@ mod tests {
             assert_eq!(params["result"], result);
             assert_eq!(params["cursor"], cursor.as_str());
         }
+    }
+
+    /// A pipeline fed another log's steps (an edge reading the bus) from
+    /// the middle of that log on notifies exactly what the first one does,
+    /// cursors included, through reorgs; its window and positions follow.
+    #[tokio::test]
+    async fn logged_steps_are_notified_as_their_log_numbered_them() {
+        let (leader_log, follower_log) = (testing::log(), testing::log());
+        let (logs, mut leader_frames) = actor("logs", &leader_log).await;
+        let (mut leader, leader_state, _) = pipeline(
+            BTreeMap::from([("logs".to_string(), logs)]),
+            leader_log.clone(),
+        );
+        let (logs, mut follower_frames) = actor("logs", &follower_log).await;
+        let (mut follower, follower_state, _) = pipeline(
+            BTreeMap::from([("logs".to_string(), logs)]),
+            follower_log.clone(),
+        );
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                reorg_every: 3,
+                reorg_depth: 2,
+                ..DevnetSettings::default()
+            },
+        );
+        let mut blocks = std::iter::once(devnet.genesis()).chain(blocks(&mut devnet, 14));
+        for block in blocks.by_ref().take(3) {
+            leader.apply(SourceEvent::Block(block)).await;
+        }
+        // The follower starts at the leader's next step.
+        let start = leader_log.head();
+        let mut forwarded = start;
+        leader.apply(SourceEvent::Synced).await;
+        follower.apply(SourceEvent::Synced).await;
+        let mut removed = 0;
+        for block in blocks {
+            leader.apply(SourceEvent::Block(block)).await;
+            while forwarded < leader_log.head() {
+                forwarded += 1;
+                let step = leader_log.get(forwarded).expect("held");
+                removed += usize::from(matches!(step.change, ChainEvent::Removed(_)));
+                follower
+                    .apply(SourceEvent::Logged {
+                        position: step.position,
+                        change: step.change.clone(),
+                    })
+                    .await;
+                assert_eq!(follower_log.get(forwarded).map(|s| s.tag), Some(step.tag));
+            }
+            let tip = |state: &PipelineState| state.window().tip().map(|b| b.hash);
+            assert_eq!(tip(&follower_state), tip(&leader_state));
+        }
+        assert!(removed > 0, "the devnet reorganised");
+        assert_eq!(follower_log.head(), leader_log.head());
+        // Every log of every step after the marker, in both.
+        let expected: usize = (start + 1..=leader_log.head())
+            .filter_map(|position| leader_log.get(position))
+            .map(|step| match &step.change {
+                ChainEvent::Added(block) | ChainEvent::Removed(block) => block.logs.len(),
+                ChainEvent::Pending(_) => 0,
+            })
+            .sum();
+        assert!(expected > 10, "{expected} notifications");
+        for _ in 0..expected {
+            let ours = next_params(&mut leader_frames).await;
+            assert_eq!(next_params(&mut follower_frames).await, ours);
+        }
+        assert!(follower_frames.try_recv().is_err(), "nothing more");
     }
 }

@@ -107,6 +107,26 @@ impl CanonicalChain {
         Ok(events)
     }
 
+    /// Follows a change another tracker made: an edge's window follows the
+    /// ingest's log, and a restarted chain's the log it restored. An added
+    /// block is placed (one that does not connect restarts the window from
+    /// it, as that tracker's did); a removed block leaves the tip.
+    pub fn follow(&mut self, change: &ChainEvent) {
+        match change {
+            ChainEvent::Added(block) => {
+                if self.apply(block.clone()).is_err() {
+                    self.reset(block.clone());
+                }
+            }
+            ChainEvent::Removed(block) => {
+                if self.tip().is_some_and(|tip| tip.hash == block.hash) {
+                    self.blocks.pop_back();
+                }
+            }
+            ChainEvent::Pending(_) => {}
+        }
+    }
+
     /// Forgets everything and restarts from `block` (after a reorg deeper
     /// than the window, or a gap too large to backfill).
     pub fn reset(&mut self, block: Arc<Block>) -> Vec<ChainEvent> {
@@ -204,6 +224,35 @@ mod tests {
         ));
         assert_eq!(describe(&c.reset(stray)), vec![('+', 9, 3)]);
         assert_eq!(c.oldest().map(|b| b.number()), Some(9));
+    }
+
+    /// A window following another tracker's changes holds what that
+    /// tracker holds after each of them: a reorg's removals leave the tip
+    /// one by one, a block that does not connect restarts it.
+    #[test]
+    fn a_follower_holds_what_the_leader_holds() {
+        let (mut leader, blocks) = chain(6, 16);
+        let mut follower = CanonicalChain::new(16);
+        for block in &blocks {
+            follower.follow(&ChainEvent::Added(block.clone()));
+        }
+        let held = |c: &CanonicalChain| c.blocks().map(|b| b.hash).collect::<Vec<_>>();
+        let b3 = block(3, 2, blocks[2].hash);
+        let stray = block(9, 3, B256::repeat_byte(0xee));
+        let changes = [
+            leader.apply(b3.clone()).expect("reorg"),
+            leader.apply(block(4, 2, b3.hash)).expect("extends"),
+            leader.reset(stray),
+        ];
+        for change in changes.iter().flatten() {
+            follower.follow(change);
+            if let ChainEvent::Removed(block) = change {
+                assert_eq!(follower.tip().map(|b| b.hash), Some(block.parent_hash()));
+            }
+        }
+        assert_eq!(held(&follower), held(&leader));
+        follower.follow(&ChainEvent::Removed(blocks[0].clone()));
+        assert_eq!(held(&follower), held(&leader), "only the tip leaves");
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub enum SourceEvent {
     /// A block, canonical as far as the source knows; a block whose parent is
     /// not the current tip makes the tracker reorganise.
     Block(Arc<Block>),
+    /// A change another server's tracker already ordered, at the position
+    /// that server's log gave it: what an edge reads from the bus. Placed
+    /// as it is, never reordered.
+    Logged { position: u64, change: ChainEvent },
     /// Everything the source sent before this is its past (the devnet's
     /// generated history): placed in the window and the price index, never
     /// notified. Sent once; the chain is ready from here on.

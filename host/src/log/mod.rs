@@ -154,19 +154,25 @@ impl EventLog {
         stored: impl IntoIterator<Item = (Position, ChainEvent)>,
     ) -> Self {
         let log = Self::new(chain, config);
-        {
-            let mut steps = log.write();
-            for (position, change) in stored {
-                if position != steps.next {
-                    *steps = Steps {
-                        next: position,
-                        ..Steps::default()
-                    };
-                }
-                log.push(&mut steps, Step::new(position, change));
-            }
+        for (position, change) in stored {
+            log.append_at(position, change);
         }
         log
+    }
+
+    /// Appends `change` at the `position` another log gave it: an edge's
+    /// log follows the ingest's, step by step, through the bus. A position
+    /// other than the next one (steps the bus no longer held, or a stream
+    /// started anew) starts the window afresh there.
+    pub fn append_at(&self, position: Position, change: ChainEvent) -> Arc<Step> {
+        let mut steps = self.write();
+        if position != steps.next {
+            *steps = Steps {
+                next: position,
+                ..Steps::default()
+            };
+        }
+        self.push(&mut steps, Step::new(position, change))
     }
 
     /// Appends `change` at the next position, dropping the oldest steps

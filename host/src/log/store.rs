@@ -138,7 +138,7 @@ mod tests {
                 let change = match event {
                     SourceEvent::Block(block) => ChainEvent::Added(block),
                     SourceEvent::Pending(txs) => ChainEvent::Pending(txs),
-                    SourceEvent::Synced => continue,
+                    SourceEvent::Synced | SourceEvent::Logged { .. } => continue,
                 };
                 let step = log.append(change);
                 let persist = Persist {

@@ -84,7 +84,9 @@ mod tests {
                 .into_iter()
                 .filter_map(|e| match e {
                     SourceEvent::Block(b) => Some(b),
-                    SourceEvent::Pending(_) | SourceEvent::Synced => None,
+                    SourceEvent::Pending(_) | SourceEvent::Synced | SourceEvent::Logged { .. } => {
+                        None
+                    }
                 })
                 .collect();
             let Some(first) = blocks.first() else {
@@ -155,7 +157,9 @@ mod tests {
                 .into_iter()
                 .filter_map(|e| match e {
                     SourceEvent::Block(b) => Some(b),
-                    SourceEvent::Pending(_) | SourceEvent::Synced => None,
+                    SourceEvent::Pending(_) | SourceEvent::Synced | SourceEvent::Logged { .. } => {
+                        None
+                    }
                 })
                 .collect()
         };

@@ -223,6 +223,7 @@ mod tests {
                 SourceEvent::Block(block) => blocks.push(block),
                 SourceEvent::Pending(_) => {}
                 SourceEvent::Synced => break,
+                SourceEvent::Logged { .. } => panic!("the devnet logs no steps"),
             }
         }
         assert_eq!(
@@ -269,7 +270,9 @@ mod tests {
                     assert_eq!((block.number(), pending), (1, 4));
                     break;
                 }
-                SourceEvent::Synced => panic!("the history ends after block 1"),
+                SourceEvent::Synced | SourceEvent::Logged { .. } => {
+                    panic!("the history ends after block 1")
+                }
             }
         }
         shutdown.cancel();

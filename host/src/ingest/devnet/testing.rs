@@ -46,7 +46,9 @@ pub(super) fn run_steps(
         match event {
             SourceEvent::Block(b) => blocks.push(b),
             SourceEvent::Pending(txs) => pending.extend(txs),
-            SourceEvent::Synced => unreachable!("steps carry no marker"),
+            SourceEvent::Synced | SourceEvent::Logged { .. } => {
+                unreachable!("steps carry no marker")
+            }
         }
     }
     (blocks, pending)
