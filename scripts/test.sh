@@ -17,7 +17,8 @@ if ! command -v node >/dev/null 2>&1; then
 fi
 npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
 
-# web3.py for the Python client test, in a venv of its own.
+# web3.py for the Python client test and nats-server (the bus tests), in a
+# venv of its own.
 if [ ! -x tests/py/.venv/bin/python ]; then
     python3 -m venv tests/py/.venv || {
         apt-get update -qq && apt-get install -y -qq python3-venv && python3 -m venv tests/py/.venv

@@ -12,8 +12,9 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::bus::Bus;
 use crate::chain::{Chain, reload};
-use crate::config::Config;
+use crate::config::{Config, Role};
 use crate::filters::{FilterEngine, FilterRegistry};
 use crate::http::{AppState, Stats};
 use crate::metrics::Metrics;
@@ -22,8 +23,12 @@ use crate::rpc::subscriptions::Subscriptions;
 
 /// Loads the filters and starts every chain; the server then serves the
 /// returned state ([`crate::http::serve`]).
-pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<AppState>> {
+pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<AppState>> {
     config.validate()?;
+    let bus = match config.role {
+        Role::All => None,
+        role => Some(Bus::connect(&config.bus, &format!("chainsieve {}", role.name())).await?),
+    };
     let specs = config.chain_specs()?;
     let keys = config.keys()?.into_iter().collect();
     let engine = FilterEngine::new(&config.filters)?;
@@ -41,9 +46,11 @@ pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc
             &engine,
             &metrics,
             config,
+            bus.as_ref(),
             &chains_running,
             &tasks,
-        );
+        )
+        .await;
         match started {
             Ok(chain) => {
                 chains.insert(spec.name.clone(), chain);
@@ -62,7 +69,12 @@ pub fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc
         registry,
         engine,
         config.filters.dir.clone(),
-        chains.values().cloned().collect(),
+        // An ingest runs no filters.
+        chains
+            .values()
+            .filter(|_| config.role != Role::Ingest)
+            .cloned()
+            .collect(),
         chains_running.clone(),
         &tasks,
     )

@@ -24,6 +24,8 @@
 //!   [`ingest::upstream`]) produce blocks and pending transactions;
 //!   [`ingest::canonical`] orders them (reorgs become removals then
 //!   additions).
+//! - [`bus`] — the roles' NATS JetStream bus: an ingest publishes each
+//!   chain's log steps, an edge follows them into its own pipeline.
 //! - [`log`] — each chain's event log: every canonical change as a step at
 //!   a position, over a bounded window that resuming subscriptions replay;
 //!   [`log::batch`] splits a step into per-stream batches, each event with
@@ -65,18 +67,18 @@ pub async fn run(
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let state = app::start(&config, shutdown)?;
+    let state = app::start(&config, shutdown).await?;
     http::serve(listener, state).await
 }
 
 /// Starts a server on `listener` in the background and returns its state
 /// (tests and embedders use it to inspect what is running).
-pub fn spawn(
+pub async fn spawn(
     listener: TcpListener,
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Arc<AppState>> {
-    let state = app::start(&config, shutdown)?;
+    let state = app::start(&config, shutdown).await?;
     let serving = state.clone();
     tokio::spawn(async move {
         if let Err(error) = http::serve(listener, serving).await {

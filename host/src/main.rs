@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chainsieve::Config;
-use chainsieve::config::{LogFormat, LoggingConfig};
+use chainsieve::config::{LogFormat, LoggingConfig, Role};
 use chainsieve::filters::harness::{DEFAULT_BATCH, Harness, Match};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -23,6 +23,7 @@ use tracing_subscriber::EnvFilter;
 /// accepts the API key `demo`. The config file (TOML; every key optional):
 ///
 ///   listen = "127.0.0.1:8080"
+///   role = "all"   (or "ingest", "edge": several servers on NATS JetStream)
 ///   [auth]     keys = ["…"]
 ///   [filters]  dir = "filters"   call_timeout_ms = 1000   memory_limit_mib = 256   max_values = 1000
 ///   [chains.eth]      chain_id = 1    source = "devnet"   (or "ws://host:port")
@@ -30,6 +31,7 @@ use tracing_subscriber::EnvFilter;
 ///   [chains.polygon]  chain_id = 137  source = "devnet"
 ///   [devnet]   seed = 1   block_time_ms = …   reorg_every = 0
 ///   [limits]   outbound_queue = 4096   max_batch = 1000   max_request_bytes = 1048576
+///   [bus]      urls = ["nats://127.0.0.1:4222"]   prefix = "chainsieve"   lease_ms = 3000
 ///
 /// See README.md for every key and its meaning.
 #[derive(Debug, Parser)]
@@ -41,6 +43,10 @@ struct Args {
     /// Listen address; overrides `listen` in the config.
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    /// all (one process, the default), ingest (nodes to the bus) or edge
+    /// (the bus to clients); overrides `role` in the config.
+    #[arg(long, value_name = "ROLE")]
+    role: Option<Role>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -162,13 +168,16 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    if let Some(role) = args.role {
+        config.role = role;
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let address = listener.local_addr().context("reading the bound address")?;
     let keys = config.keys()?;
     let shutdown = CancellationToken::new();
-    let state = chainsieve::app::start(&config, shutdown.clone())?;
+    let state = chainsieve::app::start(&config, shutdown.clone()).await?;
     announce(&address, &state, &keys[0]);
     let mut server = tokio::spawn(chainsieve::http::serve(listener, state));
     tokio::select! {

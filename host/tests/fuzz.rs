@@ -198,7 +198,11 @@ fn the_frame_handler_answers_every_input_well_formed() {
         ..Config::default()
     };
     config.limits.requests_per_second_per_key = 10_000_000;
-    let state = chainsieve::app::start(&config, tokio_util::sync::CancellationToken::new())
+    let state = runtime
+        .block_on(chainsieve::app::start(
+            &config,
+            tokio_util::sync::CancellationToken::new(),
+        ))
         .expect("server");
     let chain = state.chains["eth"].clone();
     let api_key: Arc<str> = "demo".into();

@@ -447,7 +447,7 @@ async fn serve(source: String, history: u64) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
-    let state = chainsieve::spawn(listener, config, shutdown.clone())?;
+    let state = chainsieve::spawn(listener, config, shutdown.clone()).await?;
     let deadline = tokio::time::Instant::now() + chainsieve_tests::TIMEOUT;
     while !state
         .chains

@@ -5,6 +5,7 @@
 pub mod anvil;
 pub mod filters;
 pub mod load;
+pub mod nats;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -79,7 +80,7 @@ impl TestServer {
             .context("binding 127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
-        let state = chainsieve::app::start(&config, shutdown.clone())?;
+        let state = chainsieve::app::start(&config, shutdown.clone()).await?;
         let serving = tokio::spawn(chainsieve::http::serve(listener, state.clone()));
         // Built before waiting, so a failed wait still shuts it down.
         let server = Self {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{AuthConfig, ChainConfig, Config, LogConfig, SourceConfig};
+use chainsieve::config::{Config, LogConfig};
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy_ping};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
@@ -16,23 +16,11 @@ const KEY: &str = "resume-test";
 /// A server whose eth chain reads `anvil`, its log kept in `data_dir`.
 async fn server(anvil: &Anvil, data_dir: &std::path::Path) -> TestServer {
     let config = Config {
-        chains: BTreeMap::from([(
-            "eth".to_string(),
-            ChainConfig {
-                chain_id: Some(anvil.chain_id),
-                source: SourceConfig::Node(anvil.ws_url()),
-                ..Default::default()
-            },
-        )]),
-        auth: AuthConfig {
-            keys: vec![KEY.to_string()],
-            ..Default::default()
-        },
         log: LogConfig {
             data_dir: Some(data_dir.to_path_buf()),
             ..LogConfig::default()
         },
-        ..Config::default()
+        ..anvil.config(KEY)
     };
     let server = TestServer::start(config).await.expect("server starts");
     server.wait_live("eth").await;

@@ -474,7 +474,9 @@ async fn history_is_never_notified() {
         .expect("bind");
     let addr = listener.local_addr().expect("address");
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let state = chainsieve::spawn(listener, config, shutdown.clone()).expect("server");
+    let state = chainsieve::spawn(listener, config, shutdown.clone())
+        .await
+        .expect("server");
     let mut ws = WsClient::connect(&format!("ws://{addr}/eth/v1/demo"))
         .await
         .expect("connect");

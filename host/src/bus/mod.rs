@@ -1,6 +1,169 @@
 //! The bus between roles (docs/architecture.md, The bus): an `ingest`
-//! publishes each chain's log steps to a NATS JetStream stream, an `edge`
-//! consumes them into its own log. A step's position is its message's
-//! stream sequence, so cursors mean the same on every edge.
+//! publishes each chain's log steps to a NATS JetStream stream
+//! ([`publish`]), an `edge` follows them into its own log ([`follow`]). A
+//! step's position is its message's stream sequence, so a cursor means the
+//! same on every edge and a client may resume on any of them.
+//!
+//! The stream is the log's single copy between processes: an ingest that
+//! starts (or takes over) continues it from its tail, and publishes with
+//! the sequence it expects to be last, so two writers can never interleave.
 
 pub mod codec;
+pub mod follow;
+pub mod ingest;
+pub mod lease;
+pub mod publish;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use async_nats::jetstream::{self, stream};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::BusConfig;
+use crate::ingest::ChainEvent;
+use crate::log::Position;
+
+/// The pause before reading the bus again after it failed.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// A connection to the bus's NATS servers, shared by every chain.
+#[derive(Clone, Debug)]
+pub struct Bus {
+    jetstream: jetstream::Context,
+    config: BusConfig,
+}
+
+impl Bus {
+    /// Connects to `config.urls`; fails if no server answers. Once
+    /// connected the client reconnects by itself, for as long as it takes.
+    pub async fn connect(config: &BusConfig, name: &str) -> anyhow::Result<Self> {
+        let client = async_nats::ConnectOptions::new()
+            .name(name)
+            .connect(config.urls.as_slice())
+            .await
+            .with_context(|| format!("connecting to NATS at {}", config.urls.join(", ")))?;
+        Ok(Self {
+            jetstream: jetstream::new(client),
+            config: config.clone(),
+        })
+    }
+
+    /// `chain`'s log on the bus: its stream, created with the configured
+    /// limits if it does not exist yet (and updated to them if it does).
+    pub async fn log(&self, chain: &str) -> anyhow::Result<ChainLog> {
+        let name = format!("{}-{chain}", self.config.prefix);
+        let subject = format!("{}.{chain}.log", self.config.prefix);
+        let config = stream::Config {
+            name: name.clone(),
+            subjects: vec![subject.clone()],
+            max_age: self.config.max_age(),
+            max_bytes: i64::try_from(self.config.max_mib << 20).unwrap_or(i64::MAX),
+            storage: stream::StorageType::File,
+            retention: stream::RetentionPolicy::Limits,
+            discard: stream::DiscardPolicy::Old,
+            ..Default::default()
+        };
+        self.jetstream
+            .create_or_update_stream(config)
+            .await
+            .with_context(|| format!("creating the stream {name}"))?;
+        let stream = self
+            .jetstream
+            .get_stream(&name)
+            .await
+            .with_context(|| format!("opening the stream {name}"))?;
+        Ok(ChainLog {
+            chain: chain.into(),
+            subject,
+            stream,
+            jetstream: self.jetstream.clone(),
+        })
+    }
+}
+
+/// One chain's log on the bus.
+#[derive(Clone, Debug)]
+pub struct ChainLog {
+    chain: Arc<str>,
+    subject: String,
+    stream: stream::Stream,
+    jetstream: jetstream::Context,
+}
+
+/// The newest steps of a chain's log on the bus.
+#[derive(Debug, Default)]
+pub struct Tail {
+    /// Oldest first.
+    pub steps: Vec<(Position, ChainEvent)>,
+    /// The stream's last position (0 for a stream never written), which
+    /// the first step of `steps` may not reach when they are empty.
+    pub head: Position,
+}
+
+impl ChainLog {
+    /// [`ChainLog::tail`], tried until the bus answers; `None` at
+    /// `shutdown`.
+    pub async fn tail_when_read(
+        &self,
+        blocks: usize,
+        shutdown: &CancellationToken,
+    ) -> Option<Tail> {
+        loop {
+            match self.tail(blocks).await {
+                Ok(tail) => return Some(tail),
+                Err(error) => {
+                    tracing::warn!(chain = %self.chain, error = format!("{error:#}"), "cannot read the log's tail; trying again");
+                    pause(shutdown).await?;
+                }
+            }
+        }
+    }
+
+    /// The newest steps, back to the one that added the `blocks`-th newest
+    /// block (or the oldest the stream keeps): what a window of `blocks`
+    /// blocks holds.
+    pub async fn tail(&self, blocks: usize) -> anyhow::Result<Tail> {
+        let info = self
+            .stream
+            .get_info()
+            .await
+            .with_context(|| format!("reading the state of {}'s stream", self.chain))?;
+        let (first, head) = (info.state.first_sequence.max(1), info.state.last_sequence);
+        let mut steps = Vec::new();
+        let mut added = 0;
+        let mut position = head;
+        while position >= first && added < blocks {
+            let message = match self.stream.get_raw_message(position).await {
+                Ok(message) => message,
+                // Aged out since the state was read: the tail ends here.
+                Err(error)
+                    if error.kind()
+                        == jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+                {
+                    break;
+                }
+                Err(error) => {
+                    return Err(error)
+                        .with_context(|| format!("reading {}'s step {position}", self.chain));
+                }
+            };
+            let change = codec::decode(&message.payload)
+                .with_context(|| format!("decoding {}'s step {position}", self.chain))?;
+            added += usize::from(matches!(change, ChainEvent::Added(_)));
+            steps.push((position, change));
+            position -= 1;
+        }
+        steps.reverse();
+        Ok(Tail { steps, head })
+    }
+}
+
+/// Waits [`RETRY`]; `None` at `shutdown`.
+async fn pause(shutdown: &CancellationToken) -> Option<()> {
+    tokio::select! {
+        () = shutdown.cancelled() => None,
+        () = tokio::time::sleep(RETRY) => Some(()),
+    }
+}

@@ -3,18 +3,21 @@
 //! RPC side uses. The set of actors changes at run time when the filters
 //! directory does ([`reload`]).
 
+pub mod lead;
 pub mod pipeline;
 pub mod reload;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLockReadGuard};
 
+use alloy_primitives::B256;
 use anyhow::Context;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{ChainSpec, Config, LogConfig, SourceConfig};
+use crate::bus::{self, Bus};
+use crate::config::{ChainSpec, Config, LogConfig, Role, SourceConfig};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{self, Devnet, Submission};
@@ -23,6 +26,7 @@ use crate::log::EventLog;
 use crate::log::store::{self, LogStore, Persist};
 use crate::metrics::Metrics;
 use crate::price::PriceIndex;
+use lead::Leader;
 use pipeline::{Pipeline, PipelineState};
 
 /// Source events that may wait for the pipeline; past that the source
@@ -55,52 +59,117 @@ pub struct Chain {
 
 impl Chain {
     /// Starts the chain's filter actors, its source and its pipeline (on
-    /// `tasks`); they stop when `shutdown` is cancelled.
-    pub fn start(
+    /// `tasks`), as `config.role` says: the source is the node or the
+    /// devnet, or for an edge the chain's log on `bus`; an ingest runs no
+    /// actors and publishes its log to `bus`. They stop when `shutdown` is
+    /// cancelled.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
         spec: &ChainSpec,
         registry: &FilterRegistry,
         engine: &Arc<FilterEngine>,
         metrics: &Arc<Metrics>,
         config: &Config,
+        bus: Option<&Bus>,
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
     ) -> anyhow::Result<Arc<Chain>> {
-        let (log, persist) = event_log(spec, &config.log, tasks)?;
-        let topics = registry
-            .active()
-            .into_iter()
-            .map(|(topic, component)| {
-                let counted = metrics.actor(&spec.name, &topic);
-                let handle = FilterHandle::spawn(engine.clone(), component, &log, counted)?;
-                Ok((topic, handle))
-            })
-            .collect::<anyhow::Result<_>>()?;
+        let role = config.role;
+        let (log, persist) = match role {
+            Role::All => event_log(spec, &config.log, tasks)?,
+            // The bus keeps the log between processes.
+            Role::Ingest | Role::Edge => (Arc::new(EventLog::new(&spec.name, &config.log)), None),
+        };
+        let topics = match role {
+            Role::Ingest => BTreeMap::new(),
+            Role::All | Role::Edge => registry
+                .active()
+                .into_iter()
+                .map(|(topic, component)| {
+                    let counted = metrics.actor(&spec.name, &topic);
+                    let handle = FilterHandle::spawn(engine.clone(), component, &log, counted)?;
+                    Ok((topic, handle))
+                })
+                .collect::<anyhow::Result<_>>()?,
+        };
         let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown, tasks)?;
         let state = Arc::new(PipelineState::new(spec.window, topics, log));
-        let (events, rx) = mpsc::channel(SOURCE_QUEUE);
-        let (upstream, submissions) = match &spec.source {
-            SourceConfig::Devnet => {
+        let (events, source) = mpsc::channel(SOURCE_QUEUE);
+        let pipeline = Pipeline::new(&spec.name, state.clone(), price_events, persist, metrics);
+        let mut upstream = None;
+        let mut submissions = None;
+        let mut leader = None;
+        match (role, bus, &spec.source) {
+            (Role::Edge, Some(bus), _) => {
+                let on_bus = bus.log(&spec.name).await?;
+                tasks.spawn(bus::follow::follow(
+                    on_bus,
+                    config.log.blocks,
+                    events,
+                    shutdown.clone(),
+                ));
+            }
+            (Role::Ingest, Some(bus), SourceConfig::Node(url)) => {
+                let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
+                upstream = Some(watcher);
+                let holder = format!(
+                    "ingest pid {} #{:08x}",
+                    std::process::id(),
+                    rand::random::<u32>()
+                );
+                leader = Some(Leader {
+                    pipeline: pipeline.clone(),
+                    on_bus: bus.log(&spec.name).await?,
+                    leases: bus.leases(&holder).await?,
+                    blocks: config.log.blocks,
+                    settings: node_settings(spec, url, Vec::new()),
+                    status,
+                });
+            }
+            (Role::All, _, SourceConfig::Devnet) => {
                 let devnet = Devnet::new(spec.chain_id, &config.devnet);
                 let (submit, submitted) = mpsc::channel(SUBMISSION_QUEUE);
+                submissions = Some(submit);
                 tasks.spawn(devnet::run(devnet, events, submitted, shutdown.clone()));
-                (None, Some(submit))
             }
-            SourceConfig::Node(url) => {
-                let settings = UpstreamSettings {
-                    chain: spec.name.clone(),
-                    url: url.clone(),
-                    chain_id: spec.chain_id,
-                    backfill_limit: spec.window as u64,
-                    resume_from: resume_from(&state, &price)?,
-                };
+            (Role::All, _, SourceConfig::Node(url)) => {
+                let settings = node_settings(spec, url, resume_from(&state, &price)?);
                 let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
+                upstream = Some(watcher);
                 tasks.spawn(upstream::run(settings, events, status, shutdown.clone()));
-                (Some(watcher), None)
             }
+            (role, _, source) => {
+                anyhow::bail!(
+                    "role {} cannot serve chain {} from {source:?}",
+                    role.name(),
+                    spec.name
+                )
+            }
+        }
+        match leader {
+            // A leader runs a pipeline of its own per term.
+            Some(leader) => tasks.spawn(leader.run(shutdown.clone())),
+            None => tasks.spawn(pipeline.run(source, shutdown.clone())),
         };
-        let pipeline = Pipeline::new(&spec.name, state.clone(), price_events, persist, metrics);
-        tasks.spawn(pipeline.run(rx, shutdown.clone()));
-        Ok(Arc::new(Chain {
+        Ok(Chain::new(
+            spec,
+            state,
+            upstream,
+            submissions,
+            price,
+            metrics,
+        ))
+    }
+
+    fn new(
+        spec: &ChainSpec,
+        state: Arc<PipelineState>,
+        upstream: Option<watch::Receiver<UpstreamStatus>>,
+        submissions: Option<mpsc::Sender<Submission>>,
+        price: Arc<PriceIndex>,
+        metrics: &Arc<Metrics>,
+    ) -> Arc<Chain> {
+        Arc::new(Chain {
             name: spec.name.clone(),
             chain_id: spec.chain_id,
             state,
@@ -108,7 +177,7 @@ impl Chain {
             submissions,
             price,
             metrics: metrics.clone(),
-        }))
+        })
     }
 
     /// The state of the chain's source: the devnet is always live.
@@ -175,13 +244,22 @@ fn event_log(
     Ok((log, Some(persist)))
 }
 
+/// What a node source of `spec` at `url` follows, resuming from
+/// `resume_from`.
+fn node_settings(spec: &ChainSpec, url: &str, resume_from: Vec<(u64, B256)>) -> UpstreamSettings {
+    UpstreamSettings {
+        chain: spec.name.clone(),
+        url: url.to_string(),
+        chain_id: spec.chain_id,
+        backfill_limit: spec.window as u64,
+        resume_from,
+    }
+}
+
 /// Where a node source picks up after a restart: the canonical blocks a
 /// restored log holds (so a reorg that happened meanwhile connects to
 /// them and is undone), else the price index's last block.
-fn resume_from(
-    state: &PipelineState,
-    price: &PriceIndex,
-) -> anyhow::Result<Vec<(u64, alloy_primitives::B256)>> {
+fn resume_from(state: &PipelineState, price: &PriceIndex) -> anyhow::Result<Vec<(u64, B256)>> {
     let window: Vec<_> = state
         .window()
         .blocks()

@@ -116,7 +116,7 @@ impl PipelineState {
 }
 
 /// One chain's pipeline; [`Pipeline::run`] drives it from a source.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Pipeline {
     /// The chain's name, for logs and cursors.
     chain: Arc<str>,
@@ -164,6 +164,20 @@ impl Pipeline {
         }
     }
 
+    /// What the pipeline writes.
+    pub fn state(&self) -> &Arc<PipelineState> {
+        &self.state
+    }
+
+    /// This pipeline, handing the steps it appends to `persist` (a writer
+    /// or a publisher) instead.
+    pub fn persisting_to(&self, persist: mpsc::UnboundedSender<Persist>) -> Self {
+        Self {
+            persist: Some(persist),
+            ..self.clone()
+        }
+    }
+
     /// Takes `source`'s events in order until it ends or `shutdown`.
     pub async fn run(
         mut self,
@@ -208,7 +222,8 @@ impl Pipeline {
     }
 
     /// Takes one canonical change to the price index and the log (at
-    /// `position` if another log gave it one, else at the next), and once
+    /// `position` if another log gave it one, else at the next, and then
+    /// to the writer persisting or publishing it), and once
     /// the source is synced to the actors: the source's past is placed and
     /// logged, never notified.
     async fn take(&self, position: Option<Position>, change: ChainEvent) {
@@ -220,7 +235,8 @@ impl Pipeline {
             Some(position) => self.state.log.append_at(position, change),
             None => self.state.log.append(change),
         };
-        if let Some(persist) = &self.persist {
+        // A step another log numbered is kept there already.
+        if let Some(persist) = self.persist.as_ref().filter(|_| position.is_none()) {
             // The writer stops only after the pipeline.
             let _ = persist.send(Persist {
                 step: step.clone(),

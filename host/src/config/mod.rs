@@ -11,7 +11,9 @@ use anyhow::{Context, bail};
 use chainsieve_filter_sdk::params;
 use serde::Deserialize;
 
+mod bus;
 mod devnet;
+pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
 
 /// Recent blocks a chain keeps by default (`chains.<name>.window`); deeper
@@ -28,6 +30,9 @@ pub const DEFAULT_CHAIN: &str = "eth";
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// What this process does: `all` (default), or `ingest` or `edge` on
+    /// the bus (`[bus]`).
+    pub role: Role,
     /// Address of the one listener serving every chain.
     pub listen: SocketAddr,
     pub auth: AuthConfig,
@@ -39,6 +44,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub price: PriceConfig,
     pub log: LogConfig,
+    pub bus: BusConfig,
     pub logging: LoggingConfig,
 }
 
@@ -114,6 +120,7 @@ impl Default for Config {
             })
             .collect();
         Self {
+            role: Role::All,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             auth: AuthConfig::default(),
             filters: FiltersConfig::default(),
@@ -122,6 +129,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             price: PriceConfig::default(),
             log: LogConfig::default(),
+            bus: BusConfig::default(),
             logging: LoggingConfig::default(),
         }
     }
@@ -391,6 +399,18 @@ impl Config {
                 1_000_000,
             )?;
         }
+        if self.role != Role::All {
+            self.bus.validate()?;
+        }
+        if self.role == Role::Ingest
+            && let Some(spec) = specs.iter().find(|s| s.source == SourceConfig::Devnet)
+        {
+            bail!(
+                "role ingest reads nodes, but chain {}'s source is the devnet (which generates its history afresh at every start, so it cannot continue a log on the bus): set chains.{}.source to a node's ws:// URL",
+                spec.name,
+                spec.name
+            );
+        }
         if devnet.reorg_every > 0 {
             for spec in specs.iter().filter(|s| s.source == SourceConfig::Devnet) {
                 // The tracker must hold the reorg's common ancestor.
@@ -444,7 +464,7 @@ impl Config {
     }
 
     /// The accepted API keys: the configured ones, or the demo key when
-    /// none are configured and every chain runs on the devnet.
+    /// none are configured and one process runs every chain on the devnet.
     pub fn keys(&self) -> anyhow::Result<Vec<String>> {
         if !self.auth.keys.is_empty() {
             if self
@@ -457,15 +477,16 @@ impl Config {
             }
             return Ok(self.auth.keys.clone());
         }
-        if self
-            .chains
-            .values()
-            .all(|c| c.source == SourceConfig::Devnet)
+        if self.role == Role::All
+            && self
+                .chains
+                .values()
+                .all(|c| c.source == SourceConfig::Devnet)
         {
             Ok(vec![DEMO_KEY.to_string()])
         } else {
             bail!(
-                "[auth] keys must be set: the demo key only works when every chain runs on the devnet"
+                "[auth] keys must be set: the demo key only works when one process (role all) runs every chain on the devnet"
             )
         }
     }
@@ -545,6 +566,34 @@ mod tests {
         assert!(err("[chains.eth]\nsource = \"ws://node:8546\"").contains("demo key only works"));
         assert!(err("listen = 5").contains("listen"));
         assert!(err("[auth]\nkeyz = []").contains("unknown field"));
+    }
+
+    /// The roles on the bus: an edge needs keys (it serves node data), an
+    /// ingest needs node sources, and `[bus]` is read.
+    #[test]
+    fn roles_on_the_bus() {
+        let node = "[chains.eth]\nsource = \"ws://node:8546\"\n";
+        let config = Config::from_toml(&format!(
+            "role = \"edge\"\n[auth]\nkeys = [\"k\"]\n[bus]\nurls = [\"nats://10.0.0.1:4222\"]\nprefix = \"prod\"\n{node}"
+        ))
+        .expect("an edge");
+        assert_eq!(
+            (config.role, config.bus.prefix.as_str()),
+            (Role::Edge, "prod")
+        );
+        let err = |toml: &str| format!("{:#}", Config::from_toml(toml).expect_err("invalid"));
+        assert!(err("role = \"edge\"").contains("demo key only works when one process"));
+        assert!(
+            err("role = \"ingest\"\n[auth]\nkeys = [\"k\"]")
+                .contains("role ingest reads nodes, but chain bsc's source is the devnet")
+        );
+        assert!(
+            err(&format!(
+                "role = \"edge\"\n[auth]\nkeys = [\"k\"]\n[bus]\nlease_ms = 1\n{node}"
+            ))
+            .contains("bus.lease_ms must be between 100 and 600000")
+        );
+        assert!(err("role = \"spare\"").contains("role"));
     }
 
     /// Numbers the server could not run with are refused up front, naming

@@ -160,6 +160,16 @@ impl EventLog {
         log
     }
 
+    /// Continues, while empty, a log that another process kept up to
+    /// `head` and whose steps have all aged out: the next step appended
+    /// gets `head + 1`, as the bus's stream numbers it.
+    pub fn continue_after(&self, head: Position) {
+        let mut steps = self.write();
+        if steps.held.is_empty() {
+            steps.next = head + 1;
+        }
+    }
+
     /// Appends `change` at the `position` another log gave it: an edge's
     /// log follows the ingest's, step by step, through the bus. A position
     /// other than the next one (steps the bus no longer held, or a stream

@@ -1,0 +1,53 @@
+//! The ingest's source: the chain's log continued from the bus, then the
+//! node from where that log ends. The tail's steps are placed in the
+//! pipeline's window and log at their positions (never published again),
+//! and the node source resumes from their canonical blocks: a reorg that
+//! happened while no ingest ran connects to them and comes out as
+//! removals, so the stream stays one log with no gap and no duplicate.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::ChainLog;
+use crate::ingest::SourceEvent;
+use crate::ingest::canonical::CanonicalChain;
+use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
+use crate::log::EventLog;
+
+/// Restores `bus`'s tail into the pipeline behind `out` (and `log`, the
+/// pipeline's), then reads the node `settings` names until `shutdown`.
+pub async fn run(
+    bus: ChainLog,
+    log: Arc<EventLog>,
+    blocks: usize,
+    mut settings: UpstreamSettings,
+    out: mpsc::Sender<SourceEvent>,
+    status: watch::Sender<UpstreamStatus>,
+    shutdown: CancellationToken,
+) {
+    let Some(tail) = bus.tail_when_read(blocks, &shutdown).await else {
+        return;
+    };
+    tracing::info!(chain = %settings.chain, head = tail.head, steps = tail.steps.len(), "continuing the log on the bus");
+    if tail.steps.is_empty() {
+        log.continue_after(tail.head);
+    }
+    let mut canonical = CanonicalChain::new(settings.backfill_limit as usize);
+    for (position, change) in tail.steps {
+        canonical.follow(&change);
+        if out
+            .send(SourceEvent::Logged { position, change })
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    settings.resume_from = canonical
+        .blocks()
+        .map(|block| (block.number(), block.hash))
+        .collect();
+    upstream::run(settings, out, status, shutdown).await;
+}

@@ -1,0 +1,201 @@
+//! Several servers on a real NATS JetStream server (`nats-server` with file
+//! storage on loopback): a chain's log published once by an ingest
+//! reading a real node (anvil), followed by edges that serve clients the
+//! same notifications with the same cursors, so a client resumes on any
+//! edge.
+
+use chainsieve::bus::Bus;
+use chainsieve::bus::publish::AppendError;
+use chainsieve::config::{BusConfig, Config, LogConfig, Role};
+use chainsieve::ingest::ChainEvent;
+use chainsieve::ingest::SourceEvent;
+use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
+use chainsieve::log::EventLog;
+use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy_ping};
+use chainsieve_tests::nats::Nats;
+use chainsieve_tests::{TestServer, WsClient};
+use serde_json::{Value, json};
+
+const KEY: &str = "bus-test";
+
+fn bus_config(nats: &Nats) -> BusConfig {
+    BusConfig {
+        urls: vec![nats.url()],
+        ..BusConfig::default()
+    }
+}
+
+/// A server in `role` on `nats`, its eth chain read from `anvil` (an edge
+/// reads it from the bus instead).
+async fn server(role: Role, anvil: &Anvil, nats: &Nats) -> TestServer {
+    let config = Config {
+        role,
+        bus: bus_config(nats),
+        ..anvil.config(KEY)
+    };
+    let server = TestServer::start(config).await.expect("server starts");
+    if role == Role::Ingest {
+        server.wait_live("eth").await;
+    }
+    server
+}
+
+/// A client of `newHeads` and every log on `edge`, resuming from `cursor`
+/// (the logs subscription) if given; returns it and its two ids.
+async fn subscriber(edge: &TestServer, cursor: Option<&str>) -> (WsClient, String, String) {
+    let mut client = WsClient::connect(&edge.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    let mut params = vec![json!("logs"), json!({})];
+    if let Some(cursor) = cursor {
+        params.push(json!({ "resumeFrom": cursor }));
+    }
+    let logs = client.subscribe(Value::Array(params)).await.expect("logs");
+    (client, heads, logs)
+}
+
+/// The next `count` notifications of subscription `id` on `client` (others
+/// read meanwhile are kept aside in `other`), as (result, cursor).
+async fn take(
+    client: &mut WsClient,
+    id: &str,
+    count: usize,
+    other: &mut Vec<(Value, Value)>,
+) -> Vec<(Value, Value)> {
+    let mut got = Vec::new();
+    while got.len() < count {
+        let params = client.next_notification_params().await.expect("notified");
+        let pair = (params["result"].clone(), params["cursor"].clone());
+        if params["subscription"] == id {
+            got.push(pair);
+        } else {
+            other.push(pair);
+        }
+    }
+    got
+}
+
+/// Sends a call of `contract` from the dev account (one block, automine).
+async fn ping(anvil: &Anvil, contract: &str) {
+    anvil
+        .send(json!({ "from": DEV_ACCOUNT, "to": contract, "data": "0x" }))
+        .await
+        .expect("call");
+}
+
+/// One ingest reading anvil, two edges. Clients on both edges get the same
+/// heads and logs with the same cursors, through a node reorg (the
+/// orphaned logs come as removed, then the new branch); a client that
+/// leaves one edge resumes on the other with its last cursor and misses
+/// nothing.
+#[tokio::test]
+async fn edges_serve_one_log_and_a_client_resumes_on_another_edge() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let nats = Nats::start().await.expect("nats-server");
+    let _ingest = server(Role::Ingest, &anvil, &nats).await;
+    let (a, b) = (
+        server(Role::Edge, &anvil, &nats).await,
+        server(Role::Edge, &anvil, &nats).await,
+    );
+    let (mut on_a, heads_a, logs_a) = subscriber(&a, None).await;
+    let (mut on_b, heads_b, logs_b) = subscriber(&b, None).await;
+    let (mut leaving, _, leaving_logs) = subscriber(&a, None).await;
+
+    let (mut deployer, deployer_heads, _) = subscriber(&b, None).await;
+    let contract = deploy_ping(&mut deployer, &deployer_heads, &anvil).await;
+    for _ in 0..3 {
+        ping(&anvil, &contract).await;
+    }
+    // The client leaving reads the first two logs, then goes.
+    let mut aside = Vec::new();
+    let before = take(&mut leaving, &leaving_logs, 2, &mut aside).await;
+    let cursor = before[1].1.as_str().expect("a cursor").to_string();
+    drop(leaving);
+    anvil.reorg(2).await.expect("anvil_reorg");
+    ping(&anvil, &contract).await;
+
+    // 3 logs, the 2 orphaned ones removed, 1 on the new branch.
+    let (mut heads_on_a, mut heads_on_b) = (Vec::new(), Vec::new());
+    let logs_on_a = take(&mut on_a, &logs_a, 6, &mut heads_on_a).await;
+    let logs_on_b = take(&mut on_b, &logs_b, 6, &mut heads_on_b).await;
+    assert_eq!(logs_on_a, logs_on_b, "the same logs, the same cursors");
+    let removed: Vec<bool> = logs_on_a
+        .iter()
+        .map(|(log, _)| log["removed"] == true)
+        .collect();
+    assert_eq!(removed, [false, false, false, true, true, false]);
+    assert_eq!(
+        logs_on_a[3].0["transactionHash"],
+        logs_on_a[2].0["transactionHash"]
+    );
+    let heads = heads_on_a.len().min(heads_on_b.len());
+    assert!(heads >= 4, "heads arrived too: {heads}");
+    assert_eq!(heads_on_a[..heads], heads_on_b[..heads]);
+    let _ = (heads_a, heads_b);
+
+    // Resumed on the other edge: exactly the rest.
+    let (mut back, _, back_logs) = subscriber(&b, Some(&cursor)).await;
+    let rest = take(&mut back, &back_logs, 4, &mut Vec::new()).await;
+    let mut union = before;
+    union.extend(rest);
+    assert_eq!(union, logs_on_a);
+}
+
+/// The publishing rules against a real JetStream: steps land at their
+/// positions; a retry of a step already taken is a duplicate, not a
+/// second copy; a different step at a taken position is refused (another
+/// writer leads); the tail reads back what a window of N blocks holds.
+#[tokio::test]
+async fn the_stream_is_one_linear_log() {
+    let nats = Nats::start().await.expect("nats-server");
+    let bus = Bus::connect(&bus_config(&nats), "test")
+        .await
+        .expect("connect");
+    let on_bus = bus.log("eth").await.expect("the stream");
+    let log = EventLog::new("eth", &LogConfig::default());
+    let mut devnet = Devnet::new(1, &DevnetSettings::default());
+    let mut steps = vec![log.append(ChainEvent::Added(devnet.genesis()))];
+    while steps.len() < 12 {
+        for event in devnet.next_step() {
+            let change = match event {
+                SourceEvent::Block(block) => ChainEvent::Added(block),
+                SourceEvent::Pending(txs) => ChainEvent::Pending(txs),
+                SourceEvent::Synced | SourceEvent::Logged { .. } => continue,
+            };
+            steps.push(log.append(change));
+        }
+    }
+    for step in &steps {
+        on_bus.append(step).await.expect("published");
+    }
+    let last = steps.last().expect("steps");
+    on_bus.append(last).await.expect("a retry is a duplicate");
+    // Another writer's step at the same position.
+    let other = EventLog::new("eth", &LogConfig::default());
+    other.continue_after(last.position - 1);
+    let rival = other.append(ChainEvent::Pending(Vec::new()));
+    assert!(matches!(
+        on_bus.append(&rival).await,
+        Err(AppendError::Fenced { position, .. }) if position == last.position
+    ));
+
+    let tail = on_bus.tail(2).await.expect("the tail");
+    assert_eq!(tail.head, last.position);
+    let added: Vec<usize> = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, step)| matches!(step.change, ChainEvent::Added(_)))
+        .map(|(index, _)| index)
+        .collect();
+    let from = added[added.len() - 2];
+    let positions: Vec<u64> = tail.steps.iter().map(|(position, _)| *position).collect();
+    let expected: Vec<u64> = steps[from..].iter().map(|step| step.position).collect();
+    assert_eq!(positions, expected, "back to the second newest block");
+    for ((_, change), step) in tail.steps.iter().zip(&steps[from..]) {
+        assert_eq!(
+            serde_json::to_string(change).expect("json"),
+            serde_json::to_string(&step.change).expect("json")
+        );
+    }
+}
