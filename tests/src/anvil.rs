@@ -144,6 +144,17 @@ impl Anvil {
             .context("transaction hash")
     }
 
+    /// Calls the Ping contract at `contract` `count` times from the dev
+    /// account (a block each with automine); returns the hashes.
+    pub async fn ping(&self, contract: &str, count: usize) -> Vec<String> {
+        let mut hashes = Vec::new();
+        for _ in 0..count {
+            let tx = json!({ "from": DEV_ACCOUNT, "to": contract, "data": "0x" });
+            hashes.push(self.send(tx).await.expect("a call"));
+        }
+        hashes
+    }
+
     /// Mines `blocks` empty-or-not blocks.
     pub async fn mine(&self, blocks: u64) -> anyhow::Result<()> {
         self.rpc("anvil_mine", json!([format!("{blocks:#x}")]))

@@ -6,6 +6,7 @@ pub mod anvil;
 pub mod filters;
 pub mod load;
 pub mod nats;
+pub mod process;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -249,9 +250,12 @@ impl WsClient {
         self.notifications.clear();
     }
 
+    /// The next text or binary message as JSON, within [`TIMEOUT`] (pings
+    /// and pongs meanwhile do not extend it).
     async fn next_json(&mut self) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
         loop {
-            let message = tokio::time::timeout(TIMEOUT, self.socket.next())
+            let message = tokio::time::timeout_at(deadline, self.socket.next())
                 .await
                 .context("timed out waiting for a message")?
                 .context("connection ended")??;

@@ -11,7 +11,7 @@ use chainsieve::ingest::ChainEvent;
 use chainsieve::ingest::SourceEvent;
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
 use chainsieve::log::EventLog;
-use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy_ping};
+use chainsieve_tests::anvil::{Anvil, deploy_ping};
 use chainsieve_tests::nats::Nats;
 use chainsieve_tests::{TestServer, WsClient};
 use serde_json::{Value, json};
@@ -76,14 +76,6 @@ async fn take(
     got
 }
 
-/// Sends a call of `contract` from the dev account (one block, automine).
-async fn ping(anvil: &Anvil, contract: &str) {
-    anvil
-        .send(json!({ "from": DEV_ACCOUNT, "to": contract, "data": "0x" }))
-        .await
-        .expect("call");
-}
-
 /// One ingest reading anvil, two edges. Clients on both edges get the same
 /// heads and logs with the same cursors, through a node reorg (the
 /// orphaned logs come as removed, then the new branch); a client that
@@ -105,7 +97,7 @@ async fn edges_serve_one_log_and_a_client_resumes_on_another_edge() {
     let (mut deployer, deployer_heads, _) = subscriber(&b, None).await;
     let contract = deploy_ping(&mut deployer, &deployer_heads, &anvil).await;
     for _ in 0..3 {
-        ping(&anvil, &contract).await;
+        anvil.ping(&contract, 1).await;
     }
     // The client leaving reads the first two logs, then goes.
     let mut aside = Vec::new();
@@ -113,7 +105,7 @@ async fn edges_serve_one_log_and_a_client_resumes_on_another_edge() {
     let cursor = before[1].1.as_str().expect("a cursor").to_string();
     drop(leaving);
     anvil.reorg(2).await.expect("anvil_reorg");
-    ping(&anvil, &contract).await;
+    anvil.ping(&contract, 1).await;
 
     // 3 logs, the 2 orphaned ones removed, 1 on the new branch.
     let (mut heads_on_a, mut heads_on_b) = (Vec::new(), Vec::new());

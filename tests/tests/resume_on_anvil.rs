@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use chainsieve::config::{Config, LogConfig};
-use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy_ping};
+use chainsieve_tests::anvil::{Anvil, deploy_ping};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
 
@@ -91,17 +91,6 @@ fn results<'a>(got: &'a BTreeMap<&str, Vec<Value>>, topic: &str) -> Vec<&'a Valu
         .unwrap_or_default()
 }
 
-/// Sends `count` calls of the contract, one block each (automine), and
-/// returns their hashes.
-async fn call(anvil: &Anvil, contract: &str, count: usize) -> Vec<String> {
-    let mut hashes = Vec::new();
-    for _ in 0..count {
-        let tx = json!({ "from": DEV_ACCOUNT, "to": contract, "data": "0x" });
-        hashes.push(anvil.send(tx).await.expect("call"));
-    }
-    hashes
-}
-
 #[tokio::test]
 async fn resume_across_a_node_reorg_and_a_server_restart() {
     let anvil = Anvil::start(1).await.expect("anvil");
@@ -117,7 +106,7 @@ async fn resume_across_a_node_reorg_and_a_server_restart() {
     let setup_heads = setup.subscribe(json!(["newHeads"])).await.expect("heads");
     let contract = deploy_ping(&mut setup, &setup_heads, &anvil).await;
     let (mut client, ids) = follow(&server, &contract, &cursors).await;
-    let calls = call(&anvil, &contract, 3).await;
+    let calls = anvil.ping(&contract, 3).await;
     let got = read_until(&mut client, &ids, &mut cursors, |got| {
         let logs = results(got, "logs");
         logs.len() == 3
@@ -174,7 +163,7 @@ async fn resume_across_a_node_reorg_and_a_server_restart() {
     drop(client);
     drop(setup);
     server.stop().await;
-    let later = call(&anvil, &contract, 2).await;
+    let later = anvil.ping(&contract, 2).await;
     let server = self::server(&anvil, data.path()).await;
     let (mut client, ids) = follow(&server, &contract, &cursors).await;
     let after = read_until(&mut client, &ids, &mut cursors, |got| {

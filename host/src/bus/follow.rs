@@ -80,11 +80,22 @@ async fn deliver(log: &ChainLog, next: &mut Position, out: &mpsc::Sender<SourceE
             .context("creating an ordered consumer")?;
         consumer.messages().await.context("pulling messages")
     };
+    let mut connects = log.connects.clone();
+    connects.mark_unchanged();
     let mut messages = match messages.await {
         Ok(messages) => messages,
         Err(error) => return Delivery::Failed(error),
     };
-    while let Some(message) = messages.next().await {
+    loop {
+        let message = tokio::select! {
+            message = messages.next() => message,
+            _ = connects.changed() => {
+                return Delivery::Failed(anyhow::anyhow!("reconnected to the bus: its consumer may be gone"));
+            }
+        };
+        let Some(message) = message else {
+            return Delivery::Failed(anyhow::anyhow!("the consumer ended"));
+        };
         let message = match message {
             Ok(message) => message,
             Err(error) => return Delivery::Failed(error.into()),
@@ -115,5 +126,4 @@ async fn deliver(log: &ChainLog, next: &mut Position, out: &mpsc::Sender<SourceE
         }
         *next = position + 1;
     }
-    Delivery::Failed(anyhow::anyhow!("the consumer ended"))
 }

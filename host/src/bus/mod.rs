@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_nats::jetstream::{self, stream};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BusConfig;
@@ -33,20 +34,35 @@ const RETRY: Duration = Duration::from_millis(500);
 pub struct Bus {
     jetstream: jetstream::Context,
     config: BusConfig,
+    /// Counts the connections made to the servers: a consumer made before
+    /// the last one may be gone with a restarted server, and is made anew
+    /// at once rather than after its heartbeats fail.
+    connects: watch::Receiver<u64>,
 }
 
 impl Bus {
     /// Connects to `config.urls`; fails if no server answers. Once
     /// connected the client reconnects by itself, for as long as it takes.
     pub async fn connect(config: &BusConfig, name: &str) -> anyhow::Result<Self> {
+        let (connected, connects) = watch::channel(0);
+        let connected = Arc::new(connected);
         let client = async_nats::ConnectOptions::new()
             .name(name)
+            .event_callback(move |event| {
+                let connected = connected.clone();
+                async move {
+                    if matches!(event, async_nats::Event::Connected) {
+                        connected.send_modify(|count| *count += 1);
+                    }
+                }
+            })
             .connect(config.urls.as_slice())
             .await
             .with_context(|| format!("connecting to NATS at {}", config.urls.join(", ")))?;
         Ok(Self {
             jetstream: jetstream::new(client),
             config: config.clone(),
+            connects,
         })
     }
 
@@ -79,6 +95,7 @@ impl Bus {
             subject,
             stream,
             jetstream: self.jetstream.clone(),
+            connects: self.connects.clone(),
         })
     }
 }
@@ -90,6 +107,8 @@ pub struct ChainLog {
     subject: String,
     stream: stream::Stream,
     jetstream: jetstream::Context,
+    /// [`Bus::connects`].
+    connects: watch::Receiver<u64>,
 }
 
 /// The newest steps of a chain's log on the bus.

@@ -208,7 +208,9 @@ impl Pipeline {
             if self.price.send(Feed::Flush(done)).is_ok() {
                 let _ = indexed.await;
             }
-            self.state.synced.send_replace(true);
+            if !self.state.synced.send_replace(true) {
+                tracing::info!(chain = %self.chain, head = self.state.log.head(), "chain ready: its past is in place");
+            }
             return;
         }
         if let SourceEvent::Logged { position, change } = event {

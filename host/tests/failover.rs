@@ -1,0 +1,175 @@
+//! Several `chainsieve` processes on a real NATS JetStream, each killed in
+//! turn (`kill -9`) mid-stream, the bus restarted, the node reorganised:
+//! clients see every log exactly once, in order, on every edge, with the
+//! same cursors; a client of a killed edge resumes on another with its
+//! last cursor and misses nothing (docs/architecture.md, The bus).
+
+use std::path::Path;
+use std::time::Instant;
+
+use chainsieve_tests::WsClient;
+use chainsieve_tests::anvil::{Anvil, deploy_ping};
+use chainsieve_tests::nats::Nats;
+use chainsieve_tests::process::ServerProcess;
+use serde_json::{Value, json};
+
+const KEY: &str = "failover-test";
+
+fn binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_chainsieve"))
+}
+
+/// The config of a server in `role` reading `anvil` (the ingest) through
+/// `nats`; a lease of one second.
+fn config(role: &str, anvil: &Anvil, nats: &Nats) -> String {
+    format!(
+        r#"
+role = "{role}"
+[auth]
+keys = ["{KEY}"]
+[chains.eth]
+chain_id = {chain_id}
+source = "{node}"
+[bus]
+urls = ["{bus}"]
+lease_ms = 1000
+[logging]
+format = "json"
+level = "info"
+"#,
+        chain_id = anvil.chain_id,
+        node = anvil.ws_url(),
+        bus = nats.url(),
+    )
+}
+
+async fn start(role: &str, anvil: &Anvil, nats: &Nats) -> ServerProcess {
+    ServerProcess::start(binary(), &config(role, anvil, nats))
+        .await
+        .expect("the server starts")
+}
+
+async fn edge(anvil: &Anvil, nats: &Nats) -> ServerProcess {
+    let mut edge = start("edge", anvil, nats).await;
+    edge.logged("chain ready").await.expect("the edge is ready");
+    edge
+}
+
+/// A client of every log on `edge`, resuming after `cursor` if given.
+async fn logs_client(edge: &ServerProcess, cursor: Option<&Value>) -> (WsClient, String) {
+    let mut client = WsClient::connect(&edge.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let mut params = vec![json!("logs"), json!({})];
+    if let Some(cursor) = cursor {
+        params.push(json!({ "resumeFrom": cursor }));
+    }
+    let id = client.subscribe(Value::Array(params)).await.expect("logs");
+    (client, id)
+}
+
+/// The next `count` notifications on `client`: (result, cursor).
+async fn next(client: &mut WsClient, count: usize) -> Vec<(Value, Value)> {
+    let mut got = Vec::new();
+    for _ in 0..count {
+        let params = client.next_notification_params().await.expect("a log");
+        got.push((params["result"].clone(), params["cursor"].clone()));
+    }
+    got
+}
+
+fn hashes_and_removed(logs: &[(Value, Value)]) -> Vec<(String, bool)> {
+    logs.iter()
+        .map(|(log, _)| {
+            (
+                log["transactionHash"].as_str().expect("a hash").to_string(),
+                log["removed"] == true,
+            )
+        })
+        .collect()
+}
+
+/// Each failure in turn, with clients reading as a bot would: a control
+/// client that never moves, and a mover that starts on the edge that dies.
+/// Each phase waits for the control to receive what it caused, so every
+/// block reaches the log before the next failure (a block the node
+/// replaces before any ingest read it was never served, so it cannot come
+/// back removed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_an_edge_and_the_bus_fail_and_clients_miss_nothing() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let mut nats = Nats::start().await.expect("nats-server");
+    let mut leader = start("ingest", &anvil, &nats).await;
+    leader
+        .logged("leading")
+        .await
+        .expect("the first ingest leads");
+    let mut standby = start("ingest", &anvil, &nats).await;
+    standby
+        .logged("standing by")
+        .await
+        .expect("the second stands by");
+    let mut doomed_edge = edge(&anvil, &nats).await;
+    let surviving_edge = edge(&anvil, &nats).await;
+    let (mut control, _) = logs_client(&surviving_edge, None).await;
+    let (mut mover, _) = logs_client(&doomed_edge, None).await;
+    let mut deployer = WsClient::connect(&surviving_edge.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = deployer
+        .subscribe(json!(["newHeads"]))
+        .await
+        .expect("heads");
+    let contract = deploy_ping(&mut deployer, &heads, &anvil).await;
+    drop(deployer);
+
+    let mut sent = anvil.ping(&contract, 2).await;
+    let mut seen = next(&mut control, 2).await;
+
+    // The leader dies: the standby takes over and catches up on the blocks
+    // mined meanwhile.
+    leader.kill().await.expect("kill -9 the leader");
+    let killed = Instant::now();
+    sent.extend(anvil.ping(&contract, 2).await);
+    standby
+        .logged("leading")
+        .await
+        .expect("the standby takes over");
+    let takeover = killed.elapsed();
+    sent.extend(anvil.ping(&contract, 1).await);
+    seen.extend(next(&mut control, 3).await);
+    let mut moved = next(&mut mover, seen.len()).await;
+
+    // The mover's edge dies: it resumes on the other with its last cursor.
+    doomed_edge.kill().await.expect("kill -9 an edge");
+    drop(mover);
+    sent.extend(anvil.ping(&contract, 1).await);
+    let last = moved.last().expect("the mover read").1.clone();
+    let (mut mover, _) = logs_client(&surviving_edge, Some(&last)).await;
+    seen.extend(next(&mut control, 1).await);
+
+    // The bus dies and restarts on its storage: everyone reconnects.
+    nats.restart().await.expect("nats-server restarts");
+    sent.extend(anvil.ping(&contract, 2).await);
+    seen.extend(next(&mut control, 2).await);
+
+    // The node reorganises: the last log comes back removed.
+    anvil.reorg(1).await.expect("anvil_reorg");
+    let orphaned = sent[sent.len() - 1].clone();
+    sent.extend(anvil.ping(&contract, 1).await);
+    seen.extend(next(&mut control, 2).await);
+
+    let mut expected: Vec<(String, bool)> = sent.iter().map(|h| (h.clone(), false)).collect();
+    expected.insert(expected.len() - 1, (orphaned, true));
+    assert_eq!(
+        hashes_and_removed(&seen),
+        expected,
+        "every log once, in order"
+    );
+    moved.extend(next(&mut mover, seen.len() - moved.len()).await);
+    assert_eq!(
+        moved, seen,
+        "the mover missed nothing; its cursors are the control's"
+    );
+    eprintln!("the standby took over {takeover:?} after the leader was killed");
+}
