@@ -82,6 +82,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
     let rate = NonZeroU32::new(config.limits.requests_per_second_per_key)
         .context("limits.requests_per_second_per_key must be at least 1")?;
     Ok(Arc::new(AppState {
+        role: config.role,
         chains,
         default_chain,
         keys,

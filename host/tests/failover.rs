@@ -109,6 +109,11 @@ async fn the_leader_an_edge_and_the_bus_fail_and_clients_miss_nothing() {
         .logged("standing by")
         .await
         .expect("the second stands by");
+    let readiness = standby.readiness().await.expect("/readyz");
+    assert_eq!(
+        readiness["chains"]["eth"]["state"], "standby",
+        "{readiness}"
+    );
     let mut doomed_edge = edge(&anvil, &nats).await;
     let surviving_edge = edge(&anvil, &nats).await;
     let (mut control, _) = logs_client(&surviving_edge, None).await;

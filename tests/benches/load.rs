@@ -19,6 +19,7 @@ use anyhow::Context;
 use chainsieve::config::{Config, LimitsConfig, SourceConfig};
 use chainsieve::ingest::upstream::UpstreamStatus;
 use chainsieve_tests::load::{self, Kind, Report, Spec, Workload};
+use chainsieve_tests::nats::Nats;
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -60,10 +61,21 @@ struct Args {
     /// each figure's median and spread (min–max).
     #[arg(long, default_value_t = 1)]
     runs: usize,
+    /// Bus: edges following the ingest's stream; the clients connect to
+    /// the first, the others follow with no clients (what more edges cost
+    /// the ingest and `nats-server`).
+    #[arg(long, default_value_t = 1)]
+    edges: usize,
     /// Internal: serve chainsieve from this source (`devnet` or a node's
     /// URL) and print its URL (the child process of a run).
     #[arg(long, hide = true)]
     serve: Option<String>,
+    /// Internal: the child's role (`all`, `ingest`, `edge`).
+    #[arg(long, hide = true, default_value = "all")]
+    role: String,
+    /// Internal: the child's NATS server, for the ingest and edge roles.
+    #[arg(long, hide = true)]
+    bus: Option<String>,
     /// Passed by `cargo bench`.
     #[arg(long, hide = true)]
     bench: bool,
@@ -79,13 +91,16 @@ enum Target {
     Chainsieve,
     /// Clients on chainsieve, transactions sent to its devnet.
     Devnet,
+    /// Clients on a chainsieve edge; anvil the upstream of an ingest,
+    /// NATS JetStream between them.
+    Bus,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(upstream) = args.serve {
-        return serve(upstream, args.history_blocks).await;
+    if let Some(upstream) = &args.serve {
+        return serve(upstream, &args).await;
     }
     raise_file_limit();
     let spec = Spec {
@@ -105,7 +120,12 @@ async fn main() -> anyhow::Result<()> {
             println!("run {run} of {}", args.runs);
         }
         let mut reports = Vec::new();
-        for target in [Target::Anvil, Target::Chainsieve, Target::Devnet] {
+        for target in [
+            Target::Anvil,
+            Target::Chainsieve,
+            Target::Bus,
+            Target::Devnet,
+        ] {
             if args.target == Target::All || args.target == target {
                 let report = run_target(target, &args, &spec, &workload).await?;
                 print(target, &spec, &report);
@@ -130,7 +150,7 @@ async fn run_target(
 ) -> anyhow::Result<Report> {
     Ok(match target {
         Target::Devnet => {
-            let (child, url) = start_chainsieve("devnet", args.history_blocks).await?;
+            let (child, url) = start_chainsieve(&["devnet"], args.history_blocks).await?;
             let pid = child.id().context("chainsieve exited")?;
             let (resident, _) = load::memory(pid)?;
             println!(
@@ -145,7 +165,7 @@ async fn run_target(
                     spec.warmup + spec.measure / 2,
                 ))
             });
-            let report = load::run(spec, workload.clone(), &url, &url, Some(pid)).await?;
+            let report = load::run(spec, workload.clone(), &url, &url, Some(pid), &[]).await?;
             if let Some(replay) = replay {
                 let (from, to) = replay.await.context("the replay client panicked")??;
                 println!(
@@ -158,15 +178,39 @@ async fn run_target(
         Target::Chainsieve => {
             let anvil = workload.start_node().await?;
             let node = anvil.ws_url();
-            let (child, url) = start_chainsieve(&node, 0).await?;
+            let (child, url) = start_chainsieve(&[&node], 0).await?;
             let pid = child.id().context("chainsieve exited")?;
-            load::run(spec, workload.clone(), &node, &url, Some(pid)).await?
+            load::run(spec, workload.clone(), &node, &url, Some(pid), &[]).await?
+        }
+        Target::Bus => {
+            let anvil = workload.start_node().await?;
+            let node = anvil.ws_url();
+            let nats = Nats::start().await?;
+            let bus = nats.url();
+            let (ingest, _) =
+                start_chainsieve(&[&node, "--role", "ingest", "--bus", &bus], 0).await?;
+            let mut edges = Vec::new();
+            for _ in 0..args.edges.max(1) {
+                edges.push(start_chainsieve(&[&node, "--role", "edge", "--bus", &bus], 0).await?);
+            }
+            let (edge, url) = &edges[0];
+            let pid = |child: &Child| child.id().context("a child exited");
+            let others = [("ingest", pid(&ingest)?), ("nats-server", nats.pid()?)];
+            load::run(
+                spec,
+                workload.clone(),
+                &node,
+                url,
+                Some(pid(edge)?),
+                &others,
+            )
+            .await?
         }
         Target::Anvil | Target::All => {
             let anvil = workload.start_node().await?;
             let node = anvil.ws_url();
             let pid = anvil.pid().context("anvil exited")?;
-            load::run(spec, workload.clone(), &node, &node, Some(pid)).await?
+            load::run(spec, workload.clone(), &node, &node, Some(pid), &[]).await?
         }
     })
 }
@@ -183,7 +227,7 @@ fn ratios(reports: &[(Target, Report)], spec: &Spec) -> Vec<(Target, f64)> {
     let Some(anvil) = per_cpu(Target::Anvil) else {
         return Vec::new();
     };
-    [Target::Chainsieve, Target::Devnet]
+    [Target::Chainsieve, Target::Bus, Target::Devnet]
         .into_iter()
         .filter_map(|target| per_cpu(target).map(|ours| (target, ours / anvil)))
         .collect()
@@ -337,6 +381,15 @@ fn print(target: Target, spec: &Spec, report: &Report) {
             cpu.user_share() * 100.0
         );
     }
+    for (process, cpu) in &report.others {
+        println!(
+            "  {process} CPU {:.2} s ({:.0}% of a core), {:.1} µs per notification delivered",
+            cpu.total().as_secs_f64(),
+            cpu.total().as_secs_f64() / spec.measure.as_secs_f64() * 100.0,
+            cpu.total().as_secs_f64() * 1e6
+                / (report.notifications_per_second() * spec.measure.as_secs_f64()).max(1.0)
+        );
+    }
     if let (Some(per), Some(peak)) = (report.memory_per_connection, report.peak_memory) {
         println!(
             "  memory {:.1} KiB per connection (with its subscriptions), peak {:.0} MiB",
@@ -402,12 +455,15 @@ async fn replay(
     Ok((started, ended))
 }
 
-/// Starts this binary as a chainsieve server reading `source` (`devnet` or
-/// a node's URL; a devnet with `history` blocks); returns the child (killed
-/// on drop) and its WebSocket URL once it is ready.
-async fn start_chainsieve(source: &str, history: u64) -> anyhow::Result<(Child, String)> {
+/// Starts this binary as a chainsieve server reading `serve[0]` (`devnet`
+/// or a node's URL; a devnet with `history` blocks), the rest of `serve`
+/// its options (`--role`, `--bus`); returns the child (killed on drop) and
+/// its WebSocket URL once it is ready.
+async fn start_chainsieve(serve: &[&str], history: u64) -> anyhow::Result<(Child, String)> {
     let mut child = Command::new(std::env::current_exe().context("this binary")?)
-        .args(["--serve", source, "--history-blocks", &history.to_string()])
+        .arg("--serve")
+        .args(serve)
+        .args(["--history-blocks", &history.to_string()])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -424,13 +480,15 @@ async fn start_chainsieve(source: &str, history: u64) -> anyhow::Result<(Child, 
 }
 
 /// The child: chainsieve with `source` as the only chain's source (a
-/// devnet with `history` blocks of 50 transactions), limits raised past
-/// the benchmark's load, until stdin closes.
-async fn serve(source: String, history: u64) -> anyhow::Result<()> {
+/// devnet with `args.history_blocks` blocks of 50 transactions) in
+/// `args.role` on `args.bus`, limits raised past the benchmark's load,
+/// until stdin closes.
+async fn serve(source: &str, args: &Args) -> anyhow::Result<()> {
+    let history = args.history_blocks;
     let source = if source == "devnet" {
         SourceConfig::Devnet
     } else {
-        SourceConfig::Node(source)
+        SourceConfig::Node(source.to_string())
     };
     let mut config = Config {
         limits: LimitsConfig {
@@ -440,6 +498,10 @@ async fn serve(source: String, history: u64) -> anyhow::Result<()> {
         },
         ..load::chainsieve_config(source)
     };
+    config.role = args.role.parse()?;
+    if let Some(bus) = &args.bus {
+        config.bus.urls = vec![bus.clone()];
+    }
     if history > 0 {
         config.devnet.history_blocks = history;
         config.devnet.transactions_per_block = 50;

@@ -236,6 +236,9 @@ pub struct Report {
     pub from_ingestion: Option<Histogram<u64>>,
     /// The server's CPU time in the window (`None` for an in-process server).
     pub cpu: Option<CpuTime>,
+    /// The CPU time in the window of the other processes named to
+    /// [`run`] (an ingest and `nats-server` behind an edge).
+    pub others: Vec<(String, CpuTime)>,
     /// The server's resident memory growth from connecting and subscribing,
     /// per connection, and its peak resident memory.
     pub memory_per_connection: Option<f64>,
@@ -312,13 +315,15 @@ struct Shared {
 /// One run: connects the clients to `target_ws` and subscribes, sends the
 /// workload to the node at `node_ws`, measures, and waits for every pending
 /// notification. `server` is the target's process id, to read its CPU time
-/// and memory (`None`: it runs in this process and is not measured).
+/// and memory (`None`: it runs in this process and is not measured);
+/// `others` are processes whose CPU time is read over the same window.
 pub async fn run(
     spec: &Spec,
     workload: Arc<Workload>,
     node_ws: &str,
     target_ws: &str,
     server: Option<u32>,
+    others: &[(&str, u32)],
 ) -> anyhow::Result<Report> {
     let total = spec.transactions().min(workload.frames.len());
     let shared = Arc::new(Shared {
@@ -366,6 +371,10 @@ pub async fn run(
     ));
     tokio::time::sleep(spec.warmup).await;
     let cpu_before = server.map(cpu_time).transpose()?;
+    let others_before = others
+        .iter()
+        .map(|(_, pid)| cpu_time(*pid))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let sent_before = shared.sent.load(Ordering::Relaxed);
     let window = Instant::now();
     shared.counting.store(true, Ordering::Relaxed);
@@ -377,6 +386,11 @@ pub async fn run(
         (Some(pid), Some(before)) => Some(cpu_time(pid)?.saturating_sub(before)),
         _ => None,
     };
+    let others = others
+        .iter()
+        .zip(others_before)
+        .map(|((name, pid), before)| Ok((name.to_string(), cpu_time(*pid)?.saturating_sub(before))))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let peak_memory = server.map(memory).transpose()?.map(|(_, peak)| peak);
 
     let sent = sender.await.context("the sender panicked")??;
@@ -418,6 +432,7 @@ pub async fn run(
         latency,
         from_ingestion,
         cpu,
+        others,
         memory_per_connection,
         peak_memory,
         closed: shared.closed.load(Ordering::Relaxed),

@@ -35,6 +35,11 @@ impl Nats {
         })
     }
 
+    /// The server's process id (to read its CPU time).
+    pub fn pid(&self) -> anyhow::Result<u32> {
+        self.child.id().context("nats-server exited")
+    }
+
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }

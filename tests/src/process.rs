@@ -92,6 +92,15 @@ impl ServerProcess {
             .with_context(|| format!("no log line with \"{text}\" in time"))?
     }
 
+    /// What `/readyz` says.
+    pub async fn readiness(&self) -> anyhow::Result<serde_json::Value> {
+        let url = format!("http://{}/readyz", self.addr);
+        let response = reqwest::get(&url)
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        response.json().await.context("/readyz's JSON")
+    }
+
     /// `kill -9`: no shutdown, no goodbye to clients or the bus.
     pub async fn kill(&mut self) -> anyhow::Result<()> {
         self.child.kill().await.context("killing the server")

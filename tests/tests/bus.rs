@@ -85,7 +85,21 @@ async fn take(
 async fn edges_serve_one_log_and_a_client_resumes_on_another_edge() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let nats = Nats::start().await.expect("nats-server");
-    let _ingest = server(Role::Ingest, &anvil, &nats).await;
+    let ingest = server(Role::Ingest, &anvil, &nats).await;
+    let (status, body) = ingest
+        .post(
+            "eth",
+            KEY,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+        )
+        .await;
+    assert_eq!(status, 404, "an ingest serves no client: {body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("connect to an edge")),
+        "{body}"
+    );
     let (a, b) = (
         server(Role::Edge, &anvil, &nats).await,
         server(Role::Edge, &anvil, &nats).await,

@@ -49,7 +49,7 @@ async fn both_targets_deliver_the_whole_stream() {
 
     let anvil = workload.start_node().await.expect("anvil");
     let node = anvil.ws_url();
-    let direct = load::run(&spec, workload.clone(), &node, &node, anvil.pid())
+    let direct = load::run(&spec, workload.clone(), &node, &node, anvil.pid(), &[])
         .await
         .expect("run on anvil");
     check("anvil", &direct, true);
@@ -70,6 +70,7 @@ async fn both_targets_deliver_the_whole_stream() {
         &node,
         &server.ws_url("eth", "load"),
         None,
+        &[],
     )
     .await
     .expect("run on chainsieve");
@@ -79,7 +80,7 @@ async fn both_targets_deliver_the_whole_stream() {
         .await
         .expect("server");
     let url = server.ws_url("eth", "load");
-    let devnet = load::run(&spec, workload, &url, &url, None)
+    let devnet = load::run(&spec, workload, &url, &url, None, &[])
         .await
         .expect("run on the devnet");
     check("devnet", &devnet, false);

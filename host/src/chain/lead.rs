@@ -37,6 +37,7 @@ impl Leader {
     pub async fn run(self, shutdown: CancellationToken) {
         let chain = self.settings.chain.clone();
         loop {
+            self.status.send_replace(UpstreamStatus::Standby);
             tracing::info!(%chain, "standing by for the chain's lease");
             let Some(lease) = self.leases.acquire(&chain, &shutdown).await else {
                 return;

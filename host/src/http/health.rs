@@ -1,7 +1,8 @@
 //! Probes for orchestrators: `/healthz` answers while the process serves;
 //! `/readyz` answers 200 only when every chain's source is live (the
-//! devnet once its history is in place; a node source once subscribed),
-//! else 503 with each chain's state.
+//! devnet once its history is in place; a node source once subscribed; an
+//! edge once the log's tail is in place), else 503 with each chain's state
+//! (a standby ingest's: `standby`).
 
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
             UpstreamStatus::Live => json!({"state": "live"}),
             UpstreamStatus::Connecting => json!({"state": "connecting"}),
             UpstreamStatus::Down { reason } => json!({"state": "down", "reason": reason}),
+            UpstreamStatus::Standby => json!({"state": "standby"}),
         };
         chains.insert(name.clone(), entry);
     }

@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::chain::Chain;
 use crate::chain::reload::ReloadReport;
-use crate::config::LimitsConfig;
+use crate::config::{LimitsConfig, Role};
 use crate::metrics::Metrics;
 use crate::rpc::methods::{self, Context};
 use crate::rpc::rate_limit::RateLimit;
@@ -51,6 +51,8 @@ use upgrade::WebSocketRequest;
 /// [`crate::app::start`].
 #[derive(Debug)]
 pub struct AppState {
+    /// An ingest serves no client: only the probes and `/metrics`.
+    pub role: Role,
     pub chains: BTreeMap<String, Arc<Chain>>,
     /// Served at `/v1/<key>`.
     pub default_chain: String,
@@ -120,18 +122,26 @@ impl AppState {
 
 /// The routes.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/v1/{key}", get(ws_default).post(http_default))
-        .route("/admin/filters", get(admin::filters))
+    let probes = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::metrics))
-        .route("/{chain}/v1/{key}", get(ws_chain).post(http_chain))
-        .fallback(|| async {
-            json_error(
-                StatusCode::NOT_FOUND,
-                RpcError::invalid_request("unknown path; use /{chain}/v1/{key} or /v1/{key}"),
-            )
+        .route("/metrics", get(metrics::metrics));
+    let (routes, unknown) = match state.role {
+        Role::Ingest => (
+            probes,
+            "this server is an ingest: it serves no clients; connect to an edge",
+        ),
+        Role::All | Role::Edge => (
+            probes
+                .route("/v1/{key}", get(ws_default).post(http_default))
+                .route("/admin/filters", get(admin::filters))
+                .route("/{chain}/v1/{key}", get(ws_chain).post(http_chain)),
+            "unknown path; use /{chain}/v1/{key} or /v1/{key}",
+        ),
+    };
+    routes
+        .fallback(move || async move {
+            json_error(StatusCode::NOT_FOUND, RpcError::invalid_request(unknown))
         })
         .with_state(state)
 }

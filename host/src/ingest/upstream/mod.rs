@@ -79,6 +79,9 @@ pub enum UpstreamStatus {
     Live,
     /// The last session failed; retrying with backoff.
     Down { reason: String },
+    /// An ingest waiting for the chain's lease: another ingest leads and
+    /// reads the node (docs/architecture.md, The bus).
+    Standby,
 }
 
 /// Why a session ended.
