@@ -48,17 +48,23 @@ impl Leader {
             let (publish, steps) = mpsc::unbounded_channel();
             let pipeline = self.pipeline.persisting_to(publish);
             tokio::join!(
-                lease.keep(term.clone()),
-                pipeline.run(source, term.clone()),
-                publish::publish(self.on_bus.clone(), steps, term.clone()),
-                ingest::run(
-                    self.on_bus.clone(),
-                    self.pipeline.state().log().clone(),
-                    self.blocks,
-                    self.settings.clone(),
-                    events,
-                    self.status.clone(),
-                    term.clone(),
+                ending(&term, lease.keep(term.clone())),
+                ending(&term, pipeline.run(source, term.clone())),
+                ending(
+                    &term,
+                    publish::publish(self.on_bus.clone(), steps, term.clone())
+                ),
+                ending(
+                    &term,
+                    ingest::run(
+                        self.on_bus.clone(),
+                        self.pipeline.state().log().clone(),
+                        self.blocks,
+                        self.settings.clone(),
+                        events,
+                        self.status.clone(),
+                        term.clone(),
+                    )
                 ),
             );
             if shutdown.is_cancelled() {
@@ -67,4 +73,12 @@ impl Leader {
             tracing::warn!(%chain, "no longer leading");
         }
     }
+}
+
+/// Runs `part` of a term; whichever part ends first, for whatever reason,
+/// ends the term, so no part runs on alone (a lease kept with no node
+/// read, say).
+async fn ending(term: &CancellationToken, part: impl Future<Output = ()>) {
+    part.await;
+    term.cancel();
 }

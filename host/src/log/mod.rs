@@ -160,13 +160,17 @@ impl EventLog {
         log
     }
 
-    /// Continues, while empty, a log that another process kept up to
-    /// `head` and whose steps have all aged out: the next step appended
-    /// gets `head + 1`, as the bus's stream numbers it.
+    /// Continues a log that another process kept up to `head` and whose
+    /// steps have all aged out: the next step appended gets `head + 1`, as
+    /// the bus's stream numbers it. Steps held that do not end at `head`
+    /// (an earlier term's) are let go.
     pub fn continue_after(&self, head: Position) {
         let mut steps = self.write();
-        if steps.held.is_empty() {
-            steps.next = head + 1;
+        if steps.next != head + 1 {
+            *steps = Steps {
+                next: head + 1,
+                ..Steps::default()
+            };
         }
     }
 
@@ -546,6 +550,21 @@ mod tests {
             restored.append(ChainEvent::Pending(Vec::new())).position,
             11
         );
+    }
+
+    /// A log continuing another's after its last position keeps what
+    /// leads there and lets go of what does not; steps placed at a
+    /// position other than the next restart the window there.
+    #[test]
+    fn a_log_continues_another_at_its_positions() {
+        let (log, _) = filled(10, 4);
+        log.continue_after(10);
+        assert_eq!((log.oldest(), log.head()), (7, 10), "it leads there: kept");
+        log.continue_after(20);
+        assert_eq!((log.oldest(), log.head()), (21, 20), "let go");
+        assert_eq!(log.append(ChainEvent::Pending(Vec::new())).position, 21);
+        let step = log.append_at(30, ChainEvent::Pending(Vec::new()));
+        assert_eq!((step.position, log.oldest(), log.head()), (30, 30, 30));
     }
 
     #[test]
