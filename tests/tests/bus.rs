@@ -13,8 +13,9 @@ use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
 use chainsieve::log::EventLog;
 use chainsieve_tests::anvil::{Anvil, deploy_ping};
 use chainsieve_tests::nats::Nats;
-use chainsieve_tests::{TestServer, WsClient};
+use chainsieve_tests::{TIMEOUT, TestServer, WsClient};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 const KEY: &str = "bus-test";
 
@@ -204,4 +205,50 @@ async fn the_stream_is_one_linear_log() {
             serde_json::to_string(&step.change).expect("json")
         );
     }
+}
+
+/// The lease on a chain: a holder whose term ends gives it back and a
+/// waiting standby takes it; a holder whose renewal finds a write it did
+/// not make (another holder's, after an expiry it missed) gives up.
+#[tokio::test]
+async fn a_lease_is_given_back_and_given_up() {
+    let nats = Nats::start().await.expect("nats-server");
+    let config = BusConfig {
+        lease_ms: 2_000,
+        ..bus_config(&nats)
+    };
+    let bus = Bus::connect(&config, "test").await.expect("connect");
+    let first = bus.leases("first").await.expect("the bucket");
+    let second = bus.leases("second").await.expect("the bucket");
+    let running = CancellationToken::new();
+    let held = first.acquire("eth", &running).await.expect("a free lease");
+    let first_term = CancellationToken::new();
+    let keeping = tokio::spawn(held.keep(first_term.clone()));
+    let waiting = tokio::spawn({
+        let running = running.clone();
+        async move { second.acquire("eth", &running).await }
+    });
+    first_term.cancel();
+    keeping.await.expect("the holder gives the lease back");
+    let taken = tokio::time::timeout(TIMEOUT, waiting)
+        .await
+        .expect("the standby takes over in time")
+        .expect("no panic")
+        .expect("the lease");
+
+    // Another holder's write: the renewal that finds it gives up.
+    let lost = CancellationToken::new();
+    tokio::spawn(taken.keep(lost.clone()));
+    let client = async_nats::connect(nats.url()).await.expect("a client");
+    let leases = async_nats::jetstream::new(client)
+        .get_key_value("chainsieve-leases")
+        .await
+        .expect("the bucket");
+    leases
+        .put("eth", "an intruder".into())
+        .await
+        .expect("written");
+    tokio::time::timeout(TIMEOUT, lost.cancelled())
+        .await
+        .expect("the holder gave up in time");
 }
