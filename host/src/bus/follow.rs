@@ -48,6 +48,9 @@ pub async fn follow(
         };
         match stopped {
             Delivery::PipelineGone => return,
+            Delivery::Reconnected => {
+                tracing::info!(chain = %log.chain, from = next, "reconnected to the bus; following the log anew");
+            }
             Delivery::Failed(error) => {
                 tracing::warn!(chain = %log.chain, from = next, error = format!("{error:#}"), "reading the log stopped; resuming");
                 if pause(&shutdown).await.is_none() {
@@ -60,6 +63,8 @@ pub async fn follow(
 
 enum Delivery {
     PipelineGone,
+    /// The client reconnected: a restarted server has lost the consumer.
+    Reconnected,
     Failed(anyhow::Error),
 }
 
@@ -89,9 +94,7 @@ async fn deliver(log: &ChainLog, next: &mut Position, out: &mpsc::Sender<SourceE
     loop {
         let message = tokio::select! {
             message = messages.next() => message,
-            _ = connects.changed() => {
-                return Delivery::Failed(anyhow::anyhow!("reconnected to the bus: its consumer may be gone"));
-            }
+            _ = connects.changed() => return Delivery::Reconnected,
         };
         let Some(message) = message else {
             return Delivery::Failed(anyhow::anyhow!("the consumer ended"));
