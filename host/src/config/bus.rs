@@ -19,8 +19,8 @@ pub enum Role {
     /// Reads each chain's node and publishes its log to the bus; serves no
     /// client (health, readiness and metrics only).
     Ingest,
-    /// Reads each chain's log from the bus and serves clients; reads no
-    /// node.
+    /// Reads each chain's log from the bus and serves clients; takes no
+    /// events from a node.
     Edge,
 }
 
