@@ -49,6 +49,7 @@ impl Bus {
                 history: 1,
                 max_age: self.config.lease(),
                 storage: async_nats::jetstream::stream::StorageType::File,
+                num_replicas: self.config.replicas,
                 ..Default::default()
             })
             .await

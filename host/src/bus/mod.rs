@@ -79,6 +79,7 @@ impl Bus {
             storage: stream::StorageType::File,
             retention: stream::RetentionPolicy::Limits,
             discard: stream::DiscardPolicy::Old,
+            num_replicas: self.config.replicas,
             ..Default::default()
         };
         self.jetstream

@@ -71,6 +71,10 @@ pub struct BusConfig {
     /// milliseconds: a standby takes over at most this long after the
     /// leader dies. Default 3,000.
     pub lease_ms: u64,
+    /// Copies of each stream and of the lease bucket a NATS cluster keeps
+    /// (JetStream's replicas: 3 survives the loss of one server). Default
+    /// 1, for a single server.
+    pub replicas: usize,
 }
 
 impl Default for BusConfig {
@@ -81,6 +85,7 @@ impl Default for BusConfig {
             max_age_secs: 86_400,
             max_mib: 1_024,
             lease_ms: 3_000,
+            replicas: 1,
         }
     }
 }
@@ -121,6 +126,8 @@ impl BusConfig {
         super::in_range("bus.max_age_secs", self.max_age_secs, 1, 10 * 365 * 86_400)?;
         super::in_range("bus.max_mib", self.max_mib, 1, 1 << 30)?;
         super::in_range("bus.lease_ms", self.lease_ms, 100, 600_000)?;
+        // JetStream's own bound.
+        super::in_range("bus.replicas", self.replicas as u64, 1, 5)?;
         Ok(())
     }
 }
@@ -154,5 +161,6 @@ mod tests {
         assert!(refused(|b| b.prefix = "a.b".into()).contains("bus.prefix"));
         assert!(refused(|b| b.lease_ms = 10).contains("bus.lease_ms"));
         assert!(refused(|b| b.max_mib = 0).contains("bus.max_mib"));
+        assert!(refused(|b| b.replicas = 7).contains("bus.replicas must be between 1 and 5"));
     }
 }
