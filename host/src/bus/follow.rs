@@ -28,19 +28,10 @@ pub async fn follow(
     let Some(tail) = log.tail_when_read(blocks, &shutdown).await else {
         return;
     };
-    for (position, change) in tail.steps {
-        if out
-            .send(SourceEvent::Logged { position, change })
-            .await
-            .is_err()
-        {
-            return;
-        }
-    }
-    if out.send(SourceEvent::Synced).await.is_err() {
+    let mut next = tail.head + 1;
+    if tail.place(&out).await.is_none() || out.send(SourceEvent::Synced).await.is_err() {
         return;
     }
-    let mut next = tail.head + 1;
     loop {
         let stopped = tokio::select! {
             () = shutdown.cancelled() => return,

@@ -35,19 +35,15 @@ pub async fn run(
         log.continue_after(tail.head);
     }
     let mut canonical = CanonicalChain::new(settings.backfill_limit as usize);
-    for (position, change) in tail.steps {
-        canonical.follow(&change);
-        if out
-            .send(SourceEvent::Logged { position, change })
-            .await
-            .is_err()
-        {
-            return;
-        }
+    for (_, change) in &tail.steps {
+        canonical.follow(change);
     }
     settings.resume_from = canonical
         .blocks()
         .map(|block| (block.number(), block.hash))
         .collect();
+    if tail.place(&out).await.is_none() {
+        return;
+    }
     upstream::run(settings, out, status, shutdown).await;
 }

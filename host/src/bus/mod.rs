@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_nats::jetstream::{self, stream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BusConfig;
-use crate::ingest::ChainEvent;
+use crate::ingest::{ChainEvent, SourceEvent};
 use crate::log::Position;
 
 /// The pause before reading the bus again after it failed.
@@ -113,13 +113,26 @@ pub struct ChainLog {
 }
 
 /// The newest steps of a chain's log on the bus.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Tail {
     /// Oldest first.
     pub steps: Vec<(Position, ChainEvent)>,
     /// The stream's last position (0 for a stream never written), which
     /// the first step of `steps` may not reach when they are empty.
     pub head: Position,
+}
+
+impl Tail {
+    /// Hands the steps to the pipeline behind `out`, each at its position;
+    /// `None` if the pipeline stopped.
+    pub async fn place(self, out: &mpsc::Sender<SourceEvent>) -> Option<()> {
+        for (position, change) in self.steps {
+            out.send(SourceEvent::Logged { position, change })
+                .await
+                .ok()?;
+        }
+        Some(())
+    }
 }
 
 impl ChainLog {
