@@ -7,7 +7,9 @@
 
 use alloy_primitives::{Address, U256};
 use chainsieve::price::query::token_price;
-use chainsieve::price::store::{BlockUpdate, Pool, PoolKind, PoolState, PriceStore, Token};
+use chainsieve::price::store::{
+    BlockUpdate, Pool, PoolKind, PoolState, PriceStore, PriceWrite, Token,
+};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const POOLS: u64 = 1_000;
@@ -24,25 +26,25 @@ fn bench(c: &mut Criterion) {
     let store = PriceStore::open(&dir.path().join("bench.redb")).expect("store");
     let quote = address(0xee, 0);
     store
-        .put_token(
-            quote,
-            &Token {
+        .write(&PriceWrite::Token {
+            address: quote,
+            token: Token {
                 name: "Quote".into(),
                 decimals: 6,
             },
-        )
+        })
         .expect("token");
     let pools: Vec<Pool> = (0..POOLS)
         .map(|i| {
             let base = address(0xbb, i);
             store
-                .put_token(
-                    base,
-                    &Token {
+                .write(&PriceWrite::Token {
+                    address: base,
+                    token: Token {
                         name: format!("Base {i}"),
                         decimals: 18,
                     },
-                )
+                })
                 .expect("token");
             Pool {
                 address: address(0xaa, i),
@@ -77,16 +79,19 @@ fn bench(c: &mut Criterion) {
             })
             .collect();
         store
-            .apply(&BlockUpdate {
-                number: block,
-                hash: alloy_primitives::B256::with_last_byte(block as u8),
-                timestamp: 1_700_000_000 + block * 12,
-                pools: if block == 0 {
-                    pools.clone()
-                } else {
-                    Vec::new()
+            .write(&PriceWrite::Block {
+                update: BlockUpdate {
+                    number: block,
+                    hash: alloy_primitives::B256::with_last_byte(block as u8),
+                    timestamp: 1_700_000_000 + block * 12,
+                    pools: if block == 0 {
+                        pools.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    states,
                 },
-                states,
+                position: None,
             })
             .expect("block");
     }

@@ -3,6 +3,7 @@
 //! (never sleeps).
 
 pub mod anvil;
+pub mod dex;
 pub mod filters;
 pub mod load;
 pub mod nats;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use chainsieve::config::Config;
+use chainsieve::config::{Config, Role};
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
 use chainsieve::ingest::upstream::UpstreamStatus;
 use futures_util::{SinkExt, StreamExt};
@@ -92,8 +93,11 @@ impl TestServer {
             serving: Some(serving),
         };
         // Every chain's past in place first, as a client waiting for
-        // /readyz would: tests then see only live events.
-        for (name, chain) in &server.state.chains {
+        // /readyz would: tests then see only live events. (An ingest
+        // standing by has no past in place: its tests wait for it to
+        // lead.)
+        let chains = server.state.chains.iter();
+        for (name, chain) in chains.filter(|_| server.config.role != Role::Ingest) {
             let mut synced = chain.synced();
             tokio::time::timeout(TIMEOUT, synced.wait_for(|synced| *synced))
                 .await

@@ -2,16 +2,18 @@
 //! storage on loopback): a chain's log published once by an ingest
 //! reading a real node (anvil), followed by edges that serve clients the
 //! same notifications with the same cursors, so a client resumes on any
-//! edge.
+//! edge; and each chain's price history, indexed once by the leading
+//! ingest, is the same on every edge and outlives the leader.
 
 use chainsieve::bus::Bus;
-use chainsieve::bus::publish::AppendError;
+use chainsieve::bus::linear::AppendError;
 use chainsieve::config::{BusConfig, Config, LogConfig, Role};
 use chainsieve::ingest::ChainEvent;
 use chainsieve::ingest::SourceEvent;
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
 use chainsieve::log::EventLog;
 use chainsieve_tests::anvil::{Anvil, deploy_ping};
+use chainsieve_tests::dex::{Fixture, Session, compile, price_of, price_when};
 use chainsieve_tests::nats::Nats;
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient};
 use serde_json::{Value, json};
@@ -184,10 +186,10 @@ async fn the_stream_is_one_linear_log() {
     let rival = other.append(ChainEvent::Pending(Vec::new()));
     assert!(matches!(
         on_bus.append(&rival).await,
-        Err(AppendError::Fenced { position, .. }) if position == last.position
+        Err(AppendError::Fenced { sequence, .. }) if sequence == last.position
     ));
 
-    let tail = on_bus.tail(2).await.expect("the tail");
+    let tail = on_bus.tail(2, None).await.expect("the tail");
     assert_eq!(tail.head, last.position);
     let added: Vec<usize> = steps
         .iter()
@@ -205,6 +207,119 @@ async fn the_stream_is_one_linear_log() {
             serde_json::to_string(&step.change).expect("json")
         );
     }
+
+    // Back further, to the step after 3, for a price index that has
+    // indexed up to there.
+    let reaching = on_bus.tail(1, Some(3)).await.expect("the tail");
+    let positions: Vec<u64> = reaching.steps.iter().map(|(p, _)| *p).collect();
+    assert_eq!(positions, (4..=last.position).collect::<Vec<_>>());
+}
+
+/// `token_price` on several servers: the leading ingest indexes a real
+/// pair's trades and writes them to the price journal; an edge started
+/// later answers the history from before it started as soon as it is
+/// ready; when the leader stops, the standby (its store kept from the
+/// journal) leads and indexes on, through a reorg that undoes a trade; the
+/// edges answer alike throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prices_are_the_same_on_every_edge_and_outlive_the_leader() {
+    let code = compile().await;
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let nats = Nats::start().await.expect("nats-server");
+    let session = Session { anvil: &anvil };
+    let fixture = Fixture::deploy(&session, &code).await;
+    let t0 = fixture.t0;
+    let ask = |timestamp: Option<u64>| {
+        let mut params = json!({ "token0": fixture.beta, "token1": fixture.alpha });
+        if let Some(t) = timestamp {
+            params["timestamp"] = json!(t);
+        }
+        params
+    };
+    let priced =
+        |price: &'static str| move |answer: &Value| answer["result"]["token0Price"] == price;
+
+    let leader = server(Role::Ingest, &anvil, &nats).await;
+    let first = server(Role::Edge, &anvil, &nats).await;
+    let (mut on_first, first_heads) = price_client(&first).await;
+    let trade1 = session
+        .send(Some(fixture.pair), fixture.reserves(2_000), Some(t0 + 100))
+        .await;
+    let block1 = session.block_of(&trade1).await;
+    price_when(
+        &mut on_first,
+        &first_heads,
+        &anvil,
+        ask(None),
+        priced("2000"),
+    )
+    .await;
+
+    // A late edge has the history once it is ready.
+    let second = server(Role::Edge, &anvil, &nats).await;
+    let (mut on_second, second_heads) = price_client(&second).await;
+    let then = on_second
+        .call("token_price", ask(Some(t0 + 150)))
+        .await
+        .expect("token_price");
+    assert_eq!(price_of(&then, "token0Price"), "2000", "{then}");
+    assert_eq!(then["result"]["blockNumbers"], json!([block1]));
+
+    // The standby takes over when the leader stops, and indexes on.
+    let standby = TestServer::start(Config {
+        role: Role::Ingest,
+        bus: bus_config(&nats),
+        ..anvil.config(KEY)
+    })
+    .await
+    .expect("standby starts");
+    leader.stop().await;
+    standby.wait_live("eth").await;
+    let trade2 = session
+        .send(Some(fixture.pair), fixture.reserves(2_500), Some(t0 + 200))
+        .await;
+    let block2 = session.block_of(&trade2).await;
+    for (client, heads) in [
+        (&mut on_first, &first_heads),
+        (&mut on_second, &second_heads),
+    ] {
+        price_when(client, heads, &anvil, ask(None), priced("2500")).await;
+    }
+    let both = async |params: Value, on_first: &mut WsClient, on_second: &mut WsClient| {
+        let a = on_first
+            .call("token_price", params.clone())
+            .await
+            .expect("first");
+        let b = on_second.call("token_price", params).await.expect("second");
+        assert_eq!(a["result"], b["result"], "both edges answer alike: {a}");
+        a
+    };
+    let between = both(ask(Some(t0 + 150)), &mut on_first, &mut on_second).await;
+    assert_eq!(price_of(&between, "token0Price"), "2000", "{between}");
+    let after = both(ask(Some(t0 + 250)), &mut on_first, &mut on_second).await;
+    assert_eq!(after["result"]["blockNumbers"], json!([block2]), "{after}");
+
+    // A reorg that undoes trade 2: the new leader rolls it back.
+    let latest = anvil.block_number().await.expect("block number");
+    anvil.reorg(latest - block2 + 1).await.expect("anvil_reorg");
+    for (client, heads) in [
+        (&mut on_first, &first_heads),
+        (&mut on_second, &second_heads),
+    ] {
+        price_when(client, heads, &anvil, ask(None), priced("2000")).await;
+    }
+    let now = both(ask(None), &mut on_first, &mut on_second).await;
+    assert_eq!(now["result"]["blockNumbers"], json!([block1]), "{now}");
+    standby.stop().await;
+}
+
+/// A client of `edge` with a `newHeads` subscription, for `price_when`.
+async fn price_client(edge: &TestServer) -> (WsClient, String) {
+    let mut client = WsClient::connect(&edge.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    (client, heads)
 }
 
 /// The lease on a chain: a holder whose term ends gives it back and a

@@ -1,16 +1,17 @@
-//! A log step as one bus message: a format byte, then the step's change in
-//! MessagePack (docs/architecture.md, The bus). Encoded once by the ingest
-//! that appended the step, whatever the number of edges reading it; its
-//! position is the message's stream sequence and travels in no payload.
+//! A bus message: a format byte, then the value in MessagePack
+//! (docs/architecture.md, The bus): a log step's change, or a price
+//! journal's write. Encoded once by the ingest that made it, whatever the
+//! number of servers reading it; its position is the message's stream
+//! sequence and travels in no payload.
 //!
 //! MessagePack because it is self-describing: the model's serde form (the
 //! one a persisted log stores, with alloy's flattened and optional fields)
 //! round-trips unchanged, while hashes, addresses and quantities go as raw
 //! bytes rather than hex text.
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use thiserror::Error;
-
-use crate::ingest::ChainEvent;
 
 /// The first byte of every message: the encoding after it. A reader
 /// refuses a message of a format it does not know rather than guessing.
@@ -22,23 +23,23 @@ pub enum DecodeError {
     Empty,
     #[error("a message of format {0}; this server reads format {FORMAT}")]
     Format(u8),
-    #[error("a malformed step: {0}")]
+    #[error("a malformed message: {0}")]
     Malformed(#[from] rmp_serde::decode::Error),
 }
 
-/// The bytes a step's `change` travels as.
-pub fn encode(change: &ChainEvent) -> Vec<u8> {
+/// The bytes `value` travels as.
+pub fn encode(value: &impl Serialize) -> Vec<u8> {
     let mut bytes = vec![FORMAT];
     // Writing into a Vec fails only for a type serde cannot represent,
-    // which the model's derives rule out (the round-trip test covers each
-    // kind of change).
-    rmp_serde::encode::write_named(&mut bytes, change)
-        .expect("a chain change is always representable in MessagePack");
+    // which the derives of what the bus carries rule out (the round-trip
+    // tests cover each kind of change and write).
+    rmp_serde::encode::write_named(&mut bytes, value)
+        .expect("what the bus carries is always representable in MessagePack");
     bytes
 }
 
-/// The change a message carries.
-pub fn decode(bytes: &[u8]) -> Result<ChainEvent, DecodeError> {
+/// The value a message carries.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
     match bytes.split_first() {
         None => Err(DecodeError::Empty),
         Some((&FORMAT, rest)) => Ok(rmp_serde::from_slice(rest)?),
@@ -48,9 +49,12 @@ pub fn decode(bytes: &[u8]) -> Result<ChainEvent, DecodeError> {
 
 #[cfg(test)]
 mod tests {
+    use alloy_primitives::{Address, B256, U256};
+
     use super::*;
-    use crate::ingest::SourceEvent;
     use crate::ingest::devnet::{Devnet, DevnetSettings};
+    use crate::ingest::{ChainEvent, SourceEvent};
+    use crate::price::store::{BlockUpdate, Pool, PoolKind, PoolState, PriceWrite, Token};
 
     fn changes() -> Vec<ChainEvent> {
         let mut devnet = Devnet::new(1, &DevnetSettings::default());
@@ -84,7 +88,7 @@ mod tests {
         );
         for change in &changes {
             let bytes = encode(change);
-            let back = decode(&bytes).expect("decodes");
+            let back: ChainEvent = decode(&bytes).expect("decodes");
             assert_eq!(
                 serde_json::to_string(&back).expect("json"),
                 serde_json::to_string(change).expect("json")
@@ -105,18 +109,75 @@ mod tests {
         }
     }
 
+    /// Every kind of price write comes back as it went (U256 states,
+    /// both pool kinds, a token's name).
+    #[test]
+    fn price_writes_round_trip() {
+        let pool = Pool {
+            address: Address::repeat_byte(0xaa),
+            kind: PoolKind::V3,
+            token0: Address::repeat_byte(1),
+            token1: Address::repeat_byte(2),
+            factory: Address::repeat_byte(0xf0),
+        };
+        let writes = [
+            PriceWrite::Block {
+                update: BlockUpdate {
+                    number: 7,
+                    hash: B256::repeat_byte(7),
+                    timestamp: 1_700_000_000,
+                    pools: vec![pool],
+                    states: vec![
+                        (
+                            pool.address,
+                            PoolState::V3 {
+                                sqrt_price_x96: U256::MAX >> 96,
+                                liquidity: u128::MAX,
+                            },
+                        ),
+                        (
+                            Address::repeat_byte(0xbb),
+                            PoolState::V2 {
+                                reserve0: U256::from(1),
+                                reserve1: U256::from(u128::MAX),
+                            },
+                        ),
+                    ],
+                },
+                position: Some(41),
+            },
+            PriceWrite::RollBack {
+                number: 7,
+                position: 42,
+            },
+            PriceWrite::Token {
+                address: Address::repeat_byte(1),
+                token: Token {
+                    name: "Wrapped Ether".into(),
+                    decimals: 18,
+                },
+            },
+            PriceWrite::Backfilled { next: 1_000 },
+        ];
+        for write in writes {
+            let back: PriceWrite = decode(&encode(&write)).expect("decodes");
+            assert_eq!(back, write);
+        }
+    }
+
     #[test]
     fn unknown_formats_and_garbage_are_refused() {
-        assert!(matches!(decode(&[]), Err(DecodeError::Empty)));
+        let refused = |bytes: &[u8]| decode::<ChainEvent>(bytes).expect_err("refused");
+        assert!(matches!(refused(&[]), DecodeError::Empty));
         let mut bytes = encode(&changes()[0]);
         bytes[0] = 9;
-        assert!(matches!(decode(&bytes), Err(DecodeError::Format(9))));
+        assert!(matches!(refused(&bytes), DecodeError::Format(9)));
         assert!(matches!(
-            decode(&[FORMAT, 0xc1]),
-            Err(DecodeError::Malformed(_))
+            refused(&[FORMAT, 0xc1]),
+            DecodeError::Malformed(_)
         ));
         bytes[0] = FORMAT;
         bytes.truncate(bytes.len() / 2);
-        assert!(matches!(decode(&bytes), Err(DecodeError::Malformed(_))));
+        assert!(matches!(refused(&bytes), DecodeError::Malformed(_)));
     }
 }

@@ -10,26 +10,23 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::ChainLog;
+use super::Tail;
 use crate::ingest::SourceEvent;
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
 use crate::log::EventLog;
 
-/// Restores `bus`'s tail into the pipeline behind `out` (and `log`, the
-/// pipeline's), then reads the node `settings` names until `shutdown`.
+/// Places `tail` (the log's on the bus) in the pipeline behind `out` (and
+/// `log`, the pipeline's), then reads the node `settings` names from the
+/// tail's blocks until `shutdown`.
 pub async fn run(
-    bus: ChainLog,
+    tail: Tail,
     log: Arc<EventLog>,
-    blocks: usize,
     mut settings: UpstreamSettings,
     out: mpsc::Sender<SourceEvent>,
     status: watch::Sender<UpstreamStatus>,
     shutdown: CancellationToken,
 ) {
-    let Some(tail) = bus.tail_when_read(blocks, &shutdown).await else {
-        return;
-    };
     tracing::info!(chain = %settings.chain, head = tail.head, steps = tail.steps.len(), "continuing the log on the bus");
     if tail.steps.is_empty() {
         log.continue_after(tail.head);

@@ -6,12 +6,16 @@
 //!
 //! The stream is the log's single copy between processes: an ingest that
 //! starts (or takes over) continues it from its tail, and publishes with
-//! the sequence it expects to be last, so two writers can never interleave.
+//! the sequence it expects to be last, so two writers can never interleave
+//! ([`linear`]). Beside it, each chain's price journal ([`prices`]) carries
+//! the leading ingest's price index writes to every other server.
 
 pub mod codec;
 pub mod follow;
 pub mod ingest;
 pub mod lease;
+pub mod linear;
+pub mod prices;
 pub mod publish;
 
 use std::sync::Arc;
@@ -19,6 +23,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_nats::jetstream::{self, stream};
+use linear::LinearStream;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -69,13 +74,33 @@ impl Bus {
     /// `chain`'s log on the bus: its stream, created with the configured
     /// limits if it does not exist yet (and updated to them if it does).
     pub async fn log(&self, chain: &str) -> anyhow::Result<ChainLog> {
-        let name = format!("{}-{chain}", self.config.prefix);
-        let subject = format!("{}.{chain}.log", self.config.prefix);
+        let limits = (
+            self.config.max_age(),
+            i64::try_from(self.config.max_mib << 20).unwrap_or(i64::MAX),
+        );
+        Ok(ChainLog {
+            chain: chain.into(),
+            linear: self.stream(chain, "log", "", limits).await?,
+        })
+    }
+
+    /// Opens (creating or updating) the stream `<prefix>-<chain><suffix>`
+    /// of subject `<prefix>.<chain>.<kind>`, kept within `(max_age,
+    /// max_bytes)` (zero and -1: no limit).
+    async fn stream(
+        &self,
+        chain: &str,
+        kind: &str,
+        suffix: &str,
+        (max_age, max_bytes): (Duration, i64),
+    ) -> anyhow::Result<LinearStream> {
+        let name = format!("{}-{chain}{suffix}", self.config.prefix);
+        let subject = format!("{}.{chain}.{kind}", self.config.prefix);
         let config = stream::Config {
             name: name.clone(),
             subjects: vec![subject.clone()],
-            max_age: self.config.max_age(),
-            max_bytes: i64::try_from(self.config.max_mib << 20).unwrap_or(i64::MAX),
+            max_age,
+            max_bytes,
             storage: stream::StorageType::File,
             retention: stream::RetentionPolicy::Limits,
             discard: stream::DiscardPolicy::Old,
@@ -91,13 +116,13 @@ impl Bus {
             .get_stream(&name)
             .await
             .with_context(|| format!("opening the stream {name}"))?;
-        Ok(ChainLog {
-            chain: chain.into(),
+        Ok(LinearStream::new(
+            format!("{chain}'s {kind}"),
             subject,
             stream,
-            jetstream: self.jetstream.clone(),
-            connects: self.connects.clone(),
-        })
+            self.jetstream.clone(),
+            self.connects.clone(),
+        ))
     }
 }
 
@@ -105,11 +130,8 @@ impl Bus {
 #[derive(Clone, Debug)]
 pub struct ChainLog {
     chain: Arc<str>,
-    subject: String,
-    stream: stream::Stream,
-    jetstream: jetstream::Context,
-    /// [`Bus::connects`].
-    connects: watch::Receiver<u64>,
+    /// The stream: one message per step, its sequence the step's position.
+    linear: LinearStream,
 }
 
 /// The newest steps of a chain's log on the bus.
@@ -141,10 +163,11 @@ impl ChainLog {
     pub async fn tail_when_read(
         &self,
         blocks: usize,
+        after: Option<Position>,
         shutdown: &CancellationToken,
     ) -> Option<Tail> {
         loop {
-            match self.tail(blocks).await {
+            match self.tail(blocks, after).await {
                 Ok(tail) => return Some(tail),
                 Err(error) => {
                     tracing::warn!(chain = %self.chain, error = format!("{error:#}"), "cannot read the log's tail; trying again");
@@ -155,34 +178,21 @@ impl ChainLog {
     }
 
     /// The newest steps, back to the one that added the `blocks`-th newest
-    /// block (or the oldest the stream keeps): what a window of `blocks`
-    /// blocks holds.
-    pub async fn tail(&self, blocks: usize) -> anyhow::Result<Tail> {
-        let info = self
-            .stream
-            .get_info()
-            .await
-            .with_context(|| format!("reading the state of {}'s stream", self.chain))?;
-        let (first, head) = (info.state.first_sequence.max(1), info.state.last_sequence);
+    /// block, and further back to the one after position `after` if that
+    /// is older (or the oldest the stream keeps): what a window of `blocks`
+    /// blocks holds, and what a price index that has indexed up to `after`
+    /// has yet to index.
+    pub async fn tail(&self, blocks: usize, after: Option<Position>) -> anyhow::Result<Tail> {
+        let (first, head) = self.linear.bounds().await?;
         let mut steps = Vec::new();
         let mut added = 0;
         let mut position = head;
-        while position >= first && added < blocks {
-            let message = match self.stream.get_raw_message(position).await {
-                Ok(message) => message,
-                // Aged out since the state was read: the tail ends here.
-                Err(error)
-                    if error.kind()
-                        == jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
-                {
-                    break;
-                }
-                Err(error) => {
-                    return Err(error)
-                        .with_context(|| format!("reading {}'s step {position}", self.chain));
-                }
+        while position >= first && (added < blocks || after.is_some_and(|after| position > after)) {
+            // Aged out since the state was read: the tail ends here.
+            let Some(payload) = self.linear.get(position).await? else {
+                break;
             };
-            let change = codec::decode(&message.payload)
+            let change = codec::decode(&payload)
                 .with_context(|| format!("decoding {}'s step {position}", self.chain))?;
             added += usize::from(matches!(change, ChainEvent::Added(_)));
             steps.push((position, change));

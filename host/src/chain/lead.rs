@@ -1,25 +1,33 @@
 //! An ingest's chain (docs/architecture.md, The bus): it stands by until it
-//! holds the chain's lease, then leads for a term. A term restores the
-//! log's tail from the bus, reads the node from there, and publishes every
-//! step its pipeline appends; it ends when the lease is lost, when another
-//! ingest's step fences it out, or at shutdown. Each term has its own
-//! pipeline, source and publisher, so nothing queued in one term is
-//! published in the next; the window and the log carry over and follow
-//! the next term's tail.
+//! holds the chain's lease, its price store following the bus's price
+//! journal meanwhile, then leads for a term. A term applies the rest of
+//! the journal, restores the log's tail from the bus, reads the node from
+//! there, publishes every step its pipeline appends, and indexes prices
+//! from what it published, writing through the journal; it ends when the
+//! lease is lost, when another ingest's write fences it out, or at
+//! shutdown. Each term has its own pipeline, source, publisher and
+//! indexer, so nothing queued in one term is published in the next; the
+//! window and the log carry over and follow the next term's tail.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::SOURCE_QUEUE;
 use super::pipeline::Pipeline;
-use crate::bus::ChainLog;
 use crate::bus::lease::Leases;
-use crate::bus::{ingest, publish};
+use crate::bus::prices::PriceJournal;
+use crate::bus::{ChainLog, ingest, publish};
+use crate::config::ChainSpec;
 use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
+use crate::price::{Feed, PriceIndex};
 
 /// What every term of one chain's ingest shares.
 #[derive(Debug)]
 pub struct Leader {
+    pub spec: ChainSpec,
     /// The chain's pipeline, copied for each term with a publisher of its
     /// own; the window and the log it writes carry over.
     pub pipeline: Pipeline,
@@ -30,6 +38,9 @@ pub struct Leader {
     /// The node; each term resumes it from the tail it restored.
     pub settings: UpstreamSettings,
     pub status: watch::Sender<UpstreamStatus>,
+    /// The price store every term indexes into, and its journal.
+    pub price: Arc<PriceIndex>,
+    pub prices: PriceJournal,
 }
 
 impl Leader {
@@ -39,39 +50,87 @@ impl Leader {
         loop {
             self.status.send_replace(UpstreamStatus::Standby);
             tracing::info!(%chain, "standing by for the chain's lease");
-            let Some(lease) = self.leases.acquire(&chain, &shutdown).await else {
+            let standby = shutdown.child_token();
+            let (lease, ()) = tokio::join!(
+                async {
+                    let lease = self.leases.acquire(&chain, &shutdown).await;
+                    standby.cancel();
+                    lease
+                },
+                self.prices
+                    .follow(self.price.store().clone(), standby.clone()),
+            );
+            let Some(lease) = lease else {
                 return;
             };
             tracing::info!(%chain, "leading: this ingest writes the chain's log");
             let term = shutdown.child_token();
-            let (events, source) = mpsc::channel(SOURCE_QUEUE);
-            let (publish, steps) = mpsc::unbounded_channel();
-            let pipeline = self.pipeline.persisting_to(publish);
             tokio::join!(
                 ending(&term, lease.keep(term.clone())),
-                ending(&term, pipeline.run(source, term.clone())),
-                ending(
-                    &term,
-                    publish::publish(self.on_bus.clone(), steps, term.clone())
-                ),
-                ending(
-                    &term,
-                    ingest::run(
-                        self.on_bus.clone(),
-                        self.pipeline.state().log().clone(),
-                        self.blocks,
-                        self.settings.clone(),
-                        events,
-                        self.status.clone(),
-                        term.clone(),
-                    )
-                ),
+                ending(&term, self.lead(&term)),
             );
             if shutdown.is_cancelled() {
                 return;
             }
             tracing::warn!(%chain, "no longer leading");
         }
+    }
+
+    /// A term's work under the lease: the price history first, since the
+    /// index goes on from the journal's last write; then the log's tail,
+    /// back to the oldest step the index has not indexed; then the node.
+    async fn lead(&self, term: &CancellationToken) {
+        let store = self.price.store();
+        if self.prices.catch_up(store, term).await.is_none() {
+            return;
+        }
+        let recorder = self.prices.recorder(store.clone(), term.clone());
+        let (recorder, through) = match recorder.and_then(|r| Ok((r, store.indexed_through()?))) {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::error!(chain = %self.spec.name, error = format!("{error:#}"), "cannot read the price database");
+                return;
+            }
+        };
+        let Some(tail) = self
+            .on_bus
+            .tail_when_read(self.blocks, Some(through), term)
+            .await
+        else {
+            return;
+        };
+        // The index ends with the term: the next leader indexes on from
+        // the journal.
+        let (indexing, price) =
+            self.price
+                .indexing(&self.spec, Arc::new(recorder), term.clone(), Duration::ZERO);
+        for (position, change) in tail.steps.iter().filter(|(p, _)| *p > through) {
+            if let Some(feed) = Feed::of(*position, change) {
+                let _ = price.send(feed);
+            }
+        }
+        let (events, source) = mpsc::channel(SOURCE_QUEUE);
+        let (publish, steps) = mpsc::unbounded_channel();
+        let pipeline = self.pipeline.persisting_to(publish);
+        tokio::join!(
+            ending(term, pipeline.run(source, term.clone())),
+            ending(
+                term,
+                publish::publish(self.on_bus.clone(), steps, price, term.clone())
+            ),
+            ending(
+                term,
+                ingest::run(
+                    tail,
+                    self.pipeline.state().log().clone(),
+                    self.settings.clone(),
+                    events,
+                    self.status.clone(),
+                    term.clone(),
+                )
+            ),
+            ending(term, indexing),
+        );
     }
 }
 

@@ -26,6 +26,8 @@ use crate::log::EventLog;
 use crate::log::store::{self, LogStore, Persist};
 use crate::metrics::Metrics;
 use crate::price::PriceIndex;
+use crate::price::indexer::DRAIN;
+use crate::price::record::InStore;
 use lead::Leader;
 use pipeline::{Pipeline, PipelineState};
 
@@ -92,22 +94,39 @@ impl Chain {
                 })
                 .collect::<anyhow::Result<_>>()?,
         };
-        let (price, price_events) = PriceIndex::start(spec, &config.price, shutdown, tasks)?;
+        let price = PriceIndex::open(spec, &config.price)?;
+        // The one-process server indexes prices from its pipeline; an
+        // ingest from what it publishes, an edge not at all (it applies
+        // the bus's price journal).
+        let price_feed = (role == Role::All).then(|| {
+            let recorder = Arc::new(InStore(price.store().clone()));
+            let (indexing, feed) = price.indexing(spec, recorder, shutdown.clone(), DRAIN);
+            tasks.spawn(indexing);
+            feed
+        });
         let state = Arc::new(PipelineState::new(spec.window, topics, log));
         let (events, source) = mpsc::channel(SOURCE_QUEUE);
-        let pipeline = Pipeline::new(&spec.name, state.clone(), price_events, persist, metrics);
+        let pipeline = Pipeline::new(&spec.name, state.clone(), price_feed, persist, metrics);
         let mut upstream = None;
         let mut submissions = None;
         let mut leader = None;
         match (role, bus, &spec.source) {
             (Role::Edge, Some(bus), _) => {
                 let on_bus = bus.log(&spec.name).await?;
-                tasks.spawn(bus::follow::follow(
-                    on_bus,
-                    config.log.blocks,
-                    events,
-                    shutdown.clone(),
-                ));
+                let prices = bus.prices(&spec.name).await?;
+                let (store, blocks, shutdown) =
+                    (price.store().clone(), config.log.blocks, shutdown.clone());
+                // Ready (the log's tail placed) only once `token_price`
+                // answers what the journal held at the start.
+                tasks.spawn(async move {
+                    if prices.catch_up(&store, &shutdown).await.is_none() {
+                        return;
+                    }
+                    tokio::join!(
+                        prices.follow(store, shutdown.clone()),
+                        bus::follow::follow(on_bus, blocks, events, shutdown.clone()),
+                    );
+                });
             }
             (Role::Ingest, Some(bus), SourceConfig::Node(url)) => {
                 let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
@@ -118,12 +137,15 @@ impl Chain {
                     rand::random::<u32>()
                 );
                 leader = Some(Leader {
+                    spec: spec.clone(),
                     pipeline: pipeline.clone(),
                     on_bus: bus.log(&spec.name).await?,
                     leases: bus.leases(&holder).await?,
                     blocks: config.log.blocks,
                     settings: node_settings(spec, url, Vec::new()),
                     status,
+                    price: price.clone(),
+                    prices: bus.prices(&spec.name).await?,
                 });
             }
             (Role::All, _, SourceConfig::Devnet) => {

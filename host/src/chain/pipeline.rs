@@ -121,9 +121,11 @@ pub struct Pipeline {
     /// The chain's name, for logs and cursors.
     chain: Arc<str>,
     state: Arc<PipelineState>,
-    /// Canonical changes for the price indexer, in order. Unbounded so the
+    /// Canonical changes for the price indexer, in order (`None` where
+    /// the index is kept from elsewhere: an edge's from the bus, an
+    /// ingest's from what its publisher has published). Unbounded so the
     /// pipeline never waits on the contract calls the indexer makes.
-    price: mpsc::UnboundedSender<Feed>,
+    price: Option<mpsc::UnboundedSender<Feed>>,
     /// Logged steps for the task that persists them (a node chain with a
     /// data directory). Unbounded so the pipeline never waits on a disk.
     persist: Option<mpsc::UnboundedSender<Persist>>,
@@ -145,7 +147,7 @@ impl Pipeline {
     pub fn new(
         chain: &str,
         state: Arc<PipelineState>,
-        price: mpsc::UnboundedSender<Feed>,
+        price: Option<mpsc::UnboundedSender<Feed>>,
         persist: Option<mpsc::UnboundedSender<Persist>>,
         metrics: &Metrics,
     ) -> Self {
@@ -205,7 +207,9 @@ impl Pipeline {
             // sends meanwhile waits (an indexer that stopped does not hold
             // the chain back).
             let (done, indexed) = oneshot::channel();
-            if self.price.send(Feed::Flush(done)).is_ok() {
+            if let Some(price) = &self.price
+                && price.send(Feed::Flush(done)).is_ok()
+            {
                 let _ = indexed.await;
             }
             if !self.state.synced.send_replace(true) {
@@ -229,14 +233,14 @@ impl Pipeline {
     /// the source is synced to the actors: the source's past is placed and
     /// logged, never notified.
     async fn take(&self, position: Option<Position>, change: ChainEvent) {
-        if !matches!(change, ChainEvent::Pending(_)) {
-            // The indexer stops only at shutdown.
-            let _ = self.price.send(Feed::Change(change.clone()));
-        }
         let step = match position {
             Some(position) => self.state.log.append_at(position, change),
             None => self.state.log.append(change),
         };
+        if let (Some(price), Some(feed)) = (&self.price, Feed::of(step.position, &step.change)) {
+            // The indexer stops only at shutdown.
+            let _ = price.send(feed);
+        }
         // A step another log numbered is kept there already.
         if let Some(persist) = self.persist.as_ref().filter(|_| position.is_none()) {
             // The writer stops only after the pipeline.
@@ -333,7 +337,7 @@ mod tests {
         tokio::spawn(async move {
             while let Some(next) = feed.recv().await {
                 match next {
-                    Feed::Change(change) => {
+                    Feed::Change { change, .. } => {
                         let _ = changes.send(change);
                     }
                     Feed::Flush(done) => {
@@ -342,7 +346,7 @@ mod tests {
                 }
             }
         });
-        let pipeline = Pipeline::new("eth", state.clone(), price, None, &Metrics::default());
+        let pipeline = Pipeline::new("eth", state.clone(), Some(price), None, &Metrics::default());
         (pipeline, state, indexed)
     }
 

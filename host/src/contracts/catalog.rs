@@ -6,7 +6,7 @@
 use alloy_primitives::{Address, B256, address, b256, keccak256};
 
 /// A DEX pool kind: what its state events carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PoolKind {
     /// Uniswap V2 style: `Sync(reserve0, reserve1)`.
     V2,

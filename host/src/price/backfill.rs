@@ -19,13 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::NodeConnection;
 use super::indexer::Indexer;
-use super::store::PriceStore;
+use super::store::{PriceStore, PriceWrite};
 use crate::contracts::abi::{IUniswapV2Factory, IUniswapV2Pair, IUniswapV3Factory, IUniswapV3Pool};
 use crate::ingest::model::Block;
 use crate::ingest::upstream::{Call, NodeError, decode, read_logs};
 
-/// The store marker holding the next block to backfill.
-const NEXT: &str = "backfill_next";
 /// Block ranges asked for at first, and at most.
 const FIRST_SPAN: u64 = 1_000;
 const MAX_SPAN: u64 = 10_000;
@@ -72,7 +70,7 @@ async fn fill(
         Some(first) => first.saturating_sub(1),
         None => node.call::<U64>("eth_blockNumber", json!([])).await?.to(),
     };
-    let mut next = store.marker(NEXT)?.unwrap_or(from).max(from);
+    let mut next = store.backfill_next()?.unwrap_or(from).max(from);
     if next > end {
         return Ok(());
     }
@@ -126,9 +124,11 @@ async fn fill(
                 transactions: Vec::new(),
                 logs,
             };
-            indexer.add(&block).await?;
+            indexer.add(&block, None).await?;
         }
-        store.set_marker(NEXT, to + 1)?;
+        indexer
+            .record(PriceWrite::Backfilled { next: to + 1 })
+            .await?;
         tracing::info!(
             %chain, block = to, of = end,
             percent = (to - from + 1) * 100 / (end - from + 1).max(1),

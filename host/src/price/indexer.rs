@@ -20,15 +20,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::ChainCalls;
 use super::dex::{self, PoolEvent};
-use super::store::{BlockUpdate, Pool, PoolKind, PriceStore, Token};
+use super::record::Recorder;
+use super::store::{BlockUpdate, Pool, PoolKind, PriceStore, PriceWrite, Token};
 use crate::contracts::abi::{IERC20, IPool, IUniswapV2Factory, IUniswapV3Factory, IUniswapV3Pool};
 use crate::contracts::catalog::Factory;
 use crate::ingest::ChainEvent;
 use crate::ingest::model::Block;
+use crate::log::Position;
 
 pub struct Indexer {
     chain: String,
+    /// Read to know what is indexed already; written through `recorder`.
     store: Arc<PriceStore>,
+    recorder: Arc<dyn Recorder>,
     calls: Arc<dyn ChainCalls>,
     factories: Vec<Factory>,
     /// Pools (and tokens) already found wanting, so they are not asked
@@ -40,29 +44,39 @@ impl Indexer {
     pub fn new(
         chain: String,
         store: Arc<PriceStore>,
+        recorder: Arc<dyn Recorder>,
         calls: Arc<dyn ChainCalls>,
         factories: Vec<Factory>,
     ) -> Self {
         Self {
             chain,
             store,
+            recorder,
             calls,
             factories,
             rejected: HashSet::new(),
         }
     }
 
-    pub async fn apply(&mut self, event: &ChainEvent) -> anyhow::Result<()> {
+    /// Indexes the canonical change at log `position`.
+    pub async fn apply(&mut self, position: Position, event: &ChainEvent) -> anyhow::Result<()> {
         match event {
-            ChainEvent::Added(block) => self.add(block).await,
-            ChainEvent::Removed(block) => self.store.roll_back(block.number()),
+            ChainEvent::Added(block) => self.add(block, Some(position)).await,
+            ChainEvent::Removed(block) => {
+                self.record(PriceWrite::RollBack {
+                    number: block.number(),
+                    position,
+                })
+                .await
+            }
             ChainEvent::Pending(_) => Ok(()),
         }
     }
 
-    /// Indexes the pool events of a canonical block (a whole block, or a
-    /// backfilled one carrying only its header fields and logs).
-    pub async fn add(&mut self, block: &Block) -> anyhow::Result<()> {
+    /// Indexes the pool events of a canonical block (a whole block at log
+    /// `position`, or a backfilled one carrying only its header fields and
+    /// logs).
+    pub async fn add(&mut self, block: &Block, position: Option<Position>) -> anyhow::Result<()> {
         let mut learned: HashMap<Address, Pool> = HashMap::new();
         let mut states = HashMap::new();
         let mut order = Vec::new();
@@ -121,7 +135,12 @@ impl Indexer {
             pools: learned.into_values().collect(),
             states: order.into_iter().map(|p| (p, states[&p])).collect(),
         };
-        self.store.apply(&update)
+        self.record(PriceWrite::Block { update, position }).await
+    }
+
+    /// Hands `write` to the recorder.
+    pub async fn record(&self, write: PriceWrite) -> anyhow::Result<()> {
+        self.recorder.record(write).await
     }
 
     fn trusted(&self, factory: Address, kind: PoolKind) -> bool {
@@ -216,7 +235,11 @@ impl Indexer {
                 return Ok(false);
             };
             let name = self.name(token).await?;
-            self.store.put_token(token, &Token { name, decimals })?;
+            self.record(PriceWrite::Token {
+                address: token,
+                token: Token { name, decimals },
+            })
+            .await?;
         }
         Ok(true)
     }
@@ -266,37 +289,54 @@ fn bytes32_text(raw: &[u8]) -> String {
     String::from_utf8_lossy(&word[..end]).into_owned()
 }
 
-/// How long the indexer may go on after shutdown with what it was handed.
-const DRAIN: Duration = Duration::from_secs(10);
+/// How long a server's only indexer may go on after shutdown with what it
+/// was handed (see [`run`]).
+pub const DRAIN: Duration = Duration::from_secs(10);
 
 /// What the pipeline sends the indexer, in canonical order.
 #[derive(Debug)]
 pub enum Feed {
-    /// A canonical change to index.
-    Change(ChainEvent),
+    /// The canonical change at log `position`, to index.
+    Change {
+        position: Position,
+        change: ChainEvent,
+    },
     /// Answered once everything sent before it is indexed: the chain is
     /// ready only when its past answers `token_price`.
     Flush(oneshot::Sender<()>),
 }
 
-/// Feeds `feed` (from the chain's pipeline) to `indexer` until `shutdown`.
-/// A failure is logged and the event skipped: prices may then lag, the
-/// chain's streams never do.
+impl Feed {
+    /// The change at log `position` for the indexer; `None` for pending
+    /// transactions, which set no price.
+    pub fn of(position: Position, change: &ChainEvent) -> Option<Self> {
+        (!matches!(change, ChainEvent::Pending(_))).then(|| Self::Change {
+            position,
+            change: change.clone(),
+        })
+    }
+}
+
+/// Feeds `feed` (from the chain's pipeline) to `indexer` until `shutdown`,
+/// and then for at most `drain`. A failure is logged and the event
+/// skipped: prices may then lag, the chain's streams never do.
 pub async fn run(
     mut indexer: Indexer,
     mut feed: mpsc::UnboundedReceiver<Feed>,
     shutdown: CancellationToken,
+    drain: Duration,
 ) {
     // What was handed over before shutdown is still indexed (the pipeline
     // stops at shutdown and closes the channel): a store left half way
     // through a reorg would have the next start resume from an orphaned
-    // block. Past DRAIN after shutdown the indexer stops wherever it is, in
-    // the middle of a call to a node that stopped answering too; the blocks
-    // not indexed are fetched again on the next start (it resumes from the
-    // newest indexed block).
+    // block. Past `drain` after shutdown the indexer stops wherever it is,
+    // in the middle of a call to a node that stopped answering too; the
+    // blocks not indexed are fetched again on the next start (it resumes
+    // from the newest indexed block). A leading ingest's term drains
+    // nothing: the next leader indexes on from the journal's last write.
     let drained = async {
         shutdown.cancelled().await;
-        tokio::time::sleep(DRAIN).await;
+        tokio::time::sleep(drain).await;
     };
     tokio::pin!(drained);
     let stopped = |indexer: &Indexer| {
@@ -314,12 +354,12 @@ pub async fn run(
                 let _ = done.send(());
                 continue;
             }
-            Some(Feed::Change(event)) => event,
+            Some(Feed::Change { position, change }) => (position, change),
         };
         let applied = tokio::select! {
             biased;
             () = &mut drained => return stopped(&indexer),
-            applied = indexer.apply(&event) => applied,
+            applied = indexer.apply(event.0, &event.1) => applied,
         };
         if let Err(error) = applied.context("indexing pool events") {
             tracing::warn!(chain = %indexer.chain, error = format!("{error:#}"), "price index");
@@ -334,6 +374,7 @@ mod tests {
     use crate::price::calls::DevnetCalls;
     use crate::price::dex::default_factories;
     use crate::price::query::token_price;
+    use crate::price::record::InStore;
 
     /// At shutdown the indexer still indexes what it was handed, and stops
     /// once the pipeline (the sender) has.
@@ -344,12 +385,20 @@ mod tests {
         let indexer = Indexer::new(
             "eth".into(),
             store.clone(),
+            Arc::new(InStore(store.clone())),
             Arc::new(DevnetCalls::new(1)),
             default_factories(1).to_vec(),
         );
         let (events, handed) = mpsc::unbounded_channel();
         let mut last = devnet.genesis();
-        let added = |block| Feed::Change(ChainEvent::Added(block));
+        let mut position = 0;
+        let mut added = |block| {
+            position += 1;
+            Feed::Change {
+                position,
+                change: ChainEvent::Added(block),
+            }
+        };
         events.send(added(last.clone())).expect("open");
         for _ in 0..40 {
             for event in devnet.next_step() {
@@ -362,7 +411,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         shutdown.cancel();
         drop(events);
-        tokio::time::timeout(DRAIN, run(indexer, handed, shutdown))
+        tokio::time::timeout(DRAIN, run(indexer, handed, shutdown, DRAIN))
             .await
             .expect("stops once drained");
         assert_eq!(
@@ -394,18 +443,19 @@ mod tests {
         let mut indexer = Indexer::new(
             "eth".into(),
             store.clone(),
+            Arc::new(InStore(store.clone())),
             Arc::new(DevnetCalls::new(1)),
             default_factories(1).to_vec(),
         );
         indexer
-            .apply(&ChainEvent::Added(devnet.genesis()))
+            .apply(1, &ChainEvent::Added(devnet.genesis()))
             .await
             .expect("genesis");
-        for _ in 0..40 {
+        for position in 2..42 {
             for event in devnet.next_step() {
                 if let crate::ingest::SourceEvent::Block(block) = event {
                     indexer
-                        .apply(&ChainEvent::Added(block))
+                        .apply(position, &ChainEvent::Added(block))
                         .await
                         .expect("block");
                 }

@@ -6,6 +6,7 @@
 //! - [`indexer`]: pool events of canonical blocks into the store; rollbacks.
 //! - [`math`]: exact pool prices, liquidity weighting, decimal output.
 //! - [`query`]: the `token_price` answer: pools at a time, routes.
+//! - [`record`]: where the index's writes go (the store, or the bus first).
 //! - [`store`]: the price history in an embedded database.
 pub mod backfill;
 pub mod calls;
@@ -13,24 +14,28 @@ pub mod dex;
 pub mod indexer;
 pub mod math;
 pub mod query;
+pub mod record;
 pub mod store;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use alloy_primitives::Address;
 use anyhow::Context;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::config::{ChainSpec, PriceConfig, SourceConfig};
 use calls::{ChainCalls, DevnetCalls, NodeConnection};
 pub use indexer::Feed;
 use query::{PriceAnswer, PriceError};
+use record::Recorder;
 use store::PriceStore;
 
-/// One chain's price index: its store, kept current by an indexer task
-/// fed the chain's canonical events, and the tokens routes may use.
+/// One chain's price index: its store, kept current by an indexer fed the
+/// chain's canonical events (or, on a server that does not index the
+/// chain itself, by the bus's price journal), and the tokens routes may
+/// use.
 #[derive(Debug)]
 pub struct PriceIndex {
     store: Arc<PriceStore>,
@@ -38,78 +43,95 @@ pub struct PriceIndex {
 }
 
 impl PriceIndex {
-    /// Opens the chain's store and starts its indexer; the returned sender
-    /// takes the chain's events in canonical order. Unbounded so the hub
-    /// never waits on contract calls the indexer makes: the backlog is the
-    /// blocks of a burst of new pools.
-    pub fn start(
+    /// Opens the chain's store: a file in `config.data_dir` for a node
+    /// chain, if set; in memory otherwise (the devnet regenerates its
+    /// history at every start).
+    pub fn open(spec: &ChainSpec, config: &PriceConfig) -> anyhow::Result<Arc<Self>> {
+        let store = match (&spec.source, &config.data_dir) {
+            (SourceConfig::Node(_), Some(dir)) => {
+                std::fs::create_dir_all(dir).with_context(|| {
+                    format!("creating the price data directory {}", dir.display())
+                })?;
+                let path = dir.join(format!("{}.redb", spec.name));
+                PriceStore::open(&path).with_context(|| {
+                    format!(
+                        "opening the price database {} (a file admits one server at a time)",
+                        path.display()
+                    )
+                })?
+            }
+            (SourceConfig::Node(_), None) => {
+                tracing::warn!(
+                    chain = %spec.name,
+                    "price history is kept in memory; set [price] data_dir to keep it across restarts"
+                );
+                PriceStore::in_memory()?
+            }
+            (SourceConfig::Devnet, _) => PriceStore::in_memory()?,
+        };
+        Ok(Arc::new(Self {
+            store: Arc::new(store),
+            base_tokens: dex::default_base_tokens(spec.chain_id),
+        }))
+    }
+
+    /// The store, for what keeps it current.
+    pub fn store(&self) -> &Arc<PriceStore> {
+        &self.store
+    }
+
+    /// The chain's indexer, and from `price_from_block` on a node chain its
+    /// backfill, writing through `recorder`: the future that runs them
+    /// until `shutdown` (and then for `drain`), and the sender that takes
+    /// the chain's changes in canonical order. Unbounded so the pipeline
+    /// never waits on the contract calls the indexer makes: the backlog is
+    /// the blocks of a burst of new pools.
+    pub fn indexing(
+        &self,
         spec: &ChainSpec,
-        config: &PriceConfig,
-        shutdown: &CancellationToken,
-        tasks: &TaskTracker,
-    ) -> anyhow::Result<(Arc<Self>, mpsc::UnboundedSender<Feed>)> {
-        let (store, calls): (Arc<PriceStore>, Arc<dyn ChainCalls>) = match &spec.source {
-            SourceConfig::Devnet => (
-                Arc::new(PriceStore::in_memory()?),
-                Arc::new(DevnetCalls::new(spec.chain_id)),
-            ),
+        recorder: Arc<dyn Recorder>,
+        shutdown: CancellationToken,
+        drain: Duration,
+    ) -> (
+        impl Future<Output = ()> + Send + 'static,
+        mpsc::UnboundedSender<Feed>,
+    ) {
+        let indexer = |calls: Arc<dyn ChainCalls>| {
+            indexer::Indexer::new(
+                spec.name.clone(),
+                self.store.clone(),
+                recorder.clone(),
+                calls,
+                dex::default_factories(spec.chain_id).to_vec(),
+            )
+        };
+        let (calls, backfill): (Arc<dyn ChainCalls>, _) = match &spec.source {
+            SourceConfig::Devnet => (Arc::new(DevnetCalls::new(spec.chain_id)), None),
             SourceConfig::Node(url) => {
-                let store = match &config.data_dir {
-                    Some(dir) => {
-                        std::fs::create_dir_all(dir).with_context(|| {
-                            format!("creating the price data directory {}", dir.display())
-                        })?;
-                        let path = dir.join(format!("{}.redb", spec.name));
-                        Arc::new(PriceStore::open(&path).with_context(|| {
-                            format!(
-                                "opening the price database {} (a file admits one server at a time)",
-                                path.display()
-                            )
-                        })?)
-                    }
-                    None => {
-                        tracing::warn!(
-                            chain = %spec.name,
-                            "price history is kept in memory; set [price] data_dir to keep it across restarts"
-                        );
-                        Arc::new(PriceStore::in_memory()?)
-                    }
-                };
                 let node = Arc::new(NodeConnection::new(url.clone()));
-                if let Some(from) = spec.price_from_block {
-                    let indexer = indexer::Indexer::new(
-                        spec.name.clone(),
-                        store.clone(),
-                        node.clone(),
-                        dex::default_factories(spec.chain_id).to_vec(),
-                    );
-                    tasks.spawn(backfill::run(
+                let backfill = spec.price_from_block.map(|from| {
+                    backfill::run(
                         spec.name.clone(),
                         node.clone(),
-                        store.clone(),
-                        indexer,
+                        self.store.clone(),
+                        indexer(node.clone()),
                         from,
                         shutdown.clone(),
-                    ));
-                }
-                (store, node)
+                    )
+                });
+                (node, backfill)
             }
         };
-        let indexer = indexer::Indexer::new(
-            spec.name.clone(),
-            store.clone(),
-            calls,
-            dex::default_factories(spec.chain_id).to_vec(),
-        );
-        let (events, rx) = mpsc::unbounded_channel();
-        tasks.spawn(indexer::run(indexer, rx, shutdown.clone()));
-        Ok((
-            Arc::new(Self {
-                store,
-                base_tokens: dex::default_base_tokens(spec.chain_id),
-            }),
-            events,
-        ))
+        let (feed, fed) = mpsc::unbounded_channel();
+        let live = indexer::run(indexer(calls), fed, shutdown, drain);
+        let both = async move {
+            tokio::join!(live, async move {
+                if let Some(backfill) = backfill {
+                    backfill.await;
+                }
+            });
+        };
+        (both, feed)
     }
 
     /// The newest indexed block, where a node source resumes so that

@@ -208,7 +208,7 @@ mod tests {
     use alloy_primitives::U256;
 
     use super::*;
-    use crate::price::store::{BlockUpdate, Pool, PoolKind};
+    use crate::price::store::{BlockUpdate, Pool, PoolKind, PriceWrite};
 
     fn token(byte: u8) -> Address {
         Address::repeat_byte(byte)
@@ -244,38 +244,44 @@ mod tests {
             (pepe, "Pepe", 18),
         ] {
             store
-                .put_token(
-                    t,
-                    &Token {
+                .write(&PriceWrite::Token {
+                    address: t,
+                    token: Token {
                         name: name.into(),
                         decimals,
                     },
-                )
+                })
                 .expect("token");
         }
         let direct = pool(0xa1, PoolKind::V2, usdc, weth);
         let pepe_weth = pool(0xa2, PoolKind::V2, weth, pepe);
         // Block 10: 2,000 USDC per WETH; 1 WETH buys 1,000,000 PEPE.
         store
-            .apply(&BlockUpdate {
-                number: 10,
-                hash: alloy_primitives::B256::with_last_byte(10),
-                timestamp: 1_000,
-                pools: vec![direct, pepe_weth],
-                states: vec![
-                    (direct.address, v2(2_000_000 * E6, 1_000 * E18)),
-                    (pepe_weth.address, v2(10 * E18, 10_000_000 * E18)),
-                ],
+            .write(&PriceWrite::Block {
+                update: BlockUpdate {
+                    number: 10,
+                    hash: alloy_primitives::B256::with_last_byte(10),
+                    timestamp: 1_000,
+                    pools: vec![direct, pepe_weth],
+                    states: vec![
+                        (direct.address, v2(2_000_000 * E6, 1_000 * E18)),
+                        (pepe_weth.address, v2(10 * E18, 10_000_000 * E18)),
+                    ],
+                },
+                position: None,
             })
             .expect("block 10");
         // Block 20: 2,500 USDC per WETH.
         store
-            .apply(&BlockUpdate {
-                number: 20,
-                hash: alloy_primitives::B256::with_last_byte(20),
-                timestamp: 1_120,
-                pools: vec![],
-                states: vec![(direct.address, v2(2_500_000 * E6, 1_000 * E18))],
+            .write(&PriceWrite::Block {
+                update: BlockUpdate {
+                    number: 20,
+                    hash: alloy_primitives::B256::with_last_byte(20),
+                    timestamp: 1_120,
+                    pools: vec![],
+                    states: vec![(direct.address, v2(2_500_000 * E6, 1_000 * E18))],
+                },
+                position: None,
             })
             .expect("block 20");
         (store, usdc, weth, pepe)
@@ -301,21 +307,24 @@ mod tests {
         // A pair first priced later than the time asked: its latest price.
         let late = pool(0xa3, PoolKind::V2, usdc, token(0x0d));
         store
-            .put_token(
-                token(0x0d),
-                &Token {
+            .write(&PriceWrite::Token {
+                address: token(0x0d),
+                token: Token {
                     name: "Late".into(),
                     decimals: 6,
                 },
-            )
+            })
             .expect("token");
         store
-            .apply(&BlockUpdate {
-                number: 21,
-                hash: alloy_primitives::B256::with_last_byte(21),
-                timestamp: 1_130,
-                pools: vec![late],
-                states: vec![(late.address, v2(3 * E6, E6))],
+            .write(&PriceWrite::Block {
+                update: BlockUpdate {
+                    number: 21,
+                    hash: alloy_primitives::B256::with_last_byte(21),
+                    timestamp: 1_130,
+                    pools: vec![late],
+                    states: vec![(late.address, v2(3 * E6, E6))],
+                },
+                position: None,
             })
             .expect("block 21");
         let p = token_price(&store, &[], Some(1_000), usdc, token(0x0d)).expect("price");

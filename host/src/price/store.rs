@@ -2,18 +2,28 @@
 //! and their tokens, every pool state by block, block times, and token
 //! metadata. It survives restarts (a file per chain) and rolls back
 //! orphaned blocks exactly.
+//!
+//! Every change is a [`PriceWrite`]: the index makes them, and between
+//! servers the bus's price journal carries them, so a store that applies
+//! the journal's writes in order holds what the writer's holds
+//! (docs/architecture.md, The bus).
 
 use std::path::Path;
 
 use alloy_primitives::{Address, B256, U256};
 use anyhow::Context;
-use redb::{Database, MultimapTableDefinition, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, MultimapTableDefinition, ReadableDatabase, ReadableTable, TableDefinition,
+    WriteTransaction,
+};
+use serde::{Deserialize, Serialize};
 
 pub use crate::contracts::catalog::PoolKind;
+use crate::log::Position;
 
 /// A pool the index prices from: its tokens in the pool's own order and
 /// the factory that created it (on the allow-list).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pool {
     pub address: Address,
     pub kind: PoolKind,
@@ -23,7 +33,7 @@ pub struct Pool {
 }
 
 /// A pool's state after a block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PoolState {
     V2 {
         reserve0: U256,
@@ -36,7 +46,7 @@ pub enum PoolState {
 }
 
 /// Token metadata read by `eth_call`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Token {
     pub name: String,
     pub decimals: u8,
@@ -59,13 +69,19 @@ const STATES: TableDefinition<(Addr, u64), [u8; 64]> = TableDefinition::new("sta
 /// block → pools whose state it set, to roll the block back.
 const BLOCK_STATES: MultimapTableDefinition<u64, Addr> =
     MultimapTableDefinition::new("block_states");
-/// Progress markers (`backfill_next`: the next block to backfill).
+/// Progress markers, under the names below.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// [`META`]: the next block to backfill.
+const BACKFILL_NEXT: &str = "backfill_next";
+/// [`META`]: the log position of the newest change indexed.
+const INDEXED_THROUGH: &str = "indexed_through";
+/// [`META`]: the sequence of the newest journal write applied.
+const JOURNALED: &str = "journaled";
 /// token → (decimals, name).
 const TOKENS: TableDefinition<Addr, (u8, &str)> = TableDefinition::new("tokens");
 
 /// One block's changes to the index.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockUpdate {
     pub number: u64,
     pub hash: B256,
@@ -118,54 +134,41 @@ impl PriceStore {
         Ok(Self { db })
     }
 
-    /// Records a block: its time, the pools it revealed, their states.
-    pub fn apply(&self, update: &BlockUpdate) -> anyhow::Result<()> {
+    /// Records `write`.
+    pub fn write(&self, write: &PriceWrite) -> anyhow::Result<()> {
         let txn = self.db.begin_write()?;
-        {
-            let mut times = txn.open_table(BLOCK_TIMES)?;
-            let mut index = txn.open_table(TIME_INDEX)?;
-            if let Some(old) = times.insert(update.number, update.timestamp)? {
-                index.remove((old.value(), update.number))?;
-            }
-            index.insert((update.timestamp, update.number), ())?;
-            txn.open_table(BLOCK_HASHES)?
-                .insert(update.number, update.hash.0)?;
-            let mut pools = txn.open_table(POOLS)?;
-            let mut pairs = txn.open_multimap_table(PAIRS)?;
-            for pool in &update.pools {
-                pools.insert(pool.address.0.0, encode_pool(pool))?;
-                pairs.insert(pair_key(pool.token0, pool.token1), pool.address.0.0)?;
-            }
-            let mut states = txn.open_table(STATES)?;
-            let mut touched = txn.open_multimap_table(BLOCK_STATES)?;
-            for (pool, state) in &update.states {
-                states.insert((pool.0.0, update.number), encode_state(state))?;
-                touched.insert(update.number, pool.0.0)?;
-            }
-        }
-        txn.commit()
-            .with_context(|| format!("storing block {}", update.number))
+        put(&txn, write)?;
+        txn.commit().with_context(|| format!("storing {write}"))
     }
 
-    /// Forgets what block `number` set (it left the canonical chain).
-    /// Pools it revealed stay known: they exist on every branch that
-    /// created them, and an unknown pool is only ever checked once.
-    pub fn roll_back(&self, number: u64) -> anyhow::Result<()> {
+    /// Records a run of the price journal's writes, each with its
+    /// sequence, in one transaction, with the newest sequence applied.
+    pub fn write_journaled(&self, writes: &[(u64, PriceWrite)]) -> anyhow::Result<()> {
+        let Some(&(newest, _)) = writes.last() else {
+            return Ok(());
+        };
         let txn = self.db.begin_write()?;
-        {
-            let mut times = txn.open_table(BLOCK_TIMES)?;
-            if let Some(old) = times.remove(number)? {
-                txn.open_table(TIME_INDEX)?.remove((old.value(), number))?;
-            }
-            txn.open_table(BLOCK_HASHES)?.remove(number)?;
-            let mut states = txn.open_table(STATES)?;
-            let mut touched = txn.open_multimap_table(BLOCK_STATES)?;
-            for pool in touched.remove_all(number)? {
-                states.remove((pool?.value(), number))?;
-            }
+        for (sequence, write) in writes {
+            put(&txn, write).with_context(|| format!("applying journal write {sequence}"))?;
         }
+        txn.open_table(META)?.insert(JOURNALED, newest)?;
         txn.commit()
-            .with_context(|| format!("rolling back block {number}"))
+            .with_context(|| format!("storing the journal's writes up to {newest}"))
+    }
+
+    /// The sequence of the newest journal write applied (0: none).
+    pub fn journaled(&self) -> anyhow::Result<u64> {
+        Ok(self.marker(JOURNALED)?.unwrap_or(0))
+    }
+
+    /// The log position of the newest change indexed (0: none).
+    pub fn indexed_through(&self) -> anyhow::Result<Position> {
+        Ok(self.marker(INDEXED_THROUGH)?.unwrap_or(0))
+    }
+
+    /// The next block the backfill reads, once it has run.
+    pub fn backfill_next(&self) -> anyhow::Result<Option<u64>> {
+        self.marker(BACKFILL_NEXT)
     }
 
     /// The newest block recorded.
@@ -192,16 +195,10 @@ impl PriceStore {
         Ok(times.first()?.map(|(n, _)| n.value()))
     }
 
-    pub fn marker(&self, name: &str) -> anyhow::Result<Option<u64>> {
+    fn marker(&self, name: &str) -> anyhow::Result<Option<u64>> {
         let txn = self.db.begin_read()?;
         let meta = txn.open_table(META)?;
         Ok(meta.get(name)?.map(|v| v.value()))
-    }
-
-    pub fn set_marker(&self, name: &str, value: u64) -> anyhow::Result<()> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(META)?.insert(name, value)?;
-        txn.commit().context("storing a progress marker")
     }
 
     /// The time of block `number`, if recorded.
@@ -274,13 +271,91 @@ impl PriceStore {
             }
         }))
     }
+}
 
-    pub fn put_token(&self, address: Address, token: &Token) -> anyhow::Result<()> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(TOKENS)?
-            .insert(address.0.0, (token.decimals, token.name.as_str()))?;
-        txn.commit().context("storing token metadata")
+/// One change to a price store, as the index makes it and the bus's price
+/// journal carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PriceWrite {
+    /// A block indexed: its time, the pools it revealed, their states.
+    /// `position` is the log step that added it (none for a backfilled
+    /// block).
+    Block {
+        update: BlockUpdate,
+        position: Option<Position>,
+    },
+    /// Block `number` left the canonical chain (log step `position`): what
+    /// it set is forgotten. Pools it revealed stay known: they exist on
+    /// every branch that created them, and an unknown pool is only ever
+    /// checked once.
+    RollBack { number: u64, position: Position },
+    /// A token's metadata.
+    Token { address: Address, token: Token },
+    /// The backfill has stored every block before `next`.
+    Backfilled { next: u64 },
+}
+
+impl std::fmt::Display for PriceWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Block { update, .. } => write!(f, "block {}", update.number),
+            Self::RollBack { number, .. } => write!(f, "the rollback of block {number}"),
+            Self::Token { address, .. } => write!(f, "token {address}"),
+            Self::Backfilled { next } => write!(f, "backfill progress (next {next})"),
+        }
     }
+}
+
+/// Makes `write` in `txn`.
+fn put(txn: &WriteTransaction, write: &PriceWrite) -> anyhow::Result<()> {
+    match write {
+        PriceWrite::Block { update, position } => {
+            let mut times = txn.open_table(BLOCK_TIMES)?;
+            let mut index = txn.open_table(TIME_INDEX)?;
+            if let Some(old) = times.insert(update.number, update.timestamp)? {
+                index.remove((old.value(), update.number))?;
+            }
+            index.insert((update.timestamp, update.number), ())?;
+            txn.open_table(BLOCK_HASHES)?
+                .insert(update.number, update.hash.0)?;
+            let mut pools = txn.open_table(POOLS)?;
+            let mut pairs = txn.open_multimap_table(PAIRS)?;
+            for pool in &update.pools {
+                pools.insert(pool.address.0.0, encode_pool(pool))?;
+                pairs.insert(pair_key(pool.token0, pool.token1), pool.address.0.0)?;
+            }
+            let mut states = txn.open_table(STATES)?;
+            let mut touched = txn.open_multimap_table(BLOCK_STATES)?;
+            for (pool, state) in &update.states {
+                states.insert((pool.0.0, update.number), encode_state(state))?;
+                touched.insert(update.number, pool.0.0)?;
+            }
+            if let Some(position) = position {
+                txn.open_table(META)?.insert(INDEXED_THROUGH, position)?;
+            }
+        }
+        PriceWrite::RollBack { number, position } => {
+            let mut times = txn.open_table(BLOCK_TIMES)?;
+            if let Some(old) = times.remove(number)? {
+                txn.open_table(TIME_INDEX)?.remove((old.value(), *number))?;
+            }
+            txn.open_table(BLOCK_HASHES)?.remove(number)?;
+            let mut states = txn.open_table(STATES)?;
+            let mut touched = txn.open_multimap_table(BLOCK_STATES)?;
+            for pool in touched.remove_all(number)? {
+                states.remove((pool?.value(), *number))?;
+            }
+            txn.open_table(META)?.insert(INDEXED_THROUGH, position)?;
+        }
+        PriceWrite::Token { address, token } => {
+            txn.open_table(TOKENS)?
+                .insert(address.0.0, (token.decimals, token.name.as_str()))?;
+        }
+        PriceWrite::Backfilled { next } => {
+            txn.open_table(META)?.insert(BACKFILL_NEXT, next)?;
+        }
+    }
+    Ok(())
 }
 
 fn pair_key(a: Address, b: Address) -> (Addr, Addr) {
@@ -375,21 +450,27 @@ mod tests {
             factory: addr(0xf0),
         };
         store
-            .apply(&BlockUpdate {
-                number: 10,
-                hash: B256::with_last_byte(10),
-                timestamp: 1_000,
-                pools: vec![pool],
-                states: vec![(pool.address, v2(1, 2))],
+            .write(&PriceWrite::Block {
+                update: BlockUpdate {
+                    number: 10,
+                    hash: B256::with_last_byte(10),
+                    timestamp: 1_000,
+                    pools: vec![pool],
+                    states: vec![(pool.address, v2(1, 2))],
+                },
+                position: None,
             })
             .expect("block 10");
         store
-            .apply(&BlockUpdate {
-                number: 11,
-                hash: B256::with_last_byte(11),
-                timestamp: 1_012,
-                pools: vec![],
-                states: vec![],
+            .write(&PriceWrite::Block {
+                update: BlockUpdate {
+                    number: 11,
+                    hash: B256::with_last_byte(11),
+                    timestamp: 1_012,
+                    pools: vec![],
+                    states: vec![],
+                },
+                position: None,
             })
             .expect("block 11");
         let v3 = PoolState::V3 {
@@ -397,12 +478,15 @@ mod tests {
             liquidity: u128::MAX,
         };
         store
-            .apply(&BlockUpdate {
-                number: 12,
-                hash: B256::with_last_byte(12),
-                timestamp: 1_024,
-                pools: vec![],
-                states: vec![(pool.address, v3)],
+            .write(&PriceWrite::Block {
+                update: BlockUpdate {
+                    number: 12,
+                    hash: B256::with_last_byte(12),
+                    timestamp: 1_024,
+                    pools: vec![],
+                    states: vec![(pool.address, v3)],
+                },
+                position: None,
             })
             .expect("block 12");
 
@@ -425,7 +509,13 @@ mod tests {
             Some((12, B256::with_last_byte(12)))
         );
 
-        store.roll_back(12).expect("roll back");
+        store
+            .write(&PriceWrite::RollBack {
+                number: 12,
+                position: 3,
+            })
+            .expect("roll back");
+        assert_eq!(store.indexed_through().expect("through"), 3);
         assert_eq!(
             store.state_at(pool.address, 12).expect("state"),
             Some((10, v2(1, 2)))
@@ -438,6 +528,49 @@ mod tests {
         assert_eq!(store.block_at(2_000).expect("time"), Some((11, 1_012)));
     }
 
+    /// A run of journal writes lands in one transaction with the newest
+    /// sequence; a changed block's position says how far the index got.
+    #[test]
+    fn journal_runs_are_kept_with_their_sequence() {
+        let store = PriceStore::in_memory().expect("store");
+        assert_eq!(store.journaled().expect("journaled"), 0);
+        assert_eq!(store.indexed_through().expect("through"), 0);
+        let block = |number: u64, position| PriceWrite::Block {
+            update: BlockUpdate {
+                number,
+                hash: B256::with_last_byte(number as u8),
+                timestamp: number * 12,
+                ..Default::default()
+            },
+            position,
+        };
+        store
+            .write_journaled(&[
+                (1, block(5, None)),
+                (2, PriceWrite::Backfilled { next: 6 }),
+                (3, block(6, Some(40))),
+            ])
+            .expect("a run");
+        assert_eq!(store.journaled().expect("journaled"), 3);
+        assert_eq!(store.indexed_through().expect("through"), 40);
+        assert_eq!(store.backfill_next().expect("marker"), Some(6));
+        assert_eq!(store.tip().expect("tip"), Some((6, 72)));
+        store
+            .write_journaled(&[(
+                4,
+                PriceWrite::RollBack {
+                    number: 6,
+                    position: 41,
+                },
+            )])
+            .expect("a rollback");
+        assert_eq!(store.journaled().expect("journaled"), 4);
+        assert_eq!(store.indexed_through().expect("through"), 41);
+        assert_eq!(store.tip().expect("tip"), Some((5, 60)));
+        store.write_journaled(&[]).expect("nothing");
+        assert_eq!(store.journaled().expect("journaled"), 4);
+    }
+
     #[test]
     fn survives_a_reopen() {
         let dir = tempfile::tempdir().expect("dir");
@@ -445,20 +578,23 @@ mod tests {
         {
             let store = PriceStore::open(&path).expect("open");
             store
-                .put_token(
-                    addr(1),
-                    &Token {
+                .write(&PriceWrite::Token {
+                    address: addr(1),
+                    token: Token {
                         name: "Wrapped Ether".into(),
                         decimals: 18,
                     },
-                )
+                })
                 .expect("token");
             store
-                .apply(&BlockUpdate {
-                    number: 5,
-                    hash: B256::with_last_byte(5),
-                    timestamp: 50,
-                    ..Default::default()
+                .write(&PriceWrite::Block {
+                    update: BlockUpdate {
+                        number: 5,
+                        hash: B256::with_last_byte(5),
+                        timestamp: 50,
+                        ..Default::default()
+                    },
+                    position: None,
                 })
                 .expect("block");
         }
