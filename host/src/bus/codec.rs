@@ -157,7 +157,10 @@ mod tests {
                     decimals: 18,
                 },
             },
-            PriceWrite::Backfilled { next: 1_000 },
+            PriceWrite::Backfilled {
+                next: 1_000,
+                end: 2_000,
+            },
         ];
         for write in writes {
             let back: PriceWrite = decode(&encode(&write)).expect("decodes");

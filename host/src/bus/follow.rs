@@ -25,7 +25,7 @@ pub async fn follow(
     out: mpsc::Sender<SourceEvent>,
     shutdown: CancellationToken,
 ) {
-    let Some(tail) = log.tail_when_read(blocks, None, &shutdown).await else {
+    let Some(tail) = log.tail_when_read(blocks, &shutdown).await else {
         return;
     };
     let next = tail.head + 1;
@@ -36,7 +36,9 @@ pub async fn follow(
         chain: &log.chain,
         out,
     };
-    log.linear.read(next, &mut into_pipeline, &shutdown).await;
+    if let Err(error) = log.linear.read(next, &mut into_pipeline, &shutdown).await {
+        tracing::error!(chain = %log.chain, error = format!("{error:#}"), "stopped following the log");
+    }
 }
 
 /// Hands each step read to the pipeline, at its position.

@@ -29,25 +29,32 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// message as it comes.
 const READ_RUN: usize = 256;
 
+/// How long a consumer may deliver nothing before the stream is asked
+/// whether it holds messages the consumer has not delivered. A consumer
+/// whose stream's leader died can stay silent while the stream goes on
+/// (seen on a three-server cluster); one that lags is made anew.
+const STALL_CHECK: Duration = Duration::from_secs(2);
+
 #[derive(Debug, Error)]
 pub enum AppendError {
     /// Another writer holds the sequence: this one no longer leads.
     #[error("{stream} already has a message at {sequence}: another ingest writes it")]
     Fenced { stream: String, sequence: u64 },
-    /// The bus did not take the message (down, slow, restarting); try
-    /// again.
+    /// The bus did not take the message, or did not say whether it had
+    /// (down, slow, restarting); try again.
     #[error("publishing {stream}'s message {sequence}: {source}")]
     Unavailable {
         stream: String,
         sequence: u64,
-        source: async_nats::jetstream::context::PublishError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
 /// Takes the messages a [`LinearStream`] reads, in sequence order.
 pub trait Reader {
-    /// Takes a run of (sequence, payload); `Break` stops the reading, an
-    /// error has the run read again after a pause.
+    /// Takes a run of (sequence, payload); `Break` stops the reading, and
+    /// so does an error (what the reader cannot take, it would not take
+    /// the next time either).
     fn take(
         &mut self,
         run: Vec<(u64, Bytes)>,
@@ -72,6 +79,8 @@ pub struct LinearStream {
 enum Delivery {
     /// The reader said stop.
     Stopped,
+    /// The reader failed.
+    Refused(anyhow::Error),
     /// The client reconnected: a restarted server has lost the consumer.
     Reconnected,
     Failed(anyhow::Error),
@@ -147,6 +156,11 @@ impl LinearStream {
             Ok(ack) => ack.await,
             Err(error) => Err(error),
         };
+        let unavailable = |source| AppendError::Unavailable {
+            stream: self.name.clone(),
+            sequence,
+            source,
+        };
         match acked {
             Ok(ack) if ack.sequence == sequence => Ok(()),
             Ok(_) => Err(fenced()),
@@ -157,14 +171,12 @@ impl LinearStream {
                     {
                         Ok(())
                     }
-                    _ => Err(fenced()),
+                    Ok(_) => Err(fenced()),
+                    // Whose message is there is unknown yet.
+                    Err(error) => Err(unavailable(error.into())),
                 }
             }
-            Err(source) => Err(AppendError::Unavailable {
-                stream: self.name.clone(),
-                sequence,
-                source,
-            }),
+            Err(error) => Err(unavailable(error.into())),
         }
     }
 
@@ -196,28 +208,32 @@ impl LinearStream {
     }
 
     /// Hands `reader` every message from `next` on, in order, until it
-    /// says stop (`Some`) or `shutdown` (`None`). Whatever fails on the bus
-    /// is read again from the first message the reader has not taken, so
-    /// nothing is skipped and nothing is taken twice.
+    /// says stop (`Some`), fails (the error), or `shutdown` (`None`).
+    /// Whatever fails on the bus is read again from the first message the
+    /// reader has not taken, so nothing is skipped and nothing is taken
+    /// twice.
     pub async fn read(
         &self,
         mut next: u64,
         reader: &mut impl Reader,
         shutdown: &CancellationToken,
-    ) -> Option<()> {
+    ) -> anyhow::Result<Option<()>> {
         loop {
             let stopped = tokio::select! {
-                () = shutdown.cancelled() => return None,
+                () = shutdown.cancelled() => return Ok(None),
                 stopped = self.deliver(&mut next, reader) => stopped,
             };
             match stopped {
-                Delivery::Stopped => return Some(()),
+                Delivery::Stopped => return Ok(Some(())),
+                Delivery::Refused(error) => return Err(error),
                 Delivery::Reconnected => {
                     tracing::info!(stream = %self.name, from = next, "reconnected to the bus; reading anew");
                 }
                 Delivery::Failed(error) => {
                     tracing::warn!(stream = %self.name, from = next, error = format!("{error:#}"), "reading stopped; resuming");
-                    pause(shutdown).await?;
+                    if pause(shutdown).await.is_none() {
+                        return Ok(None);
+                    }
                 }
             }
         }
@@ -250,6 +266,14 @@ impl LinearStream {
             let chunk = tokio::select! {
                 chunk = messages.next() => chunk,
                 _ = connects.changed() => return Delivery::Reconnected,
+                () = tokio::time::sleep(STALL_CHECK) => match self.bounds().await {
+                    Ok((_, last)) if last >= *next => {
+                        return Delivery::Failed(anyhow::anyhow!(
+                            "the consumer delivered nothing for {STALL_CHECK:?} while the stream holds {next}..={last}"
+                        ));
+                    }
+                    _ => continue,
+                },
             };
             let Some(chunk) = chunk else {
                 return Delivery::Failed(anyhow::anyhow!("the consumer ended"));
@@ -277,7 +301,7 @@ impl LinearStream {
                 match reader.take(run).await {
                     Ok(ControlFlow::Continue(())) => *next = last + 1,
                     Ok(ControlFlow::Break(())) => return Delivery::Stopped,
-                    Err(error) => return Delivery::Failed(error),
+                    Err(error) => return Delivery::Refused(error),
                 }
             }
             if let Some(error) = failed {

@@ -12,6 +12,7 @@
 
 pub mod codec;
 pub mod follow;
+pub mod indexing;
 pub mod ingest;
 pub mod lease;
 pub mod linear;
@@ -158,16 +159,20 @@ impl Tail {
 }
 
 impl ChainLog {
+    /// The chain's name.
+    pub fn chain(&self) -> &str {
+        &self.chain
+    }
+
     /// [`ChainLog::tail`], tried until the bus answers; `None` at
     /// `shutdown`.
     pub async fn tail_when_read(
         &self,
         blocks: usize,
-        after: Option<Position>,
         shutdown: &CancellationToken,
     ) -> Option<Tail> {
         loop {
-            match self.tail(blocks, after).await {
+            match self.tail(blocks).await {
                 Ok(tail) => return Some(tail),
                 Err(error) => {
                     tracing::warn!(chain = %self.chain, error = format!("{error:#}"), "cannot read the log's tail; trying again");
@@ -178,16 +183,14 @@ impl ChainLog {
     }
 
     /// The newest steps, back to the one that added the `blocks`-th newest
-    /// block, and further back to the one after position `after` if that
-    /// is older (or the oldest the stream keeps): what a window of `blocks`
-    /// blocks holds, and what a price index that has indexed up to `after`
-    /// has yet to index.
-    pub async fn tail(&self, blocks: usize, after: Option<Position>) -> anyhow::Result<Tail> {
+    /// block (or the oldest the stream keeps): what a window of `blocks`
+    /// blocks holds.
+    pub async fn tail(&self, blocks: usize) -> anyhow::Result<Tail> {
         let (first, head) = self.linear.bounds().await?;
         let mut steps = Vec::new();
         let mut added = 0;
         let mut position = head;
-        while position >= first && (added < blocks || after.is_some_and(|after| position > after)) {
+        while position >= first && added < blocks {
             // Aged out since the state was read: the tail ends here.
             let Some(payload) = self.linear.get(position).await? else {
                 break;

@@ -46,24 +46,36 @@ pub struct PriceJournal {
 
 impl PriceJournal {
     /// Applies to `store` the journal's writes it lacks, up to the last
-    /// one when called, retrying while the bus fails; `None` at
-    /// `shutdown`.
+    /// one when called (what fails on the bus is tried again); `None` at
+    /// `shutdown`. An error means `store` cannot take the journal: it
+    /// holds history of its own or more writes than the journal, or a
+    /// write cannot be read or kept.
     pub async fn catch_up(
         &self,
         store: &Arc<PriceStore>,
         shutdown: &CancellationToken,
-    ) -> Option<()> {
-        let (from, last) = loop {
-            match self.unread(store).await {
-                Ok(unread) => break unread,
+    ) -> anyhow::Result<Option<()>> {
+        let from = self.first_unread(store)?;
+        let last = loop {
+            match self.linear.bounds().await {
+                Ok((_, last)) => break last,
                 Err(error) => {
                     tracing::warn!(journal = %self.linear.name(), error = format!("{error:#}"), "cannot read the price journal; trying again");
-                    pause(shutdown).await?;
+                    if pause(shutdown).await.is_none() {
+                        return Ok(None);
+                    }
                 }
             }
         };
+        anyhow::ensure!(
+            from - 1 <= last,
+            "the price database holds {} journal writes but {} has {last}: \
+             was the stream deleted? Remove the database to read the journal anew",
+            from - 1,
+            self.linear.name()
+        );
         if from > last {
-            return Some(());
+            return Ok(Some(()));
         }
         tracing::info!(journal = %self.linear.name(), from, to = last, "applying the price journal");
         let mut into_store = IntoStore {
@@ -73,14 +85,20 @@ impl PriceJournal {
         self.linear.read(from, &mut into_store, shutdown).await
     }
 
-    /// Applies to `store` each write appended to the journal after what it
-    /// holds, as it comes, until `shutdown`.
-    pub async fn follow(&self, store: Arc<PriceStore>, shutdown: CancellationToken) {
-        let Some(from) = self.next_for(&store, &shutdown).await else {
-            return;
-        };
+    /// [`PriceJournal::catch_up`], then applies each write appended to the
+    /// journal as it comes, until `shutdown` or an error.
+    pub async fn follow(
+        &self,
+        store: Arc<PriceStore>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        if self.catch_up(&store, &shutdown).await?.is_none() {
+            return Ok(());
+        }
+        let from = self.first_unread(&store)?;
         let mut into_store = IntoStore { store, until: None };
-        self.linear.read(from, &mut into_store, &shutdown).await;
+        self.linear.read(from, &mut into_store, &shutdown).await?;
+        Ok(())
     }
 
     /// A recorder writing through the journal after `store`'s last write
@@ -91,42 +109,28 @@ impl PriceJournal {
         store: Arc<PriceStore>,
         term: CancellationToken,
     ) -> anyhow::Result<JournalRecorder> {
-        let next = store.journaled()? + 1;
+        let next = self.first_unread(&store)?;
         Ok(JournalRecorder {
             journal: self.clone(),
             store,
             term,
             writer: rand::random(),
-            next: Mutex::new(next),
+            next: Mutex::new(Some(next)),
         })
     }
 
-    /// The first sequence `store` lacks and the journal's last, refusing
-    /// a store that holds more than the journal (a journal deleted and
-    /// begun anew under a kept price database).
-    async fn unread(&self, store: &PriceStore) -> anyhow::Result<(u64, u64)> {
-        let (_, last) = self.linear.bounds().await?;
+    /// The first journal sequence `store` lacks, refusing a store whose
+    /// history did not come from a journal (a server of role `all` wrote
+    /// it): its positions are another log's.
+    fn first_unread(&self, store: &PriceStore) -> anyhow::Result<u64> {
         let held = store.journaled()?;
         anyhow::ensure!(
-            held <= last,
-            "the price database holds {held} journal writes but {} has {last}: \
-             was the stream deleted? Remove the database to read the journal anew",
+            held > 0 || store.is_empty()?,
+            "the price database holds history a server of role `all` indexed, not {}: \
+             give this server a [price] data_dir of its own",
             self.linear.name()
         );
-        Ok((held + 1, last))
-    }
-
-    /// The first sequence `store` lacks; `None` at `shutdown`.
-    async fn next_for(&self, store: &PriceStore, shutdown: &CancellationToken) -> Option<u64> {
-        loop {
-            match store.journaled() {
-                Ok(held) => return Some(held + 1),
-                Err(error) => {
-                    tracing::error!(journal = %self.linear.name(), error = format!("{error:#}"), "cannot read the price database");
-                    pause(shutdown).await?;
-                }
-            }
-        }
+        Ok(held + 1)
     }
 }
 
@@ -167,19 +171,25 @@ pub struct JournalRecorder {
     /// Names this recorder's messages, so a retry whose ack was lost finds
     /// its own write and not another writer's.
     writer: u64,
-    /// The sequence the next write takes. A mutex because the live index
-    /// and the backfill record concurrently, and each write must be
-    /// appended and kept before the next takes its sequence.
-    next: Mutex<u64>,
+    /// The sequence the next write takes; `None` once a write failed,
+    /// after which this term records nothing (a write at that sequence
+    /// would carry the failed one's id). A mutex because the live index and
+    /// the backfill record concurrently, and each write must be appended
+    /// and kept before the next takes its sequence.
+    next: Mutex<Option<u64>>,
 }
 
 impl JournalRecorder {
     async fn append(&self, write: PriceWrite) -> anyhow::Result<()> {
         let mut next = self.next.lock().await;
-        let sequence = *next;
+        let linear = &self.journal.linear;
+        let Some(sequence) = *next else {
+            anyhow::bail!("{} took no more of this term's writes", linear.name());
+        };
+        // Whatever fails below, this term writes no more.
+        *next = None;
         let id = format!("{:016x}:{sequence}", self.writer);
         let payload = Bytes::from(codec::encode(&write));
-        let linear = &self.journal.linear;
         match linear
             .append_until_taken(sequence, &id, payload, &self.term)
             .await
@@ -191,14 +201,14 @@ impl JournalRecorder {
                 return Err(error.into());
             }
         }
-        *next += 1;
         // The journal holds it: a store that cannot keep it must not index
         // on (the next term applies it from the journal).
-        let kept = self.store.write_journaled(&[(sequence, write)]);
-        if kept.is_err() {
+        if let Err(error) = self.store.write_journaled(&[(sequence, write)]) {
             self.term.cancel();
+            return Err(error);
         }
-        kept
+        *next = Some(sequence + 1);
+        Ok(())
     }
 }
 

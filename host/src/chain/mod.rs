@@ -16,9 +16,11 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::bus::{self, Bus};
+use crate::bus::prices::PriceJournal;
+use crate::bus::{self, Bus, ChainLog};
 use crate::config::{ChainSpec, Config, LogConfig, Role, SourceConfig};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
+use crate::ingest::SourceEvent;
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{self, Devnet, Submission};
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
@@ -28,6 +30,7 @@ use crate::metrics::Metrics;
 use crate::price::PriceIndex;
 use crate::price::indexer::DRAIN;
 use crate::price::record::InStore;
+use crate::price::store::PriceStore;
 use lead::Leader;
 use pipeline::{Pipeline, PipelineState};
 
@@ -114,19 +117,14 @@ impl Chain {
             (Role::Edge, Some(bus), _) => {
                 let on_bus = bus.log(&spec.name).await?;
                 let prices = bus.prices(&spec.name).await?;
-                let (store, blocks, shutdown) =
-                    (price.store().clone(), config.log.blocks, shutdown.clone());
-                // Ready (the log's tail placed) only once `token_price`
-                // answers what the journal held at the start.
-                tasks.spawn(async move {
-                    if prices.catch_up(&store, &shutdown).await.is_none() {
-                        return;
-                    }
-                    tokio::join!(
-                        prices.follow(store, shutdown.clone()),
-                        bus::follow::follow(on_bus, blocks, events, shutdown.clone()),
-                    );
-                });
+                tasks.spawn(follow_bus(
+                    on_bus,
+                    prices,
+                    price.store().clone(),
+                    config.log.blocks,
+                    events,
+                    shutdown.clone(),
+                ));
             }
             (Role::Ingest, Some(bus), SourceConfig::Node(url)) => {
                 let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
@@ -264,6 +262,36 @@ fn event_log(
     let (persist, steps) = mpsc::unbounded_channel();
     tasks.spawn(store::write(store, log.chain().clone(), steps));
     Ok((log, Some(persist)))
+}
+
+/// An edge's chain from the bus: its price journal applied to `store`,
+/// then (ready once `token_price` answers what the journal held at the
+/// start) its log followed into the pipeline behind `events` while the
+/// journal is followed on, until `shutdown`. A store that cannot take the
+/// journal keeps the chain from ever reporting ready.
+async fn follow_bus(
+    on_bus: ChainLog,
+    prices: PriceJournal,
+    store: Arc<PriceStore>,
+    blocks: usize,
+    events: mpsc::Sender<SourceEvent>,
+    shutdown: CancellationToken,
+) {
+    let refused = |error: anyhow::Error| {
+        tracing::error!(chain = %on_bus.chain(), error = format!("{error:#}"), "the price database cannot take the bus's price journal");
+    };
+    match prices.catch_up(&store, &shutdown).await {
+        Ok(Some(())) => {}
+        Ok(None) => return,
+        Err(error) => return refused(error),
+    }
+    let (followed, ()) = tokio::join!(
+        prices.follow(store, shutdown.clone()),
+        bus::follow::follow(on_bus.clone(), blocks, events, shutdown.clone()),
+    );
+    if let Err(error) = followed {
+        refused(error);
+    }
 }
 
 /// What a node source of `spec` at `url` follows, resuming from

@@ -108,13 +108,18 @@ impl CanonicalChain {
     }
 
     /// Follows a change another tracker made: an edge's window follows the
-    /// ingest's log, and a restarted chain's the log it restored. An added
-    /// block is placed (one that does not connect restarts the window from
-    /// it, as that tracker's did); a removed block leaves the tip.
+    /// ingest's log, an ingest's the log's tail at the start of a term, and
+    /// a restarted chain's the log it restored. An added block becomes the
+    /// tip: one already held drops what this window holds after it (an
+    /// ingest's blocks of a term whose last steps were never published),
+    /// one that does not connect restarts the window from it, as that
+    /// tracker's did. A removed block leaves the tip.
     pub fn follow(&mut self, change: &ChainEvent) {
         match change {
             ChainEvent::Added(block) => {
-                if self.apply(block.clone()).is_err() {
+                if let Some(at) = self.blocks.iter().rposition(|b| b.hash == block.hash) {
+                    self.blocks.truncate(at + 1);
+                } else if self.apply(block.clone()).is_err() {
                     self.reset(block.clone());
                 }
             }
@@ -253,6 +258,24 @@ mod tests {
         assert_eq!(held(&follower), held(&leader));
         follower.follow(&ChainEvent::Removed(blocks[0].clone()));
         assert_eq!(held(&follower), held(&leader), "only the tip leaves");
+    }
+
+    /// A window that ran ahead of the log it follows (an ingest whose
+    /// last blocks were never published) is cut back to each block the log
+    /// adds, then extended from there: the node's next blocks come out as
+    /// changes again.
+    #[test]
+    fn a_follower_ahead_of_the_log_is_cut_back() {
+        let (mut ahead, blocks) = chain(8, 16);
+        for block in &blocks[..5] {
+            ahead.follow(&ChainEvent::Added(block.clone()));
+        }
+        assert_eq!(ahead.tip().map(|b| b.number()), Some(4));
+        assert_eq!(ahead.blocks().count(), 5);
+        assert_eq!(
+            describe(&ahead.apply(blocks[5].clone()).expect("extends")),
+            vec![('+', 5, 1)]
+        );
     }
 
     #[test]

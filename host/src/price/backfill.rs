@@ -53,7 +53,7 @@ pub async fn run(
         () = shutdown.cancelled() => {}
         result = fill(&chain, &node, &store, &mut indexer, from) => {
             if let Err(error) = result {
-                tracing::warn!(%chain, error = format!("{error:#}"), "price backfill stopped; it resumes at the next start");
+                tracing::warn!(%chain, error = format!("{error:#}"), "price backfill stopped; it resumes at the next start (an ingest's, at its next term)");
             }
         }
     }
@@ -66,11 +66,18 @@ async fn fill(
     indexer: &mut Indexer,
     from: u64,
 ) -> anyhow::Result<()> {
-    let end = match store.first_block()? {
-        Some(first) => first.saturating_sub(1),
-        None => node.call::<U64>("eth_blockNumber", json!([])).await?.to(),
+    // The end is fixed by the first run (and kept with the progress): the
+    // first block indexed then, or the node's head if none was.
+    let (mut next, end) = match store.backfill()? {
+        Some((next, end)) => (next.max(from), end),
+        None => match store.first_block()? {
+            Some(first) => (from, first.saturating_sub(1)),
+            None => (
+                from,
+                node.call::<U64>("eth_blockNumber", json!([])).await?.to(),
+            ),
+        },
     };
-    let mut next = store.backfill_next()?.unwrap_or(from).max(from);
     if next > end {
         return Ok(());
     }
@@ -127,7 +134,7 @@ async fn fill(
             indexer.add(&block, None).await?;
         }
         indexer
-            .record(PriceWrite::Backfilled { next: to + 1 })
+            .record(PriceWrite::Backfilled { next: to + 1, end })
             .await?;
         tracing::info!(
             %chain, block = to, of = end,

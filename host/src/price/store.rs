@@ -13,8 +13,8 @@ use std::path::Path;
 use alloy_primitives::{Address, B256, U256};
 use anyhow::Context;
 use redb::{
-    Database, MultimapTableDefinition, ReadableDatabase, ReadableTable, TableDefinition,
-    WriteTransaction,
+    Database, MultimapTableDefinition, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    TableDefinition, WriteTransaction,
 };
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +73,8 @@ const BLOCK_STATES: MultimapTableDefinition<u64, Addr> =
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// [`META`]: the next block to backfill.
 const BACKFILL_NEXT: &str = "backfill_next";
+/// [`META`]: the last block the backfill fills.
+const BACKFILL_END: &str = "backfill_end";
 /// [`META`]: the log position of the newest change indexed.
 const INDEXED_THROUGH: &str = "indexed_through";
 /// [`META`]: the sequence of the newest journal write applied.
@@ -166,9 +168,18 @@ impl PriceStore {
         Ok(self.marker(INDEXED_THROUGH)?.unwrap_or(0))
     }
 
-    /// The next block the backfill reads, once it has run.
-    pub fn backfill_next(&self) -> anyhow::Result<Option<u64>> {
-        self.marker(BACKFILL_NEXT)
+    /// Whether nothing was ever written.
+    pub fn is_empty(&self) -> anyhow::Result<bool> {
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(BLOCK_TIMES)?.is_empty()?
+            && txn.open_table(TOKENS)?.is_empty()?
+            && txn.open_table(META)?.is_empty()?)
+    }
+
+    /// The backfill's progress, once it has run: the next block it reads
+    /// and the last it fills.
+    pub fn backfill(&self) -> anyhow::Result<Option<(u64, u64)>> {
+        Ok(self.marker(BACKFILL_NEXT)?.zip(self.marker(BACKFILL_END)?))
     }
 
     /// The newest block recorded.
@@ -291,8 +302,9 @@ pub enum PriceWrite {
     RollBack { number: u64, position: Position },
     /// A token's metadata.
     Token { address: Address, token: Token },
-    /// The backfill has stored every block before `next`.
-    Backfilled { next: u64 },
+    /// The backfill, which fills blocks up to `end`, has stored every block
+    /// before `next`.
+    Backfilled { next: u64, end: u64 },
 }
 
 impl std::fmt::Display for PriceWrite {
@@ -301,7 +313,9 @@ impl std::fmt::Display for PriceWrite {
             Self::Block { update, .. } => write!(f, "block {}", update.number),
             Self::RollBack { number, .. } => write!(f, "the rollback of block {number}"),
             Self::Token { address, .. } => write!(f, "token {address}"),
-            Self::Backfilled { next } => write!(f, "backfill progress (next {next})"),
+            Self::Backfilled { next, end } => {
+                write!(f, "backfill progress (next {next} of {end})")
+            }
         }
     }
 }
@@ -351,8 +365,10 @@ fn put(txn: &WriteTransaction, write: &PriceWrite) -> anyhow::Result<()> {
             txn.open_table(TOKENS)?
                 .insert(address.0.0, (token.decimals, token.name.as_str()))?;
         }
-        PriceWrite::Backfilled { next } => {
-            txn.open_table(META)?.insert(BACKFILL_NEXT, next)?;
+        PriceWrite::Backfilled { next, end } => {
+            let mut meta = txn.open_table(META)?;
+            meta.insert(BACKFILL_NEXT, next)?;
+            meta.insert(BACKFILL_END, end)?;
         }
     }
     Ok(())
@@ -547,13 +563,13 @@ mod tests {
         store
             .write_journaled(&[
                 (1, block(5, None)),
-                (2, PriceWrite::Backfilled { next: 6 }),
+                (2, PriceWrite::Backfilled { next: 6, end: 9 }),
                 (3, block(6, Some(40))),
             ])
             .expect("a run");
         assert_eq!(store.journaled().expect("journaled"), 3);
         assert_eq!(store.indexed_through().expect("through"), 40);
-        assert_eq!(store.backfill_next().expect("marker"), Some(6));
+        assert_eq!(store.backfill().expect("markers"), Some((6, 9)));
         assert_eq!(store.tip().expect("tip"), Some((6, 72)));
         store
             .write_journaled(&[(
