@@ -5,6 +5,9 @@
 //! edge; and each chain's price history, indexed once by the leading
 //! ingest, is the same on every edge and outlives the leader.
 
+use std::sync::Arc;
+
+use alloy_primitives::Address;
 use chainsieve::bus::Bus;
 use chainsieve::bus::linear::AppendError;
 use chainsieve::config::{BusConfig, Config, LogConfig, Role};
@@ -12,7 +15,9 @@ use chainsieve::ingest::ChainEvent;
 use chainsieve::ingest::SourceEvent;
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
 use chainsieve::log::EventLog;
-use chainsieve_tests::anvil::{Anvil, deploy_ping};
+use chainsieve::price::record::Recorder;
+use chainsieve::price::store::{PriceStore, PriceWrite, Token};
+use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, deploy_ping};
 use chainsieve_tests::dex::{Fixture, Session, compile, price_of, price_when};
 use chainsieve_tests::nats::{Nats, NatsCluster};
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient};
@@ -28,6 +33,13 @@ fn bus_config(nats: &Nats) -> BusConfig {
     }
 }
 
+/// A connection to the bus on `nats`, as a server makes it.
+async fn connected(nats: &Nats) -> Bus {
+    Bus::connect(&bus_config(nats), "test")
+        .await
+        .expect("connect")
+}
+
 /// A server in `role` on `nats`, its eth chain read from `anvil` (an edge
 /// reads it from the bus instead).
 async fn server(role: Role, anvil: &Anvil, nats: &Nats) -> TestServer {
@@ -41,6 +53,18 @@ async fn server(role: Role, anvil: &Anvil, nats: &Nats) -> TestServer {
         server.wait_live("eth").await;
     }
     server
+}
+
+/// An ingest on `nats` reading `anvil` that stands by (another leads),
+/// started without waiting for it to lead.
+async fn standby(anvil: &Anvil, nats: &Nats) -> TestServer {
+    TestServer::start(Config {
+        role: Role::Ingest,
+        bus: bus_config(nats),
+        ..anvil.config(KEY)
+    })
+    .await
+    .expect("standby starts")
 }
 
 /// A client of `newHeads` and every log on `edge`, resuming from `cursor`
@@ -158,9 +182,7 @@ async fn edges_serve_one_log_and_a_client_resumes_on_another_edge() {
 #[tokio::test]
 async fn the_stream_is_one_linear_log() {
     let nats = Nats::start().await.expect("nats-server");
-    let bus = Bus::connect(&bus_config(&nats), "test")
-        .await
-        .expect("connect");
+    let bus = connected(&nats).await;
     let on_bus = bus.log("eth").await.expect("the stream");
     let log = EventLog::new("eth", &LogConfig::default());
     let mut devnet = Devnet::new(1, &DevnetSettings::default());
@@ -260,13 +282,7 @@ async fn prices_are_the_same_on_every_edge_and_outlive_the_leader() {
     assert_eq!(then["result"]["blockNumbers"], json!([block1]));
 
     // The standby takes over when the leader stops, and indexes on.
-    let standby = TestServer::start(Config {
-        role: Role::Ingest,
-        bus: bus_config(&nats),
-        ..anvil.config(KEY)
-    })
-    .await
-    .expect("standby starts");
+    let standby = standby(&anvil, &nats).await;
     leader.stop().await;
     standby.wait_live("eth").await;
     let trade2 = session
@@ -431,4 +447,166 @@ async fn a_cluster_loses_a_server_and_clients_miss_nothing() {
         .collect();
     let expected: Vec<(String, bool)> = sent.into_iter().map(|hash| (hash, false)).collect();
     assert_eq!(hashes, expected, "every log once, in order");
+}
+
+/// The price journal's rules against a real JetStream: a leader's writes
+/// land in order and in its store; a second store following the journal
+/// holds the same; a recorder whose sequence another took is fenced out
+/// (its term ends, its store untouched, and it records nothing more); a
+/// database another history wrote, or one ahead of the journal, is
+/// refused with the reason.
+#[tokio::test]
+async fn the_price_journal_is_one_linear_log() {
+    let nats = Nats::start().await.expect("nats-server");
+    let bus = connected(&nats).await;
+    let journal = bus.prices("eth").await.expect("the journal");
+    let token = |byte: u8| PriceWrite::Token {
+        address: Address::repeat_byte(byte),
+        token: Token {
+            name: format!("Token {byte}"),
+            decimals: 18,
+        },
+    };
+    let never = CancellationToken::new();
+
+    let leader = Arc::new(PriceStore::in_memory().expect("store"));
+    let rival = Arc::new(PriceStore::in_memory().expect("store"));
+    let leader_term = CancellationToken::new();
+    let rival_term = CancellationToken::new();
+    let recorder = journal
+        .recorder(leader.clone(), leader_term.clone())
+        .expect("a recorder");
+    // Made now, it too would write at sequence 1.
+    let fenced = journal
+        .recorder(rival.clone(), rival_term.clone())
+        .expect("a recorder");
+    for byte in 1..=3 {
+        recorder.record(token(byte)).await.expect("recorded");
+    }
+    assert_eq!(leader.journaled().expect("journaled"), 3);
+    assert!(
+        leader
+            .token(Address::repeat_byte(2))
+            .expect("read")
+            .is_some()
+    );
+    let refused = fenced.record(token(9)).await.expect_err("fenced");
+    assert!(
+        format!("{refused:#}").contains("another ingest writes it"),
+        "{refused:#}"
+    );
+    assert!(rival_term.is_cancelled(), "a fenced write ends the term");
+    assert!(rival.is_empty().expect("read"), "its store is untouched");
+    assert!(fenced.record(token(10)).await.is_err(), "nothing more");
+    assert!(!leader_term.is_cancelled());
+
+    // Another server's store follows the journal to the same writes.
+    let follower = Arc::new(PriceStore::in_memory().expect("store"));
+    journal
+        .catch_up(&follower, &never)
+        .await
+        .expect("caught up")
+        .expect("not shut down");
+    assert_eq!(follower.journaled().expect("journaled"), 3);
+    for byte in 1..=3 {
+        assert_eq!(
+            follower.token(Address::repeat_byte(byte)).expect("read"),
+            leader.token(Address::repeat_byte(byte)).expect("read")
+        );
+    }
+
+    // A database of role `all`'s history, and one ahead of the journal.
+    let local = Arc::new(PriceStore::in_memory().expect("store"));
+    local.write(&token(1)).expect("written");
+    let refused = journal.catch_up(&local, &never).await.expect_err("refused");
+    assert!(format!("{refused:#}").contains("role `all`"), "{refused:#}");
+    let ahead = Arc::new(PriceStore::in_memory().expect("store"));
+    ahead.write_journaled(&[(7, token(1))]).expect("written");
+    let refused = journal.catch_up(&ahead, &never).await.expect_err("refused");
+    assert!(
+        format!("{refused:#}").contains("holds 7 journal writes"),
+        "{refused:#}"
+    );
+}
+
+/// Every built-in topic through the bus: one ingest leading, one standing
+/// by, two edges; a client on each edge subscribes to each topic, and a
+/// batch of transactions waits in the node's mempool, then is mined. Both
+/// edges deliver, on every topic, the same notifications with the same
+/// cursors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_topic_is_the_same_on_both_edges() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let nats = Nats::start().await.expect("nats-server");
+    let _leader = server(Role::Ingest, &anvil, &nats).await;
+    let _standby = standby(&anvil, &nats).await;
+    let edges = [
+        server(Role::Edge, &anvil, &nats).await,
+        server(Role::Edge, &anvil, &nats).await,
+    ];
+    let (mut deployer, deployer_heads, _) = subscriber(&edges[1], None).await;
+    let contract = deploy_ping(&mut deployer, &deployer_heads, &anvil).await;
+    drop(deployer);
+    // Each topic, and what the batch brings it.
+    let topics = [
+        (json!(["newPendingTransactions"]), 2),
+        (json!(["newPendingTransactions", true]), 2),
+        (
+            json!(["bvPendingTransactions", { "fromAddress": [DEV_ACCOUNT] }]),
+            2,
+        ),
+        (
+            json!(["bvMinedTransactions", { "fromAddress": [DEV_ACCOUNT] }]),
+            2,
+        ),
+        (json!(["newHeads"]), 1),
+        (json!(["logs", { "address": contract }]), 1),
+    ];
+    let mut clients = Vec::new();
+    for edge in &edges {
+        let mut client = WsClient::connect(&edge.ws_url("eth", KEY))
+            .await
+            .expect("connect");
+        let mut ids = Vec::new();
+        for (params, _) in &topics {
+            ids.push(client.subscribe(params.clone()).await.expect("subscribed"));
+        }
+        clients.push((client, ids));
+    }
+
+    anvil.automine(false).await.expect("automine off");
+    anvil
+        .send(json!({ "from": DEV_ACCOUNT, "to": DEV_ACCOUNT_2, "value": "0x1" }))
+        .await
+        .expect("a transfer");
+    anvil.ping(&contract, 1).await;
+    anvil.mine(1).await.expect("mine");
+    anvil.automine(true).await.expect("automine on");
+
+    let mut delivered = Vec::new();
+    for (client, ids) in &mut clients {
+        let mut by_topic = vec![Vec::new(); topics.len()];
+        while by_topic
+            .iter()
+            .zip(&topics)
+            .any(|(got, (_, count))| got.len() < *count)
+        {
+            let params = client.next_notification_params().await.expect("notified");
+            let topic = ids
+                .iter()
+                .position(|id| params["subscription"] == *id)
+                .expect("a subscription of this client");
+            by_topic[topic].push((params["result"].clone(), params["cursor"].clone()));
+        }
+        for (got, (params, count)) in by_topic.iter().zip(&topics) {
+            assert_eq!(got.len(), *count, "{params}: {got:?}");
+        }
+        delivered.push(by_topic);
+    }
+    for (topic, (params, _)) in topics.iter().enumerate() {
+        assert_eq!(
+            delivered[0][topic], delivered[1][topic],
+            "{params}: the same notifications, the same cursors"
+        );
+    }
 }
