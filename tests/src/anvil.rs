@@ -113,18 +113,29 @@ impl Anvil {
     /// then starts the node again on its own port from the state file: the
     /// same chain, resumed, possibly ahead of what its clients saw.
     pub async fn restart(&mut self, mined_while_down: u64) -> anyhow::Result<()> {
-        stop(&mut self.child).await?;
+        self.stop().await?;
         if mined_while_down > 0 {
             let (mut offline, port) = spawn(self.chain_id, 0, &self.options, &self.home).await?;
-            rpc(
+            let mined = answer(
                 &self.http,
                 port,
                 "anvil_mine",
                 json!([format!("{mined_while_down:#x}")]),
             )
             .await?;
+            anyhow::ensure!(mined.get("error").is_none(), "anvil_mine: {mined}");
             stop(&mut offline).await?;
         }
+        self.resume().await
+    }
+
+    /// Stops the node; it dumps its chain to its state file.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        stop(&mut self.child).await
+    }
+
+    /// Starts a stopped node again on its own port, from its state file.
+    pub async fn resume(&mut self) -> anyhow::Result<()> {
         let (child, _) = spawn(self.chain_id, self.port, &self.options, &self.home).await?;
         self.child = child;
         Ok(())
@@ -132,7 +143,16 @@ impl Anvil {
 
     /// A JSON-RPC call over HTTP; errors if the node answers with an error.
     pub async fn rpc(&self, method: &str, params: Value) -> anyhow::Result<Value> {
-        rpc(&self.http, self.port, method, params).await
+        let answer = self.answer(method, params).await?;
+        if let Some(error) = answer.get("error") {
+            bail!("{method}: {error}");
+        }
+        Ok(answer["result"].clone())
+    }
+
+    /// The node's whole answer to a call (id 1), error or result.
+    pub async fn answer(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        answer(&self.http, self.port, method, params).await
     }
 
     /// Sends a transaction from an unlocked dev account (anvil signs it
@@ -188,26 +208,21 @@ impl Anvil {
     }
 }
 
-async fn rpc(
+async fn answer(
     http: &reqwest::Client,
     port: u16,
     method: &str,
     params: Value,
 ) -> anyhow::Result<Value> {
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    let answer: Value = http
-        .post(format!("http://127.0.0.1:{port}"))
+    http.post(format!("http://127.0.0.1:{port}"))
         .json(&body)
         .send()
         .await
         .with_context(|| format!("calling {method}"))?
         .json()
         .await
-        .with_context(|| format!("reading {method}"))?;
-    if let Some(error) = answer.get("error") {
-        bail!("{method}: {error}");
-    }
-    Ok(answer["result"].clone())
+        .with_context(|| format!("reading {method}"))
 }
 
 /// Stops anvil with SIGTERM (so it dumps its state; SIGKILL would not)

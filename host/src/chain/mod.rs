@@ -18,12 +18,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::bus::prices::PriceJournal;
 use crate::bus::{self, Bus, ChainLog};
-use crate::config::{ChainSpec, Config, LogConfig, Role, SourceConfig};
+use crate::config::{ChainSpec, Config, LogConfig, Role, RpcConfig, SourceConfig};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::SourceEvent;
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{self, Devnet, Submission};
-use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
+use crate::ingest::upstream::{self, NodeConnection, UpstreamSettings, UpstreamStatus};
 use crate::log::EventLog;
 use crate::log::store::{self, LogStore, Persist};
 use crate::metrics::Metrics;
@@ -58,6 +58,11 @@ pub struct Chain {
     pub submissions: Option<mpsc::Sender<Submission>>,
     /// `token_price`'s index of this chain's pools.
     pub price: Arc<PriceIndex>,
+    /// A node chain's connection for the methods forwarded to its node
+    /// (`None` on the devnet); one multiplexed socket for every client.
+    pub node: Option<NodeConnection>,
+    /// Which methods are forwarded, and how long they may take.
+    pub rpc: RpcConfig,
     /// For the actors of topics added at run time.
     pub metrics: Arc<Metrics>,
 }
@@ -171,33 +176,21 @@ impl Chain {
             Some(leader) => tasks.spawn(leader.run(shutdown.clone())),
             None => tasks.spawn(pipeline.run(source, shutdown.clone())),
         };
-        Ok(Chain::new(
-            spec,
-            state,
-            upstream,
-            submissions,
-            price,
-            metrics,
-        ))
-    }
-
-    fn new(
-        spec: &ChainSpec,
-        state: Arc<PipelineState>,
-        upstream: Option<watch::Receiver<UpstreamStatus>>,
-        submissions: Option<mpsc::Sender<Submission>>,
-        price: Arc<PriceIndex>,
-        metrics: &Arc<Metrics>,
-    ) -> Arc<Chain> {
-        Arc::new(Chain {
+        let node = match &spec.source {
+            SourceConfig::Node(url) => Some(NodeConnection::new(url.clone())),
+            SourceConfig::Devnet => None,
+        };
+        Ok(Arc::new(Chain {
             name: spec.name.clone(),
             chain_id: spec.chain_id,
             state,
             upstream,
             submissions,
             price,
+            node,
+            rpc: config.rpc.clone(),
             metrics: metrics.clone(),
-        })
+        }))
     }
 
     /// The state of the chain's source: the devnet is always live.

@@ -13,8 +13,10 @@ use serde::Deserialize;
 
 mod bus;
 mod devnet;
+mod rpc;
 pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
+pub use rpc::RpcConfig;
 
 /// Recent blocks a chain keeps by default (`chains.<name>.window`); deeper
 /// reorgs resynchronise.
@@ -45,6 +47,8 @@ pub struct Config {
     pub price: PriceConfig,
     pub log: LogConfig,
     pub bus: BusConfig,
+    /// What node-fed chains forward to their node.
+    pub rpc: RpcConfig,
     pub logging: LoggingConfig,
 }
 
@@ -130,6 +134,7 @@ impl Default for Config {
             price: PriceConfig::default(),
             log: LogConfig::default(),
             bus: BusConfig::default(),
+            rpc: RpcConfig::default(),
             logging: LoggingConfig::default(),
         }
     }
@@ -333,6 +338,7 @@ impl Config {
         {
             bail!("auth.admin_token must be at least 16 characters");
         }
+        self.rpc.validate()?;
         let limits = &self.limits;
         in_range(
             "limits.outbound_queue",

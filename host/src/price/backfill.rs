@@ -17,12 +17,11 @@ use serde_json::json;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use super::calls::NodeConnection;
 use super::indexer::Indexer;
 use super::store::{PriceStore, PriceWrite};
 use crate::contracts::abi::{IUniswapV2Factory, IUniswapV2Pair, IUniswapV3Factory, IUniswapV3Pool};
 use crate::ingest::model::Block;
-use crate::ingest::upstream::{Call, NodeError, decode, read_logs};
+use crate::ingest::upstream::{Call, NodeConnection, NodeError, decode, read_logs};
 
 /// Block ranges asked for at first, and at most.
 const FIRST_SPAN: u64 = 1_000;

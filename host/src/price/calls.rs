@@ -7,60 +7,16 @@ use std::collections::HashMap;
 use alloy_primitives::{Address, Bytes};
 use alloy_sol_types::SolCall;
 use futures_util::future::BoxFuture;
-use serde::de::DeserializeOwned;
 use serde_json::json;
-use serde_json::value::RawValue;
-use tokio::sync::Mutex;
 
 use crate::contracts::abi::{IERC20, IPool, IUniswapV2Factory};
 use crate::ingest::devnet;
-use crate::ingest::upstream::{Call, NodeClient, NodeError, single};
+use crate::ingest::upstream::{NodeConnection, NodeError};
 
 /// Runs a read-only call at the latest block.
 pub trait ChainCalls: Send + Sync {
     /// The call's return data; `None` when it reverts (or `to` has no code).
     fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>>;
-}
-
-/// Requests to a node over a connection of the price index's own (opened
-/// on first use, reopened after a failure), apart from the source's.
-#[derive(Debug)]
-pub struct NodeConnection {
-    url: String,
-    /// The open connection; a mutex so requests take turns reconnecting.
-    client: Mutex<Option<NodeClient>>,
-}
-
-impl NodeConnection {
-    pub fn new(url: String) -> Self {
-        Self {
-            url,
-            client: Mutex::new(None),
-        }
-    }
-
-    /// Sends `calls` as one batch (see [`NodeClient::batch`]).
-    pub async fn batch(&self, calls: &[Call]) -> Result<Vec<Box<RawValue>>, NodeError> {
-        let mut slot = self.client.lock().await;
-        if slot.is_none() {
-            let (client, _notifications) = NodeClient::connect(&self.url).await?;
-            *slot = Some(client);
-        }
-        let client = slot.as_ref().expect("connected above");
-        let result = client.batch(calls).await;
-        if matches!(&result, Err(e) if !matches!(e, NodeError::Rpc { .. })) {
-            *slot = None;
-        }
-        result
-    }
-
-    pub async fn call<T: DeserializeOwned>(
-        &self,
-        method: &'static str,
-        params: serde_json::Value,
-    ) -> Result<T, NodeError> {
-        single(method, self.batch(&[Call::new(method, params)]).await?)
-    }
 }
 
 impl ChainCalls for NodeConnection {

@@ -26,7 +26,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ChainSpec, PriceConfig, SourceConfig};
-use calls::{ChainCalls, DevnetCalls, NodeConnection};
+use crate::ingest::upstream::NodeConnection;
+use calls::{ChainCalls, DevnetCalls};
 pub use indexer::Feed;
 use query::{PriceAnswer, PriceError};
 use record::Recorder;

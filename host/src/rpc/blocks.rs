@@ -1,7 +1,8 @@
 //! The recent canonical blocks as the chain's window holds them:
 //! `eth_blockNumber`, `eth_getBlockByNumber`, `eth_getBlockByHash`. They read
 //! the same window the streams come from, so answers agree with the
-//! notifications just sent.
+//! notifications just sent. What the window does not hold a node chain asks
+//! its node ([`Held::Elsewhere`]).
 
 use alloy_primitives::{B256, U64};
 use serde_json::Value;
@@ -19,8 +20,26 @@ pub(super) fn block_number(chain: &Chain) -> Result<Box<RawValue>, RpcError> {
     }
 }
 
-/// A block selector: a number or a tag resolved to the tip.
-fn block_selector(value: Option<&Value>) -> Result<Option<u64>, RpcError> {
+/// What the window says of a block asked for.
+pub(super) enum Held {
+    /// The window's answer.
+    Answer(Box<RawValue>),
+    /// Not in the window (or a tag only the node can resolve: `pending`,
+    /// `safe`, `finalized`); what a chain without a node answers instead.
+    Elsewhere(Result<Box<RawValue>, RpcError>),
+}
+
+/// A block selector: a number, or a tag.
+#[derive(Debug, PartialEq, Eq)]
+enum Selector {
+    Number(u64),
+    /// `latest`: the window's tip.
+    Latest,
+    /// `pending`, `safe`, `finalized`: the tip on a chain without a node.
+    NodeTag,
+}
+
+fn block_selector(value: Option<&Value>) -> Result<Selector, RpcError> {
     let bad = |v: &Value| {
         RpcError::invalid_params(format!(
             "invalid block number {v}: expected a hex quantity or latest, pending, safe, finalized, earliest"
@@ -29,10 +48,11 @@ fn block_selector(value: Option<&Value>) -> Result<Option<u64>, RpcError> {
     match value {
         None => Err(RpcError::invalid_params("missing the block number")),
         Some(Value::String(tag)) => match tag.as_str() {
-            "latest" | "pending" | "safe" | "finalized" => Ok(None),
-            "earliest" => Ok(Some(0)),
+            "latest" => Ok(Selector::Latest),
+            "pending" | "safe" | "finalized" => Ok(Selector::NodeTag),
+            "earliest" => Ok(Selector::Number(0)),
             hex => parse_quantity(hex)
-                .map(Some)
+                .map(Selector::Number)
                 .ok_or_else(|| bad(&Value::String(tag.clone()))),
         },
         Some(other) => Err(bad(other)),
@@ -49,33 +69,34 @@ fn full_flag(params: &Value) -> Result<bool, RpcError> {
     }
 }
 
-pub(super) fn block_by_number(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
+pub(super) fn block_by_number(chain: &Chain, params: &Value) -> Result<Held, RpcError> {
     require_positional(params, "eth_getBlockByNumber")?;
     let selector = block_selector(positional(params, 0))?;
     let full = full_flag(params)?;
     let canonical = chain.canonical();
-    let block = match selector {
-        None => canonical.tip(),
-        Some(number) => match canonical.by_number(number) {
-            Some(block) => Some(block),
-            None => match (canonical.oldest(), canonical.tip()) {
-                (Some(oldest), Some(_)) if number < oldest.number() => {
-                    return Err(RpcError::not_found(format!(
-                        "block {number} is older than the recent blocks this server keeps (oldest: {})",
-                        oldest.number()
-                    )));
-                }
-                _ => None,
-            },
-        },
-    };
-    match block {
+    let tip = || match canonical.tip() {
         Some(block) => Ok(block.block_json(full)),
         None => result(&Value::Null),
-    }
+    };
+    Ok(match selector {
+        Selector::Latest => Held::Answer(tip()?),
+        Selector::NodeTag => Held::Elsewhere(tip()),
+        Selector::Number(number) => match canonical.by_number(number) {
+            Some(block) => Held::Answer(block.block_json(full)),
+            None => Held::Elsewhere(match (canonical.oldest(), canonical.tip()) {
+                (Some(oldest), Some(_)) if number < oldest.number() => {
+                    Err(RpcError::not_found(format!(
+                        "block {number} is older than the recent blocks this server keeps (oldest: {})",
+                        oldest.number()
+                    )))
+                }
+                _ => result(&Value::Null),
+            }),
+        },
+    })
 }
 
-pub(super) fn block_by_hash(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
+pub(super) fn block_by_hash(chain: &Chain, params: &Value) -> Result<Held, RpcError> {
     require_positional(params, "eth_getBlockByHash")?;
     let hash: B256 = match positional(params, 0) {
         Some(Value::String(text)) => parse_fixed(text).ok_or_else(|| {
@@ -90,10 +111,10 @@ pub(super) fn block_by_hash(chain: &Chain, params: &Value) -> Result<Box<RawValu
         }
     };
     let full = full_flag(params)?;
-    match chain.canonical().by_hash(&hash) {
-        Some(block) => Ok(block.block_json(full)),
-        None => result(&Value::Null),
-    }
+    Ok(match chain.canonical().by_hash(&hash) {
+        Some(block) => Held::Answer(block.block_json(full)),
+        None => Held::Elsewhere(result(&Value::Null)),
+    })
 }
 
 #[cfg(test)]
@@ -104,9 +125,19 @@ mod tests {
 
     #[test]
     fn block_selectors() {
-        assert_eq!(block_selector(Some(&json!("latest"))), Ok(None));
-        assert_eq!(block_selector(Some(&json!("earliest"))), Ok(Some(0)));
-        assert_eq!(block_selector(Some(&json!("0x10"))), Ok(Some(16)));
+        assert_eq!(block_selector(Some(&json!("latest"))), Ok(Selector::Latest));
+        assert_eq!(
+            block_selector(Some(&json!("finalized"))),
+            Ok(Selector::NodeTag)
+        );
+        assert_eq!(
+            block_selector(Some(&json!("earliest"))),
+            Ok(Selector::Number(0))
+        );
+        assert_eq!(
+            block_selector(Some(&json!("0x10"))),
+            Ok(Selector::Number(16))
+        );
         assert_eq!(
             block_selector(Some(&json!(16))).expect_err("number").code,
             -32602

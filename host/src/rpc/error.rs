@@ -2,6 +2,7 @@
 //! wrong, so a client can fix its request without reading server logs.
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 /// EIP-1474 error codes used by chainsieve.
 pub mod code {
@@ -12,6 +13,7 @@ pub mod code {
     pub const INTERNAL: i64 = -32603;
     pub const GENERIC: i64 = -32000;
     pub const NOT_FOUND: i64 = -32001;
+    pub const UNAVAILABLE: i64 = -32002;
     pub const LIMIT_EXCEEDED: i64 = -32005;
 }
 
@@ -20,13 +22,39 @@ pub mod code {
 pub struct RpcError {
     pub code: i64,
     pub message: String,
+    /// A node's `data`, passed on as it wrote it (a revert's reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<ErrorData>,
 }
+
+/// Raw JSON, compared by its text.
+#[derive(Clone, Debug, Serialize)]
+#[serde(transparent)]
+pub struct ErrorData(pub Box<RawValue>);
+
+impl PartialEq for ErrorData {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Eq for ErrorData {}
 
 impl RpcError {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
+            data: None,
+        }
+    }
+
+    /// A node's error answer, passed on unchanged.
+    pub fn from_node(code: i64, message: String, data: Option<Box<RawValue>>) -> Self {
+        Self {
+            code,
+            message,
+            data: data.map(ErrorData),
         }
     }
 
@@ -64,6 +92,11 @@ impl RpcError {
 
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(code::NOT_FOUND, message)
+    }
+
+    /// -32002: what the call needs (the chain's node) is unavailable.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(code::UNAVAILABLE, message)
     }
 
     pub fn limit_exceeded(message: impl Into<String>) -> Self {

@@ -1,16 +1,17 @@
 //! The method table, for both transports: the subscription methods
 //! ([`super::subscribe`]), `token_price` ([`super::token_price`]), what real
 //! clients send around them (`eth_chainId`, `net_version`, and the window's
-//! blocks in [`super::blocks`]), and `eth_sendRawTransaction` on devnet
-//! chains ([`super::submit`]).
+//! blocks in [`super::blocks`]), `eth_sendRawTransaction` on devnet chains
+//! ([`super::submit`]); on node chains, every other method the `[rpc]`
+//! policy allows goes to the node ([`super::forward`]).
 
 use alloy_primitives::U64;
 
 use super::context::Outcome;
 pub use super::context::{Connection, Context};
 use super::{
-    Call, Incoming, RpcError, batch_response, blocks, error_response, parse, response, result,
-    submit, subscribe, token_price,
+    Call, Incoming, RpcError, batch_response, blocks, error_response, forward, parse, response,
+    result, submit, subscribe, token_price,
 };
 
 /// What `web3_clientVersion` answers.
@@ -61,12 +62,34 @@ async fn handle(ctx: Context<'_>, call: &Call, in_batch: bool) -> Outcome {
         "eth_syncing" => reply(result(&false)),
         "web3_clientVersion" => reply(result(&CLIENT_VERSION)),
         "eth_blockNumber" => reply(blocks::block_number(ctx.chain)),
-        "eth_getBlockByNumber" => reply(blocks::block_by_number(ctx.chain, &call.params)),
-        "eth_getBlockByHash" => reply(blocks::block_by_hash(ctx.chain, &call.params)),
-        "token_price" => reply(token_price::token_price(ctx.chain, &call.params)),
-        "eth_sendRawTransaction" => {
-            reply(submit::send_raw_transaction(ctx.chain, &call.params).await)
+        "eth_getBlockByNumber" => {
+            reply(held(ctx, call, blocks::block_by_number(ctx.chain, &call.params)).await)
         }
-        other => reply(Err(RpcError::method_not_found(other))),
+        "eth_getBlockByHash" => {
+            reply(held(ctx, call, blocks::block_by_hash(ctx.chain, &call.params)).await)
+        }
+        "token_price" => reply(token_price::token_price(ctx.chain, &call.params)),
+        "eth_sendRawTransaction" => match &ctx.chain.submissions {
+            Some(submissions) => {
+                reply(submit::send_raw_transaction(ctx.chain, submissions, &call.params).await)
+            }
+            None => reply(forward::forward(ctx.chain, call).await),
+        },
+        _ => reply(forward::forward(ctx.chain, call).await),
+    }
+}
+
+/// The window's answer; else, on a node chain, the node's.
+async fn held(
+    ctx: Context<'_>,
+    call: &Call,
+    held: Result<blocks::Held, RpcError>,
+) -> Result<Box<serde_json::value::RawValue>, RpcError> {
+    match held? {
+        blocks::Held::Answer(answer) => Ok(answer),
+        blocks::Held::Elsewhere(_) if ctx.chain.node.is_some() => {
+            forward::forward(ctx.chain, call).await
+        }
+        blocks::Held::Elsewhere(fallback) => fallback,
     }
 }

@@ -5,6 +5,7 @@
 mod blocks;
 mod context;
 pub mod error;
+mod forward;
 pub mod methods;
 mod params;
 pub mod rate_limit;

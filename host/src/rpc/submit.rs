@@ -1,30 +1,26 @@
 //! `eth_sendRawTransaction` on devnet chains: the transaction is decoded,
 //! checked against the chain, and its sender recovered from the signature
 //! here, on the caller's task, so the devnet's own task only orders it.
-//! A node chain does not take transactions: they belong with the node.
+//! A node chain forwards them to its node ([`super::forward`]).
 
 use alloy_consensus::TxEnvelope;
 use alloy_consensus::transaction::SignerRecoverable;
 use alloy_eips::eip2718::Decodable2718;
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::params::require_positional;
 use super::{RpcError, result};
 use crate::chain::Chain;
 use crate::ingest::devnet::{Refusal, Submission};
 
+/// Submits a devnet chain's transaction through `submissions`.
 pub(super) async fn send_raw_transaction(
     chain: &Chain,
+    submissions: &mpsc::Sender<Submission>,
     params: &Value,
 ) -> Result<Box<RawValue>, RpcError> {
-    let Some(submissions) = &chain.submissions else {
-        return Err(RpcError::method_not_found_msg(&format!(
-            "eth_sendRawTransaction is served on devnet chains only; {} reads a node: send transactions to the node",
-            chain.name
-        )));
-    };
     let envelope = decode(params)?;
     match alloy_consensus::Transaction::chain_id(&envelope) {
         Some(id) if id == chain.chain_id => {}

@@ -6,6 +6,7 @@
 //! without building values, and each result is parsed once, by its caller,
 //! straight into the type it needs.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -37,12 +38,13 @@ pub enum NodeError {
     Closed,
     #[error("{method} got no answer within {}s", CALL_TIMEOUT.as_secs())]
     Timeout { method: String },
-    /// The node answered with a JSON-RPC error.
+    /// The node answered with a JSON-RPC error; `data` as it sent it.
     #[error("{method}: node error {code}: {message}")]
     Rpc {
         method: String,
         code: i64,
         message: String,
+        data: Option<Box<RawValue>>,
     },
     #[error("{method}: unexpected answer: {reason}")]
     Decode { method: String, reason: String },
@@ -58,17 +60,28 @@ pub struct Notification {
 /// One call of a batch.
 #[derive(Debug, Clone)]
 pub struct Call {
-    pub method: &'static str,
+    pub method: Cow<'static, str>,
     pub params: serde_json::Value,
 }
 
 impl Call {
     pub fn new(method: &'static str, params: serde_json::Value) -> Self {
-        Self { method, params }
+        Self {
+            method: Cow::Borrowed(method),
+            params,
+        }
+    }
+
+    /// A call of a method named at run time (a client's, forwarded).
+    pub fn named(method: String, params: serde_json::Value) -> Self {
+        Self {
+            method: Cow::Owned(method),
+            params,
+        }
     }
 }
 
-type Reply = Result<Box<RawValue>, (i64, String)>;
+type Reply = Result<Box<RawValue>, ErrorObject>;
 
 /// A frame to write and the ids it expects answers for.
 struct Outgoing {
@@ -156,11 +169,16 @@ impl NodeClient {
             for (call, rx) in calls.iter().zip(waiting) {
                 match rx.await.map_err(|_| NodeError::Closed)? {
                     Ok(raw) => results.push(raw),
-                    Err((code, message)) => {
+                    Err(ErrorObject {
+                        code,
+                        message,
+                        data,
+                    }) => {
                         return Err(NodeError::Rpc {
                             method: call.method.to_string(),
                             code,
                             message,
+                            data,
                         });
                     }
                 }
@@ -170,7 +188,7 @@ impl NodeClient {
         tokio::time::timeout(CALL_TIMEOUT, answers)
             .await
             .map_err(|_| NodeError::Timeout {
-                method: calls.first().map_or("batch", |c| c.method).to_string(),
+                method: calls.first().map_or("batch", |c| &c.method).to_string(),
             })?
     }
 }
@@ -211,6 +229,9 @@ struct ErrorObject {
     code: i64,
     #[serde(default)]
     message: String,
+    /// Kept as the node wrote it (a revert's data, byte for byte).
+    #[serde(default)]
+    data: Option<Box<RawValue>>,
 }
 
 #[derive(Deserialize)]
@@ -298,7 +319,7 @@ fn route(
             continue;
         };
         let answer = match (message.error, message.result) {
-            (Some(error), _) => Err((error.code, error.message)),
+            (Some(error), _) => Err(error),
             (None, Some(result)) => Ok(result.to_owned()),
             // serde reads `"result": null` as an absent field.
             (None, None) => Ok(RawValue::NULL.to_owned()),

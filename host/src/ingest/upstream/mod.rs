@@ -16,6 +16,7 @@
 //! - `delivered`: what this source has already sent downstream.
 
 mod client;
+mod connection;
 mod delivered;
 mod wire;
 
@@ -32,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use client::{Call, NodeClient, NodeError, Notification, decode, single};
+pub use connection::NodeConnection;
 use delivered::Delivered;
 use wire::{NodeBlock, NodeTransaction};
 pub use wire::{read_logs, skipped_objects, stream_event};

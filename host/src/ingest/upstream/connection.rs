@@ -1,0 +1,72 @@
+//! Requests to a node over one connection of their own, apart from the
+//! source's subscription: opened on first use, reopened after a failure,
+//! and shared by every caller at once (the socket is multiplexed by id), so
+//! a slow call holds up no other.
+
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use tokio::sync::Mutex;
+
+use super::client::{Call, NodeClient, NodeError, single};
+
+#[derive(Debug)]
+pub struct NodeConnection {
+    url: String,
+    /// The open connection. A mutex so callers take turns (re)connecting;
+    /// it is held only to take a handle, never across a call.
+    client: Mutex<Option<Arc<NodeClient>>>,
+}
+
+impl NodeConnection {
+    pub fn new(url: String) -> Self {
+        Self {
+            url,
+            client: Mutex::new(None),
+        }
+    }
+
+    /// The node's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Sends `calls` as one batch (see [`NodeClient::batch`]). A failure
+    /// other than the node's own error answer drops the connection, so the
+    /// next call opens a new one.
+    pub async fn batch(&self, calls: &[Call]) -> Result<Vec<Box<RawValue>>, NodeError> {
+        let client = {
+            let mut slot = self.client.lock().await;
+            match &*slot {
+                Some(client) => client.clone(),
+                None => {
+                    let (client, _notifications) = NodeClient::connect(&self.url).await?;
+                    let client = Arc::new(client);
+                    *slot = Some(client.clone());
+                    client
+                }
+            }
+        };
+        let result = client.batch(calls).await;
+        if matches!(&result, Err(e) if !matches!(e, NodeError::Rpc { .. })) {
+            let mut slot = self.client.lock().await;
+            // Unless another caller has already reconnected.
+            if slot
+                .as_ref()
+                .is_some_and(|current| Arc::ptr_eq(current, &client))
+            {
+                *slot = None;
+            }
+        }
+        result
+    }
+
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        params: serde_json::Value,
+    ) -> Result<T, NodeError> {
+        single(method, self.batch(&[Call::new(method, params)]).await?)
+    }
+}

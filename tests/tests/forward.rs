@@ -1,0 +1,187 @@
+//! One URL for everything a client calls, on a node-fed chain (anvil):
+//! what chainsieve does not answer itself goes to the node and comes back
+//! unchanged, result or error (a revert's data byte for byte), over HTTP
+//! and WebSocket, alone or in a batch with local calls; the `[rpc]` policy
+//! refuses what it does not forward; a node that is down answers a clear
+//! error after the timeout while another chain's subscriptions go on, and
+//! forwarding resumes when the node is back.
+
+use std::collections::BTreeMap;
+
+use chainsieve::config::{AuthConfig, ChainConfig, Config, RpcConfig, SourceConfig};
+use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2};
+use chainsieve_tests::{TestServer, WsClient, fast_devnet};
+use serde_json::{Value, json};
+
+const KEY: &str = "forward-test";
+
+/// `eth` read from `anvil`, `bsc` on the devnet, `anvil_mine` allowed.
+async fn server(anvil: &Anvil) -> TestServer {
+    let chains = BTreeMap::from([
+        (
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(anvil.chain_id),
+                source: SourceConfig::Node(anvil.ws_url()),
+                ..Default::default()
+            },
+        ),
+        ("bsc".to_string(), ChainConfig::default()),
+    ]);
+    TestServer::start(Config {
+        chains,
+        auth: AuthConfig {
+            keys: vec![KEY.to_string()],
+            ..Default::default()
+        },
+        devnet: fast_devnet(),
+        rpc: RpcConfig {
+            allow: vec!["anvil_mine".into()],
+            timeout_ms: 2_000,
+            ..RpcConfig::default()
+        },
+        ..Config::default()
+    })
+    .await
+    .expect("server starts")
+}
+
+/// Init code that reverts with one 32-byte word of data: `0x…cafe`.
+const REVERTING: &str =
+    "0x7f000000000000000000000000000000000000000000000000000000000000cafe60005260206000fd";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_answers_what_chainsieve_does_not() {
+    let mut anvil = Anvil::start(1).await.expect("anvil");
+    let server = server(&anvil).await;
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+
+    // Forwarded over WebSocket and HTTP, answered as the node answers.
+    let balance = json!([DEV_ACCOUNT_2, "latest"]);
+    let direct = anvil
+        .answer("eth_getBalance", balance.clone())
+        .await
+        .expect("anvil");
+    let over_ws = client
+        .call("eth_getBalance", balance.clone())
+        .await
+        .expect("ws");
+    assert_eq!(over_ws["result"], direct["result"], "{over_ws}");
+    let (status, over_http) = server
+        .post(
+            "eth",
+            KEY,
+            &json!({"jsonrpc":"2.0","id":"b","method":"eth_getBalance","params":balance})
+                .to_string(),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(over_http["id"], "b", "the client's id comes back");
+    assert_eq!(over_http["result"], direct["result"]);
+
+    // A revert: the node's error, code, message and data, unchanged.
+    let call = json!([{ "from": DEV_ACCOUNT, "data": REVERTING }, "latest"]);
+    let direct = anvil.answer("eth_call", call.clone()).await.expect("anvil");
+    assert!(direct["error"]["data"].is_string(), "anvil: {direct}");
+    let reverted = client.call("eth_call", call).await.expect("answered");
+    assert_eq!(reverted["error"], direct["error"], "{reverted}");
+
+    // A batch mixing local and forwarded calls, answered in order.
+    let (_, batch) = server
+        .post(
+            "eth",
+            KEY,
+            &json!([
+                {"jsonrpc":"2.0","id":1,"method":"eth_chainId"},
+                {"jsonrpc":"2.0","id":2,"method":"eth_getTransactionCount","params":[DEV_ACCOUNT,"latest"]},
+                {"jsonrpc":"2.0","id":3,"method":"eth_blockNumber"},
+                {"jsonrpc":"2.0","id":4,"method":"debug_traceCall","params":[]},
+            ])
+            .to_string(),
+        )
+        .await;
+    let ids: Vec<&Value> = batch
+        .as_array()
+        .expect("a batch")
+        .iter()
+        .map(|a| &a["id"])
+        .collect();
+    assert_eq!(ids, [&json!(1), &json!(2), &json!(3), &json!(4)], "{batch}");
+    assert_eq!(batch[0]["result"], "0x1");
+    assert_eq!(
+        batch[1]["result"],
+        anvil
+            .rpc("eth_getTransactionCount", json!([DEV_ACCOUNT, "latest"]))
+            .await
+            .expect("anvil")
+    );
+    assert!(batch[2]["result"].is_string(), "{batch}");
+
+    // The policy: debug_* refused, node-wallet methods refused, an
+    // allowed node-specific method forwarded.
+    for refused in [
+        &batch[3],
+        &client
+            .call("eth_accounts", json!([]))
+            .await
+            .expect("answered"),
+    ] {
+        assert_eq!(refused["error"]["code"], -32601, "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("[rpc] allow")),
+            "{refused}"
+        );
+    }
+    let before = anvil.block_number().await.expect("number");
+    let mined = client
+        .call("anvil_mine", json!(["0x1"]))
+        .await
+        .expect("answered");
+    assert!(mined.get("error").is_none(), "{mined}");
+    assert_eq!(anvil.block_number().await.expect("number"), before + 1);
+
+    // A block the window does not hold comes from the node.
+    let genesis = client
+        .call("eth_getBlockByNumber", json!(["0x0", false]))
+        .await
+        .expect("answered");
+    let direct = anvil.block(0).await.expect("anvil");
+    assert_eq!(genesis["result"]["hash"], direct["hash"], "{genesis}");
+
+    // The node goes down: a clear error; the devnet chain notifies on.
+    let mut devnet_client = WsClient::connect(&server.ws_url("bsc", KEY))
+        .await
+        .expect("connect");
+    let heads = devnet_client
+        .subscribe(json!(["newHeads"]))
+        .await
+        .expect("heads");
+    anvil.stop().await.expect("anvil stops");
+    let down = client
+        .call("eth_getBalance", json!([DEV_ACCOUNT, "latest"]))
+        .await
+        .expect("answered");
+    assert_eq!(down["error"]["code"], -32002, "{down}");
+    assert!(
+        down["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("eth's node")),
+        "{down}"
+    );
+    devnet_client
+        .collect_until(&heads, 2)
+        .await
+        .expect("the devnet's heads go on");
+
+    // Back up: forwarding resumes on a new connection.
+    anvil.resume().await.expect("anvil starts again");
+    let back = client
+        .call("eth_getBalance", json!([DEV_ACCOUNT_2, "latest"]))
+        .await
+        .expect("answered");
+    assert!(back["result"].is_string(), "{back}");
+}
