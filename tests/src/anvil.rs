@@ -16,6 +16,9 @@ use crate::{TIMEOUT, WsClient, quantity};
 
 /// Anvil's first dev account (funded, unlocked).
 pub const DEV_ACCOUNT: &str = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266";
+/// [`DEV_ACCOUNT`]'s private key (anvil's well-known first key), for
+/// clients that sign themselves.
+pub const DEV_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 /// Anvil's second dev account.
 pub const DEV_ACCOUNT_2: &str = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8";
 

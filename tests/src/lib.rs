@@ -8,6 +8,7 @@ pub mod filters;
 pub mod load;
 pub mod nats;
 pub mod process;
+pub mod scripts;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -2,16 +2,11 @@
 //! notification they get carries a `cursor` member beside `subscription`
 //! and `result` (checked on the same server first), which they ignore.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use alloy_primitives::{Address, keccak256};
 use alloy_signer_local::PrivateKeySigner;
+use chainsieve_tests::scripts::{SCRIPT_TIMEOUT, run_script};
 use chainsieve_tests::{TestServer, WsClient, hex_address, test_config};
 use serde_json::{Value, json};
-
-/// The longest a client script may run.
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The test server, its eth chain keeping blocks for twice as long as a
 /// script may run: a block a script reported is still served when the test
@@ -38,56 +33,10 @@ async fn start_server() -> TestServer {
     server
 }
 
-/// `tests/js`, where the README's test command installs the npm packages.
-fn js_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js");
-    assert!(
-        dir.join("node_modules/ethers").exists(),
-        "tests/js/node_modules is missing: run the README's test command (scripts/test.sh), which installs it"
-    );
-    dir
-}
-
-/// `tests/py/.venv`'s Python, where the test command installs web3.py.
-fn python() -> PathBuf {
-    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("py/.venv/bin/python");
-    assert!(
-        python.exists(),
-        "tests/py/.venv is missing: run the README's test command (scripts/test.sh), which installs it"
-    );
-    python
-}
-
-/// Runs a client script (`tests/js/*.mjs` with Node.js, `tests/py/*.py`
-/// with the venv's Python) against `url`, with the token to watch, and
+/// Runs a client script against `url` with the token to watch, and
 /// returns the JSON report it prints last.
 async fn run_client(script: &str, url: &str, token: Address) -> Value {
-    let mut command = if script.ends_with(".py") {
-        let mut c = tokio::process::Command::new(python());
-        c.arg(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("py")
-                .join(script),
-        );
-        c
-    } else {
-        let mut c = tokio::process::Command::new("node");
-        c.arg(js_dir().join(script));
-        c
-    };
-    let run = command
-        .arg(url)
-        .arg(token.to_checksum(None))
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(SCRIPT_TIMEOUT, run)
-        .await
-        .expect("the client finished")
-        .expect("node runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{script} failed: {stderr}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    serde_json::from_str(stdout.lines().last().expect("a report line")).expect("JSON report")
+    run_script(script, &[url, &token.to_checksum(None)]).await
 }
 
 /// The server's own answer for block `number`.

@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 
 use chainsieve::config::{AuthConfig, ChainConfig, Config, RpcConfig, SourceConfig};
-use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2};
+use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, DEV_KEY, ping_contract};
+use chainsieve_tests::scripts::run_script;
 use chainsieve_tests::{TestServer, WsClient, fast_devnet};
 use serde_json::{Value, json};
 
@@ -184,4 +185,50 @@ async fn the_node_answers_what_chainsieve_does_not() {
         .await
         .expect("answered");
     assert!(back["result"].is_string(), "{back}");
+}
+
+/// ethers v6 and viem with chainsieve's URL as their only provider: each
+/// deploys a contract, calls it, sends a transaction and waits for its
+/// receipt, reads the contract's logs and its balance, and sees a revert's
+/// data, all answered as the node answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ethers_and_viem_need_only_chainsieve() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = server(&anvil).await;
+    let url = server.http_url("eth", KEY);
+    for script in ["one_url_ethers.mjs", "one_url_viem.mjs"] {
+        let report = run_script(script, &[&url, DEV_KEY, &ping_contract(), REVERTING]).await;
+        let contract = report["contract"].as_str().expect("deployed");
+        let code = anvil
+            .rpc("eth_getCode", json!([contract, "latest"]))
+            .await
+            .expect("anvil");
+        assert_ne!(code, "0x", "{script}: the contract is on the node");
+        for status in ["deployStatus", "pingStatus"] {
+            assert!(
+                report[status] == 1 || report[status] == "success",
+                "{script}: {report}"
+            );
+        }
+        assert_eq!(report["called"], "0x", "{script}: {report}");
+        assert_eq!(report["pingLogs"], 1, "{script}: {report}");
+        assert_eq!(
+            report["logs"],
+            json!([report["pingHash"]]),
+            "{script}: {report}"
+        );
+        let balance = anvil
+            .rpc("eth_getBalance", json!([DEV_ACCOUNT, "latest"]))
+            .await
+            .expect("anvil");
+        let balance =
+            u128::from_str_radix(balance.as_str().expect("hex").trim_start_matches("0x"), 16)
+                .expect("a quantity");
+        assert_eq!(report["balance"], balance.to_string(), "{script}: {report}");
+        assert_eq!(
+            report["revertData"],
+            "0x000000000000000000000000000000000000000000000000000000000000cafe",
+            "{script}: {report}"
+        );
+    }
 }
