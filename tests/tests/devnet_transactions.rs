@@ -1,13 +1,16 @@
 //! `eth_sendRawTransaction` on the embedded devnet, over real sockets: a
 //! transaction signed here is announced pending at once and mined by the
 //! next block, in the subscriptions that watch its sender; every bad
-//! submission gets its EIP-1474 error and the connection keeps serving.
+//! submission gets its EIP-1474 error and the connection keeps serving; and
+//! the methods a wallet calls around it answer, so ethers sends and waits
+//! on the devnet alone.
 
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope, TxLegacy};
 use alloy_eips::Encodable2718;
 use alloy_primitives::{Address, Signature, TxKind, U256, hex, keccak256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
+use chainsieve_tests::scripts::run_script;
 use chainsieve_tests::{TestServer, WsClient, hex_address, of, quantity};
 use serde_json::{Value, json};
 
@@ -229,4 +232,158 @@ async fn bad_submissions_are_answered_with_what_was_wrong() {
         message.starts_with("nonce too high: next nonce 0, tx nonce 3"),
         "{message}"
     );
+}
+
+/// ethers v6 needs nothing but the devnet: `sendTransaction` then `wait()`
+/// twice, the transaction count, the transaction by hash; a contract call
+/// is refused saying the devnet runs no code and how to give it a node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ethers_sends_and_waits_on_the_devnet() {
+    let server = TestServer::default().await;
+    let key = format!("0x{}", hex::encode(sender().to_bytes()));
+    let report = run_script(
+        "devnet_wallet_ethers.mjs",
+        &[&server.http_url("eth", "demo"), &key],
+    )
+    .await;
+    let receipts = report["receipts"].as_array().expect("receipts");
+    assert_eq!(receipts.len(), 2, "{report}");
+    for receipt in receipts {
+        assert_eq!(receipt["status"], 1, "{report}");
+        assert_eq!(receipt["gasUsed"], "21000", "{report}");
+    }
+    assert_eq!(report["latest"], 2, "{report}");
+    assert_eq!(report["pending"], 2, "{report}");
+    assert_eq!(
+        report["fetchedBlock"], receipts[1]["blockNumber"],
+        "{report}"
+    );
+    assert!(
+        report["callError"]
+            .as_str()
+            .is_some_and(|m| m.contains("runs no contract code") && m.contains("source")),
+        "{report}"
+    );
+}
+
+/// The wallet methods on the devnet, raw: a transfer's receipt and
+/// transaction agree with its block; counts, fees and gas estimates; what
+/// needs contract code is refused with -32601 naming the way out.
+#[tokio::test]
+async fn wallet_methods_answer_on_the_devnet() {
+    let server = TestServer::default().await;
+    let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    let envelope = transfer(1, 0);
+    let sent = client
+        .call("eth_sendRawTransaction", json!([raw(&envelope)]))
+        .await
+        .expect("sent");
+    let hash = sent["result"].as_str().expect("a hash").to_string();
+    let pending = client
+        .call(
+            "eth_getTransactionCount",
+            json!([hex_address(&sender().address()), "pending"]),
+        )
+        .await
+        .expect("count");
+    assert_eq!(pending["result"], "0x1");
+    // Wait for heads until the receipt is there.
+    let receipt = loop {
+        client.collect_until(&heads, 1).await.expect("a head");
+        let receipt = client
+            .call("eth_getTransactionReceipt", json!([hash]))
+            .await
+            .expect("receipt");
+        if !receipt["result"].is_null() {
+            break receipt["result"].clone();
+        }
+    };
+    assert_eq!(receipt["status"], "0x1");
+    assert_eq!(receipt["gasUsed"], "0x5208");
+    assert_eq!(receipt["from"], hex_address(&sender().address()));
+    assert_eq!(receipt["logs"], json!([]));
+    let tx = client
+        .call("eth_getTransactionByHash", json!([hash]))
+        .await
+        .expect("tx")["result"]
+        .clone();
+    assert_eq!(tx["blockHash"], receipt["blockHash"]);
+    assert_eq!(tx["transactionIndex"], receipt["transactionIndex"]);
+    let block = client
+        .call("eth_getBlockByHash", json!([receipt["blockHash"], false]))
+        .await
+        .expect("block")["result"]
+        .clone();
+    let index = quantity(&receipt["transactionIndex"]) as usize;
+    assert_eq!(block["transactions"][index], json!(hash));
+    let latest = client
+        .call(
+            "eth_getTransactionCount",
+            json!([hex_address(&sender().address()), "latest"]),
+        )
+        .await
+        .expect("count");
+    assert_eq!(latest["result"], "0x1");
+
+    let estimate = client
+        .call(
+            "eth_estimateGas",
+            json!([{ "to": hex_address(&RECEIVER), "value": "0x1" }]),
+        )
+        .await
+        .expect("estimate");
+    assert_eq!(estimate["result"], "0x5208");
+    let with_data = client
+        .call(
+            "eth_estimateGas",
+            json!([{ "to": hex_address(&RECEIVER), "data": "0x0100" }]),
+        )
+        .await
+        .expect("estimate");
+    assert_eq!(
+        with_data["result"],
+        json!(format!("{:#x}", 21_000 + 16 + 4))
+    );
+    let history = client
+        .call("eth_feeHistory", json!(["0x3", "latest", [50]]))
+        .await
+        .expect("history")["result"]
+        .clone();
+    // Up to 3 blocks, as many as the window holds; the next block's base
+    // fee besides.
+    let blocks = history["gasUsedRatio"].as_array().map_or(0, Vec::len);
+    assert!((1..=3).contains(&blocks), "{history}");
+    assert_eq!(
+        history["baseFeePerGas"].as_array().map(Vec::len),
+        Some(blocks + 1)
+    );
+    assert_eq!(history["reward"].as_array().map(Vec::len), Some(blocks));
+    assert_eq!(history["reward"][0], json!(["0x3b9aca00"]));
+    let price = client.call("eth_gasPrice", json!([])).await.expect("price");
+    assert!(quantity(&price["result"]) > 1_000_000_000, "{price}");
+
+    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    for (method, params) in [
+        (
+            "eth_call",
+            json!([{ "to": hex_address(&token), "data": "0x70a08231" }, "latest"]),
+        ),
+        (
+            "eth_estimateGas",
+            json!([{ "to": hex_address(&token), "data": "0x70a08231" }]),
+        ),
+        ("eth_estimateGas", json!([{ "data": "0x00" }])),
+    ] {
+        let refused = client.call(method, params).await.expect("answered");
+        assert_eq!(refused["error"]["code"], -32601, "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("runs no contract code")),
+            "{refused}"
+        );
+    }
 }

@@ -22,7 +22,7 @@ use crate::config::{ChainSpec, Config, LogConfig, Role, RpcConfig, SourceConfig}
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::SourceEvent;
 use crate::ingest::canonical::CanonicalChain;
-use crate::ingest::devnet::{self, Devnet, Submission};
+use crate::ingest::devnet::{self, Devnet, Ledger, Submission};
 use crate::ingest::upstream::{self, NodeConnection, UpstreamSettings, UpstreamStatus};
 use crate::log::EventLog;
 use crate::log::store::{self, LogStore, Persist};
@@ -56,6 +56,8 @@ pub struct Chain {
     /// A devnet chain's door for `eth_sendRawTransaction` (`None` on a
     /// node chain, whose transactions go to the node).
     pub submissions: Option<mpsc::Sender<Submission>>,
+    /// A devnet chain's nonces and gas, for the methods wallets call.
+    pub ledger: Option<Arc<Ledger>>,
     /// `token_price`'s index of this chain's pools.
     pub price: Arc<PriceIndex>,
     /// A node chain's connection for the methods forwarded to its node
@@ -117,6 +119,7 @@ impl Chain {
         let pipeline = Pipeline::new(&spec.name, state.clone(), price_feed, persist, metrics);
         let mut upstream = None;
         let mut submissions = None;
+        let mut ledger = None;
         let mut leader = None;
         match (role, bus, &spec.source) {
             (Role::Edge, Some(bus), _) => {
@@ -153,6 +156,7 @@ impl Chain {
             }
             (Role::All, _, SourceConfig::Devnet) => {
                 let devnet = Devnet::new(spec.chain_id, &config.devnet);
+                ledger = Some(devnet.ledger());
                 let (submit, submitted) = mpsc::channel(SUBMISSION_QUEUE);
                 submissions = Some(submit);
                 tasks.spawn(devnet::run(devnet, events, submitted, shutdown.clone()));
@@ -186,6 +190,7 @@ impl Chain {
             state,
             upstream,
             submissions,
+            ledger,
             price,
             node,
             rpc: config.rpc.clone(),

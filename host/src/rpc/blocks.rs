@@ -8,7 +8,7 @@ use alloy_primitives::{B256, U64};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::params::{parse_fixed, parse_quantity, positional, require_positional};
+use super::params::{fixed_param, parse_quantity, positional, require_positional};
 use super::{RpcError, result};
 use crate::chain::Chain;
 
@@ -97,19 +97,7 @@ pub(super) fn block_by_number(chain: &Chain, params: &Value) -> Result<Held, Rpc
 }
 
 pub(super) fn block_by_hash(chain: &Chain, params: &Value) -> Result<Held, RpcError> {
-    require_positional(params, "eth_getBlockByHash")?;
-    let hash: B256 = match positional(params, 0) {
-        Some(Value::String(text)) => parse_fixed(text).ok_or_else(|| {
-            RpcError::invalid_params(format!(
-                "invalid block hash \"{text}\": expected 0x and 64 hex digits"
-            ))
-        })?,
-        _ => {
-            return Err(RpcError::invalid_params(
-                "eth_getBlockByHash takes the block hash (a string)",
-            ));
-        }
-    };
+    let hash: B256 = fixed_param(params, 0, "eth_getBlockByHash", "the block hash")?;
     let full = full_flag(params)?;
     Ok(match chain.canonical().by_hash(&hash) {
         Some(block) => Held::Answer(block.block_json(full)),

@@ -2,16 +2,17 @@
 //! ([`super::subscribe`]), `token_price` ([`super::token_price`]), what real
 //! clients send around them (`eth_chainId`, `net_version`, and the window's
 //! blocks in [`super::blocks`]), `eth_sendRawTransaction` on devnet chains
-//! ([`super::submit`]); on node chains, every other method the `[rpc]`
-//! policy allows goes to the node ([`super::forward`]).
+//! ([`super::submit`]) with what wallets call around it ([`super::devnet`]);
+//! on node chains, every other method the `[rpc]` policy allows goes to the
+//! node ([`super::forward`]).
 
 use alloy_primitives::U64;
 
 use super::context::Outcome;
 pub use super::context::{Connection, Context};
 use super::{
-    Call, Incoming, RpcError, batch_response, blocks, error_response, forward, parse, response,
-    result, submit, subscribe, token_price,
+    Call, Incoming, RpcError, batch_response, blocks, devnet, error_response, forward, parse,
+    response, result, submit, subscribe, token_price,
 };
 
 /// What `web3_clientVersion` answers.
@@ -75,7 +76,10 @@ async fn handle(ctx: Context<'_>, call: &Call, in_batch: bool) -> Outcome {
             }
             None => reply(forward::forward(ctx.chain, call).await),
         },
-        _ => reply(forward::forward(ctx.chain, call).await),
+        _ => match &ctx.chain.ledger {
+            Some(ledger) => reply(devnet::answer(ctx.chain, ledger, call)),
+            None => reply(forward::forward(ctx.chain, call).await),
+        },
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod blocks;
 mod context;
+mod devnet;
 pub mod error;
 mod forward;
 pub mod methods;

@@ -37,6 +37,28 @@ pub(super) fn parse_fixed<T: std::str::FromStr>(text: &str) -> Option<T> {
         .flatten()
 }
 
+/// Positional parameter `i` of `method`, a fixed-size hex value named
+/// `what` in the errors (`the block hash`, `the address`).
+pub(super) fn fixed_param<T: std::str::FromStr>(
+    params: &Value,
+    i: usize,
+    method: &str,
+    what: &str,
+) -> Result<T, RpcError> {
+    require_positional(params, method)?;
+    match positional(params, i) {
+        Some(Value::String(text)) => parse_fixed(text).ok_or_else(|| {
+            RpcError::invalid_params(format!(
+                "invalid {what} \"{text}\": expected 0x and {} hex digits",
+                2 * std::mem::size_of::<T>()
+            ))
+        }),
+        _ => Err(RpcError::invalid_params(format!(
+            "{method} takes {what} (a string)"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use alloy_primitives::{Address, B256};

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use alloy_consensus::TxEnvelope;
+use alloy_eips::eip2930::AccessList;
 use alloy_primitives::Address;
 use tokio::sync::oneshot;
 
@@ -52,13 +53,21 @@ pub enum Refusal {
 /// intrinsic gas): all a devnet transaction uses, as the devnet runs none.
 fn intrinsic_gas(envelope: &TxEnvelope) -> u64 {
     use alloy_consensus::Transaction as _;
-    let data: u64 = envelope
-        .input()
+    intrinsic(
+        envelope.input(),
+        envelope.is_create(),
+        envelope.access_list(),
+    )
+}
+
+/// [`intrinsic_gas`] of a transaction's parts.
+pub fn intrinsic(input: &[u8], create: bool, access_list: Option<&AccessList>) -> u64 {
+    let data: u64 = input
         .iter()
         .map(|&byte| if byte == 0 { 4 } else { 16 })
         .sum();
-    let create = if envelope.is_create() { 32_000 } else { 0 };
-    let access = envelope.access_list().map_or(0, |list| {
+    let create = if create { 32_000 } else { 0 };
+    let access = access_list.map_or(0, |list| {
         list.iter()
             .map(|item| 2_400 + 1_900 * item.storage_keys.len() as u64)
             .sum()

@@ -29,6 +29,7 @@
 //! `reorg` and `task` (the real-time loop).
 
 mod block;
+mod ledger;
 mod mempool;
 mod profile;
 mod reorg;
@@ -47,6 +48,7 @@ use alloy_signer_local::PrivateKeySigner;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::config::DEFAULT_WINDOW;
 use crate::ingest::SourceEvent;
 use crate::ingest::model::Block;
 use block::{BlockJob, BlockTemplate, Built, Generated, block_offset};
@@ -55,7 +57,8 @@ use workload::{CREATE_GAS, Pool, gas_limit_for};
 
 pub use crate::config::DevnetSettings;
 pub use crate::contracts::catalog::KnownToken;
-pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission};
+pub use ledger::{Ledger, Mined};
+pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission, intrinsic};
 pub use profile::{KnownPool, known_pools, known_tokens};
 pub use task::run;
 
@@ -82,6 +85,8 @@ pub struct Devnet {
     submitted_nonces: HashMap<Address, u64>,
     /// The last blocks with their contents, newest last, for reorgs.
     recent: VecDeque<(Arc<Block>, Arc<Vec<Generated>>)>,
+    /// Nonces and gas for the RPC methods, shared with them.
+    ledger: Arc<Ledger>,
     /// Pending micro-batches sent since the last block.
     batches_since_block: u32,
     blocks_since_reorg: u64,
@@ -155,6 +160,7 @@ impl Devnet {
             pending: VecDeque::new(),
             submitted_nonces: HashMap::new(),
             recent: VecDeque::new(),
+            ledger: Arc::new(Ledger::new(DEFAULT_WINDOW)),
             batches_since_block: 0,
             blocks_since_reorg: 0,
             reorgs: 0,
@@ -167,6 +173,11 @@ impl Devnet {
 
     pub fn chain_id(&self) -> u64 {
         self.chain_id
+    }
+
+    /// What the RPC methods read of the devnet's accounts and gas.
+    pub fn ledger(&self) -> Arc<Ledger> {
+        self.ledger.clone()
     }
 
     /// Block 0: the first thing [`run`] sends.

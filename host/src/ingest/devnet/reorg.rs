@@ -44,6 +44,7 @@ impl Devnet {
     }
 
     pub(super) fn remember(&mut self, block: Arc<Block>, content: Arc<Vec<Generated>>) {
+        self.ledger.built(&block, &content);
         self.recent.push_back((block, content));
         // A reorg of depth d needs the d blocks it replaces and their parent.
         let keep = self.reorg_depth() + 1;

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::block::Built;
 use super::mempool::Submission;
-use super::{Devnet, Step};
+use super::{Devnet, Ledger, Step};
 use crate::ingest::SourceEvent;
 
 /// Submissions taken into one pending announcement at most.
@@ -28,7 +28,15 @@ pub async fn run(
     mut submissions: mpsc::Receiver<Submission>,
     shutdown: CancellationToken,
 ) {
-    if !send(&out, &shutdown, SourceEvent::Block(devnet.genesis())).await {
+    let ledger = devnet.ledger();
+    if !send(
+        &out,
+        &shutdown,
+        &ledger,
+        SourceEvent::Block(devnet.genesis()),
+    )
+    .await
+    {
         return;
     }
     // The generated past, back to back.
@@ -38,14 +46,14 @@ pub async fn run(
             if matches!(event, SourceEvent::Block(_)) {
                 history = history.saturating_sub(1);
             }
-            if !send(&out, &shutdown, event).await {
+            if !send(&out, &shutdown, &ledger, event).await {
                 return;
             }
         }
     }
     // What follows is live.
     devnet.go_live();
-    if !send(&out, &shutdown, SourceEvent::Synced).await {
+    if !send(&out, &shutdown, &ledger, SourceEvent::Synced).await {
         return;
     }
     let steps = devnet.settings.pending_batches_per_block.max(1) + 1;
@@ -94,7 +102,7 @@ pub async fn run(
                 // Announced before answered: a client holding the hash
                 // finds the transaction pending.
                 if !announced.is_empty()
-                    && !send(&out, &shutdown, SourceEvent::Pending(announced)).await
+                    && !send(&out, &shutdown, &ledger, SourceEvent::Pending(announced)).await
                 {
                     return;
                 }
@@ -105,7 +113,7 @@ pub async fn run(
             }
         };
         for event in events {
-            if !send(&out, &shutdown, event).await {
+            if !send(&out, &shutdown, &ledger, event).await {
                 return;
             }
         }
@@ -113,12 +121,18 @@ pub async fn run(
 }
 
 /// Sends `event` unless shutdown comes first (a full channel must not keep
-/// the devnet alive); false when the devnet should stop.
+/// the devnet alive); false when the devnet should stop. The ledger notes
+/// the nonces of what is announced first, so a sender that reads its
+/// pending nonce once its transaction is announced sees it counted.
 async fn send(
     out: &mpsc::Sender<SourceEvent>,
     shutdown: &CancellationToken,
+    ledger: &Ledger,
     event: SourceEvent,
 ) -> bool {
+    if let SourceEvent::Pending(txs) = &event {
+        ledger.announced(txs);
+    }
     tokio::select! {
         biased;
         () = shutdown.cancelled() => false,

@@ -1,0 +1,237 @@
+//! What a devnet chain answers for the methods a wallet calls around
+//! `eth_sendRawTransaction`, so ethers' `sendTransaction` then `wait()`
+//! works with no node (docs/architecture.md, Devnet transactions): nonces
+//! and receipts from the devnet's ledger, transactions from the window,
+//! fees from the window's base fees, gas for transfers. The devnet runs no
+//! contract code: `eth_call`, and gas estimates of contract calls, say so.
+
+use alloy_primitives::{Address, B256, Bloom, U64, U128};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::params::{fixed_param, parse_fixed, parse_quantity, positional, require_positional};
+use super::{Call, RpcError, result};
+use crate::chain::Chain;
+use crate::ingest::devnet::{Ledger, intrinsic, known_pools, known_tokens};
+use crate::ingest::model::{Block, Fees};
+
+/// The priority fee the devnet suggests (it takes any).
+const PRIORITY_FEE: u128 = 1_000_000_000;
+
+/// The most blocks `eth_feeHistory` reports.
+const FEE_HISTORY_BLOCKS: usize = 1_024;
+
+/// Answers `call` on a devnet chain; a method it does not know is -32601.
+pub(super) fn answer(
+    chain: &Chain,
+    ledger: &Ledger,
+    call: &Call,
+) -> Result<Box<RawValue>, RpcError> {
+    let params = &call.params;
+    match call.method.as_str() {
+        "eth_getTransactionCount" => transaction_count(ledger, params),
+        "eth_getTransactionReceipt" => receipt(chain, ledger, params),
+        "eth_getTransactionByHash" => transaction(chain, params),
+        "eth_gasPrice" => result(&U128::from(base_fee(tip(chain)?.as_ref()) + PRIORITY_FEE)),
+        "eth_maxPriorityFeePerGas" => result(&U128::from(PRIORITY_FEE)),
+        "eth_feeHistory" => fee_history(chain, params),
+        "eth_estimateGas" => estimate_gas(chain, params),
+        "eth_call" => Err(runs_no_code(chain, "eth_call")),
+        other => Err(RpcError::method_not_found(other)),
+    }
+}
+
+fn runs_no_code(chain: &Chain, what: &str) -> RpcError {
+    RpcError::method_not_found_msg(&format!(
+        "{what}: the {} devnet runs no contract code; to call contracts, give the chain a node \
+         ([chains.{}] source = \"ws://…\")",
+        chain.name, chain.name
+    ))
+}
+
+fn tip(chain: &Chain) -> Result<std::sync::Arc<Block>, RpcError> {
+    chain
+        .canonical()
+        .tip()
+        .cloned()
+        .ok_or_else(|| RpcError::generic("no block received yet"))
+}
+
+fn base_fee(block: &Block) -> u128 {
+    u128::from(block.header.base_fee_per_gas.unwrap_or(0))
+}
+
+fn hash_param(params: &Value, method: &str) -> Result<B256, RpcError> {
+    fixed_param(params, 0, method, "the transaction hash")
+}
+
+/// `[address, block]`: every block but `pending` reads the latest count
+/// (the devnet keeps no state per block).
+fn transaction_count(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
+    let address: Address = fixed_param(params, 0, "eth_getTransactionCount", "the address")?;
+    let pending = match positional(params, 1) {
+        None | Some(Value::Null) => false,
+        Some(Value::String(tag)) => match tag.as_str() {
+            "pending" => true,
+            "latest" | "safe" | "finalized" | "earliest" => false,
+            number if parse_quantity(number).is_some() => false,
+            _ => return Err(RpcError::invalid_params(format!("invalid block \"{tag}\""))),
+        },
+        Some(other) => return Err(RpcError::invalid_params(format!("invalid block {other}"))),
+    };
+    result(&U64::from(ledger.nonce(address, pending)))
+}
+
+/// A mined transaction's receipt, while its block is in the window.
+fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
+    let hash = hash_param(params, "eth_getTransactionReceipt")?;
+    let Some(mined) = ledger.mined(&hash) else {
+        return result(&Value::Null);
+    };
+    let canonical = chain.canonical();
+    let Some(block) = canonical.by_hash(&mined.block) else {
+        // Orphaned since, or older than the window.
+        return result(&Value::Null);
+    };
+    let Some(tx) = block.transactions.get(mined.index) else {
+        return result(&Value::Null);
+    };
+    let mut bloom = Bloom::default();
+    let mut logs = Vec::new();
+    for (index, log) in block.logs.iter().enumerate() {
+        if log.transaction_index == Some(mined.index as u64) {
+            bloom.accrue_log(&log.inner);
+            let text = block.log_json(index, false);
+            logs.push(RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string()))?);
+        }
+    }
+    let effective = match tx.fees {
+        Fees::GasPrice(price) => price,
+        Fees::Dynamic {
+            max_fee_per_gas,
+            max_priority_fee_per_gas,
+        } => max_fee_per_gas.min(base_fee(block) + max_priority_fee_per_gas),
+    };
+    result(&json!({
+        "transactionHash": tx.hash,
+        "transactionIndex": U64::from(mined.index),
+        "blockHash": block.hash,
+        "blockNumber": U64::from(block.number()),
+        "from": tx.from,
+        "to": tx.to,
+        "contractAddress": tx.to.is_none().then(|| tx.from.create(tx.nonce)),
+        "cumulativeGasUsed": U64::from(mined.cumulative_gas_used),
+        "gasUsed": U64::from(mined.gas_used),
+        "effectiveGasPrice": U128::from(effective),
+        "logs": logs,
+        "logsBloom": bloom,
+        "status": "0x1",
+        "type": U64::from(tx.tx_type),
+    }))
+}
+
+/// A transaction of a block in the window, with its block fields.
+fn transaction(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
+    let hash = hash_param(params, "eth_getTransactionByHash")?;
+    let canonical = chain.canonical();
+    let blocks: Vec<&std::sync::Arc<Block>> = canonical.blocks().collect();
+    let found = blocks.iter().rev().find_map(|block| {
+        let index = block.transactions.iter().position(|tx| tx.hash == hash)?;
+        Some(block.transaction_json(index, false))
+    });
+    match found {
+        Some(text) => RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string())),
+        None => result(&Value::Null),
+    }
+}
+
+/// `[blockCount, newestBlock, rewardPercentiles?]` over the window.
+fn fee_history(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
+    require_positional(params, "eth_feeHistory")?;
+    let count = match positional(params, 0) {
+        Some(Value::String(text)) => parse_quantity(text),
+        Some(Value::Number(n)) => n.as_u64(),
+        _ => None,
+    }
+    .ok_or_else(|| RpcError::invalid_params("eth_feeHistory takes a block count first"))?;
+    let percentiles = match positional(params, 2) {
+        None | Some(Value::Null) => 0,
+        Some(Value::Array(list)) => list.len(),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "the reward percentiles must be an array",
+            ));
+        }
+    };
+    let canonical = chain.canonical();
+    let blocks: Vec<&std::sync::Arc<Block>> = canonical.blocks().collect();
+    let count = usize::try_from(count)
+        .unwrap_or(usize::MAX)
+        .min(FEE_HISTORY_BLOCKS)
+        .min(blocks.len());
+    let Some(tip) = blocks.last() else {
+        return Err(RpcError::generic("no block received yet"));
+    };
+    let chosen = &blocks[blocks.len() - count..];
+    let mut base_fees: Vec<U128> = chosen.iter().map(|b| U128::from(base_fee(b))).collect();
+    // The next block's: the devnet's base fee does not move.
+    base_fees.push(U128::from(base_fee(tip)));
+    let ratios: Vec<f64> = chosen
+        .iter()
+        .map(|b| b.header.gas_used as f64 / b.header.gas_limit.max(1) as f64)
+        .collect();
+    let oldest = chosen.first().map_or(tip.number() + 1, |b| b.number());
+    let mut answer = json!({
+        "oldestBlock": U64::from(oldest),
+        "baseFeePerGas": base_fees,
+        "gasUsedRatio": ratios,
+    });
+    if percentiles > 0 {
+        answer["reward"] = json!(vec![vec![U128::from(PRIORITY_FEE); percentiles]; count]);
+    }
+    result(&answer)
+}
+
+/// The intrinsic gas of a call to an account without code; a contract call
+/// or creation is refused (no code runs here).
+fn estimate_gas(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
+    require_positional(params, "eth_estimateGas")?;
+    let Some(Value::Object(tx)) = positional(params, 0) else {
+        return Err(RpcError::invalid_params(
+            "eth_estimateGas takes a transaction object",
+        ));
+    };
+    let to: Option<Address> = match tx.get("to") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(parse_fixed(text).ok_or_else(|| {
+            RpcError::invalid_params(format!("invalid \"to\" address \"{text}\""))
+        })?),
+        Some(other) => return Err(RpcError::invalid_params(format!("invalid \"to\" {other}"))),
+    };
+    let Some(to) = to else {
+        return Err(runs_no_code(
+            chain,
+            "eth_estimateGas of a contract creation",
+        ));
+    };
+    let contract = known_tokens(chain.chain_id).iter().any(|t| t.address == to)
+        || known_pools(chain.chain_id).iter().any(|p| p.address == to);
+    if contract {
+        return Err(runs_no_code(chain, "eth_estimateGas of a contract call"));
+    }
+    let data = match tx.get("input").or_else(|| tx.get("data")) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(text)) => text
+            .strip_prefix("0x")
+            .and_then(|digits| alloy_primitives::hex::decode(digits).ok())
+            .ok_or_else(|| {
+                RpcError::invalid_params("the call data must be 0x-prefixed hex digit pairs")
+            })?,
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "invalid call data {other}"
+            )));
+        }
+    };
+    result(&U64::from(intrinsic(&data, false, None)))
+}
