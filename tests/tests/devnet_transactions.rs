@@ -387,3 +387,56 @@ async fn wallet_methods_answer_on_the_devnet() {
         );
     }
 }
+
+/// `eth_getLogs` over the devnet's history: a token's `Transfer` logs from
+/// its first block, each matching, in chain order, the one just notified
+/// among them; a bad filter is -32602.
+#[tokio::test]
+async fn logs_are_read_over_the_devnet_history() {
+    let server = TestServer::default().await;
+    let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let transfer = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+    // One such log notified first: the history then holds it.
+    let watched = client
+        .subscribe(json!(["logs", { "address": hex_address(&token), "topics": [transfer] }]))
+        .await
+        .expect("logs");
+    let seen = client.collect_until(&watched, 1).await.expect("a log");
+    let notified = of(&seen, &watched)[0].clone();
+    let logs = client
+        .call(
+            "eth_getLogs",
+            json!([{ "fromBlock": "earliest", "address": hex_address(&token), "topics": [transfer] }]),
+        )
+        .await
+        .expect("logs");
+    let logs = logs["result"].as_array().expect("an array").clone();
+    assert!(
+        logs.iter()
+            .any(|log| log["transactionHash"] == notified["transactionHash"]
+                && log["logIndex"] == notified["logIndex"]),
+        "the notified log is in the history"
+    );
+    let mut last = (0, 0);
+    for log in &logs {
+        assert_eq!(log["address"], hex_address(&token));
+        assert_eq!(log["topics"][0], transfer);
+        let at = (quantity(&log["blockNumber"]), quantity(&log["logIndex"]));
+        assert!(
+            at > last || last == (0, 0),
+            "in chain order: {at:?} after {last:?}"
+        );
+        last = at;
+    }
+    let bad = client
+        .call(
+            "eth_getLogs",
+            json!([{ "fromBlock": "0x2", "toBlock": "0x1" }]),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+}

@@ -232,3 +232,60 @@ async fn ethers_and_viem_need_only_chainsieve() {
         );
     }
 }
+
+/// `eth_getLogs` on a node chain: a range the server's log holds is
+/// answered from it, one reaching further back by the node; both as the
+/// node answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_come_from_the_log_or_the_node() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let deploy = anvil
+        .send(json!({ "from": DEV_ACCOUNT, "data": ping_contract() }))
+        .await
+        .expect("deploy");
+    // Anvil answers before its automine block exists: mine until it does.
+    let receipt = loop {
+        let receipt = anvil
+            .rpc("eth_getTransactionReceipt", json!([deploy]))
+            .await
+            .expect("receipt");
+        if !receipt.is_null() {
+            break receipt;
+        }
+        anvil.mine(1).await.expect("mine");
+    };
+    let contract = receipt["contractAddress"]
+        .as_str()
+        .expect("address")
+        .to_string();
+    anvil.ping(&contract, 1).await;
+    // Older than the window the server will keep (128 blocks).
+    anvil.mine(300).await.expect("mine");
+    let server = server(&anvil).await;
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    let recent = anvil.ping(&contract, 1).await;
+    // Its block has reached the server's log once its head is out.
+    let (mined, _) = chainsieve_tests::anvil::mined(&mut client, &heads, &anvil, &recent[0]).await;
+    let recent_block = mined["blockNumber"].clone();
+    for filter in [
+        json!({ "address": contract, "fromBlock": "0x0" }),
+        json!({ "address": contract, "fromBlock": recent_block, "toBlock": recent_block }),
+    ] {
+        let direct = anvil
+            .answer("eth_getLogs", json!([filter.clone()]))
+            .await
+            .expect("anvil");
+        let served = client
+            .call("eth_getLogs", json!([filter.clone()]))
+            .await
+            .expect("answered");
+        assert_eq!(served["result"], direct["result"], "{filter}: {served}");
+        assert!(
+            !served["result"].as_array().is_none_or(Vec::is_empty),
+            "{served}"
+        );
+    }
+}

@@ -229,6 +229,11 @@ impl Chain {
     pub fn canonical(&self) -> RwLockReadGuard<'_, CanonicalChain> {
         self.state.window()
     }
+
+    /// The chain's event log.
+    pub fn log(&self) -> &Arc<EventLog> {
+        self.state.log()
+    }
 }
 
 /// The chain's event log: for a node chain with `[log] data_dir`, restored

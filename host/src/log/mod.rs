@@ -259,6 +259,21 @@ impl EventLog {
         blocks
     }
 
+    /// The canonical blocks numbered `from..=to` that the window holds,
+    /// oldest first, and the oldest canonical block number it holds.
+    pub fn canonical_range(&self, from: u64, to: u64) -> (Vec<Arc<Block>>, Option<u64>) {
+        let steps = self.read();
+        let blocks = steps
+            .added
+            .range(from..=to)
+            .filter_map(|(_, position)| match &steps.at(*position)?.change {
+                ChainEvent::Added(block) => Some(block.clone()),
+                _ => None,
+            })
+            .collect();
+        (blocks, steps.added.keys().next().copied())
+    }
+
     /// The step at `position`, if the window still holds it.
     pub fn get(&self, position: Position) -> Option<Arc<Step>> {
         self.read().at(position).cloned()

@@ -11,7 +11,7 @@ use alloy_primitives::U64;
 use super::context::Outcome;
 pub use super::context::{Connection, Context};
 use super::{
-    Call, Incoming, RpcError, batch_response, blocks, devnet, error_response, forward, parse,
+    Call, Incoming, RpcError, batch_response, blocks, devnet, error_response, forward, logs, parse,
     response, result, submit, subscribe, token_price,
 };
 
@@ -69,6 +69,7 @@ async fn handle(ctx: Context<'_>, call: &Call, in_batch: bool) -> Outcome {
         "eth_getBlockByHash" => {
             reply(held(ctx, call, blocks::block_by_hash(ctx.chain, &call.params)).await)
         }
+        "eth_getLogs" => reply(held(ctx, call, logs::get_logs(ctx.chain, &call.params)).await),
         "token_price" => reply(token_price::token_price(ctx.chain, &call.params)),
         "eth_sendRawTransaction" => match &ctx.chain.submissions {
             Some(submissions) => {

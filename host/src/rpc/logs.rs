@@ -1,0 +1,173 @@
+//! `eth_getLogs` from the chain's event log, so the answer agrees with the
+//! notifications sent: a devnet chain's history as far back as the log
+//! holds it; on a node chain, a range of block numbers (or a block hash)
+//! the log holds, and anything else (tags included) from the node
+//! ([`Held::Elsewhere`]). geth's filter rules, as the `logs`
+//! topic applies them (README, Semantics).
+
+use alloy_primitives::{Address, B256};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::blocks::Held;
+use super::params::{parse_fixed, parse_quantity, positional, require_positional};
+use super::{RpcError, result};
+use crate::chain::Chain;
+
+/// The most logs one call answers.
+const MAX_LOGS: usize = 10_000;
+
+/// The addresses and topics a log must match; empty: any.
+struct Filter {
+    addresses: Vec<Address>,
+    /// Per position: `None` any, else any of these.
+    topics: Vec<Option<Vec<B256>>>,
+}
+
+impl Filter {
+    fn matches(&self, log: &alloy_primitives::Log) -> bool {
+        (self.addresses.is_empty() || self.addresses.contains(&log.address))
+            && self.topics.len() <= log.topics().len()
+            && self
+                .topics
+                .iter()
+                .zip(log.topics())
+                .all(|(wanted, topic)| wanted.as_ref().is_none_or(|any| any.contains(topic)))
+    }
+}
+
+pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> {
+    require_positional(params, "eth_getLogs")?;
+    let Some(Value::Object(query)) = positional(params, 0) else {
+        return Err(RpcError::invalid_params(
+            "eth_getLogs takes a filter object",
+        ));
+    };
+    let filter = Filter {
+        addresses: addresses(query.get("address"))?,
+        topics: topics(query.get("topics"))?,
+    };
+    let Some(tip) = chain.canonical().tip().map(|b| b.number()) else {
+        return Err(RpcError::generic("no block received yet"));
+    };
+    let node = chain.node.is_some();
+    let (from, to) = match query.get("blockHash") {
+        Some(Value::String(text)) => {
+            if query.contains_key("fromBlock") || query.contains_key("toBlock") {
+                return Err(RpcError::invalid_params(
+                    "blockHash cannot be given with fromBlock or toBlock",
+                ));
+            }
+            let hash: B256 = parse_fixed(text).ok_or_else(|| {
+                RpcError::invalid_params(format!(
+                    "invalid blockHash \"{text}\": expected 0x and 64 hex digits"
+                ))
+            })?;
+            match chain.canonical().by_hash(&hash).map(|b| b.number()) {
+                Some(number) => (number, number),
+                None => return Ok(Held::Elsewhere(result(&Value::Array(Vec::new())))),
+            }
+        }
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "invalid blockHash {other}"
+            )));
+        }
+        None => {
+            // On a node chain the node resolves the tags: its latest block
+            // may be ahead of the log (a client that just read a receipt
+            // from the node must find its logs).
+            let bound = |key: &str| -> Result<Option<u64>, RpcError> {
+                match query.get(key) {
+                    None | Some(Value::Null) => Ok((!node).then_some(tip)),
+                    Some(Value::String(tag)) => match tag.as_str() {
+                        "latest" | "pending" | "safe" | "finalized" => Ok((!node).then_some(tip)),
+                        "earliest" => Ok(Some(0)),
+                        number => parse_quantity(number).map(Some).ok_or_else(|| {
+                            RpcError::invalid_params(format!("invalid {key} \"{number}\""))
+                        }),
+                    },
+                    Some(other) => Err(RpcError::invalid_params(format!("invalid {key} {other}"))),
+                }
+            };
+            match (bound("fromBlock")?, bound("toBlock")?) {
+                (Some(from), Some(to)) => (from, to),
+                // A tag only the node resolves.
+                _ => return Ok(Held::Elsewhere(result(&Value::Array(Vec::new())))),
+            }
+        }
+    };
+    if from > to {
+        return Err(RpcError::invalid_params(format!(
+            "fromBlock {from} is after toBlock {to}"
+        )));
+    }
+    let (blocks, oldest) = chain.log().canonical_range(from, to);
+    let oldest = oldest.unwrap_or(tip);
+    if from < oldest || (node && to > tip) {
+        return Ok(Held::Elsewhere(Err(RpcError::not_found(format!(
+            "the range reaches block {from}, older than the history this server keeps (oldest: {oldest})"
+        )))));
+    }
+    let mut found = Vec::new();
+    for block in &blocks {
+        for (index, log) in block.logs.iter().enumerate() {
+            if filter.matches(&log.inner) {
+                if found.len() == MAX_LOGS {
+                    return Err(RpcError::limit_exceeded(format!(
+                        "more than {MAX_LOGS} logs match; ask for a narrower block range"
+                    )));
+                }
+                found.push(
+                    RawValue::from_string(block.log_json(index, false))
+                        .map_err(|e| RpcError::internal(e.to_string()))?,
+                );
+            }
+        }
+    }
+    Ok(Held::Answer(result(&found)?))
+}
+
+fn addresses(value: Option<&Value>) -> Result<Vec<Address>, RpcError> {
+    let one = |v: &Value| match v {
+        Value::String(text) => parse_fixed(text).ok_or_else(|| {
+            RpcError::invalid_params(format!(
+                "invalid address \"{text}\": expected 0x and 40 hex digits"
+            ))
+        }),
+        other => Err(RpcError::invalid_params(format!("invalid address {other}"))),
+    };
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(list)) => list.iter().map(one).collect(),
+        Some(single) => Ok(vec![one(single)?]),
+    }
+}
+
+fn topics(value: Option<&Value>) -> Result<Vec<Option<Vec<B256>>>, RpcError> {
+    let one = |v: &Value| match v {
+        Value::String(text) => parse_fixed(text).ok_or_else(|| {
+            RpcError::invalid_params(format!(
+                "invalid topic \"{text}\": expected 0x and 64 hex digits"
+            ))
+        }),
+        other => Err(RpcError::invalid_params(format!("invalid topic {other}"))),
+    };
+    let list = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) if list.len() <= 4 => list,
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "topics must be an array of at most 4 positions",
+            ));
+        }
+    };
+    list.iter()
+        .map(|position| match position {
+            Value::Null => Ok(None),
+            Value::Array(any) if any.iter().any(Value::is_null) => Ok(None),
+            Value::Array(any) => any.iter().map(one).collect::<Result<_, _>>().map(Some),
+            single => Ok(Some(vec![one(single)?])),
+        })
+        .collect()
+}
