@@ -327,6 +327,21 @@ async fn wallet_methods_answer_on_the_devnet() {
         .await
         .expect("count");
     assert_eq!(latest["result"], "0x1");
+    // Value moved (the devnet checks no balance: the sender, never funded,
+    // reads zero).
+    let received = client
+        .call("eth_getBalance", json!([hex_address(&RECEIVER), "latest"]))
+        .await
+        .expect("balance");
+    assert_eq!(received["result"], "0x5");
+    let spent = client
+        .call(
+            "eth_getBalance",
+            json!([hex_address(&sender().address()), "latest"]),
+        )
+        .await
+        .expect("balance");
+    assert_eq!(spent["result"], "0x0");
 
     let estimate = client
         .call(

@@ -24,6 +24,19 @@ pub enum Fees {
     },
 }
 
+impl Fees {
+    /// The price per gas paid in a block of `base_fee`.
+    pub fn effective(&self, base_fee: u128) -> u128 {
+        match *self {
+            Fees::GasPrice(price) => price,
+            Fees::Dynamic {
+                max_fee_per_gas,
+                max_priority_fee_per_gas,
+            } => max_fee_per_gas.min(base_fee + max_priority_fee_per_gas),
+        }
+    }
+}
+
 /// A transaction's signature as the RPC shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxSignature {

@@ -1,7 +1,7 @@
 //! What a devnet chain answers for the methods a wallet calls around
 //! `eth_sendRawTransaction`, so ethers' `sendTransaction` then `wait()`
 //! works with no node (docs/architecture.md, Devnet transactions): nonces
-//! and receipts from the devnet's ledger, transactions from the window,
+//! balances and receipts from the devnet's ledger, transactions from the window,
 //! fees from the window's base fees, gas for transfers. The devnet runs no
 //! contract code: `eth_call`, and gas estimates of contract calls, say so.
 
@@ -13,7 +13,7 @@ use super::params::{fixed_param, parse_fixed, parse_quantity, positional, requir
 use super::{Call, RpcError, result};
 use crate::chain::Chain;
 use crate::ingest::devnet::{Ledger, intrinsic, known_pools, known_tokens};
-use crate::ingest::model::{Block, Fees};
+use crate::ingest::model::Block;
 
 /// The priority fee the devnet suggests (it takes any).
 const PRIORITY_FEE: u128 = 1_000_000_000;
@@ -30,6 +30,7 @@ pub(super) fn answer(
     let params = &call.params;
     match call.method.as_str() {
         "eth_getTransactionCount" => transaction_count(ledger, params),
+        "eth_getBalance" => balance(ledger, params),
         "eth_getTransactionReceipt" => receipt(chain, ledger, params),
         "eth_getTransactionByHash" => transaction(chain, params),
         "eth_gasPrice" => result(&U128::from(base_fee(tip(chain)?.as_ref()) + PRIORITY_FEE)),
@@ -82,6 +83,13 @@ fn transaction_count(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, R
     result(&U64::from(ledger.nonce(address, pending)))
 }
 
+/// `[address, block]`: the latest balance whatever the block (the devnet
+/// keeps no state per block).
+fn balance(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
+    let address: Address = fixed_param(params, 0, "eth_getBalance", "the address")?;
+    result(&ledger.balance(address))
+}
+
 /// A mined transaction's receipt, while its block is in the window.
 fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
     let hash = hash_param(params, "eth_getTransactionReceipt")?;
@@ -105,13 +113,7 @@ fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValu
             logs.push(RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string()))?);
         }
     }
-    let effective = match tx.fees {
-        Fees::GasPrice(price) => price,
-        Fees::Dynamic {
-            max_fee_per_gas,
-            max_priority_fee_per_gas,
-        } => max_fee_per_gas.min(base_fee(block) + max_priority_fee_per_gas),
-    };
+    let effective = tx.fees.effective(base_fee(block));
     result(&json!({
         "transactionHash": tx.hash,
         "transactionIndex": U64::from(mined.index),

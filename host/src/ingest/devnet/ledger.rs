@@ -1,13 +1,13 @@
 //! What the devnet knows that its blocks do not carry, for the methods a
 //! wallet calls around `eth_sendRawTransaction` (docs/architecture.md,
-//! Devnet transactions): each sender's nonces, mined and pending, and the
-//! gas each recent transaction used. The devnet's task writes it; RPC
+//! Devnet transactions): each sender's nonces, mined and pending, each
+//! account's balance, and the gas each recent transaction used. The devnet's task writes it; RPC
 //! methods read it. A mutex, held for a map lookup or update only.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
-use alloy_primitives::{Address, B256};
+use alloy_primitives::{Address, B256, I256, U256};
 
 use super::block::Generated;
 use crate::ingest::model::{Block, Transaction};
@@ -31,6 +31,11 @@ struct Inner {
     /// Per sender: the nonce after its last mined transaction, and after
     /// its last announced one.
     nonces: HashMap<Address, (u64, u64)>,
+    /// What each account received less what it paid, from its genesis
+    /// allocation. Signed: the devnet checks no balance, so an outside
+    /// sender may spend what it never had (read as zero), and a reorg
+    /// undoes exactly what its blocks did.
+    balances: HashMap<Address, I256>,
     /// The transactions of the blocks in `blocks`.
     mined: HashMap<B256, Mined>,
     /// Blocks remembered, oldest first, with their transactions' hashes.
@@ -40,14 +45,23 @@ struct Inner {
 }
 
 impl Ledger {
-    /// A ledger remembering the gas of the last `keep` blocks.
-    pub fn new(keep: usize) -> Self {
+    /// A ledger remembering the gas of the last `keep` blocks, with
+    /// `funded` accounts holding `allocation` wei at genesis.
+    pub fn new(keep: usize, funded: impl IntoIterator<Item = Address>, allocation: U256) -> Self {
+        let allocation = I256::from_raw(allocation);
         Self {
             inner: Mutex::new(Inner {
                 keep: keep.max(1),
+                balances: funded.into_iter().map(|a| (a, allocation)).collect(),
                 ..Inner::default()
             }),
         }
+    }
+
+    /// `address`'s balance now.
+    pub fn balance(&self, address: Address) -> U256 {
+        let balance = self.inner().balances.get(&address).copied();
+        balance.map_or(U256::ZERO, |b| b.max(I256::ZERO).into_raw())
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
@@ -82,12 +96,22 @@ impl Ledger {
         }
     }
 
+    /// A block orphaned by a reorg: its transfers and fees are undone (its
+    /// transactions are mined again on the new branch).
+    pub(super) fn orphaned(&self, block: &Block, content: &[Generated]) {
+        let mut inner = self.inner();
+        for generated in content {
+            inner.transfer(block, generated, false);
+        }
+    }
+
     /// A block built from `content`.
     pub(super) fn built(&self, block: &Block, content: &[Generated]) {
         let mut inner = self.inner();
         let mut cumulative = 0;
         let mut hashes = Vec::with_capacity(content.len());
         for (index, generated) in content.iter().enumerate() {
+            inner.transfer(block, generated, true);
             let tx = &generated.tx;
             cumulative += generated.gas_used;
             let entry = inner.nonces.entry(tx.from).or_default();
@@ -114,6 +138,89 @@ impl Ledger {
                     inner.mined.remove(&hash);
                 }
             }
+        }
+    }
+}
+
+impl Inner {
+    /// Moves `generated`'s value and fee (`mined`), or moves them back.
+    fn transfer(&mut self, block: &Block, generated: &Generated, mined: bool) {
+        let tx = &generated.tx;
+        let base_fee = u128::from(block.header.base_fee_per_gas.unwrap_or(0));
+        let fee = U256::from(generated.gas_used) * U256::from(tx.fees.effective(base_fee));
+        let sign = |amount: U256| {
+            let amount = I256::from_raw(amount);
+            if mined { amount } else { -amount }
+        };
+        let to = tx.to.unwrap_or_else(|| tx.from.create(tx.nonce));
+        *self.balances.entry(tx.from).or_default() -= sign(tx.value + fee);
+        *self.balances.entry(to).or_default() += sign(tx.value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DevnetSettings;
+    use crate::ingest::SourceEvent;
+    use crate::ingest::canonical::CanonicalChain;
+    use crate::ingest::devnet::Devnet;
+
+    /// Through the devnet's blocks and reorgs, the ledger's balances are
+    /// the genesis allocations less the fees of the canonical blocks' transactions
+    /// (value only moves), every canonical transaction's gas is where its
+    /// block says, and each sender's mined nonce follows its last one.
+    #[test]
+    fn balances_gas_and_nonces_follow_the_canonical_chain() {
+        let settings = DevnetSettings {
+            reorg_every: 4,
+            reorg_depth: 2,
+            transactions_per_block: 30,
+            ..DevnetSettings::default()
+        };
+        let mut devnet = Devnet::new(1, &settings);
+        let ledger = devnet.ledger();
+        let funded: I256 = ledger.inner().balances.values().copied().sum();
+        let mut canonical = CanonicalChain::new(1_000);
+        canonical.apply(devnet.genesis()).expect("genesis");
+        let mut reorged = false;
+        for _ in 0..120 {
+            for event in devnet.next_step() {
+                if let SourceEvent::Block(block) = event {
+                    let changes = canonical.apply(block).expect("connects");
+                    reorged |= changes
+                        .iter()
+                        .any(|c| matches!(c, crate::ingest::ChainEvent::Removed(_)));
+                }
+            }
+        }
+        assert!(reorged, "the run went through reorgs");
+        let mut fees = I256::ZERO;
+        let mut last_nonce: HashMap<Address, u64> = HashMap::new();
+        for block in canonical.blocks() {
+            let base_fee = u128::from(block.header.base_fee_per_gas.unwrap_or(0));
+            let mut cumulative = 0;
+            for (index, tx) in block.transactions.iter().enumerate() {
+                let mined = ledger.mined(&tx.hash).expect("remembered");
+                assert_eq!((mined.block, mined.index), (block.hash, index));
+                cumulative += mined.gas_used;
+                assert_eq!(mined.cumulative_gas_used, cumulative);
+                fees += I256::from_raw(
+                    U256::from(mined.gas_used) * U256::from(tx.fees.effective(base_fee)),
+                );
+                last_nonce.insert(tx.from, tx.nonce);
+            }
+            assert_eq!(
+                cumulative,
+                block.header.gas_used,
+                "block {}",
+                block.number()
+            );
+        }
+        let held: I256 = ledger.inner().balances.values().copied().sum();
+        assert_eq!(held, funded - fees);
+        for (sender, nonce) in last_nonce {
+            assert_eq!(ledger.nonce(sender, false), nonce + 1);
         }
     }
 }

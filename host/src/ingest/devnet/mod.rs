@@ -65,6 +65,9 @@ pub use task::run;
 /// How many funded accounts send transactions.
 const ACCOUNTS: usize = 16;
 
+/// What each of them holds at genesis, in ether.
+const FUNDED_ETHER: u128 = 10_000;
+
 /// The deterministic generator for one chain.
 pub struct Devnet {
     chain_id: u64,
@@ -146,6 +149,11 @@ impl Devnet {
             transactions: Vec::new(),
             logs: Vec::new(),
         });
+        let ledger = Arc::new(Ledger::new(
+            DEFAULT_WINDOW,
+            signers.iter().map(|s| s.address()),
+            alloy_primitives::U256::from(FUNDED_ETHER * 10u128.pow(18)),
+        ));
         let mut devnet = Self {
             chain_id,
             settings: settings.clone(),
@@ -160,7 +168,7 @@ impl Devnet {
             pending: VecDeque::new(),
             submitted_nonces: HashMap::new(),
             recent: VecDeque::new(),
-            ledger: Arc::new(Ledger::new(DEFAULT_WINDOW)),
+            ledger,
             batches_since_block: 0,
             blocks_since_reorg: 0,
             reorgs: 0,

@@ -26,7 +26,11 @@ impl Devnet {
     ) -> Vec<Arc<Vec<Generated>>> {
         self.reorgs += 1;
         let mut contents: Vec<Arc<Vec<Generated>>> = (0..depth)
-            .map(|_| self.recent.pop_back().expect("more than depth blocks").1)
+            .map(|_| {
+                let (block, content) = self.recent.pop_back().expect("more than depth blocks");
+                self.ledger.orphaned(&block, &content);
+                content
+            })
             .collect();
         contents.reverse();
         contents.push(content);
