@@ -289,3 +289,52 @@ async fn logs_come_from_the_log_or_the_node() {
         );
     }
 }
+
+/// A node that stops answering but keeps its socket open (`SIGSTOP`): a
+/// forwarded call answers -32002 after `timeout_ms`, the hung connection is
+/// dropped, and once the node runs again (`SIGCONT`) calls go through a new
+/// one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_node_times_out_and_is_reconnected() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = server(&anvil).await;
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let balance = json!([DEV_ACCOUNT_2, "latest"]);
+    let before = client
+        .call("eth_getBalance", balance.clone())
+        .await
+        .expect("answered");
+    assert!(before["result"].is_string(), "{before}");
+    let pid = anvil.pid().expect("anvil runs").to_string();
+    let signal = |name: &'static str| {
+        let pid = pid.clone();
+        async move {
+            let status = tokio::process::Command::new("kill")
+                .args([name, &pid])
+                .status()
+                .await
+                .expect("kill runs");
+            assert!(status.success(), "kill {name}");
+        }
+    };
+    signal("-STOP").await;
+    let hung = client
+        .call("eth_getBalance", balance.clone())
+        .await
+        .expect("answered");
+    signal("-CONT").await;
+    assert_eq!(hung["error"]["code"], -32002, "{hung}");
+    assert!(
+        hung["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("did not answer eth_getBalance within 2000 ms")),
+        "{hung}"
+    );
+    let after = client
+        .call("eth_getBalance", balance)
+        .await
+        .expect("answered");
+    assert_eq!(after["result"], before["result"], "{after}");
+}

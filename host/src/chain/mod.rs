@@ -156,7 +156,9 @@ impl Chain {
             }
             (Role::All, _, SourceConfig::Devnet) => {
                 let devnet = Devnet::new(spec.chain_id, &config.devnet);
-                ledger = Some(devnet.ledger());
+                let kept = devnet.ledger();
+                kept.keep(spec.window);
+                ledger = Some(kept);
                 let (submit, submitted) = mpsc::channel(SUBMISSION_QUEUE);
                 submissions = Some(submit);
                 tasks.spawn(devnet::run(devnet, events, submitted, shutdown.clone()));

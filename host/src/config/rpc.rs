@@ -10,9 +10,23 @@ use serde::Deserialize;
 /// Namespaces forwarded by default: the standard ones.
 const FORWARDED_NAMESPACES: [&str; 3] = ["eth_", "net_", "web3_"];
 
-/// Standard methods that act with the node's own keys: never forwarded
-/// unless `allow` names them.
-const NODE_WALLET: [&str; 3] = ["eth_sendTransaction", "eth_accounts", "eth_sign*"];
+/// Methods that act with the node's own keys or accounts (geth's, anvil's):
+/// never forwarded unless `allow` names them.
+const NODE_WALLET: [&str; 6] = [
+    "eth_sendTransaction*",
+    "eth_sendUnsignedTransaction",
+    "eth_sign*",
+    "eth_accounts",
+    "eth_requestAccounts",
+    "eth_resend",
+];
+
+/// Whether `method` opens or closes a subscription on the node (geth
+/// treats any `<namespace>_subscribe` so): never forwarded, since the
+/// shared connection would carry its notifications to nobody.
+fn subscribes(method: &str) -> bool {
+    method.ends_with("_subscribe") || method.ends_with("_unsubscribe")
+}
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
@@ -43,11 +57,12 @@ impl RpcConfig {
         Duration::from_millis(self.timeout_ms)
     }
 
-    /// Whether `method` goes to the node: `deny` first, then `allow`, then
-    /// the standard namespaces less the node-wallet methods.
+    /// Whether `method` goes to the node: never a subscription, then
+    /// `deny`, then `allow`, then the standard namespaces less the
+    /// node-wallet methods.
     pub fn forwards(&self, method: &str) -> bool {
         let listed = |patterns: &[String]| patterns.iter().any(|p| matches(p, method));
-        if listed(&self.deny) {
+        if subscribes(method) || listed(&self.deny) {
             return false;
         }
         listed(&self.allow)
@@ -103,11 +118,20 @@ mod tests {
         ] {
             assert!(policy.forwards(method), "{method}");
         }
+        assert!(policy.forwards("eth_sendRawTransaction"));
+        assert!(policy.forwards("eth_sendRawTransactionSync"));
         for method in [
             "eth_sendTransaction",
+            "eth_sendTransactionSync",
+            "eth_sendUnsignedTransaction",
             "eth_sign",
             "eth_signTypedData_v4",
             "eth_accounts",
+            "eth_requestAccounts",
+            "eth_resend",
+            "eth_subscribe",
+            "eth_x_subscribe",
+            "eth_unsubscribe",
             "debug_traceTransaction",
             "admin_peers",
             "anvil_mine",
@@ -128,6 +152,11 @@ mod tests {
         assert!(!policy.forwards("eth_call"));
         let both = config(&["debug_*"], &["debug_*"]);
         assert!(!both.forwards("debug_traceCall"), "deny wins");
+        let subscribing = config(&["eth_*", "debug_*"], &[]);
+        assert!(
+            !subscribing.forwards("debug_subscribe"),
+            "never a subscription"
+        );
     }
 
     #[test]

@@ -260,18 +260,26 @@ impl EventLog {
     }
 
     /// The canonical blocks numbered `from..=to` that the window holds,
-    /// oldest first, and the oldest canonical block number it holds.
-    pub fn canonical_range(&self, from: u64, to: u64) -> (Vec<Arc<Block>>, Option<u64>) {
+    /// oldest first.
+    pub fn canonical_range(&self, from: u64, to: u64) -> Vec<Arc<Block>> {
         let steps = self.read();
-        let blocks = steps
+        steps
             .added
             .range(from..=to)
             .filter_map(|(_, position)| match &steps.at(*position)?.change {
                 ChainEvent::Added(block) => Some(block.clone()),
                 _ => None,
             })
-            .collect();
-        (blocks, steps.added.keys().next().copied())
+            .collect()
+    }
+
+    /// The oldest and newest canonical block numbers the window holds.
+    pub fn canonical_bounds(&self) -> Option<(u64, u64)> {
+        let steps = self.read();
+        Some((
+            *steps.added.keys().next()?,
+            *steps.added.keys().next_back()?,
+        ))
     }
 
     /// The step at `position`, if the window still holds it.

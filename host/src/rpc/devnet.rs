@@ -32,7 +32,7 @@ pub(super) fn answer(
         "eth_getTransactionCount" => transaction_count(ledger, params),
         "eth_getBalance" => balance(ledger, params),
         "eth_getTransactionReceipt" => receipt(chain, ledger, params),
-        "eth_getTransactionByHash" => transaction(chain, params),
+        "eth_getTransactionByHash" => transaction(chain, ledger, params),
         "eth_gasPrice" => result(&U128::from(base_fee(tip(chain)?.as_ref()) + PRIORITY_FEE)),
         "eth_maxPriorityFeePerGas" => result(&U128::from(PRIORITY_FEE)),
         "eth_feeHistory" => fee_history(chain, params),
@@ -132,14 +132,15 @@ fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValu
     }))
 }
 
-/// A transaction of a block in the window, with its block fields.
-fn transaction(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
+/// A mined transaction with its block fields, while its block is in the
+/// window.
+fn transaction(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
     let hash = hash_param(params, "eth_getTransactionByHash")?;
-    let canonical = chain.canonical();
-    let blocks: Vec<&std::sync::Arc<Block>> = canonical.blocks().collect();
-    let found = blocks.iter().rev().find_map(|block| {
-        let index = block.transactions.iter().position(|tx| tx.hash == hash)?;
-        Some(block.transaction_json(index, false))
+    let found = ledger.mined(&hash).and_then(|mined| {
+        let canonical = chain.canonical();
+        let block = canonical.by_hash(&mined.block)?;
+        (block.transactions.get(mined.index)?.hash == hash)
+            .then(|| block.transaction_json(mined.index, false))
     });
     match found {
         Some(text) => RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string())),
@@ -156,6 +157,14 @@ fn fee_history(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError>
         _ => None,
     }
     .ok_or_else(|| RpcError::invalid_params("eth_feeHistory takes a block count first"))?;
+    match positional(params, 1) {
+        Some(Value::String(tag)) if tag == "latest" || tag == "pending" => {}
+        _ => {
+            return Err(RpcError::invalid_params(
+                "the devnet answers eth_feeHistory up to the latest block: give \"latest\"",
+            ));
+        }
+    }
     let percentiles = match positional(params, 2) {
         None | Some(Value::Null) => 0,
         Some(Value::Array(list)) => list.len(),

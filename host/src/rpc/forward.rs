@@ -20,7 +20,8 @@ pub(super) async fn forward(chain: &Chain, call: &Call) -> Result<Box<RawValue>,
     if !chain.rpc.forwards(method) {
         return Err(RpcError::method_not_found_msg(&format!(
             "the method {method} is not served: this server forwards the eth_*, net_* and web3_* methods \
-             to the node, except the node-wallet ones, and what [rpc] allow names"
+             to the node, except the node-wallet ones and subscriptions (eth_subscribe is served \
+             here, over WebSocket), and what [rpc] allow names"
         )));
     }
     let request = [upstream::Call::named(
@@ -28,22 +29,22 @@ pub(super) async fn forward(chain: &Chain, call: &Call) -> Result<Box<RawValue>,
         call.params.clone(),
     )];
     let timeout = chain.rpc.timeout();
-    match tokio::time::timeout(timeout, node.batch(&request)).await {
-        Err(_) => Err(RpcError::unavailable(format!(
-            "{}'s node did not answer {method} within {} ms",
-            chain.name,
-            timeout.as_millis()
-        ))),
-        Ok(Ok(mut results)) => results
+    match node.batch_within(&request, timeout).await {
+        Ok(mut results) => results
             .pop()
             .ok_or_else(|| RpcError::internal(format!("{}'s node answered nothing", chain.name))),
-        Ok(Err(NodeError::Rpc {
+        Err(NodeError::Rpc {
             code,
             message,
             data,
             ..
-        })) => Err(RpcError::from_node(code, message, data)),
-        Ok(Err(other)) => Err(RpcError::unavailable(format!(
+        }) => Err(RpcError::from_node(code, message, data)),
+        Err(NodeError::Timeout { .. }) => Err(RpcError::unavailable(format!(
+            "{}'s node did not answer {method} within {} ms",
+            chain.name,
+            timeout.as_millis()
+        ))),
+        Err(other) => Err(RpcError::unavailable(format!(
             "{}'s node is unavailable: {other}",
             chain.name
         ))),

@@ -47,10 +47,13 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
         addresses: addresses(query.get("address"))?,
         topics: topics(query.get("topics"))?,
     };
-    let Some(tip) = chain.canonical().tip().map(|b| b.number()) else {
+    // The log, not the window: the pipeline appends to the log just after
+    // it moves the window.
+    let Some((oldest, tip)) = chain.log().canonical_bounds() else {
         return Err(RpcError::generic("no block received yet"));
     };
     let node = chain.node.is_some();
+    let elsewhere = |fallback| Ok(Held::Elsewhere(fallback));
     let (from, to) = match query.get("blockHash") {
         Some(Value::String(text)) => {
             if query.contains_key("fromBlock") || query.contains_key("toBlock") {
@@ -63,9 +66,13 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
                     "invalid blockHash \"{text}\": expected 0x and 64 hex digits"
                 ))
             })?;
-            match chain.canonical().by_hash(&hash).map(|b| b.number()) {
-                Some(number) => (number, number),
-                None => return Ok(Held::Elsewhere(result(&Value::Array(Vec::new())))),
+            let number = chain.canonical().by_hash(&hash).map(|b| b.number());
+            let held = number
+                .and_then(|n| chain.log().canonical_range(n, n).pop())
+                .filter(|block| block.hash == hash);
+            match held {
+                Some(block) => (block.number(), block.number()),
+                None => return elsewhere(result(&Value::Array(Vec::new()))),
             }
         }
         Some(other) => {
@@ -93,7 +100,7 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
             match (bound("fromBlock")?, bound("toBlock")?) {
                 (Some(from), Some(to)) => (from, to),
                 // A tag only the node resolves.
-                _ => return Ok(Held::Elsewhere(result(&Value::Array(Vec::new())))),
+                _ => return elsewhere(result(&Value::Array(Vec::new()))),
             }
         }
     };
@@ -102,21 +109,30 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
             "fromBlock {from} is after toBlock {to}"
         )));
     }
-    let (blocks, oldest) = chain.log().canonical_range(from, to);
-    let oldest = oldest.unwrap_or(tip);
     if from < oldest || (node && to > tip) {
-        return Ok(Held::Elsewhere(Err(RpcError::not_found(format!(
+        return elsewhere(Err(RpcError::not_found(format!(
             "the range reaches block {from}, older than the history this server keeps (oldest: {oldest})"
-        )))));
+        ))));
+    }
+    let blocks = chain.log().canonical_range(from, to);
+    // A node chain answers from the log only what it holds whole.
+    if node && (blocks.len() as u64) < to.min(tip) - from + 1 {
+        return elsewhere(result(&Value::Array(Vec::new())));
     }
     let mut found = Vec::new();
     for block in &blocks {
         for (index, log) in block.logs.iter().enumerate() {
             if filter.matches(&log.inner) {
                 if found.len() == MAX_LOGS {
-                    return Err(RpcError::limit_exceeded(format!(
+                    let limited = RpcError::limit_exceeded(format!(
                         "more than {MAX_LOGS} logs match; ask for a narrower block range"
-                    )));
+                    ));
+                    // The node has its own limits.
+                    return if node {
+                        elsewhere(Err(limited))
+                    } else {
+                        Err(limited)
+                    };
                 }
                 found.push(
                     RawValue::from_string(block.log_json(index, false))
@@ -165,7 +181,8 @@ fn topics(value: Option<&Value>) -> Result<Vec<Option<Vec<B256>>>, RpcError> {
     list.iter()
         .map(|position| match position {
             Value::Null => Ok(None),
-            Value::Array(any) if any.iter().any(Value::is_null) => Ok(None),
+            // An empty position, or one that admits null, is any topic.
+            Value::Array(any) if any.is_empty() || any.iter().any(Value::is_null) => Ok(None),
             Value::Array(any) => any.iter().map(one).collect::<Result<_, _>>().map(Some),
             single => Ok(Some(vec![one(single)?])),
         })

@@ -38,24 +38,30 @@ struct Inner {
     balances: HashMap<Address, I256>,
     /// The transactions of the blocks in `blocks`.
     mined: HashMap<B256, Mined>,
-    /// Blocks remembered, oldest first, with their transactions' hashes.
-    blocks: VecDeque<(B256, Vec<B256>)>,
-    /// How many blocks' transactions are remembered.
-    keep: usize,
+    /// Blocks remembered, oldest first: number, hash, transactions.
+    blocks: VecDeque<(u64, B256, Vec<B256>)>,
+    /// How many block numbers back transactions are remembered: the
+    /// chain's window, which receipts and transactions are read from.
+    keep: u64,
 }
 
 impl Ledger {
-    /// A ledger remembering the gas of the last `keep` blocks, with
-    /// `funded` accounts holding `allocation` wei at genesis.
+    /// A ledger remembering the gas of the last `keep` block numbers,
+    /// with `funded` accounts holding `allocation` wei at genesis.
     pub fn new(keep: usize, funded: impl IntoIterator<Item = Address>, allocation: U256) -> Self {
         let allocation = I256::from_raw(allocation);
         Self {
             inner: Mutex::new(Inner {
-                keep: keep.max(1),
+                keep: keep.max(1) as u64,
                 balances: funded.into_iter().map(|a| (a, allocation)).collect(),
                 ..Inner::default()
             }),
         }
+    }
+
+    /// Remembers gas for `blocks` block numbers back (the chain's window).
+    pub fn keep(&self, blocks: usize) {
+        self.inner().keep = blocks.max(1) as u64;
     }
 
     /// `address`'s balance now.
@@ -102,7 +108,15 @@ impl Ledger {
         let mut inner = self.inner();
         for generated in content {
             inner.transfer(block, generated, false);
+            if inner
+                .mined
+                .get(&generated.tx.hash)
+                .is_some_and(|m| m.block == block.hash)
+            {
+                inner.mined.remove(&generated.tx.hash);
+            }
         }
+        inner.blocks.retain(|(_, hash, _)| *hash != block.hash);
     }
 
     /// A block built from `content`.
@@ -127,9 +141,13 @@ impl Ledger {
             );
             hashes.push(tx.hash);
         }
-        inner.blocks.push_back((block.hash, hashes));
-        while inner.blocks.len() > inner.keep {
-            let Some((old, hashes)) = inner.blocks.pop_front() else {
+        inner.blocks.push_back((block.number(), block.hash, hashes));
+        while inner
+            .blocks
+            .front()
+            .is_some_and(|(number, _, _)| number + inner.keep <= block.number())
+        {
+            let Some((_, old, hashes)) = inner.blocks.pop_front() else {
                 break;
             };
             for hash in hashes {

@@ -130,6 +130,11 @@ impl NodeClient {
         ))
     }
 
+    /// Whether the socket task has ended: calls would fail at once.
+    pub fn is_closed(&self) -> bool {
+        self.outgoing.is_closed()
+    }
+
     /// Calls `method` and parses its result as `T`.
     pub async fn call<T: DeserializeOwned>(
         &self,

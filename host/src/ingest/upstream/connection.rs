@@ -4,12 +4,13 @@
 //! a slow call holds up no other.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use tokio::sync::Mutex;
 
-use super::client::{Call, NodeClient, NodeError, single};
+use super::client::{CALL_TIMEOUT, Call, NodeClient, NodeError, single};
 
 #[derive(Debug)]
 pub struct NodeConnection {
@@ -36,11 +37,23 @@ impl NodeConnection {
     /// other than the node's own error answer drops the connection, so the
     /// next call opens a new one.
     pub async fn batch(&self, calls: &[Call]) -> Result<Vec<Box<RawValue>>, NodeError> {
+        self.batch_within(calls, CALL_TIMEOUT).await
+    }
+
+    /// [`NodeConnection::batch`], waiting at most `timeout` for the answer:
+    /// a node that does not answer in time is taken for hung (the socket
+    /// may stay open), so the connection is dropped with what waits on it.
+    pub async fn batch_within(
+        &self,
+        calls: &[Call],
+        timeout: Duration,
+    ) -> Result<Vec<Box<RawValue>>, NodeError> {
         let client = {
             let mut slot = self.client.lock().await;
             match &*slot {
-                Some(client) => client.clone(),
-                None => {
+                // A connection whose socket task has ended is not reused.
+                Some(client) if !client.is_closed() => client.clone(),
+                _ => {
                     let (client, _notifications) = NodeClient::connect(&self.url).await?;
                     let client = Arc::new(client);
                     *slot = Some(client.clone());
@@ -48,7 +61,12 @@ impl NodeConnection {
                 }
             }
         };
-        let result = client.batch(calls).await;
+        let result = match tokio::time::timeout(timeout, client.batch(calls)).await {
+            Ok(result) => result,
+            Err(_) => Err(NodeError::Timeout {
+                method: calls.first().map_or("batch", |c| &c.method).to_string(),
+            }),
+        };
         if matches!(&result, Err(e) if !matches!(e, NodeError::Rpc { .. })) {
             let mut slot = self.client.lock().await;
             // Unless another caller has already reconnected.
