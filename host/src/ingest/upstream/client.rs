@@ -234,9 +234,15 @@ struct ErrorObject {
     code: i64,
     #[serde(default)]
     message: String,
-    /// Kept as the node wrote it (a revert's data, byte for byte).
-    #[serde(default)]
+    /// Kept as the node wrote it (a revert's data, byte for byte; an
+    /// explicit `null` too).
+    #[serde(default, deserialize_with = "present")]
     data: Option<Box<RawValue>>,
+}
+
+/// `Some` for a present field, even `null`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize)]
@@ -330,5 +336,31 @@ fn route(
             (None, None) => Ok(RawValue::NULL.to_owned()),
         };
         let _ = reply.send(answer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node's error data is kept as written: a value, an explicit null,
+    /// or nothing.
+    #[test]
+    fn error_data_is_kept_as_written() {
+        let data = |text: &str| {
+            serde_json::from_str::<ErrorObject>(text)
+                .expect("an error object")
+                .data
+                .map(|raw| raw.get().to_string())
+        };
+        assert_eq!(
+            data(r#"{"code":3,"message":"execution reverted","data":"0x00cafe"}"#).as_deref(),
+            Some(r#""0x00cafe""#)
+        );
+        assert_eq!(
+            data(r#"{"code":-32000,"message":"x","data":null}"#).as_deref(),
+            Some("null")
+        );
+        assert_eq!(data(r#"{"code":-32000,"message":"x"}"#), None);
     }
 }
