@@ -291,9 +291,9 @@ async fn logs_come_from_the_log_or_the_node() {
 }
 
 /// A node that stops answering but keeps its socket open (`SIGSTOP`): a
-/// forwarded call answers -32002 after `timeout_ms`, the hung connection is
-/// dropped, and once the node runs again (`SIGCONT`) calls go through a new
-/// one.
+/// forwarded call answers -32002 after `timeout_ms` (a request sent behind
+/// it is answered next, in order), the hung connection is dropped, and once
+/// the node runs again (`SIGCONT`) calls go through a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_node_times_out_and_is_reconnected() {
     let anvil = Anvil::start(1).await.expect("anvil");
@@ -320,11 +320,21 @@ async fn a_hung_node_times_out_and_is_reconnected() {
         }
     };
     signal("-STOP").await;
-    let hung = client
-        .call("eth_getBalance", balance.clone())
-        .await
-        .expect("answered");
+    // A request sent behind the hung one is answered after it, in order.
+    client
+        .send_text(
+            &json!({"jsonrpc":"2.0","id":100,"method":"eth_getBalance","params":balance})
+                .to_string(),
+        )
+        .await;
+    client
+        .send_text(r#"{"jsonrpc":"2.0","id":101,"method":"eth_chainId"}"#)
+        .await;
+    let hung = client.next_response().await.expect("answered");
+    let behind = client.next_response().await.expect("answered");
     signal("-CONT").await;
+    assert_eq!((&hung["id"], &behind["id"]), (&json!(100), &json!(101)));
+    assert_eq!(behind["result"], "0x1", "{behind}");
     assert_eq!(hung["error"]["code"], -32002, "{hung}");
     assert!(
         hung["error"]["message"]

@@ -7,6 +7,7 @@
 //! node ([`super::forward`]).
 
 use alloy_primitives::U64;
+use futures_util::future::join_all;
 
 use super::context::Outcome;
 pub use super::context::{Connection, Context};
@@ -28,18 +29,19 @@ pub async fn process(ctx: Context<'_>, bytes: &[u8]) -> Option<String> {
             Outcome::Sent => None,
         },
         Ok(Incoming::Batch(items)) => {
-            let mut parts = Vec::with_capacity(items.len());
-            for item in items {
-                let part = match item {
+            // Answered together (calls forwarded to the node wait side by
+            // side, not one after another), in the batch's order.
+            let parts = join_all(items.into_iter().map(|item| async move {
+                match item {
                     Err(failed) => response(&failed.id, &Err(failed.error)),
                     Ok(call) => match handle(ctx, &call, true).await {
                         Outcome::Reply(outcome) => response(&call.id, &outcome),
                         Outcome::Sent => None,
                     },
-                };
-                parts.extend(part);
-            }
-            batch_response(parts)
+                }
+            }))
+            .await;
+            batch_response(parts.into_iter().flatten().collect())
         }
     }
 }

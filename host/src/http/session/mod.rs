@@ -8,6 +8,7 @@
 
 mod writer;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -147,30 +148,38 @@ fn settle(reader: Option<Ending>, writer: Option<Stop>) -> (Ending, Vec<u8>) {
     }
 }
 
+/// Frames read ahead while a request is being answered, at most; past
+/// them the reader waits for the answer.
+const READ_AHEAD: usize = 64;
+
 /// Answers requests until the client closes or the socket fails, or a
-/// reply finds the outbound queue full.
+/// reply finds the outbound queue full. Requests are answered one after
+/// another, in order; while one is answered (a call forwarded to a slow
+/// node, say), the reader goes on taking pings and pongs, so a client that
+/// is waiting is never taken for an unresponsive one, and keeps the frames
+/// that follow for their turn.
 async fn read(reader: &mut Reader, ctx: Context<'_>, ponged: &AtomicBool) -> Ending {
     let connection = ctx.connection.expect("sessions always have a connection");
     let limit = ctx.limits.max_request_bytes;
-    while let Some(Ok(message)) = reader.next().await {
+    let mut ahead: VecDeque<Message> = VecDeque::new();
+    let mut ended = false;
+    loop {
+        let message = match ahead.pop_front() {
+            Some(message) => message,
+            None if ended => return Ending::Gone,
+            None => match reader.next().await {
+                Some(Ok(message)) => message,
+                _ => return Ending::Gone,
+            },
+        };
         let bytes = match &message {
             Message::Text(text) => text.as_bytes(),
             Message::Binary(bytes) => bytes.as_ref(),
             Message::Close(frame) => return Ending::Closed(frame.clone()),
-            Message::Ping(payload) => {
-                // Answered in order with the rest of what is queued.
-                match connection.sink.send(Frame::Pong(payload.as_ref().into())) {
-                    Err(SendError::Overflow) => return Ending::TooSlow,
-                    Err(SendError::Closed) => return Ending::Gone,
-                    Ok(()) => continue,
-                }
-            }
-            Message::Pong(_) => {
-                ponged.store(true, Ordering::Relaxed);
-                continue;
-            }
-            // Only ever written, never read.
-            Message::Frame(_) => continue,
+            control => match take_control(control, &connection.sink, ponged) {
+                Some(ending) => return ending,
+                None => continue,
+            },
         };
         let reply = if bytes.len() > limit {
             Some(error_response(&RpcError::limit_exceeded(format!(
@@ -178,7 +187,23 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, ponged: &AtomicBool) -> End
                 bytes.len()
             ))))
         } else {
-            methods::process(ctx, bytes).await
+            let answering = methods::process(ctx, bytes);
+            tokio::pin!(answering);
+            loop {
+                tokio::select! {
+                    reply = &mut answering => break reply,
+                    next = reader.next(), if !ended && ahead.len() < READ_AHEAD => match next {
+                        Some(Ok(frame @ (Message::Ping(_) | Message::Pong(_) | Message::Frame(_)))) => {
+                            if let Some(ending) = take_control(&frame, &connection.sink, ponged) {
+                                return ending;
+                            }
+                        }
+                        Some(Ok(frame)) => ahead.push_back(frame),
+                        // Answer what was asked; then the session ends.
+                        _ => ended = true,
+                    },
+                }
+            }
         };
         let queued = reply.map(|reply| connection.sink.send(reply));
         // Subscriptions made in a batch deliver only now, after the
@@ -192,7 +217,24 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, ponged: &AtomicBool) -> End
             Some(Ok(())) | None => {}
         }
     }
-    Ending::Gone
+}
+
+/// Takes a control frame: a ping is answered (in order with the rest of
+/// what is queued), a pong noted; `Some` when the session must end.
+fn take_control(frame: &Message, sink: &Sink, ponged: &AtomicBool) -> Option<Ending> {
+    match frame {
+        Message::Ping(payload) => match sink.send(Frame::Pong(payload.as_ref().into())) {
+            Err(SendError::Overflow) => Some(Ending::TooSlow),
+            Err(SendError::Closed) => Some(Ending::Gone),
+            Ok(()) => None,
+        },
+        Message::Pong(_) => {
+            ponged.store(true, Ordering::Relaxed);
+            None
+        }
+        // Only ever written, never read; data frames are not control.
+        _ => None,
+    }
 }
 
 #[cfg(test)]
