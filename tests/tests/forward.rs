@@ -320,6 +320,25 @@ async fn a_hung_node_times_out_and_is_reconnected() {
         }
     };
     signal("-STOP").await;
+    // The signal is delivered asynchronously: wait until the kernel shows
+    // the node stopped.
+    let stat = format!("/proc/{pid}/stat");
+    tokio::time::timeout(chainsieve_tests::TIMEOUT, async {
+        loop {
+            let text = tokio::fs::read_to_string(&stat).await.expect("/proc stat");
+            // "pid (comm) STATE ...": the state follows the last ')'.
+            if text
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('T'))
+            {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the node stops");
     // A request sent behind the hung one is answered after it, in order.
     client
         .send_text(
