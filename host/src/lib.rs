@@ -12,7 +12,9 @@
 //!   ([`http::session`]), `/admin/filters`, `/healthz`, `/readyz`,
 //!   `/metrics`, connections per key.
 //! - [`rpc`] — the JSON-RPC envelope, errors and methods for both
-//!   transports; live subscriptions by public id; requests per second per key.
+//!   transports; live subscriptions by public id; requests per second per
+//!   key; on a node chain, what it does not answer goes to the node, on a
+//!   devnet chain what a wallet calls answers from the devnet's ledger.
 //! - [`chain`] — per chain, the [`chain::pipeline`] (any ordered stream of
 //!   source events → canonical tracker → stream batches → filter actors) and
 //!   the hot swap of filter components ([`chain::reload`]).
@@ -25,7 +27,8 @@
 //!   [`ingest::canonical`] orders them (reorgs become removals then
 //!   additions).
 //! - [`bus`] — the roles' NATS JetStream bus: an ingest publishes each
-//!   chain's log steps, an edge follows them into its own pipeline.
+//!   chain's log steps and its price index's writes, an edge follows both
+//!   into its own pipeline and price store.
 //! - [`log`] — each chain's event log: every canonical change as a step at
 //!   a position, over a bounded window that resuming subscriptions replay;
 //!   [`log::batch`] splits a step into per-stream batches, each event with
