@@ -5,14 +5,18 @@
 //! fees from the window's base fees, gas for transfers. The devnet runs no
 //! contract code: `eth_call`, and gas estimates of contract calls, say so.
 
+use std::sync::Arc;
+
 use alloy_primitives::{Address, B256, Bloom, U64, U128};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::params::{fixed_param, parse_fixed, parse_quantity, positional, require_positional};
+use super::params::{
+    fixed_param, fixed_value, parse_bytes, parse_quantity, positional, require_positional,
+};
 use super::{Call, RpcError, result};
 use crate::chain::Chain;
-use crate::ingest::devnet::{Ledger, intrinsic, known_pools, known_tokens};
+use crate::ingest::devnet::{Ledger, Mined, intrinsic, known_pools, known_tokens};
 use crate::ingest::model::Block;
 
 /// The priority fee the devnet suggests (it takes any).
@@ -50,7 +54,7 @@ fn runs_no_code(chain: &Chain, what: &str) -> RpcError {
     ))
 }
 
-fn tip(chain: &Chain) -> Result<std::sync::Arc<Block>, RpcError> {
+fn tip(chain: &Chain) -> Result<Arc<Block>, RpcError> {
     chain
         .canonical()
         .tip()
@@ -93,17 +97,11 @@ fn balance(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
 /// A mined transaction's receipt, while its block is in the window.
 fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
     let hash = hash_param(params, "eth_getTransactionReceipt")?;
-    let Some(mined) = ledger.mined(&hash) else {
+    let Some((block, mined)) = in_window(chain, ledger, &hash) else {
         return result(&Value::Null);
     };
-    let canonical = chain.canonical();
-    let Some(block) = canonical.by_hash(&mined.block) else {
-        // Orphaned since, or older than the window.
-        return result(&Value::Null);
-    };
-    let Some(tx) = block.transactions.get(mined.index) else {
-        return result(&Value::Null);
-    };
+    let block = block.as_ref();
+    let tx = &block.transactions[mined.index];
     let mut bloom = Bloom::default();
     let mut logs = Vec::new();
     for (index, log) in block.logs.iter().enumerate() {
@@ -136,16 +134,19 @@ fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValu
 /// window.
 fn transaction(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
     let hash = hash_param(params, "eth_getTransactionByHash")?;
-    let found = ledger.mined(&hash).and_then(|mined| {
-        let canonical = chain.canonical();
-        let block = canonical.by_hash(&mined.block)?;
-        (block.transactions.get(mined.index)?.hash == hash)
-            .then(|| block.transaction_json(mined.index, false))
-    });
-    match found {
-        Some(text) => RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string())),
+    match in_window(chain, ledger, &hash) {
+        Some((block, mined)) => RawValue::from_string(block.transaction_json(mined.index, false))
+            .map_err(|e| RpcError::internal(e.to_string())),
         None => result(&Value::Null),
     }
+}
+
+/// Where the ledger saw `hash` mined, while that block is canonical and in
+/// the window (not orphaned since, nor older).
+fn in_window(chain: &Chain, ledger: &Ledger, hash: &B256) -> Option<(Arc<Block>, Mined)> {
+    let mined = ledger.mined(hash)?;
+    let block = chain.canonical().by_hash(&mined.block)?.clone();
+    (block.transactions.get(mined.index)?.hash == *hash).then_some((block, mined))
 }
 
 /// `[blockCount, newestBlock, rewardPercentiles?]` over the window.
@@ -175,7 +176,7 @@ fn fee_history(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError>
         }
     };
     let canonical = chain.canonical();
-    let blocks: Vec<&std::sync::Arc<Block>> = canonical.blocks().collect();
+    let blocks: Vec<&Arc<Block>> = canonical.blocks().collect();
     let count = usize::try_from(count)
         .unwrap_or(usize::MAX)
         .min(FEE_HISTORY_BLOCKS)
@@ -214,10 +215,7 @@ fn estimate_gas(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError
     };
     let to: Option<Address> = match tx.get("to") {
         None | Some(Value::Null) => None,
-        Some(Value::String(text)) => Some(parse_fixed(text).ok_or_else(|| {
-            RpcError::invalid_params(format!("invalid \"to\" address \"{text}\""))
-        })?),
-        Some(other) => return Err(RpcError::invalid_params(format!("invalid \"to\" {other}"))),
+        Some(value) => Some(fixed_value(value, "\"to\" address")?),
     };
     let Some(to) = to else {
         return Err(runs_no_code(
@@ -232,12 +230,9 @@ fn estimate_gas(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError
     }
     let data = match tx.get("input").or_else(|| tx.get("data")) {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(text)) => text
-            .strip_prefix("0x")
-            .and_then(|digits| alloy_primitives::hex::decode(digits).ok())
-            .ok_or_else(|| {
-                RpcError::invalid_params("the call data must be 0x-prefixed hex digit pairs")
-            })?,
+        Some(Value::String(text)) => parse_bytes(text).ok_or_else(|| {
+            RpcError::invalid_params("the call data must be 0x-prefixed hex digit pairs")
+        })?,
         Some(other) => {
             return Err(RpcError::invalid_params(format!(
                 "invalid call data {other}"

@@ -10,7 +10,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::blocks::Held;
-use super::params::{parse_fixed, parse_quantity, positional, require_positional};
+use super::params::{fixed_value, parse_quantity, positional, require_positional};
 use super::{RpcError, result};
 use crate::chain::Chain;
 
@@ -55,17 +55,13 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
     let node = chain.node.is_some();
     let elsewhere = |fallback| Ok(Held::Elsewhere(fallback));
     let (from, to) = match query.get("blockHash") {
-        Some(Value::String(text)) => {
+        Some(value) => {
             if query.contains_key("fromBlock") || query.contains_key("toBlock") {
                 return Err(RpcError::invalid_params(
                     "blockHash cannot be given with fromBlock or toBlock",
                 ));
             }
-            let hash: B256 = parse_fixed(text).ok_or_else(|| {
-                RpcError::invalid_params(format!(
-                    "invalid blockHash \"{text}\": expected 0x and 64 hex digits"
-                ))
-            })?;
+            let hash: B256 = fixed_value(value, "blockHash")?;
             let number = chain.canonical().by_hash(&hash).map(|b| b.number());
             let held = number
                 .and_then(|n| chain.log().canonical_range(n, n).pop())
@@ -74,11 +70,6 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
                 Some(block) => (block.number(), block.number()),
                 None => return elsewhere(result(&Value::Array(Vec::new()))),
             }
-        }
-        Some(other) => {
-            return Err(RpcError::invalid_params(format!(
-                "invalid blockHash {other}"
-            )));
         }
         None => {
             // On a node chain the node resolves the tags: its latest block
@@ -145,14 +136,7 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
 }
 
 fn addresses(value: Option<&Value>) -> Result<Vec<Address>, RpcError> {
-    let one = |v: &Value| match v {
-        Value::String(text) => parse_fixed(text).ok_or_else(|| {
-            RpcError::invalid_params(format!(
-                "invalid address \"{text}\": expected 0x and 40 hex digits"
-            ))
-        }),
-        other => Err(RpcError::invalid_params(format!("invalid address {other}"))),
-    };
+    let one = |v: &Value| fixed_value(v, "address");
     match value {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(list)) => list.iter().map(one).collect(),
@@ -161,14 +145,7 @@ fn addresses(value: Option<&Value>) -> Result<Vec<Address>, RpcError> {
 }
 
 fn topics(value: Option<&Value>) -> Result<Vec<Option<Vec<B256>>>, RpcError> {
-    let one = |v: &Value| match v {
-        Value::String(text) => parse_fixed(text).ok_or_else(|| {
-            RpcError::invalid_params(format!(
-                "invalid topic \"{text}\": expected 0x and 64 hex digits"
-            ))
-        }),
-        other => Err(RpcError::invalid_params(format!("invalid topic {other}"))),
-    };
+    let one = |v: &Value| fixed_value(v, "topic");
     let list = match value {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(list)) if list.len() <= 4 => list,

@@ -37,6 +37,25 @@ pub(super) fn parse_fixed<T: std::str::FromStr>(text: &str) -> Option<T> {
         .flatten()
 }
 
+/// `0x` + hex digit pairs, any number of them.
+pub(super) fn parse_bytes(text: &str) -> Option<Vec<u8>> {
+    alloy_primitives::hex::decode(text.strip_prefix("0x")?).ok()
+}
+
+/// A fixed-size hex value (a hash, an address) named `what` in the
+/// errors.
+pub(super) fn fixed_value<T: std::str::FromStr>(value: &Value, what: &str) -> Result<T, RpcError> {
+    match value {
+        Value::String(text) => parse_fixed(text).ok_or_else(|| {
+            RpcError::invalid_params(format!(
+                "invalid {what} \"{text}\": expected 0x and {} hex digits",
+                2 * std::mem::size_of::<T>()
+            ))
+        }),
+        other => Err(RpcError::invalid_params(format!("invalid {what} {other}"))),
+    }
+}
+
 /// Positional parameter `i` of `method`, a fixed-size hex value named
 /// `what` in the errors (`the block hash`, `the address`).
 pub(super) fn fixed_param<T: std::str::FromStr>(
@@ -47,12 +66,7 @@ pub(super) fn fixed_param<T: std::str::FromStr>(
 ) -> Result<T, RpcError> {
     require_positional(params, method)?;
     match positional(params, i) {
-        Some(Value::String(text)) => parse_fixed(text).ok_or_else(|| {
-            RpcError::invalid_params(format!(
-                "invalid {what} \"{text}\": expected 0x and {} hex digits",
-                2 * std::mem::size_of::<T>()
-            ))
-        }),
+        Some(value @ Value::String(_)) => fixed_value(value, what),
         _ => Err(RpcError::invalid_params(format!(
             "{method} takes {what} (a string)"
         ))),

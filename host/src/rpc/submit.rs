@@ -10,7 +10,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
-use super::params::require_positional;
+use super::params::{parse_bytes, require_positional};
 use super::{RpcError, result};
 use crate::chain::Chain;
 use crate::ingest::devnet::{Refusal, Submission};
@@ -68,14 +68,11 @@ fn decode(params: &Value) -> Result<TxEnvelope, RpcError> {
             ));
         }
     };
-    let bytes = text
-        .strip_prefix("0x")
-        .and_then(|digits| alloy_primitives::hex::decode(digits).ok())
-        .ok_or_else(|| {
-            RpcError::invalid_params(
-                "the raw transaction must be a 0x-prefixed string of hex digit pairs",
-            )
-        })?;
+    let bytes = parse_bytes(text).ok_or_else(|| {
+        RpcError::invalid_params(
+            "the raw transaction must be a 0x-prefixed string of hex digit pairs",
+        )
+    })?;
     TxEnvelope::decode_2718_exact(&bytes)
         .map_err(|error| RpcError::invalid_params(format!("invalid raw transaction: {error}")))
 }
