@@ -215,7 +215,7 @@ fn the_frame_handler_answers_every_input_well_formed() {
         let ctx = state.rpc_context(&chain, &api_key, over_websocket.then_some(&connection));
         runner
             .run(&frame(), |bytes| {
-                check_reply(runtime.block_on(process(ctx, &bytes)))
+                check_reply(runtime.block_on(process(ctx, &bytes)).response)
             })
             .expect("every input answered well formed");
     }

@@ -292,7 +292,8 @@ async fn logs_come_from_the_log_or_the_node() {
 
 /// A node that stops answering but keeps its socket open (`SIGSTOP`): a
 /// forwarded call answers -32002 after `timeout_ms` (a request sent behind
-/// it is answered next, in order), the hung connection is dropped, and once
+/// it on the same WebSocket is answered first, without waiting), the hung
+/// connection is dropped, and once
 /// the node runs again (`SIGCONT`) calls go through a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_node_times_out_and_is_reconnected() {
@@ -339,7 +340,7 @@ async fn a_hung_node_times_out_and_is_reconnected() {
     })
     .await
     .expect("the node stops");
-    // A request sent behind the hung one is answered after it, in order.
+    // A request sent behind the hung one does not wait for it.
     client
         .send_text(
             &json!({"jsonrpc":"2.0","id":100,"method":"eth_getBalance","params":balance})
@@ -349,10 +350,10 @@ async fn a_hung_node_times_out_and_is_reconnected() {
     client
         .send_text(r#"{"jsonrpc":"2.0","id":101,"method":"eth_chainId"}"#)
         .await;
-    let hung = client.next_response().await.expect("answered");
     let behind = client.next_response().await.expect("answered");
+    let hung = client.next_response().await.expect("answered");
     signal("-CONT").await;
-    assert_eq!((&hung["id"], &behind["id"]), (&json!(100), &json!(101)));
+    assert_eq!((&behind["id"], &hung["id"]), (&json!(101), &json!(100)));
     assert_eq!(behind["result"], "0x1", "{behind}");
     assert_eq!(hung["error"]["code"], -32002, "{hung}");
     assert!(

@@ -242,7 +242,7 @@ async fn http(state: Arc<AppState>, chain: &str, key: &str, body: Body) -> Respo
         }
     };
     let ctx = state.rpc_context(&chain, &api_key, None);
-    match methods::process(ctx, &bytes).await {
+    match methods::process(ctx, &bytes).await.response {
         Some(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     }

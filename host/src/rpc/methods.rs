@@ -9,8 +9,8 @@
 use alloy_primitives::U64;
 use futures_util::future::join_all;
 
-use super::context::Outcome;
-pub use super::context::{Connection, Context};
+pub use super::context::{Connection, Context, Reply};
+use super::context::{Gates, Outcome};
 use super::{
     Call, Incoming, RpcError, batch_response, blocks, devnet, error_response, forward, logs, parse,
     response, result, submit, subscribe, token_price,
@@ -19,22 +19,24 @@ use super::{
 /// What `web3_clientVersion` answers.
 pub const CLIENT_VERSION: &str = concat!("chainsieve/v", env!("CARGO_PKG_VERSION"));
 
-/// Answers a body or frame; `None` when nothing is to be sent back.
-pub async fn process(ctx: Context<'_>, bytes: &[u8]) -> Option<String> {
-    match parse(bytes, ctx.limits.max_batch) {
+/// Answers a body or frame.
+pub async fn process(ctx: Context<'_>, bytes: &[u8]) -> Reply {
+    let gates = Gates::default();
+    let response = match parse(bytes, ctx.limits.max_batch) {
         Err(error) => Some(error_response(&error)),
         Ok(Incoming::Single(Err(failed))) => response(&failed.id, &Err(failed.error)),
-        Ok(Incoming::Single(Ok(call))) => match handle(ctx, &call, false).await {
+        Ok(Incoming::Single(Ok(call))) => match handle(ctx, &call, None).await {
             Outcome::Reply(outcome) => response(&call.id, &outcome),
             Outcome::Sent => None,
         },
         Ok(Incoming::Batch(items)) => {
             // Answered together (calls forwarded to the node wait side by
             // side, not one after another), in the batch's order.
+            let gates = &gates;
             let parts = join_all(items.into_iter().map(|item| async move {
                 match item {
                     Err(failed) => response(&failed.id, &Err(failed.error)),
-                    Ok(call) => match handle(ctx, &call, true).await {
+                    Ok(call) => match handle(ctx, &call, Some(gates)).await {
                         Outcome::Reply(outcome) => response(&call.id, &outcome),
                         Outcome::Sent => None,
                     },
@@ -43,10 +45,17 @@ pub async fn process(ctx: Context<'_>, bytes: &[u8]) -> Option<String> {
             .await;
             batch_response(parts.into_iter().flatten().collect())
         }
-    }
+    };
+    Reply::new(response, gates)
 }
 
-async fn handle(ctx: Context<'_>, call: &Call, in_batch: bool) -> Outcome {
+/// The reply to a request refused before it was read.
+pub fn refuse(error: RpcError) -> Reply {
+    Reply::new(Some(error_response(&error)), Gates::default())
+}
+
+/// One call; `batch` holds the gates of the batch it is part of.
+async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome {
     let reply = |outcome| Outcome::Reply(outcome);
     if let Err(limited) = ctx.rate.check(ctx.api_key) {
         return reply(Err(limited));
@@ -56,7 +65,7 @@ async fn handle(ctx: Context<'_>, call: &Call, in_batch: bool) -> Outcome {
             None => reply(Err(RpcError::method_not_found_msg(
                 "notifications not supported",
             ))),
-            Some(connection) => subscribe::subscribe(ctx, connection, call, in_batch).await,
+            Some(connection) => subscribe::subscribe(ctx, connection, call, batch).await,
         },
         "eth_unsubscribe" => reply(subscribe::unsubscribe(ctx, &call.params).await),
         "eth_chainId" => reply(result(&U64::from(ctx.chain.chain_id))),

@@ -1,17 +1,14 @@
 //! `eth_subscribe` and `eth_unsubscribe`. A subscription is registered
 //! before the filter actor can deliver to it, and its response is queued
 //! ahead of its first notification: by the actor itself (single calls), or
-//! behind a gate the session opens once the batch response is queued. A
+//! behind a gate opened once the batch response is queued. A
 //! trailing options object ([`resume`](super::resume)) makes it replay the
 //! log first.
-
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::context::{Connection, Context, Outcome};
+use super::context::{Connection, Context, Gates, Outcome};
 use super::params::{positional, require_positional};
 use super::{Call, RpcError, response, result, resume, subscriptions};
 use crate::filters::SubscribeError;
@@ -21,7 +18,7 @@ pub(super) async fn subscribe(
     ctx: Context<'_>,
     connection: &Connection,
     call: &Call,
-    in_batch: bool,
+    batch: Option<&Gates>,
 ) -> Outcome {
     let request = || -> Result<(String, Vec<Value>), RpcError> {
         require_positional(&call.params, "eth_subscribe")?;
@@ -75,19 +72,11 @@ pub(super) async fn subscribe(
         filter.clone(),
         &connection.owned,
     );
-    let start = match &call.id {
-        None => Start::Now,
-        Some(_) if in_batch => {
-            let gate = Arc::new(AtomicBool::new(false));
-            connection
-                .gates
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .push(gate.clone());
-            Start::Gated(gate)
-        }
+    let start = match (&call.id, batch) {
+        (None, _) => Start::Now,
+        (Some(_), Some(gates)) => Start::Gated(gates.add()),
         // The response the client reads the id from, queued by the actor.
-        Some(_) => response(&call.id, &result(&id)).map_or(Start::Now, Start::Acknowledge),
+        (Some(_), None) => response(&call.id, &result(&id)).map_or(Start::Now, Start::Acknowledge),
     };
     let acked = matches!(start, Start::Acknowledge(_));
     let request = Subscribe {

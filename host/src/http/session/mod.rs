@@ -1,4 +1,4 @@
-//! One WebSocket connection. The reader answers requests in order; every
+//! One WebSocket connection. The reader answers requests side by side; every
 //! outbound frame (responses and notifications alike) goes through the
 //! connection's bounded queue, so their order is kept and no producer ever
 //! waits on this socket. The [`writer`] drains the queue, pings every
@@ -8,12 +8,12 @@
 
 mod writer;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -23,8 +23,8 @@ use super::socket::Socket;
 use super::upgrade::Reader;
 use crate::chain::Chain;
 use crate::fanout::{Frame, SendError, Sink};
-use crate::rpc::methods::{self, Connection, Context};
-use crate::rpc::{RpcError, error_response};
+use crate::rpc::RpcError;
+use crate::rpc::methods::{self, Connection, Context, Reply};
 use writer::Stop;
 
 /// Close code for a subscriber that fell too far behind, or stopped
@@ -148,74 +148,69 @@ fn settle(reader: Option<Ending>, writer: Option<Stop>) -> (Ending, Vec<u8>) {
     }
 }
 
-/// Frames read ahead while a request is being answered, at most; past
-/// them the reader waits for the answer.
-const READ_AHEAD: usize = 64;
+/// Requests answered at once on one connection, at most; past them the
+/// reader waits for an answer before it reads the next frame.
+const MAX_IN_FLIGHT: usize = 64;
 
 /// Answers requests until the client closes or the socket fails, or a
-/// reply finds the outbound queue full. Requests are answered one after
-/// another, in order; while one is answered (a call forwarded to a slow
-/// node, say), the reader goes on taking pings and pongs, so a client that
-/// is waiting is never taken for an unresponsive one, and keeps the frames
-/// that follow for their turn.
+/// reply finds the outbound queue full. Requests are answered side by
+/// side, each as soon as it can be, as a node does: a call forwarded to a
+/// slow node delays no other request, and the reader goes on taking pings
+/// and pongs, so a client that is waiting is never taken for an
+/// unresponsive one. Clients match responses by id. Requests answered
+/// without waiting (all but forwarded calls) are answered in the order
+/// they came.
 async fn read(reader: &mut Reader, ctx: Context<'_>, ponged: &AtomicBool) -> Ending {
     let connection = ctx.connection.expect("sessions always have a connection");
     let limit = ctx.limits.max_request_bytes;
-    let mut ahead: VecDeque<Message> = VecDeque::new();
-    let mut ended = false;
-    loop {
-        let message = match ahead.pop_front() {
-            Some(message) => message,
-            None if ended => return Ending::Gone,
-            None => match reader.next().await {
-                Some(Ok(message)) => message,
-                _ => return Ending::Gone,
-            },
-        };
-        let bytes = match &message {
-            Message::Text(text) => text.as_bytes(),
-            Message::Binary(bytes) => bytes.as_ref(),
-            Message::Close(frame) => return Ending::Closed(frame.clone()),
-            control => match take_control(control, &connection.sink, ponged) {
+    let mut answering = FuturesUnordered::new();
+    let ending = loop {
+        let next = tokio::select! {
+            biased;
+            Some(reply) = answering.next() => match queue(reply, &connection.sink) {
                 Some(ending) => return ending,
                 None => continue,
             },
+            next = reader.next(), if answering.len() < MAX_IN_FLIGHT => next,
         };
-        let reply = if bytes.len() > limit {
-            Some(error_response(&RpcError::limit_exceeded(format!(
-                "request of {} bytes exceeds the limit of {limit} bytes",
-                bytes.len()
-            ))))
-        } else {
-            let answering = methods::process(ctx, bytes);
-            tokio::pin!(answering);
-            loop {
-                tokio::select! {
-                    reply = &mut answering => break reply,
-                    next = reader.next(), if !ended && ahead.len() < READ_AHEAD => match next {
-                        Some(Ok(frame @ (Message::Ping(_) | Message::Pong(_) | Message::Frame(_)))) => {
-                            if let Some(ending) = take_control(&frame, &connection.sink, ponged) {
-                                return ending;
-                            }
-                        }
-                        Some(Ok(frame)) => ahead.push_back(frame),
-                        // Answer what was asked; then the session ends.
-                        _ => ended = true,
-                    },
-                }
+        let bytes = match next {
+            Some(Ok(Message::Text(text))) => text.into(),
+            Some(Ok(Message::Binary(bytes))) => bytes,
+            Some(Ok(Message::Close(frame))) => break Ending::Closed(frame),
+            Some(Ok(control)) => match take_control(&control, &connection.sink, ponged) {
+                Some(ending) => return ending,
+                None => continue,
+            },
+            Some(Err(_)) | None => break Ending::Gone,
+        };
+        answering.push(async move {
+            if bytes.len() > limit {
+                methods::refuse(RpcError::limit_exceeded(format!(
+                    "request of {} bytes exceeds the limit of {limit} bytes",
+                    bytes.len()
+                )))
+            } else {
+                methods::process(ctx, &bytes).await
             }
-        };
-        let queued = reply.map(|reply| connection.sink.send(reply));
-        // Subscriptions made in a batch deliver only now, after the
-        // response that tells the client their ids.
-        connection.open_gates();
-        match queued {
-            // A client that sends faster than it reads overflows its queue
-            // like a slow subscriber, and is closed the same way.
-            Some(Err(SendError::Overflow)) => return Ending::TooSlow,
-            Some(Err(SendError::Closed)) => return Ending::Gone,
-            Some(Ok(())) | None => {}
+        });
+    };
+    // Answer what was asked; then the session ends.
+    while let Some(reply) = answering.next().await {
+        if let Some(ending) = queue(reply, &connection.sink) {
+            return ending;
         }
+    }
+    ending
+}
+
+/// Queues a reply; `Some` when the session must end.
+fn queue(reply: Reply, sink: &Sink) -> Option<Ending> {
+    match reply.queue(sink) {
+        // A client that sends faster than it reads overflows its queue
+        // like a slow subscriber, and is closed the same way.
+        Err(SendError::Overflow) => Some(Ending::TooSlow),
+        Err(SendError::Closed) => Some(Ending::Gone),
+        Ok(()) => None,
     }
 }
 
