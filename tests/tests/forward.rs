@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use chainsieve::config::{AuthConfig, ChainConfig, Config, RpcConfig, SourceConfig};
-use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, DEV_KEY, ping_contract};
+use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, DEV_KEY, mined, ping_contract};
 use chainsieve_tests::scripts::run_script;
 use chainsieve_tests::{TestServer, WsClient, fast_devnet};
 use serde_json::{Value, json};
@@ -291,9 +291,9 @@ async fn logs_come_from_the_log_or_the_node() {
 }
 
 /// A node that stops answering but keeps its socket open (`SIGSTOP`): a
-/// forwarded call answers -32002 after `timeout_ms` (a request sent behind
-/// it on the same WebSocket is answered first, without waiting), the hung
-/// connection is dropped, and once
+/// forwarded call answers -32002 after `timeout_ms` (requests sent behind
+/// it on the same WebSocket are answered first, without waiting, a mined
+/// transaction from the window), the hung connection is dropped, and once
 /// the node runs again (`SIGCONT`) calls go through a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_node_times_out_and_is_reconnected() {
@@ -302,6 +302,20 @@ async fn a_hung_node_times_out_and_is_reconnected() {
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
+    // A transfer mined into the window, as the node shows it.
+    let heads = client
+        .subscribe(json!(["newHeads"]))
+        .await
+        .expect("subscribed");
+    let transfer = anvil
+        .send(json!({ "from": DEV_ACCOUNT, "to": DEV_ACCOUNT_2, "value": "0x1" }))
+        .await
+        .expect("a transfer");
+    mined(&mut client, &heads, &anvil, &transfer).await;
+    let direct = anvil
+        .rpc("eth_getTransactionByHash", json!([transfer]))
+        .await
+        .expect("the node's transaction");
     let balance = json!([DEV_ACCOUNT_2, "latest"]);
     let before = client
         .call("eth_getBalance", balance.clone())
@@ -350,11 +364,42 @@ async fn a_hung_node_times_out_and_is_reconnected() {
     client
         .send_text(r#"{"jsonrpc":"2.0","id":101,"method":"eth_chainId"}"#)
         .await;
+    // The window answers for the transfer while the node is hung.
+    client
+        .send_text(
+            &json!({"jsonrpc":"2.0","id":102,"method":"eth_getTransactionByHash","params":[transfer]})
+                .to_string(),
+        )
+        .await;
     let behind = client.next_response().await.expect("answered");
+    let held = client.next_response().await.expect("answered");
     let hung = client.next_response().await.expect("answered");
     signal("-CONT").await;
-    assert_eq!((&behind["id"], &hung["id"]), (&json!(101), &json!(100)));
+    assert_eq!(
+        (&behind["id"], &held["id"], &hung["id"]),
+        (&json!(101), &json!(102), &json!(100))
+    );
     assert_eq!(behind["result"], "0x1", "{behind}");
+    let held = held["result"].as_object().expect("the transfer");
+    for (field, value) in held {
+        assert_eq!(
+            &direct[field], value,
+            "{field}: the window's {held:?}, the node's {direct}"
+        );
+    }
+    for field in [
+        "hash",
+        "blockHash",
+        "blockNumber",
+        "from",
+        "to",
+        "value",
+        "nonce",
+        "r",
+        "s",
+    ] {
+        assert!(held.contains_key(field), "{field} in {held:?}");
+    }
     assert_eq!(hung["error"]["code"], -32002, "{hung}");
     assert!(
         hung["error"]["message"]

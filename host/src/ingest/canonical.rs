@@ -8,7 +8,7 @@
 //! block as [`ChainEvent::Added`]. The RPC methods read the same window
 //! (`eth_getBlockByNumber` and friends), so they agree with the streams.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use alloy_primitives::B256;
@@ -38,6 +38,11 @@ pub enum TrackError {
 pub struct CanonicalChain {
     window: usize,
     blocks: VecDeque<Arc<Block>>,
+    /// Where each held transaction is (block number, index), so
+    /// `eth_getTransactionByHash` answers without scanning the window. Kept
+    /// with `blocks`: every block in or out goes through [`Self::hold`] and
+    /// [`Self::release`].
+    transactions: HashMap<B256, (u64, usize)>,
 }
 
 impl CanonicalChain {
@@ -45,7 +50,15 @@ impl CanonicalChain {
         Self {
             window: window.max(1),
             blocks: VecDeque::new(),
+            transactions: HashMap::new(),
         }
+    }
+
+    /// A mined transaction in the window: its block and its index there.
+    pub fn transaction(&self, hash: &B256) -> Option<(&Arc<Block>, usize)> {
+        let &(number, index) = self.transactions.get(hash)?;
+        let block = self.by_number(number)?;
+        (block.transactions.get(index)?.hash == *hash).then_some((block, index))
     }
 
     pub fn tip(&self) -> Option<&Arc<Block>> {
@@ -101,6 +114,7 @@ impl CanonicalChain {
         let mut events: Vec<ChainEvent> = Vec::new();
         while self.blocks.len() > ancestor + 1 {
             let orphan = self.blocks.pop_back().expect("len > ancestor + 1 > 0");
+            self.release(&orphan);
             events.push(ChainEvent::Removed(orphan));
         }
         events.extend(self.push(block));
@@ -118,7 +132,9 @@ impl CanonicalChain {
         match change {
             ChainEvent::Added(block) => {
                 if let Some(at) = self.blocks.iter().rposition(|b| b.hash == block.hash) {
-                    self.blocks.truncate(at + 1);
+                    for dropped in self.blocks.split_off(at + 1) {
+                        self.release(&dropped);
+                    }
                 } else if self.apply(block.clone()).is_err() {
                     self.reset(block.clone());
                 }
@@ -126,6 +142,7 @@ impl CanonicalChain {
             ChainEvent::Removed(block) => {
                 if self.tip().is_some_and(|tip| tip.hash == block.hash) {
                     self.blocks.pop_back();
+                    self.release(block);
                 }
             }
             ChainEvent::Pending(_) => {}
@@ -136,15 +153,37 @@ impl CanonicalChain {
     /// than the window, or a gap too large to backfill).
     pub fn reset(&mut self, block: Arc<Block>) -> Vec<ChainEvent> {
         self.blocks.clear();
+        self.transactions.clear();
         self.push(block)
     }
 
     fn push(&mut self, block: Arc<Block>) -> Vec<ChainEvent> {
+        self.hold(&block);
         self.blocks.push_back(block.clone());
-        if self.blocks.len() > self.window {
-            self.blocks.pop_front();
+        if self.blocks.len() > self.window
+            && let Some(oldest) = self.blocks.pop_front()
+        {
+            self.release(&oldest);
         }
         vec![ChainEvent::Added(block)]
+    }
+
+    fn hold(&mut self, block: &Block) {
+        let number = block.number();
+        for (index, tx) in block.transactions.iter().enumerate() {
+            self.transactions.insert(tx.hash, (number, index));
+        }
+    }
+
+    /// Forgets `block`'s transactions, unless a block held since placed
+    /// one of them elsewhere.
+    fn release(&mut self, block: &Block) {
+        let number = block.number();
+        for (index, tx) in block.transactions.iter().enumerate() {
+            if self.transactions.get(&tx.hash) == Some(&(number, index)) {
+                self.transactions.remove(&tx.hash);
+            }
+        }
     }
 }
 
@@ -153,9 +192,15 @@ mod tests {
     use alloy_consensus::Header;
 
     use super::*;
+    use crate::ingest::model::Transaction;
 
     /// A block at `number` on branch `branch`, child of `parent`.
     fn block(number: u64, branch: u8, parent: B256) -> Arc<Block> {
+        block_with(number, branch, parent, &[])
+    }
+
+    /// The same, holding transactions `txs`.
+    fn block_with(number: u64, branch: u8, parent: B256, txs: &[B256]) -> Arc<Block> {
         let mut hash = [branch; 32];
         hash[..8].copy_from_slice(&number.to_be_bytes());
         Arc::new(Block {
@@ -165,7 +210,10 @@ mod tests {
                 parent_hash: parent,
                 ..Default::default()
             },
-            transactions: Vec::new(),
+            transactions: txs
+                .iter()
+                .map(|hash| Arc::new(Transaction::fixture(*hash)))
+                .collect(),
             logs: Vec::new(),
         })
     }
@@ -284,5 +332,46 @@ mod tests {
         let fork = block(2, 2, blocks[1].hash);
         assert!(c.apply(fork).is_err());
         assert_eq!(c.tip().map(|b| b.number()), Some(9));
+    }
+
+    /// A transaction is found while its block is canonical and in the
+    /// window: a reorg moves it to the block of the new branch that holds
+    /// it again, or forgets it; a block leaving the window forgets its own.
+    #[test]
+    fn transactions_are_found_where_the_window_holds_them() {
+        let (a, b, c) = (
+            B256::repeat_byte(0xa),
+            B256::repeat_byte(0xb),
+            B256::repeat_byte(0xc),
+        );
+        let mut chain = CanonicalChain::new(3);
+        let one = block_with(1, 1, B256::ZERO, &[a]);
+        let two = block_with(2, 1, one.hash, &[b, c]);
+        chain.apply(one.clone()).expect("first");
+        chain.apply(two.clone()).expect("extends");
+        let at = |chain: &CanonicalChain, hash| {
+            chain
+                .transaction(&hash)
+                .map(|(block, index)| (block.hash, index))
+        };
+        assert_eq!(at(&chain, c), Some((two.hash, 1)));
+        // Block 2 is orphaned; its replacement holds only `c`, first.
+        let two_again = block_with(2, 2, one.hash, &[c]);
+        chain.apply(two_again.clone()).expect("reorg");
+        assert_eq!(at(&chain, b), None, "orphaned with its block");
+        assert_eq!(at(&chain, c), Some((two_again.hash, 0)), "mined again");
+        // Two more blocks push block 1 out of a window of three.
+        let three = block_with(3, 2, two_again.hash, &[]);
+        chain.apply(three.clone()).expect("extends");
+        assert_eq!(at(&chain, a), Some((one.hash, 0)));
+        chain
+            .apply(block_with(4, 2, three.hash, &[]))
+            .expect("extends");
+        assert_eq!(at(&chain, a), None, "out of the window");
+        // A follower cut back forgets what it cut.
+        chain.follow(&ChainEvent::Added(two_again.clone()));
+        assert_eq!(at(&chain, c), Some((two_again.hash, 0)));
+        chain.follow(&ChainEvent::Removed(two_again));
+        assert_eq!(at(&chain, c), None);
     }
 }

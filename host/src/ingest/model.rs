@@ -351,6 +351,32 @@ fn raw(json: String) -> Box<serde_json::value::RawValue> {
 }
 
 #[cfg(test)]
+impl Transaction {
+    /// A legacy transfer known by `hash` alone, for tests that track where
+    /// transactions are rather than what they do.
+    pub fn fixture(hash: B256) -> Self {
+        Self {
+            hash,
+            tx_type: 0,
+            chain_id: Some(1),
+            nonce: 0,
+            from: Address::ZERO,
+            to: None,
+            value: U256::ZERO,
+            gas: 21_000,
+            fees: Fees::GasPrice(1),
+            input: Bytes::new(),
+            access_list: None,
+            signature: TxSignature {
+                v: 27,
+                r: U256::ZERO,
+                s: U256::ZERO,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use alloy_primitives::{address, b256, bytes};
     use serde_json::{Value, json};

@@ -1,5 +1,6 @@
 //! The recent canonical blocks as the chain's window holds them:
-//! `eth_blockNumber`, `eth_getBlockByNumber`, `eth_getBlockByHash`. They read
+//! `eth_blockNumber`, `eth_getBlockByNumber`, `eth_getBlockByHash`,
+//! `eth_getTransactionByHash`. They read
 //! the same window the streams come from, so answers agree with the
 //! notifications just sent. What the window does not hold a node chain asks
 //! its node ([`Held::Elsewhere`]).
@@ -101,6 +102,24 @@ pub(super) fn block_by_hash(chain: &Chain, params: &Value) -> Result<Held, RpcEr
     let full = full_flag(params)?;
     Ok(match chain.canonical().by_hash(&hash) {
         Some(block) => Held::Answer(block.block_json(full)),
+        None => Held::Elsewhere(result(&Value::Null)),
+    })
+}
+
+/// A mined transaction, while its block is canonical and in the window
+/// (a pending one, or an older one, is the node's to answer).
+pub(super) fn transaction_by_hash(chain: &Chain, params: &Value) -> Result<Held, RpcError> {
+    let hash: B256 = fixed_param(
+        params,
+        0,
+        "eth_getTransactionByHash",
+        "the transaction hash",
+    )?;
+    Ok(match chain.canonical().transaction(&hash) {
+        Some((block, index)) => Held::Answer(
+            RawValue::from_string(block.transaction_json(index, false))
+                .map_err(|e| RpcError::internal(e.to_string()))?,
+        ),
         None => Held::Elsewhere(result(&Value::Null)),
     })
 }

@@ -1,8 +1,8 @@
 //! What a devnet chain answers for the methods a wallet calls around
 //! `eth_sendRawTransaction`, so ethers' `sendTransaction` then `wait()`
-//! works with no node (docs/architecture.md, Devnet transactions): nonces
-//! balances and receipts from the devnet's ledger, transactions from the window,
-//! fees from the window's base fees, gas for transfers. The devnet runs no
+//! works with no node (docs/architecture.md, Devnet transactions): nonces,
+//! balances and receipts from the devnet's ledger, fees from the window's
+//! base fees, gas for transfers. The devnet runs no
 //! contract code: `eth_call`, and gas estimates of contract calls, say so.
 
 use std::sync::Arc;
@@ -36,7 +36,6 @@ pub(super) fn answer(
         "eth_getTransactionCount" => transaction_count(ledger, params),
         "eth_getBalance" => balance(ledger, params),
         "eth_getTransactionReceipt" => receipt(chain, ledger, params),
-        "eth_getTransactionByHash" => transaction(chain, ledger, params),
         "eth_gasPrice" => result(&U128::from(base_fee(tip(chain)?.as_ref()) + PRIORITY_FEE)),
         "eth_maxPriorityFeePerGas" => result(&U128::from(PRIORITY_FEE)),
         "eth_feeHistory" => fee_history(chain, params),
@@ -66,10 +65,6 @@ fn base_fee(block: &Block) -> u128 {
     u128::from(block.header.base_fee_per_gas.unwrap_or(0))
 }
 
-fn hash_param(params: &Value, method: &str) -> Result<B256, RpcError> {
-    fixed_param(params, 0, method, "the transaction hash")
-}
-
 /// `[address, block]`: every block but `pending` reads the latest count
 /// (the devnet keeps no state per block).
 fn transaction_count(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
@@ -96,7 +91,12 @@ fn balance(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
 
 /// A mined transaction's receipt, while its block is in the window.
 fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
-    let hash = hash_param(params, "eth_getTransactionReceipt")?;
+    let hash: B256 = fixed_param(
+        params,
+        0,
+        "eth_getTransactionReceipt",
+        "the transaction hash",
+    )?;
     let Some((block, mined)) = in_window(chain, ledger, &hash) else {
         return result(&Value::Null);
     };
@@ -128,17 +128,6 @@ fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValu
         "status": "0x1",
         "type": U64::from(tx.tx_type),
     }))
-}
-
-/// A mined transaction with its block fields, while its block is in the
-/// window.
-fn transaction(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
-    let hash = hash_param(params, "eth_getTransactionByHash")?;
-    match in_window(chain, ledger, &hash) {
-        Some((block, mined)) => RawValue::from_string(block.transaction_json(mined.index, false))
-            .map_err(|e| RpcError::internal(e.to_string())),
-        None => result(&Value::Null),
-    }
 }
 
 /// Where the ledger saw `hash` mined, while that block is canonical and in

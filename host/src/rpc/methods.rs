@@ -80,6 +80,14 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
         "eth_getBlockByHash" => {
             reply(held(ctx, call, blocks::block_by_hash(ctx.chain, &call.params)).await)
         }
+        "eth_getTransactionByHash" => reply(
+            held(
+                ctx,
+                call,
+                blocks::transaction_by_hash(ctx.chain, &call.params),
+            )
+            .await,
+        ),
         "eth_getLogs" => reply(held(ctx, call, logs::get_logs(ctx.chain, &call.params)).await),
         "token_price" => reply(token_price::token_price(ctx.chain, &call.params)),
         "eth_sendRawTransaction" => match &ctx.chain.submissions {

@@ -105,31 +105,9 @@ mod tests {
     use std::sync::Arc;
 
     use alloy_consensus::Header;
-    use alloy_primitives::{Address, Bytes, U256};
 
     use super::*;
-    use crate::ingest::model::{Fees, Transaction, TxSignature};
-
-    fn transaction(hash: B256) -> Transaction {
-        Transaction {
-            hash,
-            tx_type: 0,
-            chain_id: Some(1),
-            nonce: 0,
-            from: Address::ZERO,
-            to: None,
-            value: U256::ZERO,
-            gas: 21_000,
-            fees: Fees::GasPrice(1),
-            input: Bytes::new(),
-            access_list: None,
-            signature: TxSignature {
-                v: 27,
-                r: U256::ZERO,
-                s: U256::ZERO,
-            },
-        }
-    }
+    use crate::ingest::model::Transaction;
 
     fn block(number: u64, branch: u8, parent: B256, txs: &[B256]) -> Block {
         let mut hash = [branch; 32];
@@ -141,7 +119,10 @@ mod tests {
                 parent_hash: parent,
                 ..Default::default()
             },
-            transactions: txs.iter().map(|h| Arc::new(transaction(*h))).collect(),
+            transactions: txs
+                .iter()
+                .map(|h| Arc::new(Transaction::fixture(*h)))
+                .collect(),
             logs: Vec::new(),
         }
     }
