@@ -9,22 +9,20 @@
 //!
 //! Run: `cargo bench -p chainsieve-tests --bench load -- --connections 1000`
 //!
-//! chainsieve runs in a child process (this binary, `--serve`), so its CPU
-//! time and memory are its own, not the clients'.
+//! chainsieve runs in a child process (this binary, `--serve`;
+//! `chainsieve_tests::bench`), so its CPU time and memory are its own, not
+//! the clients'.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chainsieve::config::{Config, LimitsConfig, SourceConfig};
-use chainsieve::ingest::upstream::UpstreamStatus;
+use chainsieve::config::SourceConfig;
+use chainsieve_tests::bench::{self, quantiles, spread};
 use chainsieve_tests::load::{self, Kind, Report, Spec, Workload};
 use chainsieve_tests::nats::Nats;
 use clap::{Parser, ValueEnum};
-use hdrhistogram::Histogram;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
-use tokio_util::sync::CancellationToken;
+use tokio::process::Child;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -102,7 +100,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(upstream) = &args.serve {
         return serve(upstream, &args).await;
     }
-    raise_file_limit();
+    bench::raise_file_limit();
     let spec = Spec {
         connections: args.connections,
         subscriptions_per_connection: args.subscriptions,
@@ -111,7 +109,7 @@ async fn main() -> anyhow::Result<()> {
         measure: Duration::from_secs(args.seconds),
         timed_connections: args.timed,
     };
-    println!("machine: {}", machine());
+    println!("machine: {}", bench::machine());
     eprintln!("signing {} transactions", spec.transactions());
     let workload = Arc::new(Workload::new(spec.transactions())?);
     let mut runs = Vec::new();
@@ -300,41 +298,6 @@ fn summarize(runs: &[Vec<(Target, Report)>], spec: &Spec) {
     }
 }
 
-/// `median (min–max)` of some figures, or `—` for none.
-fn spread(mut values: Vec<f64>) -> String {
-    values.sort_by(f64::total_cmp);
-    let Some((first, last)) = values.first().zip(values.last()) else {
-        return "—".into();
-    };
-    let median = if values.len() % 2 == 1 {
-        values[values.len() / 2]
-    } else {
-        (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
-    };
-    let digits = |v: f64| if v.abs() >= 100.0 { 0 } else { 2 };
-    format!(
-        "{median:.d$} ({first:.f$}–{last:.l$})",
-        d = digits(median),
-        f = digits(*first),
-        l = digits(*last)
-    )
-}
-
-/// The CPU model and the cores this machine offers, for the figures.
-fn machine() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|line| line.strip_prefix("model name"))
-                .and_then(|rest| rest.split_once(':'))
-                .map(|(_, model)| model.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{model}, {cores} cores")
-}
-
 fn name(target: Target) -> String {
     format!("{target:?}").to_lowercase()
 }
@@ -406,17 +369,6 @@ fn print(target: Target, spec: &Spec, report: &Report) {
     }
 }
 
-fn quantiles(h: &Histogram<u64>) -> String {
-    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1_000.0;
-    format!(
-        "p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms ({} samples)",
-        ms(0.5),
-        ms(0.99),
-        ms(0.999),
-        h.len()
-    )
-}
-
 /// After `delay`, subscribes to every log from the start of the devnet's
 /// `history` blocks and prints how long the replay took to reach the block
 /// that was the tip when it subscribed; returns when it started and ended.
@@ -460,23 +412,13 @@ async fn replay(
 /// its options (`--role`, `--bus`); returns the child (killed on drop) and
 /// its WebSocket URL once it is ready.
 async fn start_chainsieve(serve: &[&str], history: u64) -> anyhow::Result<(Child, String)> {
-    let mut child = Command::new(std::env::current_exe().context("this binary")?)
-        .arg("--serve")
-        .args(serve)
-        .args(["--history-blocks", &history.to_string()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting the chainsieve child")?;
-    let stdout = child.stdout.take().context("child stdout")?;
-    let url = tokio::time::timeout(chainsieve_tests::TIMEOUT, async {
-        BufReader::new(stdout).lines().next_line().await
-    })
-    .await
-    .context("chainsieve did not start in time")??
-    .context("chainsieve exited before serving")?;
-    Ok((child, url))
+    let history = history.to_string();
+    let args: Vec<&str> = serve
+        .iter()
+        .copied()
+        .chain(["--history-blocks", &history])
+        .collect();
+    bench::start_child(&args).await
 }
 
 /// The child: chainsieve with `source` as the only chain's source (a
@@ -490,14 +432,7 @@ async fn serve(source: &str, args: &Args) -> anyhow::Result<()> {
     } else {
         SourceConfig::Node(source.to_string())
     };
-    let mut config = Config {
-        limits: LimitsConfig {
-            max_connections_per_key: 1_000_000,
-            requests_per_second_per_key: 10_000_000,
-            ..Default::default()
-        },
-        ..load::chainsieve_config(source)
-    };
+    let mut config = load::unlimited(load::chainsieve_config(source));
     config.role = args.role.parse()?;
     if let Some(bus) = &args.bus {
         config.bus.urls = vec![bus.clone()];
@@ -506,37 +441,5 @@ async fn serve(source: &str, args: &Args) -> anyhow::Result<()> {
         config.devnet.history_blocks = history;
         config.devnet.transactions_per_block = 50;
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let shutdown = CancellationToken::new();
-    let state = chainsieve::spawn(listener, config, shutdown.clone()).await?;
-    let deadline = tokio::time::Instant::now() + chainsieve_tests::TIMEOUT;
-    while !state
-        .chains
-        .values()
-        .all(|chain| chain.source_status() == UpstreamStatus::Live && chain.is_synced())
-    {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the source did not come live and synced"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    println!("ws://{addr}/eth/v1/load");
-    let _ = tokio::io::stdin().read_to_end(&mut Vec::new()).await;
-    shutdown.cancel();
-    Ok(())
-}
-
-/// Ten thousand clients need more descriptors than the usual soft limit;
-/// children (anvil, chainsieve) inherit the raised one.
-fn raise_file_limit() {
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
-    unsafe {
-        let mut limit = std::mem::zeroed::<libc::rlimit>();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-    }
+    bench::serve_child(config).await
 }

@@ -3,6 +3,8 @@
 //! (never sleeps).
 
 pub mod anvil;
+pub mod bench;
+pub mod calls;
 pub mod dex;
 pub mod filters;
 pub mod load;

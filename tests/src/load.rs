@@ -21,7 +21,7 @@ use alloy_primitives::{Address, B256, TxKind, U256, keccak256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use anyhow::{Context, bail};
-use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve::config::{AuthConfig, ChainConfig, Config, LimitsConfig, SourceConfig};
 use chainsieve::ingest::devnet::DevnetSettings;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
@@ -85,6 +85,19 @@ pub fn chainsieve_config(source: SourceConfig) -> Config {
             ..DevnetSettings::default()
         },
         ..Config::default()
+    }
+}
+
+/// `config` with the per-key limits raised past any benchmark's load: the
+/// clients of a run share one key.
+pub fn unlimited(config: Config) -> Config {
+    Config {
+        limits: LimitsConfig {
+            max_connections_per_key: 1_000_000,
+            requests_per_second_per_key: 10_000_000,
+            ..config.limits
+        },
+        ..config
     }
 }
 

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use chainsieve::config::{AuthConfig, ChainConfig, Config, RpcConfig, SourceConfig};
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, DEV_KEY, mined, ping_contract};
+use chainsieve_tests::calls;
 use chainsieve_tests::scripts::run_script;
 use chainsieve_tests::{TestServer, WsClient, fast_devnet};
 use serde_json::{Value, json};
@@ -18,6 +19,12 @@ const KEY: &str = "forward-test";
 
 /// `eth` read from `anvil`, `bsc` on the devnet, `anvil_mine` allowed.
 async fn server(anvil: &Anvil) -> TestServer {
+    TestServer::start(config(anvil))
+        .await
+        .expect("server starts")
+}
+
+fn config(anvil: &Anvil) -> Config {
     let chains = BTreeMap::from([
         (
             "eth".to_string(),
@@ -29,7 +36,7 @@ async fn server(anvil: &Anvil) -> TestServer {
         ),
         ("bsc".to_string(), ChainConfig::default()),
     ]);
-    TestServer::start(Config {
+    Config {
         chains,
         auth: AuthConfig {
             keys: vec![KEY.to_string()],
@@ -42,9 +49,7 @@ async fn server(anvil: &Anvil) -> TestServer {
             ..RpcConfig::default()
         },
         ..Config::default()
-    })
-    .await
-    .expect("server starts")
+    }
 }
 
 /// Init code that reverts with one 32-byte word of data: `0x…cafe`.
@@ -412,4 +417,58 @@ async fn a_hung_node_times_out_and_is_reconnected() {
         .await
         .expect("answered");
     assert_eq!(after["result"], before["result"], "{after}");
+}
+
+/// The forwarding benchmark's engine, small: calls on a schedule through
+/// chainsieve are all answered, each as the node answers it directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_at_a_rate_are_answered_as_the_node_answers() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = server(&anvil).await;
+    let params = json!([DEV_ACCOUNT, "latest"]);
+    // A hundred calls, at 200 a second.
+    let (rate, duration) = (200, std::time::Duration::from_millis(500));
+    let direct = calls::run(&anvil.ws_url(), "eth_getBalance", &params, rate, duration)
+        .await
+        .expect("direct calls");
+    let forwarded = calls::run(
+        &server.ws_url("eth", KEY),
+        "eth_getBalance",
+        &params,
+        rate,
+        duration,
+    )
+    .await
+    .expect("forwarded calls");
+    for calls in [&direct, &forwarded] {
+        assert_eq!(calls.errors, 0, "{:?}", calls.first_error);
+        assert_eq!(calls.latency.len(), 100);
+        assert_eq!(calls.results.len(), 100);
+    }
+    assert!(direct.results[0].is_string(), "{:?}", direct.results[0]);
+    assert_eq!(forwarded.results, direct.results);
+}
+
+/// Forwarded calls count against the key's requests per second like any
+/// other: past the rate, -32005 and no call to the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_calls_count_against_the_key_rate() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let mut config = config(&anvil);
+    config.limits.requests_per_second_per_key = 2;
+    let server = TestServer::start(config).await.expect("server starts");
+    let call = |id: u32| json!({"jsonrpc":"2.0","id":id,"method":"eth_getBalance","params":[DEV_ACCOUNT, "latest"]});
+    let (status, batch) = server
+        .post("eth", KEY, &json!([call(1), call(2), call(3)]).to_string())
+        .await;
+    assert_eq!(status, 200, "{batch}");
+    assert!(batch[0]["result"].is_string(), "{batch}");
+    assert!(batch[1]["result"].is_string(), "{batch}");
+    assert_eq!(batch[2]["error"]["code"], -32005, "{batch}");
+    assert!(
+        batch[2]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2 requests per second")),
+        "{batch}"
+    );
 }

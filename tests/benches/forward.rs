@@ -1,0 +1,240 @@
+//! Forwarding benchmark: what a call chainsieve forwards to the chain's node
+//! costs over calling the node directly, and whether forwarding slows the
+//! subscriptions down.
+//!
+//! One anvil and one chainsieve reading it (in a child process, this binary
+//! `--serve`), the load benchmark's clients subscribed to chainsieve while
+//! signed transactions go to anvil at a fixed rate. The measured time has
+//! three windows of equal length, one after another:
+//! 1. quiet: only the subscriptions;
+//! 2. direct: also `eth_getBalance` at `--calls` per second to anvil itself;
+//! 3. forwarded: the same calls through chainsieve's URL, forwarded to anvil.
+//!
+//! Prints each window's call latency (p50, p99, p999, from when each call
+//! was due), the overhead of forwarding, the subscriptions' pending
+//! latency (send to notification) in each window, and chainsieve's CPU time
+//! per forwarded call.
+//!
+//! Run: `cargo bench -p chainsieve-tests --bench forward -- --runs 3`
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chainsieve::config::SourceConfig;
+use chainsieve_tests::anvil::DEV_ACCOUNT_2;
+use chainsieve_tests::bench::{self, quantiles, spread};
+use chainsieve_tests::calls::{self, Calls};
+use chainsieve_tests::load::{self, CpuTime, Spec, Workload, cpu_time};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Calls per second, direct and forwarded.
+    #[arg(long, default_value_t = 1_000)]
+    calls: u64,
+    /// Seconds of each window (quiet, direct, forwarded).
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    #[arg(long, default_value_t = 3)]
+    warmup: u64,
+    /// Subscribed clients, each with the load benchmark's four
+    /// subscriptions.
+    #[arg(long, default_value_t = 100)]
+    connections: usize,
+    /// Transactions sent per second to the node, all three windows.
+    #[arg(long, default_value_t = 100)]
+    rate: u64,
+    /// Runs; with more than one, a summary gives each figure's median and
+    /// spread (min–max).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Internal: serve chainsieve reading this node (the child of a run).
+    #[arg(long, hide = true)]
+    serve: Option<String>,
+    /// Passed by `cargo bench`.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// What one run measured.
+struct Run {
+    /// The calls direct to the node, then through chainsieve.
+    calls: [Calls; 2],
+    /// The subscriptions' pending latency in each window.
+    subscriptions: [Histogram<u64>; 3],
+    /// chainsieve's CPU time in each window.
+    cpu: [CpuTime; 3],
+    calls_per_window: u64,
+}
+
+impl Run {
+    /// chainsieve's CPU per forwarded call: the forwarded window's CPU over
+    /// the direct one's (the same subscriptions and transactions), per call.
+    fn cpu_per_call_us(&self) -> f64 {
+        let extra = self.cpu[2].total().as_secs_f64() - self.cpu[1].total().as_secs_f64();
+        extra * 1e6 / self.calls_per_window.max(1) as f64
+    }
+
+    fn overhead_ms(&self, quantile: f64) -> f64 {
+        let ms = |calls: &Calls| calls.latency.value_at_quantile(quantile) as f64 / 1e3;
+        ms(&self.calls[1]) - ms(&self.calls[0])
+    }
+}
+
+const WINDOWS: [&str; 3] = ["quiet", "direct", "forwarded"];
+const CALLS: [&str; 2] = ["direct", "forwarded"];
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(node) = &args.serve {
+        let source = SourceConfig::Node(node.clone());
+        return bench::serve_child(load::unlimited(load::chainsieve_config(source))).await;
+    }
+    bench::raise_file_limit();
+    println!("machine: {}", bench::machine());
+    let window = Duration::from_secs(args.seconds);
+    let spec = Spec {
+        connections: args.connections,
+        subscriptions_per_connection: 4,
+        rate: args.rate,
+        warmup: Duration::from_secs(args.warmup),
+        measure: window * 3,
+        timed_connections: args.connections,
+    };
+    let workload = Arc::new(Workload::new(spec.transactions())?);
+    let mut runs = Vec::new();
+    for number in 1..=args.runs.max(1) {
+        println!("run {number} of {}", args.runs.max(1));
+        let run = run(&args, &spec, &workload, window).await?;
+        print(&run, &args);
+        runs.push(run);
+    }
+    if runs.len() > 1 {
+        summarize(&runs);
+    }
+    Ok(())
+}
+
+async fn run(
+    args: &Args,
+    spec: &Spec,
+    workload: &Arc<Workload>,
+    window: Duration,
+) -> anyhow::Result<Run> {
+    let anvil = workload.start_node().await?;
+    let node = anvil.ws_url();
+    let (child, url) = bench::start_child(&[&node]).await?;
+    let pid = child.id().context("chainsieve exited")?;
+    let load = tokio::spawn({
+        let (spec, workload, node, url) =
+            (spec.clone(), workload.clone(), node.clone(), url.clone());
+        async move { load::run(&spec, workload, &node, &url, Some(pid), &[]).await }
+    });
+    // The load's measured time starts after its warm-up.
+    tokio::time::sleep(spec.warmup).await;
+    let params = json!([DEV_ACCOUNT_2, "latest"]);
+    let mut bounds = vec![Instant::now()];
+    let mut cpu = vec![cpu_time(pid)?];
+    let mut window_done = |bounds: &mut Vec<Instant>| -> anyhow::Result<()> {
+        bounds.push(Instant::now());
+        cpu.push(cpu_time(pid)?);
+        Ok(())
+    };
+    tokio::time::sleep(window).await;
+    window_done(&mut bounds)?;
+    let direct = calls::run(&node, "eth_getBalance", &params, args.calls, window).await?;
+    window_done(&mut bounds)?;
+    let forwarded = calls::run(&url, "eth_getBalance", &params, args.calls, window).await?;
+    window_done(&mut bounds)?;
+    let report = load.await.context("the load panicked")??;
+    for (name, calls) in CALLS.iter().zip([&direct, &forwarded]) {
+        anyhow::ensure!(
+            calls.errors == 0,
+            "{name}: {} calls failed, the first: {:?}",
+            calls.errors,
+            calls.first_error
+        );
+    }
+    anyhow::ensure!(
+        forwarded.results == direct.results,
+        "the forwarded answers differ from the node's"
+    );
+    anyhow::ensure!(
+        report.missing_pending == 0 && report.closed == 0,
+        "the subscriptions lost {} pending notifications, {} connections closed",
+        report.missing_pending,
+        report.closed
+    );
+    let between = |i: usize| report.latency_between(bounds[i], bounds[i + 1]);
+    let cpu_in = |i: usize| cpu[i + 1].saturating_sub(cpu[i]);
+    Ok(Run {
+        calls: [direct, forwarded],
+        subscriptions: [between(0)?, between(1)?, between(2)?],
+        cpu: [cpu_in(0), cpu_in(1), cpu_in(2)],
+        calls_per_window: args.calls * args.seconds,
+    })
+}
+
+fn print(run: &Run, args: &Args) {
+    println!(
+        "eth_getBalance at {}/s for {} s, over one WebSocket:",
+        args.calls, args.seconds
+    );
+    println!(
+        "  direct to anvil:      {}",
+        quantiles(&run.calls[0].latency)
+    );
+    println!(
+        "  through chainsieve:   {}",
+        quantiles(&run.calls[1].latency)
+    );
+    println!(
+        "  forwarding overhead:  p50 {:+.3} ms, p99 {:+.3} ms",
+        run.overhead_ms(0.5),
+        run.overhead_ms(0.99)
+    );
+    println!(
+        "  chainsieve CPU per forwarded call: {:.1} µs",
+        run.cpu_per_call_us()
+    );
+    println!(
+        "subscriptions ({} clients × 4, {} tx/s), pending latency from send:",
+        args.connections, args.rate
+    );
+    for (name, latency) in WINDOWS.iter().zip(&run.subscriptions) {
+        println!("  {name:<10} {}", quantiles(latency));
+    }
+}
+
+fn summarize(runs: &[Run]) {
+    println!("summary of {} runs: median (min–max)", runs.len());
+    let figure = |f: &dyn Fn(&Run) -> f64| spread(runs.iter().map(f).collect());
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1e3;
+    for (index, name) in CALLS.iter().enumerate() {
+        println!(
+            "  {name} call latency, ms: p50 {}, p99 {}",
+            figure(&|r| ms(&r.calls[index].latency, 0.5)),
+            figure(&|r| ms(&r.calls[index].latency, 0.99))
+        );
+    }
+    println!(
+        "  forwarding overhead, ms: p50 {}, p99 {}",
+        figure(&|r| r.overhead_ms(0.5)),
+        figure(&|r| r.overhead_ms(0.99))
+    );
+    println!(
+        "  chainsieve CPU per forwarded call, µs {}",
+        figure(&Run::cpu_per_call_us)
+    );
+    for (index, name) in WINDOWS.iter().enumerate() {
+        println!(
+            "  subscriptions' pending latency while {name}, ms: p50 {}, p99 {}",
+            figure(&|r| ms(&r.subscriptions[index], 0.5)),
+            figure(&|r| ms(&r.subscriptions[index], 0.99))
+        );
+    }
+}
