@@ -5,10 +5,13 @@
 //! One anvil and one chainsieve reading it (in a child process, this binary
 //! `--serve`), the load benchmark's clients subscribed to chainsieve while
 //! signed transactions go to anvil at a fixed rate. The measured time has
-//! three windows of equal length, one after another:
+//! three windows of equal length:
 //! 1. quiet: only the subscriptions;
 //! 2. direct: also `eth_getBalance` at `--calls` per second to anvil itself;
 //! 3. forwarded: the same calls through chainsieve's URL, forwarded to anvil.
+//!
+//! The quiet window comes first; the other two are cut into `--slices`
+//! taken in turn, so both see the machine alike.
 //!
 //! Prints each window's call latency (p50, p99, p999, from when each call
 //! was due), the overhead of forwarding, the subscriptions' pending
@@ -38,6 +41,11 @@ struct Args {
     /// Seconds of each window (quiet, direct, forwarded).
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Slices the direct and forwarded windows are cut into, taken in
+    /// turn (direct, forwarded, direct, …), so a drift in the machine's
+    /// speed during a run weighs on both alike.
+    #[arg(long, default_value_t = 5)]
+    slices: u32,
     #[arg(long, default_value_t = 3)]
     warmup: u64,
     /// Subscribed clients, each with the load benchmark's four
@@ -137,19 +145,33 @@ async fn run(
     // The load's measured time starts after its warm-up.
     tokio::time::sleep(spec.warmup).await;
     let params = json!([DEV_ACCOUNT_2, "latest"]);
-    let mut bounds = vec![Instant::now()];
-    let mut cpu = vec![cpu_time(pid)?];
-    let mut window_done = |bounds: &mut Vec<Instant>| -> anyhow::Result<()> {
-        bounds.push(Instant::now());
-        cpu.push(cpu_time(pid)?);
-        Ok(())
+    // Per window (quiet, direct, forwarded): its spans and chainsieve's CPU.
+    let mut spans: [Vec<(Instant, Instant)>; 3] = Default::default();
+    let mut cpu = [CpuTime::default(); 3];
+    let mut calls: [Option<Calls>; 2] = [None, None];
+    let slice = window / args.slices.max(1);
+    let mut order = vec![0];
+    for _ in 0..args.slices.max(1) {
+        order.extend([1, 2]);
+    }
+    for kind in order {
+        let (started, cpu_before) = (Instant::now(), cpu_time(pid)?);
+        if kind == 0 {
+            tokio::time::sleep(window).await;
+        } else {
+            let target = if kind == 1 { &node } else { &url };
+            let ran = calls::run(target, "eth_getBalance", &params, args.calls, slice).await?;
+            match &mut calls[kind - 1] {
+                Some(all) => all.merge(ran)?,
+                none => *none = Some(ran),
+            }
+        }
+        spans[kind].push((started, Instant::now()));
+        cpu[kind] += cpu_time(pid)?.saturating_sub(cpu_before);
+    }
+    let [Some(direct), Some(forwarded)] = calls else {
+        anyhow::bail!("no calls ran");
     };
-    tokio::time::sleep(window).await;
-    window_done(&mut bounds)?;
-    let direct = calls::run(&node, "eth_getBalance", &params, args.calls, window).await?;
-    window_done(&mut bounds)?;
-    let forwarded = calls::run(&url, "eth_getBalance", &params, args.calls, window).await?;
-    window_done(&mut bounds)?;
     let report = load.await.context("the load panicked")??;
     for (name, calls) in CALLS.iter().zip([&direct, &forwarded]) {
         anyhow::ensure!(
@@ -169,13 +191,18 @@ async fn run(
         report.missing_pending,
         report.closed
     );
-    let between = |i: usize| report.latency_between(bounds[i], bounds[i + 1]);
-    let cpu_in = |i: usize| cpu[i + 1].saturating_sub(cpu[i]);
+    let during = |kind: usize| -> anyhow::Result<Histogram<u64>> {
+        let mut all = Histogram::new_with_bounds(1, 60_000_000, 3)?;
+        for (from, to) in &spans[kind] {
+            all.add(report.latency_between(*from, *to)?)?;
+        }
+        Ok(all)
+    };
     Ok(Run {
+        calls_per_window: direct.latency.len(),
         calls: [direct, forwarded],
-        subscriptions: [between(0)?, between(1)?, between(2)?],
-        cpu: [cpu_in(0), cpu_in(1), cpu_in(2)],
-        calls_per_window: args.calls * args.seconds,
+        subscriptions: [during(0)?, during(1)?, during(2)?],
+        cpu,
     })
 }
 

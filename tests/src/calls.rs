@@ -29,6 +29,19 @@ pub struct Calls {
     pub results: Vec<Value>,
 }
 
+impl Calls {
+    /// Adds a later run of the same calls.
+    pub fn merge(&mut self, later: Calls) -> anyhow::Result<()> {
+        self.latency.add(&later.latency).context("merging latencies")?;
+        self.errors += later.errors;
+        if self.first_error.is_none() {
+            self.first_error = later.first_error;
+        }
+        self.results.extend(later.results);
+        Ok(())
+    }
+}
+
 /// Calls `method` with `params` `rate` times a second for `duration` over
 /// one WebSocket to `url`, then waits for every answer.
 pub async fn run(

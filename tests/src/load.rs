@@ -712,6 +712,13 @@ impl CpuTime {
     }
 }
 
+impl std::ops::AddAssign for CpuTime {
+    fn add_assign(&mut self, more: Self) {
+        self.user += more.user;
+        self.system += more.system;
+    }
+}
+
 /// A process's CPU time so far.
 pub fn cpu_time(pid: u32) -> anyhow::Result<CpuTime> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
