@@ -32,7 +32,9 @@ pub struct Calls {
 impl Calls {
     /// Adds a later run of the same calls.
     pub fn merge(&mut self, later: Calls) -> anyhow::Result<()> {
-        self.latency.add(&later.latency).context("merging latencies")?;
+        self.latency
+            .add(&later.latency)
+            .context("merging latencies")?;
         self.errors += later.errors;
         if self.first_error.is_none() {
             self.first_error = later.first_error;

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use chainsieve_filter_sdk::Source;
+use chainsieve_filter_core::Source;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -482,7 +482,7 @@ mod tests {
                         for index in 0..batch.len() {
                             let log: Value = serde_json::from_str(
                                 batch
-                                    .notice(index, chainsieve_filter_sdk::Payload::Full)
+                                    .notice(index, chainsieve_filter_core::Payload::Full)
                                     .payload(),
                             )
                             .expect("JSON");

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use chainsieve_filter_sdk::params;
+use chainsieve_filter_core::params;
 use serde::Deserialize;
 
 mod bus;
@@ -195,7 +195,7 @@ pub struct FiltersConfig {
     pub memory_limit_mib: u64,
     /// The most values (addresses, topics, selectors) one subscription's
     /// filter may name; passed to every component (see
-    /// `chainsieve_filter_sdk::params::max_filter_values`).
+    /// `chainsieve_filter_core::params::max_filter_values`).
     pub max_values: u64,
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use alloy_primitives::B256;
 use anyhow::{Context, anyhow};
-use chainsieve_filter_sdk::{Matches, Payload, Source, params};
+use chainsieve_filter_core::{Matches, Payload, Source, params};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use chainsieve_filter_sdk::Payload;
+use chainsieve_filter_core::Payload;
 use serde::{Deserialize, Serialize};
 
 use super::engine::{FilterEngine, FilterInstance, FilterManifest};
@@ -165,7 +165,7 @@ impl Harness {
 /// Parses JSON lines in the wire shapes into events of `source`; an error
 /// names the line.
 pub fn read_events(
-    source: chainsieve_filter_sdk::Source,
+    source: chainsieve_filter_core::Source,
     text: &str,
 ) -> anyhow::Result<Vec<StreamEvent>> {
     text.lines()

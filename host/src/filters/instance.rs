@@ -3,7 +3,7 @@
 //! make stand-ins that trap, time out or refuse on cue, so its supervision
 //! (rebuild, replay, disable, swap) is tested without a misbehaving guest.
 
-use chainsieve_filter_sdk::{Matches, Payload};
+use chainsieve_filter_core::{Matches, Payload};
 
 use super::engine::{FilterComponent, FilterEngine, FilterInstance};
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use chainsieve_filter_sdk::Payload;
+use chainsieve_filter_core::Payload;
 
 use super::model::{Block, Transaction, TxPosition};
 

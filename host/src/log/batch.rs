@@ -6,8 +6,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use chainsieve_filter_sdk::layout::{BatchWriter, HeadFields, LogFields, TxFields};
-use chainsieve_filter_sdk::{Payload, Source};
+use chainsieve_filter_core::layout::{BatchWriter, HeadFields, LogFields, TxFields};
+use chainsieve_filter_core::{Payload, Source};
 
 use super::cursor::Cursor;
 use super::{Position, Step};

@@ -3,7 +3,7 @@
 //! log). An object whose only members are options is the options object;
 //! the host takes it out, so the filter component never sees it.
 
-use chainsieve_filter_sdk::Source;
+use chainsieve_filter_core::Source;
 use serde_json::{Map, Value};
 
 use super::RpcError;

@@ -24,7 +24,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use chainsieve_filter_sdk::{Payload, Source, params};
+use chainsieve_filter_core::{Payload, Source, params};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 

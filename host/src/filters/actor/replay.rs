@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use chainsieve_filter_sdk::Matches;
+use chainsieve_filter_core::Matches;
 
 use super::{Actor, Feed};
 use crate::filters::instance::Instance;

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use chainsieve_filter_sdk::Matches;
+use chainsieve_filter_core::Matches;
 
 use super::*;
 use crate::config::LogConfig;

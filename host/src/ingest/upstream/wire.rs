@@ -20,7 +20,7 @@ use alloy_rpc_types_eth::Log;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use chainsieve_filter_sdk::Source;
+use chainsieve_filter_core::Source;
 
 use crate::ingest::StreamEvent;
 use crate::ingest::model::{Block, Fees, Transaction, TxSignature};
