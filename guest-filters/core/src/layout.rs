@@ -21,7 +21,7 @@ pub enum Source {
 }
 
 impl Source {
-    const fn code(self) -> u8 {
+    pub(crate) const fn code(self) -> u8 {
         match self {
             Source::PendingTransactions => 0,
             Source::MinedTransactions => 1,
@@ -30,7 +30,7 @@ impl Source {
         }
     }
 
-    fn from_code(code: u8) -> Option<Self> {
+    pub(crate) fn from_code(code: u8) -> Option<Self> {
         Some(match code {
             0 => Source::PendingTransactions,
             1 => Source::MinedTransactions,
@@ -79,7 +79,7 @@ mod tx {
 }
 
 /// Field offsets of a block header record.
-mod head {
+pub(crate) mod head {
     pub const NUMBER: usize = 0; // u64
     pub const TIMESTAMP: usize = 8; // u64
     pub const HASH: usize = 16; // 32
@@ -110,10 +110,21 @@ mod log {
 /// Why a buffer is not a readable batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayoutError {
-    TooShort { len: usize, needed: usize },
+    TooShort {
+        len: usize,
+        needed: usize,
+    },
     UnknownVersion(u8),
     UnknownSource(u8),
-    WrongSource { expected: Source, found: Source },
+    WrongSource {
+        expected: Source,
+        found: Source,
+    },
+    /// A layout-2 batch carrying other fields than its reader declared.
+    Fields {
+        declared: u32,
+        carried: u32,
+    },
 }
 
 impl fmt::Display for LayoutError {
@@ -128,10 +139,14 @@ impl fmt::Display for LayoutError {
             LayoutError::UnknownVersion(v) => {
                 write!(
                     f,
-                    "batch layout version {v} is not supported (this SDK reads {VERSION})"
+                    "batch layout version {v} is not the one this component reads (1 for contract 0.1.0, 2 for 0.2.0)"
                 )
             }
             LayoutError::UnknownSource(s) => write!(f, "batch source code {s} is unknown"),
+            LayoutError::Fields { declared, carried } => write!(
+                f,
+                "batch carries fields {carried:#x} but this filter declared {declared:#x}"
+            ),
             LayoutError::WrongSource { expected, found } => {
                 write!(
                     f,
@@ -264,15 +279,7 @@ impl BatchWriter {
     /// Appends a header; the batch must be a heads batch.
     pub fn push_head(&mut self, h: &HeadFields<'_>) {
         let at = self.start_record(self.source == Source::Heads);
-        let r = &mut self.records[at..at + head::LEN];
-        put_u64(r, head::NUMBER, h.number);
-        put_u64(r, head::TIMESTAMP, h.timestamp);
-        r[head::HASH..head::HASH + 32].copy_from_slice(h.hash);
-        r[head::PARENT_HASH..head::PARENT_HASH + 32].copy_from_slice(h.parent_hash);
-        r[head::MINER..head::MINER + 20].copy_from_slice(h.miner);
-        put_u64(r, head::GAS_USED, h.gas_used);
-        put_u64(r, head::GAS_LIMIT, h.gas_limit);
-        put_u64(r, head::BASE_FEE, h.base_fee);
+        write_head(&mut self.records[at..at + head::LEN], h);
     }
 
     /// Appends a log; the batch must be a logs batch. Topics past the fourth
@@ -313,11 +320,23 @@ impl BatchWriter {
     }
 }
 
-fn put_u64(r: &mut [u8], at: usize, v: u64) {
+/// A header record (the same in every layout version).
+pub(crate) fn write_head(r: &mut [u8], h: &HeadFields<'_>) {
+    put_u64(r, head::NUMBER, h.number);
+    put_u64(r, head::TIMESTAMP, h.timestamp);
+    r[head::HASH..head::HASH + 32].copy_from_slice(h.hash);
+    r[head::PARENT_HASH..head::PARENT_HASH + 32].copy_from_slice(h.parent_hash);
+    r[head::MINER..head::MINER + 20].copy_from_slice(h.miner);
+    put_u64(r, head::GAS_USED, h.gas_used);
+    put_u64(r, head::GAS_LIMIT, h.gas_limit);
+    put_u64(r, head::BASE_FEE, h.base_fee);
+}
+
+pub(crate) fn put_u64(r: &mut [u8], at: usize, v: u64) {
     r[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-fn put_u32(r: &mut [u8], at: usize, v: u32) {
+pub(crate) fn put_u32(r: &mut [u8], at: usize, v: u32) {
     r[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
@@ -423,21 +442,21 @@ impl<'a> Batch<'a> {
 }
 
 #[inline(always)]
-fn get_u64(r: &[u8], at: usize) -> u64 {
+pub(crate) fn get_u64(r: &[u8], at: usize) -> u64 {
     let mut b = [0; 8];
     b.copy_from_slice(&r[at..at + 8]);
     u64::from_le_bytes(b)
 }
 
 #[inline(always)]
-fn get_u32(r: &[u8], at: usize) -> u32 {
+pub(crate) fn get_u32(r: &[u8], at: usize) -> u32 {
     let mut b = [0; 4];
     b.copy_from_slice(&r[at..at + 4]);
     u32::from_le_bytes(b)
 }
 
 /// `len` bytes at `offset` of the blob; empty if that is out of bounds.
-fn blob_field(blob: &[u8], offset: u32, len: u32) -> &[u8] {
+pub(crate) fn blob_field(blob: &[u8], offset: u32, len: u32) -> &[u8] {
     let start = offset as usize;
     start
         .checked_add(len as usize)
@@ -446,7 +465,7 @@ fn blob_field(blob: &[u8], offset: u32, len: u32) -> &[u8] {
 }
 
 #[inline(always)]
-fn array<const N: usize>(r: &[u8], at: usize) -> &[u8; N] {
+pub(crate) fn array<const N: usize>(r: &[u8], at: usize) -> &[u8; N] {
     r[at..at + N]
         .try_into()
         .expect("record fields are fixed-size")
@@ -510,7 +529,7 @@ impl<'a> TxView<'a> {
 /// A block header in a batch.
 #[derive(Clone, Copy, Debug)]
 pub struct HeadView<'a> {
-    r: &'a [u8; head::LEN],
+    pub(crate) r: &'a [u8; head::LEN],
 }
 
 impl<'a> HeadView<'a> {

@@ -3,7 +3,8 @@
 //! 0.1.0) and for the host, which writes batches with [`layout`]:
 //!
 //! - [`layout`]: the packed batch format and its views ([`TxView`],
-//!   [`HeadView`], [`LogView`]);
+//!   [`HeadView`], [`LogView`]); [`projection`], layout 2, carrying only
+//!   the fields a 0.2.0 component declares;
 //! - [`params`]: parsing helpers whose errors read well as JSON-RPC messages;
 //! - [`SubscriptionIndex`], [`Broadcast`], [`KeyMap`]: the building blocks of
 //!   indexed matching;
@@ -12,6 +13,7 @@
 pub mod keys;
 pub mod layout;
 pub mod params;
+pub mod projection;
 
 use std::hash::Hash;
 
