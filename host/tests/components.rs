@@ -4,9 +4,9 @@
 //! the engine's refusals.
 
 use chainsieve::config::FiltersConfig;
-use chainsieve::filters::FilterEngine;
 use chainsieve::filters::harness::{Harness, Match};
 use chainsieve::filters::registry::builtin_components;
+use chainsieve::filters::{Delivery, FilterEngine, Layout};
 use chainsieve_filter_sdk::layout::{BatchWriter, LogFields, TxFields};
 use chainsieve_filter_sdk::{Batch, Filter, Payload, Source, match_batch};
 
@@ -92,7 +92,7 @@ fn same_answers<F: Filter>(topic: &str, params: &[String], batch: &[u8]) -> usiz
         let (number, wasm_payload) = component.subscribe(p).expect("call").expect("accepted");
         assert_eq!(number, id as u64);
         let native_payload = native.subscribe(id as u64, p).expect("accepted natively");
-        assert_eq!(wasm_payload, native_payload);
+        assert_eq!(wasm_payload, Delivery::Kind(native_payload));
     }
     let expected: Vec<Match> = match_batch(&native, batch)
         .expect("native match")
@@ -100,6 +100,7 @@ fn same_answers<F: Filter>(topic: &str, params: &[String], batch: &[u8]) -> usiz
         .map(|(event, subscription)| Match {
             event: event as usize,
             subscription,
+            payload: None,
         })
         .collect();
     let len = Batch::parse(batch).expect("a batch").len();
@@ -115,7 +116,7 @@ fn manifests_declare_the_five_topics() {
         .iter()
         .map(|(file, bytes)| {
             let m = engine.load(file, bytes).expect("loads").manifest;
-            (m.topic, m.source, m.payload)
+            (m.topic, m.source, m.delivery, m.layout)
         })
         .collect();
     topics.sort_by(|a, b| a.0.cmp(&b.0));
@@ -125,19 +126,32 @@ fn manifests_declare_the_five_topics() {
             (
                 "bvMinedTransactions".to_string(),
                 Source::MinedTransactions,
-                Payload::FullBlockvision
+                Delivery::Kind(Payload::FullBlockvision),
+                Layout::Whole
             ),
             (
                 "bvPendingTransactions".to_string(),
                 Source::PendingTransactions,
-                Payload::FullBlockvision
+                Delivery::Kind(Payload::FullBlockvision),
+                Layout::Whole
             ),
-            ("logs".to_string(), Source::Logs, Payload::Full),
-            ("newHeads".to_string(), Source::Heads, Payload::Full),
+            (
+                "logs".to_string(),
+                Source::Logs,
+                Delivery::Kind(Payload::Full),
+                Layout::Whole
+            ),
+            (
+                "newHeads".to_string(),
+                Source::Heads,
+                Delivery::Kind(Payload::Full),
+                Layout::Whole
+            ),
             (
                 "newPendingTransactions".to_string(),
                 Source::PendingTransactions,
-                Payload::Hash
+                Delivery::Kind(Payload::Hash),
+                Layout::Whole
             ),
         ]
     );

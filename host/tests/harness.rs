@@ -131,6 +131,7 @@ fn same_over_fixture<F: Filter>(topic: &str, params: &[String]) -> Vec<Match> {
         .map(|(event, subscription)| Match {
             event: event as usize,
             subscription,
+            payload: None,
         })
         .collect();
     expected.sort_unstable();
@@ -237,6 +238,7 @@ fn new_heads_through_the_harness_gets_every_head() {
         .map(|event| Match {
             event,
             subscription: 0,
+            payload: None,
         })
         .collect();
     assert_eq!(got, every);

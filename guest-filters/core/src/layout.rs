@@ -202,6 +202,31 @@ pub struct LogFields<'a> {
     pub removed: bool,
 }
 
+/// What writes a batch, in either layout: the host encodes its events once
+/// per layout (and field set) its components read.
+pub trait EventWriter {
+    fn push_tx(&mut self, tx: &TxFields<'_>);
+    fn push_head(&mut self, h: &HeadFields<'_>);
+    fn push_log(&mut self, l: &LogFields<'_>);
+    /// The finished buffer: header, records, blob.
+    fn finish(self) -> Vec<u8>;
+}
+
+impl EventWriter for BatchWriter {
+    fn push_tx(&mut self, tx: &TxFields<'_>) {
+        BatchWriter::push_tx(self, tx)
+    }
+    fn push_head(&mut self, h: &HeadFields<'_>) {
+        BatchWriter::push_head(self, h)
+    }
+    fn push_log(&mut self, l: &LogFields<'_>) {
+        BatchWriter::push_log(self, l)
+    }
+    fn finish(self) -> Vec<u8> {
+        BatchWriter::finish(self)
+    }
+}
+
 /// Writes one batch. Records go into `records`, variable fields into `blob`;
 /// `finish` joins them. Offsets in records are relative to the blob start.
 #[derive(Debug)]

@@ -61,11 +61,27 @@ impl<'a> Event<'a> for LogView<'a> {
     }
 }
 
-/// Matches in columnar form, as the WIT `matches` record carries them.
+/// A pair's payload index when the component wrote none for it: the
+/// subscription gets its payload kind.
+pub const NO_PAYLOAD: u32 = u32::MAX;
+
+/// Matches in columnar form, as the WIT `matches` record carries them: pair
+/// `i` sends event `events[i]` to `subscriptions[i]`. Under contract 0.2 a
+/// pair may name a payload the component wrote (`payloads[i]`); pairs that
+/// name the same one share it, so it crosses the boundary and is checked
+/// once. Under 0.1, and whenever nothing was written, the payload lists are
+/// empty.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Matches {
     pub events: Vec<u32>,
     pub subscriptions: Vec<SubscriptionId>,
+    /// Per pair, the index of its written payload, or [`NO_PAYLOAD`];
+    /// empty when no pair has one.
+    pub payloads: Vec<u32>,
+    /// The written payloads, JSON texts end to end.
+    pub payload_bytes: Vec<u8>,
+    /// Where each written payload ends in `payload_bytes`.
+    pub payload_ends: Vec<u32>,
 }
 
 impl Matches {
@@ -83,6 +99,51 @@ impl Matches {
             .iter()
             .copied()
             .zip(self.subscriptions.iter().copied())
+    }
+
+    /// Sends `event` to `id` with the subscription's payload kind.
+    pub fn push(&mut self, event: u32, id: SubscriptionId) {
+        self.events.push(event);
+        self.subscriptions.push(id);
+        if !self.payloads.is_empty() {
+            self.payloads.push(NO_PAYLOAD);
+        }
+    }
+
+    /// Keeps a written payload (one JSON value); pairs name it by the index
+    /// returned.
+    pub fn write_payload(&mut self, json: &[u8]) -> u32 {
+        self.payload_bytes.extend_from_slice(json);
+        self.payload_ends.push(self.payload_bytes.len() as u32);
+        self.payload_ends.len() as u32 - 1
+    }
+
+    /// Sends `event` to `id` with written payload `payload`.
+    pub fn push_written(&mut self, event: u32, id: SubscriptionId, payload: u32) {
+        self.payloads.resize(self.events.len(), NO_PAYLOAD);
+        self.events.push(event);
+        self.subscriptions.push(id);
+        self.payloads.push(payload);
+    }
+
+    /// The payload index pair `pair` names, if it names one.
+    pub fn payload_of(&self, pair: usize) -> Option<u32> {
+        self.payloads
+            .get(pair)
+            .copied()
+            .filter(|&index| index != NO_PAYLOAD)
+    }
+
+    /// Written payload `index`; `None` if there is no such payload or the
+    /// ends are out of order (a component's bad answer).
+    pub fn written(&self, index: u32) -> Option<&[u8]> {
+        let index = index as usize;
+        let end = *self.payload_ends.get(index)? as usize;
+        let start = match index {
+            0 => 0,
+            _ => self.payload_ends[index - 1] as usize,
+        };
+        self.payload_bytes.get(start..end)
     }
 }
 
@@ -159,5 +220,44 @@ impl Broadcast {
 
     pub fn ids(&self) -> &[SubscriptionId] {
         &self.ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pairs with and without a written payload, and two subscribers
+    /// sharing one: each pair names the right payload, once written.
+    #[test]
+    fn pairs_name_their_written_payloads() {
+        let mut matches = Matches::default();
+        matches.push(0, 10);
+        let transfer = matches.write_payload(br#"{"amount":"1"}"#);
+        matches.push_written(1, 11, transfer);
+        matches.push_written(1, 12, transfer);
+        matches.push(2, 10);
+        assert_eq!(matches.len(), 4);
+        assert_eq!(matches.payloads, [NO_PAYLOAD, 0, 0, NO_PAYLOAD]);
+        assert_eq!(
+            (0..4)
+                .map(|pair| matches.payload_of(pair))
+                .collect::<Vec<_>>(),
+            [None, Some(0), Some(0), None]
+        );
+        assert_eq!(matches.written(transfer), Some(&br#"{"amount":"1"}"#[..]));
+        assert_eq!(matches.written(1), None);
+    }
+
+    /// Out-of-order ends (a component's bad answer) read as no payload.
+    #[test]
+    fn bad_ends_read_as_nothing() {
+        let matches = Matches {
+            payload_bytes: b"[1][2]".to_vec(),
+            payload_ends: vec![3, 2],
+            ..Matches::default()
+        };
+        assert_eq!(matches.written(0), Some(&b"[1]"[..]));
+        assert_eq!(matches.written(1), None);
     }
 }

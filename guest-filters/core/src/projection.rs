@@ -290,6 +290,21 @@ impl ProjectedWriter {
     }
 }
 
+impl crate::layout::EventWriter for ProjectedWriter {
+    fn push_tx(&mut self, tx: &TxFields<'_>) {
+        ProjectedWriter::push_tx(self, tx)
+    }
+    fn push_head(&mut self, h: &HeadFields<'_>) {
+        ProjectedWriter::push_head(self, h)
+    }
+    fn push_log(&mut self, l: &LogFields<'_>) {
+        ProjectedWriter::push_log(self, l)
+    }
+    fn finish(self) -> Vec<u8> {
+        ProjectedWriter::finish(self)
+    }
+}
+
 // ---------------------------------------------------------------- reading
 
 /// A layout-2 batch whose header is checked, carrying the fields `F` its

@@ -197,6 +197,10 @@ pub struct FiltersConfig {
     /// filter may name; passed to every component (see
     /// `chainsieve_filter_core::params::max_filter_values`).
     pub max_values: u64,
+    /// The longest payload a 0.2 component may write for one match; a
+    /// longer one is a bad answer (docs/architecture.md, Filter contract
+    /// v0.2).
+    pub max_payload_bytes: u64,
 }
 
 impl Default for FiltersConfig {
@@ -206,6 +210,7 @@ impl Default for FiltersConfig {
             call_timeout_ms: 1_000,
             memory_limit_mib: 256,
             max_values: params::DEFAULT_MAX_FILTER_VALUES as u64,
+            max_payload_bytes: 64 << 10,
         }
     }
 }
@@ -378,6 +383,12 @@ impl Config {
             10_000_000,
         )?;
         in_range("filters.max_values", self.filters.max_values, 1, 1_000_000)?;
+        in_range(
+            "filters.max_payload_bytes",
+            self.filters.max_payload_bytes,
+            2,
+            16 << 20,
+        )?;
         in_range("log.blocks", self.log.blocks as u64, 1, 10_000_000)?;
         in_range("log.memory_mib", self.log.memory_mib, 1, 1 << 20)?;
         let devnet = &self.devnet;

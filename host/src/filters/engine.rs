@@ -9,23 +9,23 @@ use std::time::{Duration, SystemTime};
 
 use alloy_primitives::B256;
 use anyhow::{Context, anyhow};
-use chainsieve_filter_core::{Matches, Payload, Source, params};
+use chainsieve_filter_core::{Matches, params};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::contract::{self, Delivery, FilterManifest};
 use super::limits::InstanceLimits;
-use super::v0_1_0::chainsieve::filter::types as wit;
-use super::v0_1_0::{Filter, FilterPre};
+use super::{v0_1_0, v0_2_0};
 use crate::config::FiltersConfig;
 
 /// How often the epoch advances; a call's deadline is a whole number of ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// The contract versions this host serves, each by a bindings module of its
-/// own (`super::v0_1_0`). A component names its version through the
-/// `chainsieve:filter/types@<version>` interface it imports.
-pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0"];
+/// own (`super::v0_1_0`, `super::v0_2_0`). A component names its version
+/// through the `chainsieve:filter/types@<version>` interface it imports.
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0"];
 
 /// Sizes of the instance pool, for the whole process. A server runs one
 /// instance per (chain, topic), plus one briefly during a swap or a
@@ -111,14 +111,6 @@ fn start_engine(metered: bool) -> anyhow::Result<Engine> {
     Ok(engine)
 }
 
-/// What a component says about itself.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FilterManifest {
-    pub topic: String,
-    pub source: Source,
-    pub payload: Payload,
-}
-
 /// Per-instance state: WASI (guests built for wasm32-wasip2 import it
 /// through std) and the limits.
 pub struct FilterState {
@@ -146,6 +138,22 @@ pub struct FilterEngine {
     memory_limit: usize,
     /// `filters.max_values`, passed to every instance in its environment.
     max_values: String,
+    /// `filters.max_payload_bytes`: the longest payload a 0.2 component
+    /// may write.
+    max_payload_bytes: usize,
+}
+
+/// A linked component of one contract version, ready to instantiate.
+#[derive(Clone)]
+enum Pre {
+    V0_1(v0_1_0::FilterPre<FilterState>),
+    V0_2(v0_2_0::FilterPre<FilterState>),
+}
+
+/// An instance's exports, of its contract version.
+enum Bindings {
+    V0_1(v0_1_0::Filter),
+    V0_2(v0_2_0::Filter),
 }
 
 /// A compiled, linked component and its manifest, ready to instantiate.
@@ -159,7 +167,7 @@ pub struct FilterComponent {
     /// The `chainsieve:filter` contract version it targets.
     pub version: String,
     pub loaded_at: SystemTime,
-    pre: FilterPre<FilterState>,
+    pre: Pre,
 }
 
 impl std::fmt::Debug for FilterComponent {
@@ -202,6 +210,7 @@ impl FilterEngine {
             call_timeout: config.call_timeout(),
             memory_limit,
             max_values: config.max_values.to_string(),
+            max_payload_bytes: usize::try_from(config.max_payload_bytes).unwrap_or(usize::MAX),
         }))
     }
 
@@ -217,9 +226,11 @@ impl FilterEngine {
         let pre = anyhow_result(self.linker.instantiate_pre(&component)).with_context(|| {
             format!("linking {origin} (it may import something the host does not provide)")
         })?;
-        let pre = anyhow_result(FilterPre::new(pre)).with_context(|| {
-            format!("{origin} does not export the chainsieve:filter@0.1.0 world")
-        })?;
+        let world = || format!("{origin} does not export the chainsieve:filter@{version} world");
+        let pre = match version.as_str() {
+            "0.1.0" => Pre::V0_1(anyhow_result(v0_1_0::FilterPre::new(pre)).with_context(world)?),
+            _ => Pre::V0_2(anyhow_result(v0_2_0::FilterPre::new(pre)).with_context(world)?),
+        };
         let mut instance = self
             .instantiate_pre(&pre)
             .with_context(|| format!("instantiating {origin}"))?;
@@ -254,7 +265,7 @@ impl FilterEngine {
             .with_context(|| format!("instantiating {}", component.origin))
     }
 
-    fn instantiate_pre(&self, pre: &FilterPre<FilterState>) -> anyhow::Result<FilterInstance> {
+    fn instantiate_pre(&self, pre: &Pre) -> anyhow::Result<FilterInstance> {
         let state = FilterState {
             wasi: WasiCtxBuilder::new()
                 .env(params::MAX_FILTER_VALUES_ENV, &self.max_values)
@@ -269,12 +280,16 @@ impl FilterEngine {
             // deadline too.
             store.set_epoch_deadline(self.deadline_ticks);
         }
-        let bindings = pre.instantiate(&mut store)?;
+        let bindings = match pre {
+            Pre::V0_1(pre) => Bindings::V0_1(pre.instantiate(&mut store)?),
+            Pre::V0_2(pre) => Bindings::V0_2(pre.instantiate(&mut store)?),
+        };
         Ok(FilterInstance {
             store,
             bindings,
             deadline_ticks: self.shared.metered.then_some(self.deadline_ticks),
             call_timeout: self.call_timeout,
+            max_payload_bytes: self.max_payload_bytes,
         })
     }
 }
@@ -330,10 +345,11 @@ fn compiled(shared: &SharedEngine, hash: B256, bytes: &[u8]) -> anyhow::Result<C
 /// any error it returns means the instance must be rebuilt.
 pub struct FilterInstance {
     store: Store<FilterState>,
-    bindings: Filter,
+    bindings: Bindings,
     /// `None` on the engine without deadlines.
     deadline_ticks: Option<u64>,
     call_timeout: Duration,
+    max_payload_bytes: usize,
 }
 
 impl FilterInstance {
@@ -341,7 +357,7 @@ impl FilterInstance {
     /// stopped it, if one did.
     fn call<T>(
         &mut self,
-        export: impl FnOnce(&Filter, &mut Store<FilterState>) -> wasmtime::Result<T>,
+        export: impl FnOnce(&Bindings, &mut Store<FilterState>) -> wasmtime::Result<T>,
     ) -> anyhow::Result<T> {
         if let Some(ticks) = self.deadline_ticks {
             self.store.set_epoch_deadline(ticks);
@@ -364,35 +380,43 @@ impl FilterInstance {
     }
 
     pub fn manifest(&mut self) -> anyhow::Result<FilterManifest> {
-        let m = self.call(|f, store| f.call_manifest(store))?;
-        Ok(FilterManifest {
-            topic: m.topic,
-            source: match m.source {
-                wit::Source::PendingTransactions => Source::PendingTransactions,
-                wit::Source::MinedTransactions => Source::MinedTransactions,
-                wit::Source::Heads => Source::Heads,
-                wit::Source::Logs => Source::Logs,
-            },
-            payload: payload(m.payload),
+        self.call(|bindings, store| {
+            Ok(match bindings {
+                Bindings::V0_1(f) => v0_1_0::manifest(f.call_manifest(store)?),
+                Bindings::V0_2(f) => v0_2_0::manifest(f.call_manifest(store)?),
+            })
         })
     }
 
     /// `Ok(Err(message))` is the guest refusing the parameters.
-    pub fn subscribe(&mut self, id: u64, params: &str) -> anyhow::Result<Result<Payload, String>> {
-        Ok(self
-            .call(|f, store| f.call_subscribe(store, id, params))?
-            .map(payload))
+    pub fn subscribe(&mut self, id: u64, params: &str) -> anyhow::Result<Result<Delivery, String>> {
+        self.call(|bindings, store| {
+            Ok(match bindings {
+                Bindings::V0_1(f) => f.call_subscribe(store, id, params)?.map(v0_1_0::delivery),
+                Bindings::V0_2(f) => f.call_subscribe(store, id, params)?.map(v0_2_0::delivery),
+            })
+        })
     }
 
     pub fn unsubscribe(&mut self, id: u64) -> anyhow::Result<()> {
-        self.call(|f, store| f.call_unsubscribe(store, id))
+        self.call(|bindings, store| match bindings {
+            Bindings::V0_1(f) => f.call_unsubscribe(store, id),
+            Bindings::V0_2(f) => f.call_unsubscribe(store, id),
+        })
     }
 
-    /// Matches a packed batch; a guest-reported error is an error too (the
-    /// guest cannot read what the host wrote).
+    /// Matches a packed batch (in the layout the component reads); a
+    /// guest-reported error is an error too (the guest cannot read what
+    /// the host wrote), and so is an answer that does not hold together or
+    /// a written payload that fails its checks ([`contract::check_written`]).
     pub fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches> {
         let matches = self
-            .call(|f, store| f.call_match_batch(store, batch))?
+            .call(|bindings, store| {
+                Ok(match bindings {
+                    Bindings::V0_1(f) => f.call_match_batch(store, batch)?.map(v0_1_0::matches),
+                    Bindings::V0_2(f) => f.call_match_batch(store, batch)?.map(v0_2_0::matches),
+                })
+            })?
             .map_err(|e| anyhow!("the filter refused the batch: {e}"))?;
         if matches.events.len() != matches.subscriptions.len() {
             anyhow::bail!(
@@ -401,24 +425,14 @@ impl FilterInstance {
                 matches.subscriptions.len()
             );
         }
-        Ok(Matches {
-            events: matches.events,
-            subscriptions: matches.subscriptions,
-        })
+        contract::check_written(&matches, self.max_payload_bytes)?;
+        Ok(matches)
     }
 }
 
 /// wasmtime has its own error type; anyhow's `context` needs a std error.
 fn anyhow_result<T>(result: wasmtime::Result<T>) -> anyhow::Result<T> {
     result.map_err(anyhow::Error::from)
-}
-
-fn payload(p: wit::Payload) -> Payload {
-    match p {
-        wit::Payload::Hash => Payload::Hash,
-        wit::Payload::Full => Payload::Full,
-        wit::Payload::FullBlockvision => Payload::FullBlockvision,
-    }
 }
 
 #[cfg(test)]

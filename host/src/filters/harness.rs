@@ -21,10 +21,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use chainsieve_filter_core::Payload;
 use serde::{Deserialize, Serialize};
 
-use super::engine::{FilterEngine, FilterInstance, FilterManifest};
+use super::contract::{Delivery, FilterManifest, Layout};
+use super::engine::{FilterEngine, FilterInstance};
 use crate::config::FiltersConfig;
 use crate::ingest::StreamEvent;
 use crate::ingest::upstream::stream_event;
@@ -37,10 +37,13 @@ pub const DEFAULT_BATCH: usize = 1_024;
 /// One event going to one subscription: `event` is the event's position in
 /// the input (0-based), `subscription` the number [`Harness::subscribe`]
 /// returned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Match {
     pub event: usize,
     pub subscription: u64,
+    /// The payload a 0.2 component wrote for this match, as it wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
 }
 
 /// A component instance and its subscriptions.
@@ -94,15 +97,15 @@ impl Harness {
     /// the payload it would receive. `Ok(Err(message))` is the component
     /// refusing them with the message a client would get; `Err` is the
     /// component failing.
-    pub fn subscribe(&mut self, params: &str) -> anyhow::Result<Result<(u64, Payload), String>> {
+    pub fn subscribe(&mut self, params: &str) -> anyhow::Result<Result<(u64, Delivery), String>> {
         let id = self.next_subscription;
         let outcome = self
             .instance
             .subscribe(id, params)
             .context("calling subscribe")?;
-        Ok(outcome.map(|payload| {
+        Ok(outcome.map(|delivery| {
             self.next_subscription += 1;
-            (id, payload)
+            (id, delivery)
         }))
     }
 
@@ -122,9 +125,11 @@ impl Harness {
             let chunk: Vec<StreamEvent> = events.by_ref().take(self.batch).collect();
             let len = chunk.len();
             let batch = EventBatch::new(self.manifest.source, chunk);
-            let found = self
-                .run_encoded(batch.encoded(), len)
-                .with_context(|| format!("matching events {offset}..{}", offset + len))?;
+            let found = match self.manifest.layout {
+                Layout::Whole => self.run_encoded(batch.encoded(), len),
+                Layout::Projected(fields) => self.run_encoded(&batch.projected(fields), len),
+            }
+            .with_context(|| format!("matching events {offset}..{}", offset + len))?;
             matches.extend(found.into_iter().map(|m| Match {
                 event: offset + m.event,
                 ..m
@@ -135,20 +140,27 @@ impl Harness {
         Ok(matches)
     }
 
-    /// Matches one batch already in the packed layout, of `len` events;
-    /// the matches in the component's order.
+    /// Matches one batch already in the layout the component reads, of
+    /// `len` events; the matches in the component's order, with the
+    /// payloads it wrote (checked as the server checks them).
     pub fn run_encoded(&mut self, batch: &[u8], len: usize) -> anyhow::Result<Vec<Match>> {
         let found = self.instance.match_batch(batch)?;
         found
             .pairs()
-            .map(|(event, subscription)| {
+            .enumerate()
+            .map(|(pair, (event, subscription))| {
                 let event = event as usize;
                 if event >= len {
                     bail!("the component matched event {event} of a batch of {len}");
                 }
+                let payload = found
+                    .payload_of(pair)
+                    .and_then(|index| found.written(index))
+                    .map(|bytes| String::from_utf8_lossy(bytes).into_owned());
                 Ok(Match {
                     event,
                     subscription,
+                    payload,
                 })
             })
             .collect()

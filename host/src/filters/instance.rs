@@ -3,16 +3,18 @@
 //! make stand-ins that trap, time out or refuse on cue, so its supervision
 //! (rebuild, replay, disable, swap) is tested without a misbehaving guest.
 
-use chainsieve_filter_core::{Matches, Payload};
+use chainsieve_filter_core::Matches;
+
+use super::contract::Delivery;
 
 use super::engine::{FilterComponent, FilterEngine, FilterInstance};
 
 /// One instance of a component. Any error means it must be rebuilt.
 pub trait Instance: Send {
     /// `Ok(Err(message))` is the component refusing the parameters.
-    fn subscribe(&mut self, key: u64, params: &str) -> anyhow::Result<Result<Payload, String>>;
+    fn subscribe(&mut self, key: u64, params: &str) -> anyhow::Result<Result<Delivery, String>>;
     fn unsubscribe(&mut self, key: u64) -> anyhow::Result<()>;
-    /// Matches a batch in the packed layout.
+    /// Matches a batch in the layout the component reads.
     fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches>;
 }
 
@@ -22,7 +24,7 @@ pub trait Instantiate: Send + Sync {
 }
 
 impl Instance for FilterInstance {
-    fn subscribe(&mut self, key: u64, params: &str) -> anyhow::Result<Result<Payload, String>> {
+    fn subscribe(&mut self, key: u64, params: &str) -> anyhow::Result<Result<Delivery, String>> {
         FilterInstance::subscribe(self, key, params)
     }
 

@@ -1,5 +1,6 @@
-//! Filter components: the wasmtime engine and the v0.1.0 bindings
-//! ([`engine`]) and what an instance may use ([`limits`]), the set of
+//! Filter components: the wasmtime engine ([`engine`]), one bindings
+//! module per contract version translating into the version-independent
+//! [`contract`] types, what an instance may use ([`limits`]), the set of
 //! loaded components ([`registry`]), the actor that owns one instance per
 //! (chain, topic) and supervises it ([`actor`]) through the [`instance`]
 //! traits; [`harness`] runs one component alone, for filter authors and
@@ -7,6 +8,7 @@
 //! ([`crate::chain::reload`]).
 
 pub mod actor;
+pub mod contract;
 pub mod engine;
 pub mod harness;
 pub mod instance;
@@ -15,16 +17,12 @@ pub mod registry;
 #[cfg(test)]
 pub(crate) mod testing;
 
-/// Host bindings for `chainsieve:filter@0.1.0`. A future 0.2.0 gets its own
-/// module beside this one; the rest of the host talks to [`engine`]'s
-/// version-independent types.
-mod v0_1_0 {
-    wasmtime::component::bindgen!({
-        path: "../wit/v0.1.0",
-        world: "filter",
-    });
-}
+// One bindings module per contract version; the rest of the host talks to
+// the version-independent types of `contract`.
+mod v0_1_0;
+mod v0_2_0;
 
 pub use actor::{FilterHandle, FilterStatus, SubscribeError};
-pub use engine::{FilterComponent, FilterEngine, FilterManifest};
+pub use contract::{Delivery, FilterManifest, Layout};
+pub use engine::{FilterComponent, FilterEngine};
 pub use registry::FilterRegistry;

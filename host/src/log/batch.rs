@@ -4,9 +4,10 @@
 //! [`Notice`]) are made at most once, however many topics and subscribers
 //! it reaches.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use chainsieve_filter_core::layout::{BatchWriter, HeadFields, LogFields, TxFields};
+use chainsieve_filter_core::layout::{BatchWriter, EventWriter, HeadFields, LogFields, TxFields};
+use chainsieve_filter_core::projection::ProjectedWriter;
 use chainsieve_filter_core::{Payload, Source};
 
 use super::cursor::Cursor;
@@ -52,6 +53,9 @@ pub struct EventBatch {
     /// The packed layout, built on first use: a batch no filter subscribes
     /// to is never encoded.
     encoded: OnceLock<Vec<u8>>,
+    /// Layout 2, by field set, built on first use: one per distinct set
+    /// the stream's components declare. Locked only to look up or add.
+    projected: Mutex<Vec<(u32, Arc<[u8]>)>>,
     slots: Vec<Slot>,
 }
 
@@ -64,6 +68,7 @@ impl EventBatch {
             origin: None,
             events,
             encoded: OnceLock::new(),
+            projected: Mutex::default(),
             slots,
         }
     }
@@ -121,9 +126,25 @@ impl EventBatch {
         &self.events
     }
 
-    /// The batch in the filter contract's packed layout.
+    /// The batch in layout 1 (contract 0.1).
     pub fn encoded(&self) -> &[u8] {
-        self.encoded.get_or_init(|| self.encode())
+        self.encoded
+            .get_or_init(|| self.encode(BatchWriter::new(self.source, self.events.len())))
+    }
+
+    /// The batch in layout 2, carrying `fields` (contract 0.2).
+    pub fn projected(&self, fields: u32) -> Arc<[u8]> {
+        let mut projected = self
+            .projected
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, bytes)) = projected.iter().find(|(made, _)| *made == fields) {
+            return bytes.clone();
+        }
+        let writer = ProjectedWriter::new(self.source, fields, self.events.len());
+        let bytes: Arc<[u8]> = self.encode(writer).into();
+        projected.push((fields, bytes.clone()));
+        bytes
     }
 
     /// The step of the log the events are of (0 outside any log).
@@ -155,8 +176,7 @@ impl EventBatch {
         Some(cursor)
     }
 
-    fn encode(&self) -> Vec<u8> {
-        let mut w = BatchWriter::new(self.source, self.events.len());
+    fn encode(&self, mut w: impl EventWriter) -> Vec<u8> {
         for event in &self.events {
             match event {
                 StreamEvent::Pending(tx) => push_tx(&mut w, tx, 0, false),
@@ -243,7 +263,7 @@ fn layout_index(position: Option<u64>) -> u32 {
     u32::try_from(position.unwrap_or_default()).unwrap_or(u32::MAX)
 }
 
-fn push_tx(w: &mut BatchWriter, tx: &Transaction, block_number: u64, removed: bool) {
+fn push_tx(w: &mut impl EventWriter, tx: &Transaction, block_number: u64, removed: bool) {
     w.push_tx(&TxFields {
         hash: &tx.hash.0,
         from: &tx.from.0.0,

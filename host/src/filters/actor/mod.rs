@@ -15,6 +15,7 @@
 //! left off ([`replay`]), a step at a time between live batches, then
 //! joins the live ones with no gap and no duplicate.
 
+mod pairs;
 mod replay;
 
 use std::collections::HashMap;
@@ -24,10 +25,11 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use chainsieve_filter_core::{Payload, Source, params};
+use chainsieve_filter_core::{Matches, Source, params};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
+use super::contract::{Delivery, Layout};
 use super::engine::FilterComponent;
 use super::instance::{Instance, Instantiate};
 use crate::fanout::{self, Sink};
@@ -35,6 +37,7 @@ use crate::log::batch::EventBatch;
 use crate::log::cursor::{Mark, ResumeError, ResumeFrom};
 use crate::log::{EventLog, Position};
 use crate::metrics::ActorMetrics;
+use pairs::Pair;
 
 /// Batches (and commands) an actor may have waiting; a full queue makes the
 /// chain wait, which pushes back on its source instead of buffering without
@@ -296,7 +299,7 @@ fn lock(status: &Mutex<FilterStatus>) -> std::sync::MutexGuard<'_, FilterStatus>
 struct Record {
     id: Arc<str>,
     params: String,
-    payload: Payload,
+    delivery: Delivery,
     sink: Sink,
     /// Closed until the session queued the batch response carrying the id.
     gate: Option<Arc<AtomicBool>>,
@@ -329,12 +332,22 @@ impl Record {
             .is_none_or(|open| open.load(Ordering::Acquire))
     }
 
-    /// Queues event `event` of `batch`; false if the connection is gone or
-    /// overflowed (which closes it, and a closed one unsubscribes).
-    fn notify(&self, batch: &EventBatch, event: usize) -> bool {
-        self.sink
-            .notify(&self.id, batch.notice(event, self.payload))
-            .is_ok()
+    /// Queues the event of `pair` in `batch`, with the payload the
+    /// component wrote for it or else the subscription's kind; false if the
+    /// connection is gone or overflowed (which closes it, and a closed one
+    /// unsubscribes).
+    fn notify(&self, batch: &EventBatch, pair: &Pair) -> bool {
+        let notice = match (&pair.written, self.delivery) {
+            (Some(written), _) => written,
+            (None, Delivery::Kind(kind)) => batch.notice(pair.event as usize, kind),
+            // `pairs::delivery_order` refuses such an answer.
+            (None, Delivery::Written) => return false,
+        };
+        self.sink.notify(&self.id, notice).is_ok()
+    }
+
+    fn gets_written(&self) -> bool {
+        self.delivery == Delivery::Written
     }
 }
 
@@ -342,7 +355,7 @@ impl Record {
 /// each said.
 struct Resubscribed {
     instance: Box<dyn Instance>,
-    outcomes: Vec<(u64, Result<Payload, String>)>,
+    outcomes: Vec<(u64, Result<Delivery, String>)>,
 }
 
 struct Actor {
@@ -488,7 +501,7 @@ impl Actor {
                     self.topic()
                 ))
             })?;
-        let payload = outcome.map_err(|refusal| {
+        let delivery = outcome.map_err(|refusal| {
             if refusal.starts_with(params::LIMIT_EXCEEDED) {
                 SubscribeError::Limit(refusal)
             } else {
@@ -512,7 +525,7 @@ impl Actor {
             Record {
                 id,
                 params,
-                payload,
+                delivery,
                 sink,
                 gate,
                 feed,
@@ -542,30 +555,50 @@ impl Actor {
             return;
         }
         let started = Instant::now();
-        let matched = self.with_instance(|instance| instance.match_batch(batch.encoded()));
+        let layout = self.component.manifest.layout;
+        let matched = self.with_instance(|instance| match layout {
+            Layout::Whole => instance.match_batch(batch.encoded()),
+            Layout::Projected(fields) => instance.match_batch(&batch.projected(fields)),
+        });
         self.metrics
             .batch_seconds
             .observe(started.elapsed().as_secs_f64());
         let Some(matches) = matched else {
             return;
         };
+        let pairs = self.pairs(&matches, batch);
         let position = batch.position();
         let mut sent = 0;
-        for (event, key) in replay::in_delivery_order(&matches) {
-            let event = event as usize;
-            if event >= batch.len() {
-                tracing::warn!(chain = %self.chain, topic = %self.topic(), event, len = batch.len(), "filter returned an event index outside the batch");
-                continue;
-            }
-            if let Some(record) = self.subscriptions.get(&key)
+        for pair in pairs.iter().flatten() {
+            if let Some(record) = self.subscriptions.get(&pair.key)
                 && record.announced()
                 && matches!(record.feed, Feed::Live { after } if position > after)
-                && record.notify(batch, event)
+                && record.notify(batch, pair)
             {
                 sent += 1;
             }
         }
         self.metrics.notifications.inc_by(sent);
+    }
+
+    /// The answer's pairs in delivery order; `None` if the answer is a bad
+    /// one (handled as a failed call: the instance is rebuilt).
+    fn pairs(&mut self, matches: &Matches, batch: &EventBatch) -> Option<Vec<Pair>> {
+        let subscriptions = &self.subscriptions;
+        let gets_written = |key| subscriptions.get(&key).is_some_and(Record::gets_written);
+        match pairs::delivery_order(matches, batch, gets_written) {
+            Ok((pairs, outside)) => {
+                if let Some(event) = outside.first() {
+                    tracing::warn!(chain = %self.chain, topic = %self.topic(), event, len = batch.len(), "filter returned an event index outside the batch");
+                }
+                Some(pairs)
+            }
+            Err(error) => {
+                self.instance = None;
+                self.failed(error);
+                None
+            }
+        }
     }
 
     /// Instantiates `component` and makes every subscription again in it.
@@ -616,8 +649,8 @@ impl Actor {
             ));
         }
         for (key, outcome) in outcomes {
-            if let (Ok(payload), Some(record)) = (outcome, self.subscriptions.get_mut(&key)) {
-                record.payload = payload;
+            if let (Ok(delivery), Some(record)) = (outcome, self.subscriptions.get_mut(&key)) {
+                record.delivery = delivery;
             }
         }
         tracing::info!(chain = %self.chain, topic = %self.topic(), from = %self.component.origin, to = %component.origin, hash = %component.hash, subscriptions = self.subscriptions.len(), "filter swapped");

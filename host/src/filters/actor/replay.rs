@@ -18,7 +18,9 @@ use std::time::Instant;
 use anyhow::Context;
 use chainsieve_filter_core::Matches;
 
-use super::{Actor, Feed};
+use super::pairs::{self, Pair};
+use super::{Actor, Feed, Record};
+use crate::filters::contract::Layout;
 use crate::filters::instance::Instance;
 use crate::log::batch::EventBatch;
 use crate::log::cursor::Mark;
@@ -89,9 +91,8 @@ struct Matched {
     position: Position,
     /// `None` when the step has no events of the actor's stream.
     batch: Option<EventBatch>,
-    /// (event, subscription), grouped by subscription, each in chain
-    /// order.
-    pairs: Vec<(u32, u64)>,
+    /// The replays' pairs, grouped by subscription, each in chain order.
+    pairs: Vec<Pair>,
 }
 
 impl Replay {
@@ -136,25 +137,6 @@ impl Replay {
         self.keys.clear();
         self.reset();
     }
-}
-
-/// The pairs of `matches` in delivery order: grouped by subscriber, each
-/// one's events in chain order (which its cursors rely on). Grouped, the
-/// frames one connection gets from a batch are queued back to back, so its
-/// writer takes them in one wake and one write instead of one per event
-/// (docs/architecture.md, Fan-out). An answer about a single event (every
-/// pending batch of one transaction) is taken as it is.
-pub(super) fn in_delivery_order(matches: &Matches) -> impl Iterator<Item = (u32, u64)> + '_ {
-    let single_event = matches
-        .events
-        .first()
-        .is_none_or(|first| matches.events.iter().all(|event| event == first));
-    let mut grouped: Vec<(u32, u64)> = Vec::new();
-    if !single_event {
-        grouped = matches.pairs().collect();
-        grouped.sort_unstable_by_key(|&(event, key)| (key, event));
-    }
-    matches.pairs().filter(move |_| single_event).chain(grouped)
 }
 
 impl Actor {
@@ -232,17 +214,25 @@ impl Actor {
         let batch = EventBatch::stream_of(step, &self.chain, self.component.manifest.source);
         let pairs = match &batch {
             None => Vec::new(),
-            Some(batch) => match self.replay_match(batch) {
-                Ok(matches) => {
-                    self.failures_in_a_row = 0;
-                    in_delivery_order(&matches).collect()
+            Some(batch) => {
+                let ordered = self.replay_match(batch).and_then(|matches| {
+                    let subscriptions = &self.subscriptions;
+                    let gets_written =
+                        |key| subscriptions.get(&key).is_some_and(Record::gets_written);
+                    pairs::delivery_order(&matches, batch, gets_written).map(|(pairs, _)| pairs)
+                });
+                match ordered {
+                    Ok(pairs) => {
+                        self.failures_in_a_row = 0;
+                        pairs
+                    }
+                    Err(error) => {
+                        self.replay.instance = None;
+                        self.failed(error.context(format!("replaying step {}", step.position)));
+                        return None;
+                    }
                 }
-                Err(error) => {
-                    self.replay.instance = None;
-                    self.failed(error.context(format!("replaying step {}", step.position)));
-                    return None;
-                }
-            },
+            }
         };
         let matched = Arc::new(Matched {
             position: step.position,
@@ -278,7 +268,10 @@ impl Actor {
             .instance
             .as_mut()
             .context("the replay instance was just built")?;
-        instance.match_batch(batch.encoded())
+        match self.component.manifest.layout {
+            Layout::Whole => instance.match_batch(batch.encoded()),
+            Layout::Projected(fields) => instance.match_batch(&batch.projected(fields)),
+        }
     }
 
     /// Delivers a matched step to each replay at it that has room, as far
@@ -305,19 +298,16 @@ impl Actor {
                 continue;
             }
             let mut paused_at = None;
-            for (event, _) in matched
+            for pair in matched
                 .pairs
                 .iter()
-                .filter(|(event, k)| k == key && *event >= next.index)
+                .filter(|pair| pair.key == *key && pair.event >= next.index)
             {
-                if *event as usize >= batch.len() {
-                    continue;
-                }
                 if !record.sink.has_room_to_spare() || !self.replay.budget.take() {
-                    paused_at = Some(*event);
+                    paused_at = Some(pair.event);
                     break;
                 }
-                if record.notify(batch, *event as usize) {
+                if record.notify(batch, pair) {
                     sent += 1;
                 }
             }
@@ -388,28 +378,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-
-    /// Each subscriber's events come together and in chain order, however
-    /// the component ordered its answer; one event's answer is kept as is.
-    #[test]
-    fn matches_are_delivered_grouped_by_subscriber_in_chain_order() {
-        let matches = Matches {
-            events: vec![2, 0, 1, 0, 2, 1],
-            subscriptions: vec![7, 9, 7, 7, 9, 9],
-        };
-        assert_eq!(
-            in_delivery_order(&matches).collect::<Vec<_>>(),
-            [(0, 7), (1, 7), (2, 7), (0, 9), (1, 9), (2, 9)]
-        );
-        let one_event = Matches {
-            events: vec![3, 3, 3],
-            subscriptions: vec![9, 7, 8],
-        };
-        assert_eq!(
-            in_delivery_order(&one_event).collect::<Vec<_>>(),
-            [(3, 9), (3, 7), (3, 8)]
-        );
-    }
 
     /// A burst's worth goes at once; then the bucket refills at the rate.
     #[test]

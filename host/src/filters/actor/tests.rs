@@ -64,14 +64,14 @@ struct StandIn {
 }
 
 impl Instance for StandIn {
-    fn subscribe(&mut self, key: u64, _: &str) -> anyhow::Result<Result<Payload, String>> {
+    fn subscribe(&mut self, key: u64, _: &str) -> anyhow::Result<Result<Delivery, String>> {
         let mut script = self.script.script();
         if let Some(refusal) = &script.refuse {
             return Ok(Err(refusal.clone()));
         }
         script.subscribed.push((self.number, key));
         self.keys.push(key);
-        Ok(Ok(Payload::Hash))
+        Ok(Ok(Delivery::Kind(chainsieve_filter_core::Payload::Hash)))
     }
 
     fn unsubscribe(&mut self, key: u64) -> anyhow::Result<()> {
@@ -86,6 +86,7 @@ impl Instance for StandIn {
         Ok(Matches {
             events: vec![0; self.keys.len()],
             subscriptions: self.keys.clone(),
+            ..Matches::default()
         })
     }
 }
