@@ -8,18 +8,22 @@
 //! - [`params`]: parsing helpers whose errors read well as JSON-RPC messages;
 //! - [`SubscriptionIndex`], [`Broadcast`], [`KeyMap`]: the building blocks of
 //!   indexed matching;
+//! - [`RuleSet`]: the subscriptions of a rule-per-subscription filter,
+//!   filed by address;
 //! - [`Matches`]: what a component answers, in columnar form.
 
 pub mod keys;
 pub mod layout;
 pub mod params;
 pub mod projection;
+pub mod rules;
 
 use std::hash::Hash;
 
 pub use keys::{KeyMap, KeySet};
 pub use layout::{Batch, HeadView, LayoutError, LogView, Source, TxView};
 pub use params::ParamsError;
+pub use rules::RuleSet;
 /// Re-exported so filters parse their parameters with the same JSON crate.
 pub use serde_json;
 

@@ -73,6 +73,18 @@ pub mod log_fields {
     pub(crate) const REMOVED: u8 = 1;
 }
 
+/// The source a layout-2 batch says it carries.
+pub fn source_of(bytes: &[u8]) -> Result<Source, LayoutError> {
+    match bytes {
+        [VERSION, code, ..] => Source::from_code(*code).ok_or(LayoutError::UnknownSource(*code)),
+        [version, ..] => Err(LayoutError::UnknownVersion(*version)),
+        [] => Err(LayoutError::TooShort {
+            len: 0,
+            needed: HEADER_LEN,
+        }),
+    }
+}
+
 /// Where `field` (one bit) starts in a record carrying `fields`: after the
 /// flags byte and every declared field before it.
 pub const fn offset(sizes: &[usize], fields: u32, field: u32) -> usize {
@@ -384,7 +396,7 @@ impl<'a, const F: u32> ProjectedBatch<'a, F> {
     /// The transactions of a pending or mined batch.
     pub fn transactions(
         &self,
-    ) -> Result<impl Iterator<Item = ProjectedTx<'a, F>> + 'a, LayoutError> {
+    ) -> Result<impl Iterator<Item = ProjectedTx<'a, F>> + use<'a, F>, LayoutError> {
         let blob = self.blob;
         let records = self.of_kind(Source::MinedTransactions)?;
         let len = record_len(Source::MinedTransactions, F & tx_fields::ALL);
@@ -394,13 +406,15 @@ impl<'a, const F: u32> ProjectedBatch<'a, F> {
     }
 
     /// The headers of a heads batch.
-    pub fn heads(&self) -> Result<impl Iterator<Item = HeadView<'a>> + 'a, LayoutError> {
+    pub fn heads(&self) -> Result<impl Iterator<Item = HeadView<'a>> + use<'a, F>, LayoutError> {
         let (records, _) = self.of_kind(Source::Heads)?.as_chunks();
         Ok(records.iter().map(|r| HeadView { r }))
     }
 
     /// The logs of a logs batch.
-    pub fn logs(&self) -> Result<impl Iterator<Item = ProjectedLog<'a, F>> + 'a, LayoutError> {
+    pub fn logs(
+        &self,
+    ) -> Result<impl Iterator<Item = ProjectedLog<'a, F>> + use<'a, F>, LayoutError> {
         let blob = self.blob;
         let records = self.of_kind(Source::Logs)?;
         let len = record_len(Source::Logs, F & log_fields::ALL);

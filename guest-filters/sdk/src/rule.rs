@@ -10,11 +10,7 @@
 //! event is tested against every subscription, which is fine for a few
 //! hundred.
 
-use std::marker::PhantomData;
-
-use crate::{
-    Event, Filter, KeyMap, Manifest, ParamsError, Payload, SubscriptionId, SubscriptionIndex,
-};
+use crate::{Event, Filter, Manifest, ParamsError, Payload, RuleSet, SubscriptionId};
 
 /// One subscription of a filter, and the test of an event against it.
 pub trait Rule: Sized {
@@ -47,20 +43,13 @@ pub trait Rule: Sized {
 /// [`crate::export_rule!`].
 #[derive(Debug)]
 pub struct Rules<R> {
-    rules: KeyMap<SubscriptionId, R>,
-    by_key: SubscriptionIndex<[u8; 20]>,
-    /// Subscriptions without an index: they see every event.
-    unindexed: Vec<SubscriptionId>,
-    _rule: PhantomData<R>,
+    rules: RuleSet<R>,
 }
 
 impl<R> Default for Rules<R> {
     fn default() -> Self {
         Self {
-            rules: KeyMap::default(),
-            by_key: SubscriptionIndex::default(),
-            unindexed: Vec::new(),
-            _rule: PhantomData,
+            rules: RuleSet::default(),
         }
     }
 }
@@ -70,33 +59,17 @@ impl<R: Rule> Filter for Rules<R> {
     type Event<'a> = R::Event<'a>;
 
     fn subscribe(&mut self, id: SubscriptionId, params: &str) -> Result<Payload, ParamsError> {
-        let rule = R::subscribe(params)?;
-        self.unsubscribe(id);
-        match rule.index() {
-            Some(keys) => keys.iter().for_each(|key| self.by_key.insert(*key, id)),
-            None => self.unindexed.push(id),
-        }
-        self.rules.insert(id, rule);
+        self.rules.insert(id, R::subscribe(params)?, R::index);
         Ok(R::MANIFEST.payload)
     }
 
     fn unsubscribe(&mut self, id: SubscriptionId) {
-        let Some(rule) = self.rules.remove(&id) else {
-            return;
-        };
-        match rule.index() {
-            Some(keys) => keys.iter().for_each(|key| self.by_key.remove(key, id)),
-            None => self.unindexed.retain(|&other| other != id),
-        }
+        self.rules.remove(id, R::index);
     }
 
     fn matches(&self, event: &Self::Event<'_>, emit: &mut impl FnMut(SubscriptionId)) {
-        let indexed = match R::event_key(event) {
-            Some(key) => self.by_key.get(&key),
-            None => &[],
-        };
-        for &id in indexed.iter().chain(&self.unindexed) {
-            if self.rules.get(&id).is_some_and(|rule| rule.matches(event)) {
+        for (id, rule) in self.rules.candidates(R::event_key(event)) {
+            if rule.matches(event) {
                 emit(id);
             }
         }

@@ -1,0 +1,97 @@
+//! The short way to write a filter that shapes its notifications: a
+//! [`Transform`] is one subscription's parameters, read once, a test of one
+//! event against them, and a function that writes a matching event's
+//! payload. [`Transforms`] keeps the subscriptions (filed by address when a
+//! transform names some, as the 0.1 SDK's rules are) and writes each
+//! matching event's payload once, however many subscriptions it goes to.
+
+use std::marker::PhantomData;
+
+use crate::{Delivery, Event, Filter, Manifest, Out, ParamsError, RuleSet, Source, SubscriptionId};
+
+/// One subscription of a transforming filter.
+pub trait Transform: Sized {
+    /// The `eth_subscribe` event type served.
+    const TOPIC: &'static str;
+    const SOURCE: Source;
+    /// The view read, naming the fields the transform reads.
+    type Event<'a>: Event<'a>;
+
+    /// Reads a subscription's parameters (the JSON array after the topic
+    /// name). An error's message is what the client gets (-32602).
+    fn subscribe(params: &str) -> Result<Self, ParamsError>;
+
+    /// Whether `event` goes to this subscription.
+    fn matches(&self, event: &Self::Event<'_>) -> bool;
+
+    /// Writes the payload of an event some subscription matched: one JSON
+    /// value, written once per event.
+    fn write(event: &Self::Event<'_>, json: &mut String);
+
+    /// The addresses this subscription is limited to, if it is: it then
+    /// sees only events whose [`Transform::event_key`] is one of them.
+    fn index(&self) -> Option<&[[u8; 20]]> {
+        None
+    }
+
+    /// The address an event is filed under (e.g. a log's contract), for
+    /// subscriptions that declare an [`Transform::index`].
+    fn event_key(_event: &Self::Event<'_>) -> Option<[u8; 20]> {
+        None
+    }
+}
+
+/// The subscriptions of a [`Transform`]: a [`Filter`] to export with
+/// [`crate::export_transform!`].
+#[derive(Debug)]
+pub struct Transforms<T> {
+    rules: RuleSet<T>,
+    _transform: PhantomData<T>,
+}
+
+impl<T> Default for Transforms<T> {
+    fn default() -> Self {
+        Self {
+            rules: RuleSet::default(),
+            _transform: PhantomData,
+        }
+    }
+}
+
+impl<T: Transform> Filter for Transforms<T> {
+    const MANIFEST: Manifest = Manifest {
+        topic: T::TOPIC,
+        source: T::SOURCE,
+        delivery: Delivery::Written,
+    };
+    type Event<'a> = T::Event<'a>;
+
+    fn subscribe(&mut self, id: SubscriptionId, params: &str) -> Result<Delivery, ParamsError> {
+        self.rules.insert(id, T::subscribe(params)?, T::index);
+        Ok(Delivery::Written)
+    }
+
+    fn unsubscribe(&mut self, id: SubscriptionId) {
+        self.rules.remove(id, T::index);
+    }
+
+    fn matches(&self, event: &Self::Event<'_>, out: &mut Out<'_>) {
+        let mut payload = None;
+        for (id, rule) in self.rules.candidates(T::event_key(event)) {
+            if rule.matches(event) {
+                let written =
+                    *payload.get_or_insert_with(|| out.write_with(|json| T::write(event, json)));
+                out.send_written(id, written);
+            }
+        }
+    }
+}
+
+/// Exports a [`Transform`] as the component's `chainsieve:filter@0.2.0`
+/// world.
+#[macro_export]
+macro_rules! export_transform {
+    ($transform:ty) => {
+        $crate::export_filter!($crate::Transforms<$transform>);
+    };
+}
