@@ -55,6 +55,11 @@ const GUESTS: &[(&str, &str, Use)] = &[
         Use::Example,
     ),
     (
+        "chainsieve-example-erc20-transfers-decoded",
+        "chainsieve_example_erc20_transfers_decoded",
+        Use::Example,
+    ),
+    (
         "chainsieve-evil-filter",
         "chainsieve_evil_filter",
         Use::TestOnly,

@@ -13,6 +13,7 @@ use chainsieve::ingest::SourceEvent;
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings, known_tokens};
 use chainsieve::ingest::model::TxPosition;
 use chainsieve::log::batch::EventBatch;
+use chainsieve_filter_sdk::projection::log_fields;
 use chainsieve_filter_sdk::{Filter, Source, match_batch};
 use serde_json::Value;
 
@@ -333,4 +334,96 @@ fn the_cli_runs_the_example_filter_against_its_expectations() {
     ]);
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("minAmount must be"));
+}
+
+/// The contract 0.2 example, through the harness: it loads as a 0.2
+/// component reading only the log fields it declares, and each USDC
+/// transfer of the fixture comes with the payload it wrote, equal to the
+/// transfer decoded here from the fixture's own JSON; the CLI prints them.
+#[test]
+fn the_decoded_transfers_example_writes_each_transfer_decoded() {
+    let usdc = format!("{:#x}", known_tokens(1)[0].address);
+    let transfer = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+    let logs = fixture(Source::Logs);
+    let address = |topic: &Value| format!("0x{}", &topic.as_str().expect("a topic")[26..]);
+    let expected: Vec<Match> = logs
+        .lines()
+        .enumerate()
+        .filter_map(|(event, line)| {
+            let log: Value = serde_json::from_str(line).expect("JSON");
+            let topics = log["topics"].as_array()?;
+            (log["address"].as_str() == Some(usdc.as_str())
+                && topics.len() == 3
+                && topics[0].as_str() == Some(transfer))
+            .then(|| {
+                let data = log["data"].as_str().expect("data");
+                let amount =
+                    alloy_primitives::U256::from_str_radix(&data[2..], 16).expect("a uint256");
+                let payload = serde_json::json!({
+                    "token": usdc,
+                    "from": address(&topics[1]),
+                    "to": address(&topics[2]),
+                    "amount": amount.to_string(),
+                    "blockNumber": log["blockNumber"],
+                    "transactionHash": log["transactionHash"],
+                    "logIndex": log["logIndex"],
+                    "removed": false,
+                });
+                Match {
+                    event,
+                    subscription: 0,
+                    payload: Some(payload.to_string()),
+                }
+            })
+        })
+        .collect();
+    assert!(!expected.is_empty(), "the fixture holds USDC transfers");
+
+    let wasm = Path::new(BUILT_FILTERS_DIR).join("chainsieve_example_erc20_transfers_decoded.wasm");
+    let mut harness = Harness::open(&wasm).expect("loads");
+    assert_eq!(
+        harness.manifest().layout,
+        chainsieve::filters::Layout::Projected(
+            log_fields::ADDRESS
+                | log_fields::TOPICS
+                | log_fields::DATA
+                | log_fields::BLOCK_NUMBER
+                | log_fields::LOG_INDEX
+                | log_fields::TRANSACTION_HASH
+        ),
+    );
+    let params = format!(r#"[{{"tokens":["{usdc}"]}}]"#);
+    let (_, delivery) = harness.subscribe(&params).expect("call").expect("accepted");
+    assert_eq!(delivery, chainsieve::filters::Delivery::Written);
+    let got = harness.run_jsonl(&logs).expect("runs");
+    let as_json = |matches: &[Match]| -> Vec<(usize, Value)> {
+        matches
+            .iter()
+            .map(|m| {
+                let payload = m.payload.as_deref().expect("a written payload");
+                (m.event, serde_json::from_str(payload).expect("JSON"))
+            })
+            .collect()
+    };
+    assert_eq!(as_json(&got), as_json(&expected));
+
+    let events = fixtures_dir().join("logs.jsonl");
+    let printed = cli(&[
+        "--wasm",
+        wasm.to_str().expect("utf-8"),
+        "--params",
+        &params,
+        "--events",
+        events.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        printed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    let lines: Vec<Match> = String::from_utf8_lossy(&printed.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a match"))
+        .collect();
+    assert_eq!(as_json(&lines), as_json(&expected));
 }

@@ -62,7 +62,7 @@ impl Rule for Erc20Transfer {
             to: list("to")?.into_iter().collect(),
             min_amount: match map.get("minAmount") {
                 None | Some(Value::Null) => [0; 32],
-                Some(value) => amount(value)?,
+                Some(value) => params::uint256(value, "minAmount")?,
             },
         })
     }
@@ -93,31 +93,6 @@ impl Rule for Erc20Transfer {
     fn event_key(log: &LogView<'_>) -> Option<[u8; 20]> {
         Some(*log.address())
     }
-}
-
-/// A uint256 from a decimal string (up to 2^128) or `0x` hex (up to 64 digits).
-fn amount(value: &Value) -> Result<[u8; 32], ParamsError> {
-    let bad = || {
-        ParamsError::new(format!(
-            "minAmount must be a decimal or 0x-hex string of a uint256, got {value}"
-        ))
-    };
-    let text = value.as_str().ok_or_else(bad)?;
-    let mut out = [0u8; 32];
-    if let Some(digits) = text.strip_prefix("0x") {
-        if digits.is_empty() || digits.len() > 64 || !digits.bytes().all(|b| b.is_ascii_hexdigit())
-        {
-            return Err(bad());
-        }
-        let padded = format!("{digits:0>64}");
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&padded[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-        }
-    } else {
-        let n: u128 = text.parse().map_err(|_| bad())?;
-        out[16..].copy_from_slice(&n.to_be_bytes());
-    }
-    Ok(out)
 }
 
 /// The component's filter: every subscription's rule, kept by the SDK.

@@ -125,6 +125,29 @@ pub fn fixed_hex<const N: usize>(value: &Value, what: &str) -> Result<[u8; N], P
     Ok(out)
 }
 
+/// A uint256 from a decimal string (up to 2^128) or `0x` hex (up to 64
+/// digits), big-endian, so byte order is numeric order.
+pub fn uint256(value: &Value, what: &str) -> Result<[u8; 32], ParamsError> {
+    let bad = || {
+        ParamsError::new(format!(
+            "{what} must be a decimal or 0x-hex string of a uint256, got {value}"
+        ))
+    };
+    let text = value.as_str().ok_or_else(bad)?;
+    let mut out = [0u8; 32];
+    if let Some(digits) = text.strip_prefix("0x") {
+        if digits.is_empty() || digits.len() > 64 {
+            return Err(bad());
+        }
+        let padded = format!("{digits:0>64}");
+        hex::decode_to_slice(padded, &mut out).map_err(|_| bad())?;
+    } else {
+        let n: u128 = text.parse().map_err(|_| bad())?;
+        out[16..].copy_from_slice(&n.to_be_bytes());
+    }
+    Ok(out)
+}
+
 /// A list field that may also be given as a single string (as geth allows
 /// for `address`). Absent, `null` and `[]` all mean "no constraint" and
 /// return an empty list.
@@ -219,6 +242,31 @@ mod tests {
                 .is_empty()
         );
         assert!(hex_list::<4>(Some(&json!({})), "methodIds").is_err());
+    }
+
+    #[test]
+    fn amounts_are_decimal_or_hex_uint256() {
+        let amount = |text: &str| uint256(&Value::String(text.into()), "minAmount");
+        let mut thousand = [0u8; 32];
+        thousand[30..].copy_from_slice(&1000u16.to_be_bytes());
+        assert_eq!(amount("1000"), Ok(thousand));
+        assert_eq!(amount("0x3e8"), Ok(thousand));
+        assert_eq!(amount(&format!("0x{}", "f".repeat(64))), Ok([0xff; 32]));
+        for bad in [
+            "",
+            "0x",
+            "-1",
+            "1e3",
+            "0xzz",
+            &format!("0x{}", "1".repeat(65)),
+        ] {
+            let refused = amount(bad).expect_err(bad);
+            assert!(
+                refused.to_string().contains("minAmount must be"),
+                "{refused}"
+            );
+        }
+        assert!(uint256(&Value::Bool(true), "minAmount").is_err());
     }
 
     #[test]
