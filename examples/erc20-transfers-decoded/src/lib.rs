@@ -131,12 +131,12 @@ mod tests {
         w
     }
 
-    /// A batch of transfers (token, from, to, amount), in layout 2 with the
-    /// fields the filter declares, as the host writes it.
-    fn run(
-        filter: &DecodedTransfers,
-        transfers: &[([u8; 20], [u8; 20], [u8; 20], u128)],
-    ) -> Matches {
+    /// A test transfer: token, from, to, amount.
+    type TestTransfer = ([u8; 20], [u8; 20], [u8; 20], u128);
+
+    /// A batch of transfers, in layout 2 with the fields the filter
+    /// declares, as the host writes it.
+    fn run(filter: &DecodedTransfers, transfers: &[TestTransfer]) -> Matches {
         let mut writer = ProjectedWriter::new(Source::Logs, READ, transfers.len());
         for (index, (token, from, to, amount)) in transfers.iter().enumerate() {
             let mut data = [0u8; 32];
