@@ -64,6 +64,11 @@ const GUESTS: &[(&str, &str, Use)] = &[
         "chainsieve_evil_filter",
         Use::TestOnly,
     ),
+    (
+        "chainsieve-evil-filter-0-2",
+        "chainsieve_evil_filter_0_2",
+        Use::TestOnly,
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

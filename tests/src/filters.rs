@@ -31,16 +31,22 @@ pub fn built(file: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
+/// A test-only component of `target/test-filters` (never where an
+/// operator copies filters from).
+pub fn test_filter(file: &str) -> Vec<u8> {
+    let path = Path::new(BUILT_FILTERS_DIR)
+        .parent()
+        .expect("target/filters has a parent")
+        .join("test-filters")
+        .join(file);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
 /// The evil guest with `config` (its JSON configuration, e.g.
 /// `{"topic": "newHeads", "source": "heads", "only_even": true}`) patched
 /// in: a real component declaring whatever the test needs.
 pub fn evil_filter(config: &Value) -> Vec<u8> {
-    let path = Path::new(BUILT_FILTERS_DIR)
-        .parent()
-        .expect("target/filters has a parent")
-        .join("test-filters/chainsieve_evil_filter.wasm");
-    let mut bytes =
-        std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let mut bytes = test_filter("chainsieve_evil_filter.wasm");
     let json = config.to_string();
     assert!(json.len() <= CONFIG_LEN, "evil config too long: {json}");
     let at = bytes

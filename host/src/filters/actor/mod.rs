@@ -555,6 +555,9 @@ impl Actor {
             return;
         }
         let started = Instant::now();
+        // A bad answer found after the call returned counts as that call
+        // failing, not after a success.
+        let failures_before = self.failures_in_a_row;
         let layout = self.component.manifest.layout;
         let matched = self.with_instance(|instance| match layout {
             Layout::Whole => instance.match_batch(batch.encoded()),
@@ -566,7 +569,7 @@ impl Actor {
         let Some(matches) = matched else {
             return;
         };
-        let pairs = self.pairs(&matches, batch);
+        let pairs = self.pairs(&matches, batch, failures_before);
         let position = batch.position();
         let mut sent = 0;
         for pair in pairs.iter().flatten() {
@@ -583,7 +586,12 @@ impl Actor {
 
     /// The answer's pairs in delivery order; `None` if the answer is a bad
     /// one (handled as a failed call: the instance is rebuilt).
-    fn pairs(&mut self, matches: &Matches, batch: &EventBatch) -> Option<Vec<Pair>> {
+    fn pairs(
+        &mut self,
+        matches: &Matches,
+        batch: &EventBatch,
+        failures_before: u32,
+    ) -> Option<Vec<Pair>> {
         let subscriptions = &self.subscriptions;
         let gets_written = |key| subscriptions.get(&key).is_some_and(Record::gets_written);
         match pairs::delivery_order(matches, batch, gets_written) {
@@ -595,6 +603,7 @@ impl Actor {
             }
             Err(error) => {
                 self.instance = None;
+                self.failures_in_a_row = failures_before;
                 self.failed(error);
                 None
             }

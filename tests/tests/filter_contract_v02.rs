@@ -1,0 +1,215 @@
+//! Contract 0.2 on a running server: a topic swaps between a 0.1 and a 0.2
+//! component under a live subscription, every head once, in each
+//! component's shape (the 0.2 one writes its own payloads); a 0.2
+//! component that writes a bad payload is disabled like one that traps,
+//! its subscribers told why; and the 0.2 example serves decoded ERC-20
+//! transfers from a filters directory next to the 0.1 example.
+
+use chainsieve::filters::registry::BUILT_FILTERS_DIR;
+use chainsieve_tests::filters::{origin, place, test_filter, wait_for_filters, watching};
+use chainsieve_tests::{TestServer, WsClient, hex_address};
+use serde_json::{Value, json};
+
+const EVIL: &str = "chainsieve_evil_filter_0_2.wasm";
+
+/// Places the 0.2 evil `newHeads` in the server's filters directory and
+/// waits until every chain serves it.
+async fn swap_in_evil(dir: &std::path::Path, server: &TestServer) -> std::path::PathBuf {
+    place(dir, "newHeads.wasm", &test_filter(EVIL));
+    let file = dir.join("newHeads.wasm");
+    let path = file.display().to_string();
+    wait_for_filters(&server.state, |state| {
+        ["eth", "bsc", "polygon"]
+            .iter()
+            .all(|chain| origin(state, chain, "newHeads").as_deref() == Some(&path))
+    })
+    .await
+    .expect("swapped in");
+    file
+}
+
+/// A head as the 0.1 built-in sends it (the node's shape), or as the 0.2
+/// component writes it.
+#[derive(Debug, PartialEq, Eq)]
+enum Shape {
+    Node,
+    Written,
+}
+
+fn shape(head: &Value) -> Shape {
+    if head.get("contract") == Some(&json!("0.2")) {
+        assert_eq!(head.as_object().map(|o| o.len()), Some(2), "{head}");
+        Shape::Written
+    } else {
+        assert!(head["parentHash"].is_string(), "{head}");
+        Shape::Node
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_swaps_between_contract_versions_under_a_live_subscription() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(watching(dir.path()))
+        .await
+        .expect("server");
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let subscription = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let mut seen: Vec<(u64, Shape)> = Vec::new();
+    let next = async |ws: &mut WsClient| {
+        let (id, head) = ws.next_notification().await.expect("a head");
+        assert_eq!(id, subscription);
+        (chainsieve_tests::quantity(&head["number"]), shape(&head))
+    };
+    seen.push(next(&mut ws).await);
+
+    let file = swap_in_evil(dir.path(), &server).await;
+    // Heads the built-in sent before the swap may still be queued: read
+    // until the 0.2 component's have come.
+    loop {
+        let head = next(&mut ws).await;
+        let written = head.1 == Shape::Written;
+        seen.push(head);
+        if written && seen.iter().filter(|(_, s)| *s == Shape::Written).count() >= 2 {
+            break;
+        }
+    }
+    std::fs::remove_file(&file).expect("remove");
+    wait_for_filters(&server.state, |state| {
+        origin(state, "eth", "newHeads").is_some_and(|o| o.starts_with("built-in"))
+    })
+    .await
+    .expect("fell back");
+    loop {
+        let head = next(&mut ws).await;
+        let node = head.1 == Shape::Node;
+        seen.push(head);
+        if node
+            && seen
+                .last_chunk::<2>()
+                .is_some_and(|[a, _]| a.1 == Shape::Node)
+        {
+            break;
+        }
+    }
+    // Every head once, in order, across both swaps; node-shaped, then
+    // written, then node-shaped again.
+    assert!(seen.windows(2).all(|w| w[1].0 == w[0].0 + 1), "{seen:?}");
+    let shapes: Vec<&Shape> = seen.iter().map(|(_, shape)| shape).collect();
+    let changes = shapes.windows(2).filter(|w| w[0] != w[1]).count();
+    assert_eq!(changes, 2, "{seen:?}");
+}
+
+/// Each way a 0.2 component can write a bad payload disables it after
+/// three answers in a row, and ends its subscriptions with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_written_payload_disables_the_component_with_the_reason() {
+    for (write, reason) in [
+        ("bad-json", "is not one JSON value"),
+        (
+            "huge",
+            "over the limit of 65536 (filters.max_payload_bytes)",
+        ),
+        ("none", "wrote no payload for a match"),
+    ] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let server = TestServer::start(watching(dir.path()))
+            .await
+            .expect("server");
+        swap_in_evil(dir.path(), &server).await;
+        let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+            .await
+            .expect("connect");
+        let subscription = ws
+            .subscribe(json!(["newHeads", {"write": write}]))
+            .await
+            .expect("subscribe");
+        let params = ws
+            .next_notification_params()
+            .await
+            .unwrap_or_else(|e| panic!("{write}: no end: {e:#}"));
+        assert_eq!(params["subscription"], json!(subscription));
+        let error = &params["error"];
+        assert_eq!(error["code"], json!(-32000), "{params}");
+        let message = error["message"].as_str().expect("a message");
+        assert!(
+            message.contains("newHeads filter was disabled") && message.contains(reason),
+            "{write}: {message}"
+        );
+    }
+}
+
+/// The 0.2 example beside the 0.1 one in a filters directory: a client of
+/// `erc20TransfersDecoded` gets each USDC transfer the 0.1
+/// `erc20Transfers` control sees, decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decoded_transfers_are_served_next_to_the_raw_ones() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for file in [
+        "chainsieve_example_erc20_transfers.wasm",
+        "chainsieve_example_erc20_transfers_decoded.wasm",
+    ] {
+        let bytes =
+            std::fs::read(std::path::Path::new(BUILT_FILTERS_DIR).join(file)).expect("built");
+        place(dir.path(), file, &bytes);
+    }
+    let server = TestServer::start(watching(dir.path()))
+        .await
+        .expect("server");
+    let usdc = hex_address(&chainsieve::ingest::devnet::known_tokens(1)[0].address);
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    // The control first, so it has seen every block the decoded one has.
+    let control = ws
+        .subscribe(json!(["erc20Transfers", {"tokens": [usdc]}]))
+        .await
+        .expect("the 0.1 example");
+    let decoded = ws
+        .subscribe(json!(["erc20TransfersDecoded", {"tokens": [usdc]}]))
+        .await
+        .expect("the 0.2 example");
+    let mut raw: Vec<Value> = Vec::new();
+    let mut transfers: Vec<Value> = Vec::new();
+    let block = |value: &Value| chainsieve_tests::quantity(&value["blockNumber"]);
+    // Five decoded transfers, and the control past their last block.
+    while transfers.len() < 5
+        || raw
+            .last()
+            .is_none_or(|log| block(log) <= block(&transfers[transfers.len() - 1]))
+    {
+        let (id, value) = ws.next_notification().await.expect("a transfer");
+        if id == control {
+            raw.push(value);
+        } else {
+            assert_eq!(id, decoded);
+            transfers.push(value);
+        }
+    }
+    let word_address = |topic: &Value| format!("0x{}", &topic.as_str().expect("topic")[26..]);
+    for transfer in &transfers {
+        let log = raw
+            .iter()
+            .find(|log| {
+                log["transactionHash"] == transfer["transactionHash"]
+                    && log["logIndex"] == transfer["logIndex"]
+            })
+            .unwrap_or_else(|| panic!("the control saw {transfer}"));
+        let data = log["data"].as_str().expect("data");
+        let amount = alloy_primitives::U256::from_str_radix(&data[2..], 16).expect("uint256");
+        assert_eq!(
+            transfer,
+            &json!({
+                "token": usdc,
+                "from": word_address(&log["topics"][1]),
+                "to": word_address(&log["topics"][2]),
+                "amount": amount.to_string(),
+                "blockNumber": log["blockNumber"],
+                "transactionHash": log["transactionHash"],
+                "logIndex": log["logIndex"],
+                "removed": false,
+            })
+        );
+    }
+}
