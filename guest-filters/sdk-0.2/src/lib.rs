@@ -12,6 +12,38 @@
 //!   event through an [`Out`], with a written payload or the subscription's
 //!   payload kind. [`export_filter!`].
 //!
+//! ```
+//! use chainsieve_filter_sdk_0_2::decode::{decimal, erc20_transfer, hex_address};
+//! use chainsieve_filter_sdk_0_2::{log_fields, params, LogView, ParamsError, Source, Transform, export_transform};
+//!
+//! const READ: u32 = log_fields::ADDRESS | log_fields::TOPICS | log_fields::DATA;
+//!
+//! struct Transfers;
+//!
+//! impl Transform for Transfers {
+//!     const TOPIC: &'static str = "transfers";
+//!     const SOURCE: Source = Source::Logs;
+//!     type Event<'a> = LogView<'a, READ>;
+//!
+//!     fn subscribe(params: &str) -> Result<Self, ParamsError> {
+//!         params::at_most(&params::array(params)?, 0, "transfers")?;
+//!         Ok(Self)
+//!     }
+//!
+//!     fn matches(&self, log: &LogView<'_, READ>) -> bool {
+//!         erc20_transfer(log).is_some()
+//!     }
+//!
+//!     fn write(log: &LogView<'_, READ>, json: &mut String) {
+//!         if let Some(t) = erc20_transfer(log) {
+//!             json.push_str(&format!(r#"{{"token":"{}","amount":"{}"}}"#, hex_address(&t.token), decimal(&t.amount)));
+//!         }
+//!     }
+//! }
+//!
+//! export_transform!(Transfers);
+//! ```
+//!
 //! The view a filter reads says which fields it reads: [`TxView`] and
 //! [`LogView`] take the field bits ([`tx_fields`], [`log_fields`]) as a
 //! parameter, the manifest declares exactly those, the host's batches
