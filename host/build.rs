@@ -69,6 +69,16 @@ const GUESTS: &[(&str, &str, Use)] = &[
         "chainsieve_evil_filter_0_2",
         Use::TestOnly,
     ),
+    (
+        "chainsieve-bv-pending-transactions-0-2",
+        "chainsieve_bv_pending_transactions_0_2",
+        Use::TestOnly,
+    ),
+    (
+        "chainsieve-bv-mined-transactions-0-2",
+        "chainsieve_bv_mined_transactions_0_2",
+        Use::TestOnly,
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

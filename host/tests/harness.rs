@@ -13,7 +13,7 @@ use chainsieve::ingest::SourceEvent;
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings, known_tokens};
 use chainsieve::ingest::model::TxPosition;
 use chainsieve::log::batch::EventBatch;
-use chainsieve_filter_sdk::projection::log_fields;
+use chainsieve_filter_sdk::projection::{log_fields, tx_fields};
 use chainsieve_filter_sdk::{Filter, Source, match_batch};
 use serde_json::Value;
 
@@ -164,12 +164,13 @@ fn selector_sent_to(text: &str, receiver: &str) -> String {
         .expect("a call to the receiver")
 }
 
-#[test]
-fn transaction_filters_answer_as_natively_over_the_fixtures() {
-    let pending = fixture(Source::PendingTransactions);
-    let senders = common(&pending, "from");
-    let receivers = common(&pending, "to");
-    let params = vec![
+/// Subscriptions of the transaction filters over the fixture: every
+/// transaction, a sender (in upper case), a receiver with methods, a
+/// sender or a receiver.
+fn transaction_params(pending: &str) -> Vec<String> {
+    let senders = common(pending, "from");
+    let receivers = common(pending, "to");
+    vec![
         "[]".to_string(),
         format!(
             r#"[{{"fromAddress":["{}"]}}]"#,
@@ -178,13 +179,19 @@ fn transaction_filters_answer_as_natively_over_the_fixtures() {
         format!(
             r#"[{{"toAddress":["{}"],"methodIds":["0xa9059cbb","{}"]}}]"#,
             receivers[0],
-            selector_sent_to(&pending, &receivers[0])
+            selector_sent_to(pending, &receivers[0])
         ),
         format!(
             r#"[{{"fromAddress":["{}"],"toAddress":["{}"]}}]"#,
             senders[1], receivers[1]
         ),
-    ];
+    ]
+}
+
+#[test]
+fn transaction_filters_answer_as_natively_over_the_fixtures() {
+    let pending = fixture(Source::PendingTransactions);
+    let params = transaction_params(&pending);
     let got = same_over_fixture::<chainsieve_bv_pending_transactions::BvPendingFilter>(
         "bvPendingTransactions",
         &params,
@@ -426,4 +433,48 @@ fn the_decoded_transfers_example_writes_each_transfer_decoded() {
         .map(|line| serde_json::from_str(line).expect("a match"))
         .collect();
     assert_eq!(as_json(&lines), as_json(&expected));
+}
+
+/// The transaction rules built for contract 0.2 (batches carrying sender,
+/// receiver and selector only) answer as the 0.1 built-ins over the
+/// fixtures, in batches of 5.
+#[test]
+fn transaction_filters_built_for_0_2_answer_as_the_0_1_builds() {
+    let params = transaction_params(&fixture(Source::PendingTransactions));
+    for (topic, file, source) in [
+        (
+            "bvPendingTransactions",
+            "chainsieve_bv_pending_transactions_0_2.wasm",
+            Source::PendingTransactions,
+        ),
+        (
+            "bvMinedTransactions",
+            "chainsieve_bv_mined_transactions_0_2.wasm",
+            Source::MinedTransactions,
+        ),
+    ] {
+        let mut v0_1 = harness(topic, 5);
+        let bytes = chainsieve_tests::filters::test_filter(file);
+        let mut v0_2 = Harness::load(file, &bytes, &FiltersConfig::default())
+            .expect("loads")
+            .with_batch_size(5);
+        assert_eq!(
+            v0_2.manifest().layout,
+            chainsieve::filters::Layout::Projected(
+                tx_fields::FROM | tx_fields::TO | tx_fields::SELECTOR
+            )
+        );
+        for p in &params {
+            v0_1.subscribe(p).expect("call").expect("accepted");
+            v0_2.subscribe(p).expect("call").expect("accepted");
+        }
+        let text = fixture(source);
+        let expected = v0_1.run_jsonl(&text).expect("0.1 runs");
+        assert!(!expected.is_empty(), "{topic}");
+        assert_eq!(
+            v0_2.run_jsonl(&text).expect("0.2 runs"),
+            expected,
+            "{topic}"
+        );
+    }
 }

@@ -3,21 +3,14 @@
 //! `chainsieve-transactions-filter`).
 
 use chainsieve_filter_sdk::{Manifest, Payload, Source, export_filter};
-use chainsieve_transactions_filter::{Topic, TransactionFilter};
 
-/// Marks the topic this component serves.
-#[derive(Debug)]
-pub struct BvMined;
-
-impl Topic for BvMined {
-    const MANIFEST: Manifest = Manifest {
+chainsieve_transactions_filter::transaction_filter_0_1!(
+    BvMinedFilter,
+    Manifest {
         topic: "bvMinedTransactions",
         source: Source::MinedTransactions,
         payload: Payload::FullBlockvision,
-    };
-}
-
-/// The component's filter type.
-pub type BvMinedFilter = TransactionFilter<BvMined>;
+    }
+);
 
 export_filter!(BvMinedFilter);

@@ -3,21 +3,14 @@
 //! `chainsieve-transactions-filter`).
 
 use chainsieve_filter_sdk::{Manifest, Payload, Source, export_filter};
-use chainsieve_transactions_filter::{Topic, TransactionFilter};
 
-/// Marks the topic this component serves.
-#[derive(Debug)]
-pub struct BvPending;
-
-impl Topic for BvPending {
-    const MANIFEST: Manifest = Manifest {
+chainsieve_transactions_filter::transaction_filter_0_1!(
+    BvPendingFilter,
+    Manifest {
         topic: "bvPendingTransactions",
         source: Source::PendingTransactions,
         payload: Payload::FullBlockvision,
-    };
-}
-
-/// The component's filter type.
-pub type BvPendingFilter = TransactionFilter<BvPending>;
+    }
+);
 
 export_filter!(BvPendingFilter);

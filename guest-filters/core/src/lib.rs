@@ -8,6 +8,8 @@
 //! - [`params`]: parsing helpers whose errors read well as JSON-RPC messages;
 //! - [`SubscriptionIndex`], [`Broadcast`], [`KeyMap`]: the building blocks of
 //!   indexed matching;
+//! - [`TxRead`], [`LogRead`]: what rules read of an event, in either
+//!   layout, so one filter's rules serve every contract version;
 //! - [`RuleSet`]: the subscriptions of a rule-per-subscription filter,
 //!   filed by address;
 //! - [`Matches`]: what a component answers, in columnar form.
@@ -16,6 +18,7 @@ pub mod keys;
 pub mod layout;
 pub mod params;
 pub mod projection;
+pub mod read;
 pub mod rules;
 
 use std::hash::Hash;
@@ -23,6 +26,7 @@ use std::hash::Hash;
 pub use keys::{KeyMap, KeySet};
 pub use layout::{Batch, HeadView, LayoutError, LogView, Source, TxView};
 pub use params::ParamsError;
+pub use read::{LogRead, TxRead};
 pub use rules::RuleSet;
 /// Re-exported so filters parse their parameters with the same JSON crate.
 pub use serde_json;

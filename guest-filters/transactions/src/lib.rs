@@ -10,18 +10,16 @@
 //!
 //! Subscriptions are indexed by sender and by receiver, so matching a
 //! transaction costs two hash lookups whatever the number of subscriptions.
+//!
+//! The rules depend on `chainsieve-filter-core` only and read transactions
+//! through [`TxRead`], so they serve components of every contract version:
+//! [`transaction_filter_0_1!`] and [`transaction_filter_0_2!`] make a
+//! topic's filter type for the matching SDK. (A component must link one
+//! contract version's bindings only; docs/architecture.md, Filter contract
+//! v0.2.)
 
-use std::marker::PhantomData;
-
-use chainsieve_filter_sdk::params::{self, ParamsError};
-use chainsieve_filter_sdk::{
-    Filter, KeyMap, KeySet, Manifest, Payload, SubscriptionId, SubscriptionIndex, TxView,
-};
-
-/// Which topic a [`TransactionFilter`] serves; the matching is the same.
-pub trait Topic {
-    const MANIFEST: Manifest;
-}
+use chainsieve_filter_core::params::{self, ParamsError};
+use chainsieve_filter_core::{KeyMap, KeySet, SubscriptionId, SubscriptionIndex, TxRead};
 
 /// One subscription's constraints, kept to answer `unsubscribe` and to test
 /// the parts of a match the index does not decide.
@@ -65,41 +63,32 @@ impl Constraints {
         self.from.is_empty() && self.to.is_empty()
     }
 
-    fn method_ok(&self, tx: &TxView<'_>) -> bool {
+    fn method_ok<'a>(&self, tx: &impl TxRead<'a>) -> bool {
         self.methods.is_empty() || tx.selector().is_some_and(|s| self.methods.contains(&s))
     }
 }
 
 /// The subscriptions of one transaction topic on one chain.
-#[derive(Debug)]
-pub struct TransactionFilter<T> {
+#[derive(Debug, Default)]
+pub struct TransactionRules {
     subscriptions: KeyMap<SubscriptionId, Constraints>,
     by_from: SubscriptionIndex<[u8; 20]>,
     by_to: SubscriptionIndex<[u8; 20]>,
     /// Subscriptions with no address constraint: every transaction reaches
     /// their method test.
     any_address: Vec<SubscriptionId>,
-    topic: PhantomData<T>,
 }
 
-impl<T> Default for TransactionFilter<T> {
-    fn default() -> Self {
-        Self {
-            subscriptions: KeyMap::default(),
-            by_from: SubscriptionIndex::default(),
-            by_to: SubscriptionIndex::default(),
-            any_address: Vec::new(),
-            topic: PhantomData,
-        }
-    }
-}
-
-impl<T: Topic> Filter for TransactionFilter<T> {
-    const MANIFEST: Manifest = T::MANIFEST;
-    type Event<'a> = TxView<'a>;
-
-    fn subscribe(&mut self, id: SubscriptionId, params: &str) -> Result<Payload, ParamsError> {
-        let constraints = Constraints::parse(params, T::MANIFEST.topic)?;
+impl TransactionRules {
+    /// Adds subscription `id` of `topic` (named in messages), replacing
+    /// one of the same id.
+    pub fn subscribe(
+        &mut self,
+        id: SubscriptionId,
+        params: &str,
+        topic: &str,
+    ) -> Result<(), ParamsError> {
+        let constraints = Constraints::parse(params, topic)?;
         self.unsubscribe(id);
         if constraints.any_address() {
             self.any_address.push(id);
@@ -111,10 +100,10 @@ impl<T: Topic> Filter for TransactionFilter<T> {
             self.by_to.insert(*address, id);
         }
         self.subscriptions.insert(id, constraints);
-        Ok(T::MANIFEST.payload)
+        Ok(())
     }
 
-    fn unsubscribe(&mut self, id: SubscriptionId) {
+    pub fn unsubscribe(&mut self, id: SubscriptionId) {
         let Some(constraints) = self.subscriptions.remove(&id) else {
             return;
         };
@@ -129,8 +118,9 @@ impl<T: Topic> Filter for TransactionFilter<T> {
         }
     }
 
+    /// Calls `emit` once for every subscription `tx` goes to.
     #[inline(always)]
-    fn matches(&self, tx: &TxView<'_>, emit: &mut impl FnMut(SubscriptionId)) {
+    pub fn matches<'a>(&self, tx: &impl TxRead<'a>, emit: &mut impl FnMut(SubscriptionId)) {
         let from = tx.from();
         let by_from = self.by_from.get(from);
         let by_to = tx.to().map_or(&[][..], |to| self.by_to.get(to));
@@ -141,14 +131,12 @@ impl<T: Topic> Filter for TransactionFilter<T> {
         }
         self.emit_candidates(tx, by_from, by_to, emit);
     }
-}
 
-impl<T> TransactionFilter<T> {
     /// Tests the candidates the indexes found for `tx` against the method
     /// constraints, each subscription once.
-    fn emit_candidates(
+    fn emit_candidates<'a>(
         &self,
-        tx: &TxView<'_>,
+        tx: &impl TxRead<'a>,
         by_from: &[SubscriptionId],
         by_to: &[SubscriptionId],
         emit: &mut impl FnMut(SubscriptionId),
@@ -178,22 +166,106 @@ impl<T> TransactionFilter<T> {
     }
 }
 
+/// The fields the rules read: a 0.2 component declares these.
+pub const READS: u32 = chainsieve_filter_core::projection::tx_fields::FROM
+    | chainsieve_filter_core::projection::tx_fields::TO
+    | chainsieve_filter_core::projection::tx_fields::SELECTOR;
+
+/// Makes `$name`, a contract 0.1 filter of the transaction rules with
+/// `$manifest` (a `chainsieve_filter_sdk::Manifest`), in a crate that
+/// depends on `chainsieve-filter-sdk`.
+#[macro_export]
+macro_rules! transaction_filter_0_1 {
+    ($name:ident, $manifest:expr) => {
+        /// The component's filter: the transaction rules.
+        #[derive(Debug, Default)]
+        pub struct $name($crate::TransactionRules);
+
+        impl ::chainsieve_filter_sdk::Filter for $name {
+            const MANIFEST: ::chainsieve_filter_sdk::Manifest = $manifest;
+            type Event<'a> = ::chainsieve_filter_sdk::TxView<'a>;
+
+            fn subscribe(
+                &mut self,
+                id: ::chainsieve_filter_sdk::SubscriptionId,
+                params: &str,
+            ) -> Result<::chainsieve_filter_sdk::Payload, ::chainsieve_filter_sdk::ParamsError>
+            {
+                self.0.subscribe(id, params, Self::MANIFEST.topic)?;
+                Ok(Self::MANIFEST.payload)
+            }
+
+            fn unsubscribe(&mut self, id: ::chainsieve_filter_sdk::SubscriptionId) {
+                self.0.unsubscribe(id)
+            }
+
+            #[inline(always)]
+            fn matches(
+                &self,
+                tx: &::chainsieve_filter_sdk::TxView<'_>,
+                emit: &mut impl FnMut(::chainsieve_filter_sdk::SubscriptionId),
+            ) {
+                self.0.matches(tx, emit)
+            }
+        }
+    };
+}
+
+/// Makes `$name`, a contract 0.2 filter of the transaction rules with
+/// `$manifest` (a `chainsieve_filter_sdk_0_2::Manifest`) reading only
+/// [`READS`], in a crate that depends on `chainsieve-filter-sdk-0-2`.
+#[macro_export]
+macro_rules! transaction_filter_0_2 {
+    ($name:ident, $manifest:expr) => {
+        /// The component's filter: the transaction rules.
+        #[derive(Debug, Default)]
+        pub struct $name($crate::TransactionRules);
+
+        impl ::chainsieve_filter_sdk_0_2::Filter for $name {
+            const MANIFEST: ::chainsieve_filter_sdk_0_2::Manifest = $manifest;
+            type Event<'a> = ::chainsieve_filter_sdk_0_2::TxView<'a, { $crate::READS }>;
+
+            fn subscribe(
+                &mut self,
+                id: ::chainsieve_filter_sdk_0_2::SubscriptionId,
+                params: &str,
+            ) -> Result<
+                ::chainsieve_filter_sdk_0_2::Delivery,
+                ::chainsieve_filter_sdk_0_2::ParamsError,
+            > {
+                self.0.subscribe(id, params, Self::MANIFEST.topic)?;
+                Ok(Self::MANIFEST.delivery)
+            }
+
+            fn unsubscribe(&mut self, id: ::chainsieve_filter_sdk_0_2::SubscriptionId) {
+                self.0.unsubscribe(id)
+            }
+
+            #[inline(always)]
+            fn matches(
+                &self,
+                tx: &::chainsieve_filter_sdk_0_2::TxView<'_, { $crate::READS }>,
+                out: &mut ::chainsieve_filter_sdk_0_2::Out<'_>,
+            ) {
+                self.0.matches(tx, &mut |id| out.send(id))
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use chainsieve_filter_sdk::layout::{BatchWriter, TxFields};
-    use chainsieve_filter_sdk::{Source, match_batch};
+    use chainsieve_filter_sdk::{Filter, Manifest, Payload, Source, match_batch};
 
-    use super::*;
-
-    struct TestTopic;
-    impl Topic for TestTopic {
-        const MANIFEST: Manifest = Manifest {
+    crate::transaction_filter_0_1!(
+        F,
+        Manifest {
             topic: "bvPendingTransactions",
             source: Source::PendingTransactions,
             payload: Payload::FullBlockvision,
-        };
-    }
-    type F = TransactionFilter<TestTopic>;
+        }
+    );
 
     const A: [u8; 20] = [0xaa; 20];
     const B: [u8; 20] = [0xbb; 20];
@@ -345,7 +417,7 @@ mod tests {
             vec![(0, 3)]
         );
         f.unsubscribe(3);
-        assert!(f.by_from.is_empty() && f.by_to.is_empty() && f.any_address.is_empty());
+        assert!(f.0.by_from.is_empty() && f.0.by_to.is_empty() && f.0.any_address.is_empty());
     }
 
     #[test]
@@ -366,7 +438,7 @@ mod tests {
                 .expect("valid");
         }
         // The subscriptions live in the index, not in a list scanned per event.
-        assert!(f.any_address.is_empty());
+        assert!(f.0.any_address.is_empty());
         let mut address = [0u8; 20];
         address[..8].copy_from_slice(&4_321u64.to_be_bytes());
         assert_eq!(run(&f, &[(address, None, &[])]), vec![(0, 4_321)]);
