@@ -1,7 +1,10 @@
 //! Every built-in filter, the WebAssembly component against the same Rust
 //! logic compiled natively: 10, 1,000 and 100,000 subscriptions, batches of
 //! 1, 64 and 1,024 events, and the component again without epoch
-//! interruption, to price the call deadline. Prints the README's tables.
+//! interruption, to price the call deadline. Where a built-in has a
+//! contract 0.2 build (batches carrying only the fields it reads), the same
+//! cells for it, native and WASM, in the same run. Prints the README's
+//! tables.
 //!
 //! Run: `cargo bench -p chainsieve --bench filter_matrix`
 //!
@@ -19,7 +22,8 @@ use chainsieve::config::FiltersConfig;
 use chainsieve::filters::FilterEngine;
 use chainsieve::filters::engine::FilterInstance;
 use chainsieve::filters::registry::builtin_components;
-use chainsieve_filter_sdk::layout::{BatchWriter, HeadFields, LogFields, TxFields};
+use chainsieve_filter_sdk::layout::{BatchWriter, EventWriter, HeadFields, LogFields, TxFields};
+use chainsieve_filter_sdk::projection::ProjectedWriter;
 use chainsieve_filter_sdk::{Filter, Source, match_batch};
 
 const SUBSCRIPTIONS: [u64; 3] = [10, 1_000, 100_000];
@@ -51,8 +55,21 @@ fn concerned(i: u64, subscriptions: u64) -> [u8; 20] {
     }
 }
 
+/// A batch of `len` transactions in layout 1.
 fn transactions(source: Source, len: usize, subscriptions: u64) -> Vec<u8> {
-    let mut w = BatchWriter::new(source, len);
+    write_transactions(BatchWriter::new(source, len), len, subscriptions)
+}
+
+/// The same transactions in layout 2, carrying `fields`.
+fn projected_transactions(source: Source, fields: u32, len: usize, subscriptions: u64) -> Vec<u8> {
+    write_transactions(
+        ProjectedWriter::new(source, fields, len),
+        len,
+        subscriptions,
+    )
+}
+
+fn write_transactions(mut w: impl EventWriter, len: usize, subscriptions: u64) -> Vec<u8> {
     let input = [0xa9, 0x05, 0x9c, 0xbb, 0, 0, 0, 0];
     for i in 0..len as u64 {
         let from = concerned(i, subscriptions);
@@ -110,6 +127,9 @@ fn logs(len: usize, subscriptions: u64) -> Vec<u8> {
     w.finish()
 }
 
+/// The fields the transaction rules read (their 0.2 builds declare these).
+const READS: u32 = chainsieve_transactions_filter::READS;
+
 /// A built-in filter under test: its topic, how subscriber `i` subscribes,
 /// whether every subscriber gets every event, and its batches.
 struct Case {
@@ -117,7 +137,12 @@ struct Case {
     params: fn(u64) -> String,
     broadcast: bool,
     batch: fn(usize, u64) -> Vec<u8>,
+    /// The contract 0.2 build, if there is one.
+    v0_2: Option<Build>,
 }
+
+/// A contract 0.2 build: its file (a test-only component) and its batches.
+type Build = (&'static str, fn(usize, u64) -> Vec<u8>);
 
 fn from_address(i: u64) -> String {
     format!(r#"[{{"fromAddress":["0x{}"]}}]"#, hex(&address(i)))
@@ -130,30 +155,40 @@ fn cases() -> Vec<Case> {
             params: from_address,
             broadcast: false,
             batch: |len, subs| transactions(Source::PendingTransactions, len, subs),
+            v0_2: Some((
+                "chainsieve_bv_pending_transactions_0_2.wasm",
+                |len, subs| projected_transactions(Source::PendingTransactions, READS, len, subs),
+            )),
         },
         Case {
             topic: "bvMinedTransactions",
             params: from_address,
             broadcast: false,
             batch: |len, subs| transactions(Source::MinedTransactions, len, subs),
+            v0_2: Some(("chainsieve_bv_mined_transactions_0_2.wasm", |len, subs| {
+                projected_transactions(Source::MinedTransactions, READS, len, subs)
+            })),
         },
         Case {
             topic: "newPendingTransactions",
             params: |i| if i % 2 == 0 { "[]" } else { "[true]" }.to_string(),
             broadcast: true,
             batch: |len, subs| transactions(Source::PendingTransactions, len, subs),
+            v0_2: None,
         },
         Case {
             topic: "newHeads",
             params: |_| "[]".to_string(),
             broadcast: true,
             batch: |len, _| heads(len),
+            v0_2: None,
         },
         Case {
             topic: "logs",
             params: |i| format!(r#"[{{"address":"0x{}"}}]"#, hex(&address(i))),
             broadcast: false,
             batch: logs,
+            v0_2: None,
         },
     ]
 }
@@ -186,6 +221,8 @@ struct Row {
     subscriptions: u64,
     batch: usize,
     times: Option<Times>,
+    /// The contract 0.2 build's (native µs, WASM µs), if there is one.
+    v0_2: Option<(f64, f64)>,
 }
 
 /// Microseconds per call.
@@ -223,6 +260,7 @@ fn measure<F: Filter>(
                     subscriptions,
                     batch: len,
                     times: None,
+                    v0_2: None,
                 });
                 continue;
             }
@@ -247,10 +285,65 @@ fn measure<F: Filter>(
                     wasm: wasm_us,
                     wasm_without_deadline: bare_us,
                 }),
+                v0_2: None,
             });
         }
     }
     rows
+}
+
+/// Times a contract 0.2 build (`file`, native `G`) at the cells `rows`
+/// measured, filling in their 0.2 columns; it must answer as the 0.1 build.
+fn measure_v0_2<G: chainsieve_filter_sdk_0_2::Filter>(
+    case: &Case,
+    metered: &Arc<FilterEngine>,
+    rows: &mut [Row],
+) {
+    let Some((file, projected)) = case.v0_2 else {
+        return;
+    };
+    let component = metered
+        .load(file, &chainsieve_tests::filters::test_filter(file))
+        .expect("the 0.2 build loads");
+    for subscriptions in SUBSCRIPTIONS {
+        let mut native = G::default();
+        let mut wasm = metered.instantiate(&component).expect("instance");
+        for i in 0..subscriptions {
+            let params = (case.params)(i);
+            native.subscribe(i, &params).expect("native subscribe");
+            wasm.subscribe(i, &params).expect("call").expect("accepted");
+        }
+        for row in rows
+            .iter_mut()
+            .filter(|row| row.subscriptions == subscriptions && row.times.is_some())
+        {
+            let batch = projected(row.batch, subscriptions);
+            let expected = chainsieve_filter_sdk_0_2::match_batch(&native, &batch).expect("native");
+            let whole = (case.batch)(row.batch, subscriptions);
+            let mut v0_1 = instance(metered, case.topic);
+            for i in 0..subscriptions {
+                v0_1.subscribe(i, &(case.params)(i))
+                    .expect("call")
+                    .expect("accepted");
+            }
+            assert_eq!(wasm.match_batch(&batch).expect("wasm"), expected);
+            assert_eq!(
+                v0_1.match_batch(&whole).expect("0.1"),
+                expected,
+                "0.2 answers as 0.1"
+            );
+            let native_us = time(|| {
+                black_box(
+                    chainsieve_filter_sdk_0_2::match_batch(&native, black_box(&batch))
+                        .expect("native"),
+                );
+            });
+            let wasm_us = time(|| {
+                black_box(wasm.match_batch(black_box(&batch)).expect("wasm"));
+            });
+            row.v0_2 = Some((native_us, wasm_us));
+        }
+    }
 }
 
 fn main() {
@@ -263,14 +356,14 @@ fn main() {
     let metered = FilterEngine::new(&config).expect("engine");
     let unmetered = FilterEngine::without_deadline(&config).expect("engine");
     println!(
-        "| filter | subscriptions | batch | native µs | WASM µs | WASM / native | epoch cost |"
+        "| filter | subscriptions | batch | native µs | WASM µs | WASM / native | epoch cost | 0.2 native µs | 0.2 WASM µs | 0.2 WASM / native |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for case in cases() {
         if !only.is_empty() && !only.iter().any(|o| case.topic.contains(o.as_str())) {
             continue;
         }
-        let rows = match case.topic {
+        let mut rows = match case.topic {
             "bvPendingTransactions" => {
                 measure::<chainsieve_bv_pending_transactions::BvPendingFilter>(
                     &case, &metered, &unmetered,
@@ -287,15 +380,28 @@ fn main() {
             }
             _ => measure::<chainsieve_logs_filter::Logs>(&case, &metered, &unmetered),
         };
+        match case.topic {
+            "bvPendingTransactions" => measure_v0_2::<
+                chainsieve_bv_pending_transactions_0_2::BvPendingFilter,
+            >(&case, &metered, &mut rows),
+            "bvMinedTransactions" => measure_v0_2::<
+                chainsieve_bv_mined_transactions_0_2::BvMinedFilter,
+            >(&case, &metered, &mut rows),
+            _ => {}
+        }
         for Row {
             subscriptions,
             batch,
             times,
+            v0_2,
         } in rows
         {
+            let v0_2 = v0_2.map_or("— | — | —".to_string(), |(native, wasm)| {
+                format!("{native:.2} | {wasm:.2} | {:.2}×", wasm / native)
+            });
             match times {
                 Some(t) => println!(
-                    "| {} | {subscriptions} | {batch} | {:.2} | {:.2} | {:.2}× | {:+.0}% |",
+                    "| {} | {subscriptions} | {batch} | {:.2} | {:.2} | {:.2}× | {:+.0}% | {v0_2} |",
                     case.topic,
                     t.native,
                     t.wasm,
@@ -303,7 +409,7 @@ fn main() {
                     (t.wasm / t.wasm_without_deadline - 1.0) * 100.0
                 ),
                 None => println!(
-                    "| {} | {subscriptions} | {batch} | — | — | skipped: {} pairs | — |",
+                    "| {} | {subscriptions} | {batch} | — | — | skipped: {} pairs | — | {v0_2} |",
                     case.topic,
                     subscriptions * batch as u64
                 ),
