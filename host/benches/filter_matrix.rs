@@ -15,16 +15,21 @@
 //! matches out, the call) and the code Cranelift generates.
 
 use std::hint::black_box;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chainsieve::config::FiltersConfig;
+use chainsieve::fanout::Notice;
 use chainsieve::filters::FilterEngine;
+use chainsieve::filters::Layout;
 use chainsieve::filters::engine::FilterInstance;
-use chainsieve::filters::registry::builtin_components;
+use chainsieve::filters::harness::read_events;
+use chainsieve::filters::registry::{BUILT_FILTERS_DIR, builtin_components};
+use chainsieve::log::batch::EventBatch;
 use chainsieve_filter_sdk::layout::{BatchWriter, EventWriter, HeadFields, LogFields, TxFields};
 use chainsieve_filter_sdk::projection::ProjectedWriter;
-use chainsieve_filter_sdk::{Filter, Source, match_batch};
+use chainsieve_filter_sdk::{Filter, Payload, Source, match_batch};
 
 const SUBSCRIPTIONS: [u64; 3] = [10, 1_000, 100_000];
 const BATCHES: [usize; 3] = [1, 64, 1_024];
@@ -346,6 +351,73 @@ fn measure_v0_2<G: chainsieve_filter_sdk_0_2::Filter>(
     }
 }
 
+/// What a delivered notification costs when the host makes its payload
+/// from the event (0.1 `erc20Transfers`, the log in the node's shape)
+/// against when the component writes it (0.2 `erc20TransfersDecoded`, the
+/// decoded transfer, checked by the host): per batch of 1,024 fixture logs,
+/// the match call plus one notice per payload (made once per event, shared
+/// by its subscribers, as the actor does), on a fresh batch each time so
+/// nothing is cached. Prints a second table.
+fn payload_costs(metered: &Arc<FilterEngine>) {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/events/logs.jsonl");
+    let text = std::fs::read_to_string(&fixture).expect("the logs fixture");
+    let one_pass = read_events(Source::Logs, &text).expect("fixture events");
+    let events: Vec<_> = one_pass.iter().cycle().take(1_024).cloned().collect();
+    let load = |file: &str| {
+        let path = Path::new(BUILT_FILTERS_DIR).join(file);
+        let bytes = std::fs::read(&path).expect("a built example");
+        metered.load(file, &bytes).expect("the example loads")
+    };
+    let fixed = load("chainsieve_example_erc20_transfers.wasm");
+    let written = load("chainsieve_example_erc20_transfers_decoded.wasm");
+    println!();
+    println!("| payload | subscribers | µs per batch | notifications | µs per notification |");
+    println!("|---|---:|---:|---:|---:|");
+    for subscribers in [1u64, 100] {
+        for component in [&fixed, &written] {
+            let mut instance = metered.instantiate(component).expect("instance");
+            for i in 0..subscribers {
+                instance
+                    .subscribe(i, "[]")
+                    .expect("call")
+                    .expect("accepted");
+            }
+            let mut notifications = 0;
+            let us = time(|| {
+                let batch = EventBatch::new(Source::Logs, events.clone());
+                let matches = match component.manifest.layout {
+                    Layout::Whole => instance.match_batch(batch.encoded()),
+                    Layout::Projected(fields) => instance.match_batch(&batch.projected(fields)),
+                }
+                .expect("match");
+                let mut made: Vec<Option<Notice>> = vec![None; matches.payload_ends.len()];
+                for (pair, (event, _)) in matches.pairs().enumerate() {
+                    let notice = match matches.payload_of(pair) {
+                        None => batch.notice(event as usize, Payload::Full).clone(),
+                        Some(index) => made[index as usize]
+                            .get_or_insert_with(|| {
+                                let bytes = matches.written(index).expect("checked");
+                                let text = std::str::from_utf8(bytes).expect("JSON is UTF-8");
+                                Notice::new(text, batch.cursor(event as usize))
+                            })
+                            .clone(),
+                    };
+                    black_box(notice);
+                }
+                notifications = matches.len();
+            });
+            println!(
+                "| {} | {subscribers} | {us:.1} | {notifications} | {:.3} |",
+                match component.manifest.layout {
+                    Layout::Whole => "fixed (0.1 erc20Transfers, the log)",
+                    Layout::Projected(_) => "written (0.2 erc20TransfersDecoded)",
+                },
+                us / notifications.max(1) as f64
+            );
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument picks topics.
     let only: Vec<String> = std::env::args()
@@ -415,5 +487,8 @@ fn main() {
                 ),
             }
         }
+    }
+    if only.is_empty() || only.iter().any(|o| o == "payloads") {
+        payload_costs(&metered);
     }
 }

@@ -24,7 +24,9 @@
 
 use chainsieve_filter_sdk_0_2::decode::{decimal, erc20_transfer, hex_address, hex_word};
 use chainsieve_filter_sdk_0_2::params::{self, ParamsError};
-use chainsieve_filter_sdk_0_2::serde_json::{self, Value, json};
+use std::fmt::Write;
+
+use chainsieve_filter_sdk_0_2::serde_json::Value;
 use chainsieve_filter_sdk_0_2::{KeySet, LogView, Source, Transform, export_transform, log_fields};
 
 /// The log fields read: what the transfer and its payload need.
@@ -85,17 +87,20 @@ impl Transform for DecodedTransfer {
             out.push_str("null");
             return;
         };
-        let payload = json!({
-            "token": hex_address(&transfer.token),
-            "from": hex_address(&transfer.from),
-            "to": hex_address(&transfer.to),
-            "amount": decimal(&transfer.amount),
-            "blockNumber": format!("{:#x}", log.block_number()),
-            "transactionHash": hex_word(log.transaction_hash()),
-            "logIndex": format!("{:#x}", log.log_index()),
-            "removed": log.removed(),
-        });
-        out.push_str(&serde_json::to_string(&payload).unwrap_or_else(|_| "null".into()));
+        // Hex, decimal digits and a boolean need no escaping: written
+        // straight into the buffer, with no JSON tree in between.
+        let _ = write!(
+            out,
+            r#"{{"token":"{}","from":"{}","to":"{}","amount":"{}","blockNumber":"{:#x}","transactionHash":"{}","logIndex":"{:#x}","removed":{}}}"#,
+            hex_address(&transfer.token),
+            hex_address(&transfer.from),
+            hex_address(&transfer.to),
+            decimal(&transfer.amount),
+            log.block_number(),
+            hex_word(log.transaction_hash()),
+            log.log_index(),
+            log.removed(),
+        );
     }
 
     fn index(&self) -> Option<&[[u8; 20]]> {
@@ -117,6 +122,8 @@ mod tests {
     use chainsieve_filter_sdk_0_2::decode::TRANSFER_TOPIC;
     use chainsieve_filter_sdk_0_2::layout::LogFields;
     use chainsieve_filter_sdk_0_2::{Filter, Matches, ProjectedWriter, match_batch};
+
+    use chainsieve_filter_sdk_0_2::serde_json::{self, json};
 
     use super::*;
 
