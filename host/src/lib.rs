@@ -18,7 +18,8 @@
 //! - [`chain`] — per chain, the [`chain::pipeline`] (any ordered stream of
 //!   source events → canonical tracker → stream batches → filter actors) and
 //!   the hot swap of filter components ([`chain::reload`]).
-//! - [`filters`] — the wasmtime engine, the loaded components, and the actors
+//! - [`filters`] — the wasmtime engine, one bindings module per filter
+//!   contract version (0.1.0, 0.2.0), the loaded components, and the actors
 //!   that call them per batch and deliver the matches.
 //! - [`fanout`] — per-connection bounded queues and the notification frame,
 //!   built around a payload serialized once per event.
