@@ -79,6 +79,11 @@ const GUESTS: &[(&str, &str, Use)] = &[
         "chainsieve_bv_mined_transactions_0_2",
         Use::TestOnly,
     ),
+    (
+        "chainsieve-logs-filter-0-2",
+        "chainsieve_logs_filter_0_2",
+        Use::TestOnly,
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

@@ -112,8 +112,22 @@ fn heads(len: usize) -> Vec<u8> {
     w.finish()
 }
 
+/// A batch of `len` logs in layout 1.
 fn logs(len: usize, subscriptions: u64) -> Vec<u8> {
-    let mut w = BatchWriter::new(Source::Logs, len);
+    write_logs(BatchWriter::new(Source::Logs, len), len, subscriptions)
+}
+
+/// The same logs in layout 2, carrying what the logs rules read.
+fn projected_logs(len: usize, subscriptions: u64) -> Vec<u8> {
+    let fields = chainsieve_log_rules::READS;
+    write_logs(
+        ProjectedWriter::new(Source::Logs, fields, len),
+        len,
+        subscriptions,
+    )
+}
+
+fn write_logs(mut w: impl EventWriter, len: usize, subscriptions: u64) -> Vec<u8> {
     let transfer = [0xdd; 32];
     for i in 0..len as u64 {
         let contract = concerned(i, subscriptions);
@@ -193,7 +207,7 @@ fn cases() -> Vec<Case> {
             params: |i| format!(r#"[{{"address":"0x{}"}}]"#, hex(&address(i))),
             broadcast: false,
             batch: logs,
-            v0_2: None,
+            v0_2: Some(("chainsieve_logs_filter_0_2.wasm", projected_logs)),
         },
     ]
 }
@@ -459,6 +473,7 @@ fn main() {
             "bvMinedTransactions" => measure_v0_2::<
                 chainsieve_bv_mined_transactions_0_2::BvMinedFilter,
             >(&case, &metered, &mut rows),
+            "logs" => measure_v0_2::<chainsieve_logs_filter_0_2::Logs>(&case, &metered, &mut rows),
             _ => {}
         }
         for Row {

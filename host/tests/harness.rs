@@ -213,15 +213,15 @@ fn transaction_filters_answer_as_natively_over_the_fixtures() {
     assert_eq!(hashes.len(), 2 * pending.lines().count());
 }
 
-#[test]
-fn the_logs_filter_answers_as_natively_over_the_fixture() {
-    let logs = fixture(Source::Logs);
-    let addresses = common(&logs, "address");
+/// Subscriptions of `logs` over the fixture: every log, an address, two
+/// addresses with a first topic, two topic positions of any value.
+fn log_params(logs: &str) -> Vec<String> {
+    let addresses = common(logs, "address");
     let first_topics: Vec<String> = logs
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).expect("JSON")["topics"][0].to_string())
         .collect();
-    let params = vec![
+    vec![
         "[]".to_string(),
         format!(r#"[{{"address":"{}"}}]"#, addresses[0]),
         format!(
@@ -229,7 +229,12 @@ fn the_logs_filter_answers_as_natively_over_the_fixture() {
             addresses[0], addresses[1], first_topics[0]
         ),
         r#"[{"topics":[null,null]}]"#.to_string(),
-    ];
+    ]
+}
+
+#[test]
+fn the_logs_filter_answers_as_natively_over_the_fixture() {
+    let params = log_params(&fixture(Source::Logs));
     let got = same_over_fixture::<chainsieve_logs_filter::Logs>("logs", &params);
     for subscription in 0..params.len() as u64 {
         assert!(got.iter().any(|m| m.subscription == subscription));
@@ -435,46 +440,59 @@ fn the_decoded_transfers_example_writes_each_transfer_decoded() {
     assert_eq!(as_json(&lines), as_json(&expected));
 }
 
-/// The transaction rules built for contract 0.2 (batches carrying sender,
-/// receiver and selector only) answer as the 0.1 built-ins over the
-/// fixtures, in batches of 5.
-#[test]
-fn transaction_filters_built_for_0_2_answer_as_the_0_1_builds() {
-    let params = transaction_params(&fixture(Source::PendingTransactions));
-    for (topic, file, source) in [
-        (
-            "bvPendingTransactions",
-            "chainsieve_bv_pending_transactions_0_2.wasm",
-            Source::PendingTransactions,
-        ),
-        (
-            "bvMinedTransactions",
-            "chainsieve_bv_mined_transactions_0_2.wasm",
-            Source::MinedTransactions,
-        ),
-    ] {
-        let mut v0_1 = harness(topic, 5);
-        let bytes = chainsieve_tests::filters::test_filter(file);
-        let mut v0_2 = Harness::load(file, &bytes, &FiltersConfig::default())
-            .expect("loads")
-            .with_batch_size(5);
-        assert_eq!(
-            v0_2.manifest().layout,
-            chainsieve::filters::Layout::Projected(
-                tx_fields::FROM | tx_fields::TO | tx_fields::SELECTOR
-            )
-        );
-        for p in &params {
-            v0_1.subscribe(p).expect("call").expect("accepted");
-            v0_2.subscribe(p).expect("call").expect("accepted");
-        }
-        let text = fixture(source);
-        let expected = v0_1.run_jsonl(&text).expect("0.1 runs");
-        assert!(!expected.is_empty(), "{topic}");
-        assert_eq!(
-            v0_2.run_jsonl(&text).expect("0.2 runs"),
-            expected,
-            "{topic}"
-        );
+/// The 0.2 build `file` of the built-in `topic` (batches carrying only
+/// `fields`) answers as the 0.1 built-in over the fixture of `source`, in
+/// batches of 5.
+fn v0_2_answers_as_v0_1(topic: &str, file: &str, source: Source, fields: u32, params: &[String]) {
+    let mut v0_1 = harness(topic, 5);
+    let bytes = chainsieve_tests::filters::test_filter(file);
+    let mut v0_2 = Harness::load(file, &bytes, &FiltersConfig::default())
+        .expect("loads")
+        .with_batch_size(5);
+    assert_eq!(
+        v0_2.manifest().layout,
+        chainsieve::filters::Layout::Projected(fields)
+    );
+    for p in params {
+        v0_1.subscribe(p).expect("call").expect("accepted");
+        v0_2.subscribe(p).expect("call").expect("accepted");
     }
+    let text = fixture(source);
+    let expected = v0_1.run_jsonl(&text).expect("0.1 runs");
+    assert!(!expected.is_empty(), "{topic}");
+    assert_eq!(
+        v0_2.run_jsonl(&text).expect("0.2 runs"),
+        expected,
+        "{topic}"
+    );
+}
+
+/// The transaction rules built for contract 0.2 (sender, receiver and
+/// selector only) and the logs rules (address and topics only) answer as
+/// their 0.1 built-ins.
+#[test]
+fn built_ins_built_for_0_2_answer_as_the_0_1_builds() {
+    let params = transaction_params(&fixture(Source::PendingTransactions));
+    let reads = tx_fields::FROM | tx_fields::TO | tx_fields::SELECTOR;
+    v0_2_answers_as_v0_1(
+        "bvPendingTransactions",
+        "chainsieve_bv_pending_transactions_0_2.wasm",
+        Source::PendingTransactions,
+        reads,
+        &params,
+    );
+    v0_2_answers_as_v0_1(
+        "bvMinedTransactions",
+        "chainsieve_bv_mined_transactions_0_2.wasm",
+        Source::MinedTransactions,
+        reads,
+        &params,
+    );
+    v0_2_answers_as_v0_1(
+        "logs",
+        "chainsieve_logs_filter_0_2.wasm",
+        Source::Logs,
+        log_fields::ADDRESS | log_fields::TOPICS,
+        &log_params(&fixture(Source::Logs)),
+    );
 }

@@ -4,10 +4,13 @@
 //! the `filter_matrix` benchmark; the built-in stays on 0.1 until that
 //! says 0.2 pays (docs/architecture.md, Filter contract v0.2).
 
-use chainsieve_filter_sdk_0_2::{Delivery, Manifest, Payload, Source, export_filter};
+use chainsieve_filter_sdk_0_2::{Delivery, Manifest, Payload, Source, export_filter, rules_filter};
 
-chainsieve_transactions_filter::transaction_filter_0_2!(
+rules_filter!(
     BvMinedFilter,
+    chainsieve_transactions_filter::TransactionRules,
+    TxView,
+    chainsieve_transactions_filter::READS,
     Manifest {
         topic: "bvMinedTransactions",
         source: Source::MinedTransactions,

@@ -2,10 +2,12 @@
 //! `fromAddress` / `toAddress` / `methodIds` (rules in
 //! `chainsieve-transactions-filter`).
 
-use chainsieve_filter_sdk::{Manifest, Payload, Source, export_filter};
+use chainsieve_filter_sdk::{Manifest, Payload, Source, export_filter, rules_filter};
 
-chainsieve_transactions_filter::transaction_filter_0_1!(
+rules_filter!(
     BvMinedFilter,
+    chainsieve_transactions_filter::TransactionRules,
+    TxView,
     Manifest {
         topic: "bvMinedTransactions",
         source: Source::MinedTransactions,

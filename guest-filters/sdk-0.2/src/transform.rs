@@ -95,3 +95,41 @@ macro_rules! export_transform {
         $crate::export_filter!($crate::Transforms<$transform>);
     };
 }
+
+/// Makes `$name`, a filter over `$rules`, rules kept outside any contract
+/// version (`chainsieve-transactions-filter`, `chainsieve-log-rules`): a
+/// type with `subscribe(id, params, topic)`, `unsubscribe(id)` and
+/// `matches(event, emit)`, reading events as `$view` (`TxView`, `LogView`)
+/// with the fields `$fields` (what the rules read). Matches go out with the
+/// subscription's payload kind.
+#[macro_export]
+macro_rules! rules_filter {
+    ($name:ident, $rules:ty, $view:ident, $fields:expr, $manifest:expr) => {
+        /// The component's filter.
+        #[derive(Debug, Default)]
+        pub struct $name($rules);
+
+        impl $crate::Filter for $name {
+            const MANIFEST: $crate::Manifest = $manifest;
+            type Event<'a> = $crate::$view<'a, { $fields }>;
+
+            fn subscribe(
+                &mut self,
+                id: $crate::SubscriptionId,
+                params: &str,
+            ) -> Result<$crate::Delivery, $crate::ParamsError> {
+                self.0.subscribe(id, params, Self::MANIFEST.topic)?;
+                Ok(Self::MANIFEST.delivery)
+            }
+
+            fn unsubscribe(&mut self, id: $crate::SubscriptionId) {
+                self.0.unsubscribe(id)
+            }
+
+            #[inline(always)]
+            fn matches(&self, event: &Self::Event<'_>, out: &mut $crate::Out<'_>) {
+                self.0.matches(event, &mut |id| out.send(id))
+            }
+        }
+    };
+}

@@ -84,6 +84,47 @@ macro_rules! export_rule {
     };
 }
 
+/// Makes `$name`, a filter over `$rules`, rules kept outside any contract
+/// version (`chainsieve-transactions-filter`, `chainsieve-log-rules`): a
+/// type with `subscribe(id, params, topic)`, `unsubscribe(id)` and
+/// `matches(event, emit)`, reading events as `$view` (`TxView`,
+/// `LogView`). So one crate of rules serves a component of each version.
+#[macro_export]
+macro_rules! rules_filter {
+    ($name:ident, $rules:ty, $view:ident, $manifest:expr) => {
+        /// The component's filter.
+        #[derive(Debug, Default)]
+        pub struct $name($rules);
+
+        impl $crate::Filter for $name {
+            const MANIFEST: $crate::Manifest = $manifest;
+            type Event<'a> = $crate::$view<'a>;
+
+            fn subscribe(
+                &mut self,
+                id: $crate::SubscriptionId,
+                params: &str,
+            ) -> Result<$crate::Payload, $crate::ParamsError> {
+                self.0.subscribe(id, params, Self::MANIFEST.topic)?;
+                Ok(Self::MANIFEST.payload)
+            }
+
+            fn unsubscribe(&mut self, id: $crate::SubscriptionId) {
+                self.0.unsubscribe(id)
+            }
+
+            #[inline(always)]
+            fn matches(
+                &self,
+                event: &Self::Event<'_>,
+                emit: &mut impl FnMut($crate::SubscriptionId),
+            ) {
+                self.0.matches(event, emit)
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

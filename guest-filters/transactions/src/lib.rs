@@ -13,10 +13,9 @@
 //!
 //! The rules depend on `chainsieve-filter-core` only and read transactions
 //! through [`TxRead`], so they serve components of every contract version:
-//! [`transaction_filter_0_1!`] and [`transaction_filter_0_2!`] make a
-//! topic's filter type for the matching SDK. (A component must link one
-//! contract version's bindings only; docs/architecture.md, Filter contract
-//! v0.2.)
+//! each SDK's `rules_filter!` makes a topic's filter of them. (A component
+//! must link one contract version's bindings only; docs/architecture.md,
+//! Filter contract v0.2.)
 
 use chainsieve_filter_core::params::{self, ParamsError};
 use chainsieve_filter_core::{KeyMap, KeySet, SubscriptionId, SubscriptionIndex, TxRead};
@@ -171,95 +170,15 @@ pub const READS: u32 = chainsieve_filter_core::projection::tx_fields::FROM
     | chainsieve_filter_core::projection::tx_fields::TO
     | chainsieve_filter_core::projection::tx_fields::SELECTOR;
 
-/// Makes `$name`, a contract 0.1 filter of the transaction rules with
-/// `$manifest` (a `chainsieve_filter_sdk::Manifest`), in a crate that
-/// depends on `chainsieve-filter-sdk`.
-#[macro_export]
-macro_rules! transaction_filter_0_1 {
-    ($name:ident, $manifest:expr) => {
-        /// The component's filter: the transaction rules.
-        #[derive(Debug, Default)]
-        pub struct $name($crate::TransactionRules);
-
-        impl ::chainsieve_filter_sdk::Filter for $name {
-            const MANIFEST: ::chainsieve_filter_sdk::Manifest = $manifest;
-            type Event<'a> = ::chainsieve_filter_sdk::TxView<'a>;
-
-            fn subscribe(
-                &mut self,
-                id: ::chainsieve_filter_sdk::SubscriptionId,
-                params: &str,
-            ) -> Result<::chainsieve_filter_sdk::Payload, ::chainsieve_filter_sdk::ParamsError>
-            {
-                self.0.subscribe(id, params, Self::MANIFEST.topic)?;
-                Ok(Self::MANIFEST.payload)
-            }
-
-            fn unsubscribe(&mut self, id: ::chainsieve_filter_sdk::SubscriptionId) {
-                self.0.unsubscribe(id)
-            }
-
-            #[inline(always)]
-            fn matches(
-                &self,
-                tx: &::chainsieve_filter_sdk::TxView<'_>,
-                emit: &mut impl FnMut(::chainsieve_filter_sdk::SubscriptionId),
-            ) {
-                self.0.matches(tx, emit)
-            }
-        }
-    };
-}
-
-/// Makes `$name`, a contract 0.2 filter of the transaction rules with
-/// `$manifest` (a `chainsieve_filter_sdk_0_2::Manifest`) reading only
-/// [`READS`], in a crate that depends on `chainsieve-filter-sdk-0-2`.
-#[macro_export]
-macro_rules! transaction_filter_0_2 {
-    ($name:ident, $manifest:expr) => {
-        /// The component's filter: the transaction rules.
-        #[derive(Debug, Default)]
-        pub struct $name($crate::TransactionRules);
-
-        impl ::chainsieve_filter_sdk_0_2::Filter for $name {
-            const MANIFEST: ::chainsieve_filter_sdk_0_2::Manifest = $manifest;
-            type Event<'a> = ::chainsieve_filter_sdk_0_2::TxView<'a, { $crate::READS }>;
-
-            fn subscribe(
-                &mut self,
-                id: ::chainsieve_filter_sdk_0_2::SubscriptionId,
-                params: &str,
-            ) -> Result<
-                ::chainsieve_filter_sdk_0_2::Delivery,
-                ::chainsieve_filter_sdk_0_2::ParamsError,
-            > {
-                self.0.subscribe(id, params, Self::MANIFEST.topic)?;
-                Ok(Self::MANIFEST.delivery)
-            }
-
-            fn unsubscribe(&mut self, id: ::chainsieve_filter_sdk_0_2::SubscriptionId) {
-                self.0.unsubscribe(id)
-            }
-
-            #[inline(always)]
-            fn matches(
-                &self,
-                tx: &::chainsieve_filter_sdk_0_2::TxView<'_, { $crate::READS }>,
-                out: &mut ::chainsieve_filter_sdk_0_2::Out<'_>,
-            ) {
-                self.0.matches(tx, &mut |id| out.send(id))
-            }
-        }
-    };
-}
-
 #[cfg(test)]
 mod tests {
     use chainsieve_filter_sdk::layout::{BatchWriter, TxFields};
     use chainsieve_filter_sdk::{Filter, Manifest, Payload, Source, match_batch};
 
-    crate::transaction_filter_0_1!(
+    chainsieve_filter_sdk::rules_filter!(
         F,
+        crate::TransactionRules,
+        TxView,
         Manifest {
             topic: "bvPendingTransactions",
             source: Source::PendingTransactions,
