@@ -50,6 +50,31 @@ impl Source {
         }
     }
 
+    /// Whether batches of `other` hold the same kind of record (pending
+    /// and mined transactions do).
+    pub const fn same_kind(self, other: Source) -> bool {
+        matches!(
+            (self, other),
+            (
+                Source::PendingTransactions | Source::MinedTransactions,
+                Source::PendingTransactions | Source::MinedTransactions
+            ) | (Source::Heads, Source::Heads)
+                | (Source::Logs, Source::Logs)
+        )
+    }
+
+    /// `Ok` when a batch of `found` holds this stream's kind of record.
+    pub(crate) fn check_kind(self, found: Source) -> Result<(), LayoutError> {
+        if self.same_kind(found) {
+            Ok(())
+        } else {
+            Err(LayoutError::WrongSource {
+                expected: self,
+                found,
+            })
+        }
+    }
+
     /// Size of one record of this stream.
     pub const fn record_len(self) -> usize {
         match self {
@@ -227,60 +252,100 @@ impl EventWriter for BatchWriter {
     }
 }
 
-/// Writes one batch. Records go into `records`, variable fields into `blob`;
-/// `finish` joins them. Offsets in records are relative to the blob start.
+/// What a writer of either layout builds: the header, fixed-size records
+/// and a blob for variable-length fields, joined by [`Buffer::finish`].
+/// Offsets in records are relative to the blob start.
 #[derive(Debug)]
-pub struct BatchWriter {
+pub(crate) struct Buffer {
     source: Source,
+    record_len: usize,
     count: u32,
+    /// The header, then the records.
     records: Vec<u8>,
     blob: Vec<u8>,
 }
 
-impl BatchWriter {
-    pub fn new(source: Source, capacity: usize) -> Self {
-        let mut records = Vec::with_capacity(HEADER_LEN + capacity * source.record_len());
-        records.extend_from_slice(&[VERSION, source.code(), 0, 0, 0, 0, 0, 0]);
+impl Buffer {
+    /// A buffer for `capacity` records of `record_len` bytes after
+    /// `header`, whose bytes 4-7 `finish` fills with the record count.
+    pub(crate) fn new(source: Source, header: &[u8], record_len: usize, capacity: usize) -> Self {
+        let mut records = Vec::with_capacity(header.len() + capacity * record_len);
+        records.extend_from_slice(header);
         Self {
             source,
+            record_len,
             count: 0,
             records,
             blob: Vec::new(),
         }
     }
 
-    pub fn source(&self) -> Source {
+    pub(crate) fn source(&self) -> Source {
         self.source
     }
 
-    fn start_record(&mut self, source_ok: bool) -> usize {
+    /// A new zeroed record, of a kind `source_ok` says the batch holds.
+    pub(crate) fn record(&mut self, source_ok: bool) -> &mut [u8] {
         assert!(
             source_ok,
             "record kind does not match the batch source {:?}",
             self.source
         );
         let start = self.records.len();
-        self.records.resize(start + self.source.record_len(), 0);
+        self.records.resize(start + self.record_len, 0);
         self.count += 1;
-        start
+        &mut self.records[start..]
     }
 
-    fn push_blob(&mut self, bytes: &[u8]) -> (u32, u32) {
+    /// Appends a variable-length field; its offset and length.
+    pub(crate) fn push_blob(&mut self, bytes: &[u8]) -> (u32, u32) {
         let offset = u32::try_from(self.blob.len()).expect("batch blob exceeds 4 GiB");
         let len = u32::try_from(bytes.len()).expect("field exceeds 4 GiB");
         self.blob.extend_from_slice(bytes);
         (offset, len)
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// The finished buffer: header, records, blob.
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        self.records[4..8].copy_from_slice(&self.count.to_le_bytes());
+        self.records.extend_from_slice(&self.blob);
+        self.records
+    }
+
+    /// Appends a header, the same in every layout.
+    pub(crate) fn push_head(&mut self, h: &HeadFields<'_>) {
+        let is_heads = self.source == Source::Heads;
+        write_head(self.record(is_heads), h);
+    }
+}
+
+/// Writes one batch in layout 1.
+#[derive(Debug)]
+pub struct BatchWriter {
+    buffer: Buffer,
+}
+
+impl BatchWriter {
+    pub fn new(source: Source, capacity: usize) -> Self {
+        let header = [VERSION, source.code(), 0, 0, 0, 0, 0, 0];
+        Self {
+            buffer: Buffer::new(source, &header, source.record_len(), capacity),
+        }
+    }
+
+    pub fn source(&self) -> Source {
+        self.buffer.source()
+    }
+
     /// Appends a transaction; the batch must be a transaction batch.
     pub fn push_tx(&mut self, tx: &TxFields<'_>) {
-        let is_tx = matches!(
-            self.source,
-            Source::PendingTransactions | Source::MinedTransactions
-        );
-        let (input_offset, input_len) = self.push_blob(tx.input);
-        let at = self.start_record(is_tx);
-        let r = &mut self.records[at..at + tx::LEN];
+        let is_tx = Source::MinedTransactions.same_kind(self.buffer.source());
+        let (input_offset, input_len) = self.buffer.push_blob(tx.input);
+        let r = self.buffer.record(is_tx);
         r[tx::HASH..tx::HASH + 32].copy_from_slice(tx.hash);
         r[tx::FROM..tx::FROM + 20].copy_from_slice(tx.from);
         let mut flags = 0;
@@ -303,17 +368,16 @@ impl BatchWriter {
 
     /// Appends a header; the batch must be a heads batch.
     pub fn push_head(&mut self, h: &HeadFields<'_>) {
-        let at = self.start_record(self.source == Source::Heads);
-        write_head(&mut self.records[at..at + head::LEN], h);
+        self.buffer.push_head(h);
     }
 
     /// Appends a log; the batch must be a logs batch. Topics past the fourth
     /// are not representable in the EVM and are refused.
     pub fn push_log(&mut self, l: &LogFields<'_>) {
         assert!(l.topics.len() <= 4, "a log has at most 4 topics");
-        let (data_offset, data_len) = self.push_blob(l.data);
-        let at = self.start_record(self.source == Source::Logs);
-        let r = &mut self.records[at..at + log::LEN];
+        let (data_offset, data_len) = self.buffer.push_blob(l.data);
+        let is_logs = self.buffer.source() == Source::Logs;
+        let r = self.buffer.record(is_logs);
         r[log::ADDRESS..log::ADDRESS + 20].copy_from_slice(l.address);
         r[log::TOPIC_COUNT] = l.topics.len() as u8;
         r[log::FLAGS] = if l.removed { log::REMOVED } else { 0 };
@@ -330,23 +394,55 @@ impl BatchWriter {
     }
 
     pub fn len(&self) -> usize {
-        self.count as usize
+        self.buffer.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.len() == 0
     }
 
     /// The finished buffer: header, records, blob.
-    pub fn finish(mut self) -> Vec<u8> {
-        self.records[4..8].copy_from_slice(&self.count.to_le_bytes());
-        self.records.extend_from_slice(&self.blob);
-        self.records
+    pub fn finish(self) -> Vec<u8> {
+        self.buffer.finish()
+    }
+}
+
+/// A batch's record area and blob, cut at the length its header announces,
+/// in either layout.
+pub(crate) struct Parts<'a> {
+    pub records: &'a [u8],
+    pub blob: &'a [u8],
+}
+
+impl<'a> Parts<'a> {
+    /// Cuts `bytes` after a header of `header_len` bytes into `count`
+    /// records of `record_len` bytes and the blob; refused if shorter.
+    pub(crate) fn split(
+        bytes: &'a [u8],
+        header_len: usize,
+        count: u32,
+        record_len: usize,
+    ) -> Result<Self, LayoutError> {
+        let too_short = |needed| LayoutError::TooShort {
+            len: bytes.len(),
+            needed,
+        };
+        let needed = (count as usize)
+            .checked_mul(record_len)
+            .and_then(|n| n.checked_add(header_len))
+            .ok_or(too_short(usize::MAX))?;
+        if bytes.len() < needed {
+            return Err(too_short(needed));
+        }
+        Ok(Self {
+            records: &bytes[header_len..needed],
+            blob: &bytes[needed..],
+        })
     }
 }
 
 /// A header record (the same in every layout version).
-pub(crate) fn write_head(r: &mut [u8], h: &HeadFields<'_>) {
+fn write_head(r: &mut [u8], h: &HeadFields<'_>) {
     put_u64(r, head::NUMBER, h.number);
     put_u64(r, head::TIMESTAMP, h.timestamp);
     r[head::HASH..head::HASH + 32].copy_from_slice(h.hash);
@@ -380,34 +476,19 @@ pub struct Batch<'a> {
 
 impl<'a> Batch<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self, LayoutError> {
-        if bytes.len() < HEADER_LEN {
-            return Err(LayoutError::TooShort {
-                len: bytes.len(),
-                needed: HEADER_LEN,
-            });
+        let header: &[u8; HEADER_LEN] = bytes.first_chunk().ok_or(LayoutError::TooShort {
+            len: bytes.len(),
+            needed: HEADER_LEN,
+        })?;
+        if header[0] != VERSION {
+            return Err(LayoutError::UnknownVersion(header[0]));
         }
-        if bytes[0] != VERSION {
-            return Err(LayoutError::UnknownVersion(bytes[0]));
-        }
-        let source = Source::from_code(bytes[1]).ok_or(LayoutError::UnknownSource(bytes[1]))?;
-        let count = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize;
-        let needed = count
-            .checked_mul(source.record_len())
-            .and_then(|n| n.checked_add(HEADER_LEN))
-            .ok_or(LayoutError::TooShort {
-                len: bytes.len(),
-                needed: usize::MAX,
-            })?;
-        if bytes.len() < needed {
-            return Err(LayoutError::TooShort {
-                len: bytes.len(),
-                needed,
-            });
-        }
+        let source = Source::from_code(header[1]).ok_or(LayoutError::UnknownSource(header[1]))?;
+        let parts = Parts::split(bytes, HEADER_LEN, get_u32(header, 4), source.record_len())?;
         Ok(Batch {
             source,
-            records: &bytes[HEADER_LEN..needed],
-            blob: &bytes[needed..],
+            records: parts.records,
+            blob: parts.blob,
         })
     }
 
@@ -425,21 +506,7 @@ impl<'a> Batch<'a> {
 
     /// The record area, once the batch is known to carry `expected`'s kind.
     fn records(&self, expected: Source) -> Result<&'a [u8], LayoutError> {
-        let same_kind = match expected {
-            Source::PendingTransactions | Source::MinedTransactions => {
-                matches!(
-                    self.source,
-                    Source::PendingTransactions | Source::MinedTransactions
-                )
-            }
-            other => other == self.source,
-        };
-        if !same_kind {
-            return Err(LayoutError::WrongSource {
-                expected,
-                found: self.source,
-            });
-        }
+        expected.check_kind(self.source)?;
         Ok(self.records)
     }
 

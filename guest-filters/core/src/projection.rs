@@ -22,8 +22,8 @@
 //! records are small and always whole (layout 1's).
 
 use crate::layout::{
-    HeadFields, HeadView, LayoutError, LogFields, Source, TxFields, array, blob_field, get_u32,
-    get_u64, head, put_u32, put_u64, write_head,
+    Buffer, HeadFields, HeadView, LayoutError, LogFields, Parts, Source, TxFields, array,
+    blob_field, get_u32, get_u64, head, put_u32, put_u64,
 };
 
 /// The layout version written in every layout-2 header.
@@ -126,12 +126,8 @@ pub const fn all_fields(source: Source) -> u32 {
 /// Writes one layout-2 batch carrying `fields` of each event.
 #[derive(Debug)]
 pub struct ProjectedWriter {
-    source: Source,
+    buffer: Buffer,
     fields: u32,
-    record_len: usize,
-    count: u32,
-    records: Vec<u8>,
-    blob: Vec<u8>,
 }
 
 impl ProjectedWriter {
@@ -140,22 +136,17 @@ impl ProjectedWriter {
     pub fn new(source: Source, fields: u32, capacity: usize) -> Self {
         let fields = fields & all_fields(source);
         let record_len = record_len(source, fields);
-        let mut records = Vec::with_capacity(HEADER_LEN + capacity * record_len);
-        records.extend_from_slice(&[VERSION, source.code(), 0, 0, 0, 0, 0, 0]);
-        records.extend_from_slice(&fields.to_le_bytes());
-        records.extend_from_slice(&(record_len as u32).to_le_bytes());
+        let mut header = [VERSION, source.code(), 0, 0, 0, 0, 0, 0].to_vec();
+        header.extend_from_slice(&fields.to_le_bytes());
+        header.extend_from_slice(&(record_len as u32).to_le_bytes());
         Self {
-            source,
+            buffer: Buffer::new(source, &header, record_len, capacity),
             fields,
-            record_len,
-            count: 0,
-            records,
-            blob: Vec::new(),
         }
     }
 
     pub fn source(&self) -> Source {
-        self.source
+        self.buffer.source()
     }
 
     /// The fields each record carries.
@@ -163,40 +154,13 @@ impl ProjectedWriter {
         self.fields
     }
 
-    fn start_record(&mut self, source_ok: bool) -> usize {
-        assert!(
-            source_ok,
-            "record kind does not match the batch source {:?}",
-            self.source
-        );
-        let start = self.records.len();
-        self.records.resize(start + self.record_len, 0);
-        self.count += 1;
-        start
-    }
-
-    fn push_blob(&mut self, bytes: &[u8]) -> (u32, u32) {
-        let offset = u32::try_from(self.blob.len()).expect("batch blob exceeds 4 GiB");
-        let len = u32::try_from(bytes.len()).expect("field exceeds 4 GiB");
-        self.blob.extend_from_slice(bytes);
-        (offset, len)
-    }
-
     /// Appends a transaction's declared fields.
     pub fn push_tx(&mut self, tx: &TxFields<'_>) {
         use tx_fields::*;
-        let is_tx = matches!(
-            self.source,
-            Source::PendingTransactions | Source::MinedTransactions
-        );
+        let is_tx = Source::MinedTransactions.same_kind(self.buffer.source());
         let fields = self.fields;
-        let input = if fields & INPUT != 0 {
-            Some(self.push_blob(tx.input))
-        } else {
-            None
-        };
-        let at = self.start_record(is_tx);
-        let r = &mut self.records[at..at + self.record_len];
+        let input = (fields & INPUT != 0).then(|| self.buffer.push_blob(tx.input));
+        let r = self.buffer.record(is_tx);
         let selector = tx.input.first_chunk::<4>();
         r[0] = (u8::from(tx.to.is_some()) * HAS_TO)
             | (u8::from(tx.removed) * REMOVED)
@@ -242,13 +206,9 @@ impl ProjectedWriter {
         use log_fields::*;
         assert!(l.topics.len() <= 4, "a log has at most 4 topics");
         let fields = self.fields;
-        let data = if fields & DATA != 0 {
-            Some(self.push_blob(l.data))
-        } else {
-            None
-        };
-        let at = self.start_record(self.source == Source::Logs);
-        let r = &mut self.records[at..at + self.record_len];
+        let data = (fields & DATA != 0).then(|| self.buffer.push_blob(l.data));
+        let is_logs = self.buffer.source() == Source::Logs;
+        let r = self.buffer.record(is_logs);
         r[0] = u8::from(l.removed) * REMOVED;
         let place = |field| offset(&SIZES, fields, field);
         let declared = |field| fields & field != 0;
@@ -282,23 +242,20 @@ impl ProjectedWriter {
 
     /// Appends a header (always whole).
     pub fn push_head(&mut self, h: &HeadFields<'_>) {
-        let at = self.start_record(self.source == Source::Heads);
-        write_head(&mut self.records[at..at + head::LEN], h);
+        self.buffer.push_head(h);
     }
 
     pub fn len(&self) -> usize {
-        self.count as usize
+        self.buffer.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.len() == 0
     }
 
     /// The finished buffer: header, records, blob.
-    pub fn finish(mut self) -> Vec<u8> {
-        self.records[4..8].copy_from_slice(&self.count.to_le_bytes());
-        self.records.extend_from_slice(&self.blob);
-        self.records
+    pub fn finish(self) -> Vec<u8> {
+        self.buffer.finish()
     }
 }
 
@@ -340,7 +297,7 @@ impl<'a, const F: u32> ProjectedBatch<'a, F> {
             return Err(LayoutError::UnknownVersion(header[0]));
         }
         let source = Source::from_code(header[1]).ok_or(LayoutError::UnknownSource(header[1]))?;
-        let count = get_u32(header, 4) as usize;
+        let count = get_u32(header, 4);
         let fields = get_u32(header, 8);
         let declared = F & all_fields(source);
         if fields != declared {
@@ -349,23 +306,17 @@ impl<'a, const F: u32> ProjectedBatch<'a, F> {
                 carried: fields,
             });
         }
-        let needed = count
-            .checked_mul(record_len(source, fields))
-            .and_then(|n| n.checked_add(HEADER_LEN))
-            .ok_or(LayoutError::TooShort {
-                len: bytes.len(),
-                needed: usize::MAX,
-            })?;
-        if bytes.len() < needed || get_u32(header, 12) as usize != record_len(source, fields) {
+        if get_u32(header, 12) as usize != record_len(source, fields) {
             return Err(LayoutError::TooShort {
                 len: bytes.len(),
-                needed,
+                needed: usize::MAX,
             });
         }
+        let parts = Parts::split(bytes, HEADER_LEN, count, record_len(source, fields))?;
         Ok(Self {
             source,
-            records: &bytes[HEADER_LEN..needed],
-            blob: &bytes[needed..],
+            records: parts.records,
+            blob: parts.blob,
         })
     }
 
@@ -382,15 +333,8 @@ impl<'a, const F: u32> ProjectedBatch<'a, F> {
     }
 
     fn of_kind(&self, expected: Source) -> Result<&'a [u8], LayoutError> {
-        let transactions = |s| matches!(s, Source::PendingTransactions | Source::MinedTransactions);
-        if transactions(expected) && transactions(self.source) || expected == self.source {
-            Ok(self.records)
-        } else {
-            Err(LayoutError::WrongSource {
-                expected,
-                found: self.source,
-            })
-        }
+        expected.check_kind(self.source)?;
+        Ok(self.records)
     }
 
     /// The transactions of a pending or mined batch.
