@@ -399,11 +399,9 @@ fn payload_costs(metered: &Arc<FilterEngine>) {
             let mut notifications = 0;
             let us = time(|| {
                 let batch = EventBatch::new(Source::Logs, events.clone());
-                let matches = match component.manifest.layout {
-                    Layout::Whole => instance.match_batch(batch.encoded()),
-                    Layout::Projected(fields) => instance.match_batch(&batch.projected(fields)),
-                }
-                .expect("match");
+                let matches = instance
+                    .match_batch(&component.manifest.layout.of(&batch))
+                    .expect("match");
                 let mut made: Vec<Option<Notice>> = vec![None; matches.payload_ends.len()];
                 for (pair, (event, _)) in matches.pairs().enumerate() {
                     let notice = match matches.payload_of(pair) {

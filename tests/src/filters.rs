@@ -92,6 +92,18 @@ pub async fn wait_for_filters(
     }
 }
 
+/// Waits until every chain of the default config serves `topic` from the
+/// file at `path`.
+pub async fn wait_until_served(state: &AppState, topic: &str, path: &Path) -> anyhow::Result<()> {
+    let path = path.display().to_string();
+    wait_for_filters(state, |state| {
+        ["eth", "bsc", "polygon"]
+            .iter()
+            .all(|chain| origin(state, chain, topic).as_deref() == Some(&path))
+    })
+    .await
+}
+
 /// What `chain` serves `topic` from (`built-in …` or a path), if anything.
 pub fn origin(state: &AppState, chain: &str, topic: &str) -> Option<String> {
     state.chains[chain]

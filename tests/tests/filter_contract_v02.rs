@@ -6,7 +6,9 @@
 //! transfers from a filters directory next to the 0.1 example.
 
 use chainsieve::filters::registry::BUILT_FILTERS_DIR;
-use chainsieve_tests::filters::{origin, place, test_filter, wait_for_filters, watching};
+use chainsieve_tests::filters::{
+    origin, place, test_filter, wait_for_filters, wait_until_served, watching,
+};
 use chainsieve_tests::{TestServer, WsClient, hex_address};
 use serde_json::{Value, json};
 
@@ -17,14 +19,9 @@ const EVIL: &str = "chainsieve_evil_filter_0_2.wasm";
 async fn swap_in_evil(dir: &std::path::Path, server: &TestServer) -> std::path::PathBuf {
     place(dir, "newHeads.wasm", &test_filter(EVIL));
     let file = dir.join("newHeads.wasm");
-    let path = file.display().to_string();
-    wait_for_filters(&server.state, |state| {
-        ["eth", "bsc", "polygon"]
-            .iter()
-            .all(|chain| origin(state, chain, "newHeads").as_deref() == Some(&path))
-    })
-    .await
-    .expect("swapped in");
+    wait_until_served(&server.state, "newHeads", &file)
+        .await
+        .expect("swapped in");
     file
 }
 

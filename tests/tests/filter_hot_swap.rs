@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use chainsieve_tests::filters::{evil_filter, origin, place, wait_for_filters, watching};
+use chainsieve_tests::filters::{
+    evil_filter, origin, place, wait_for_filters, wait_until_served, watching,
+};
 use chainsieve_tests::{TestServer, WsClient};
 use serde_json::{Value, json};
 
@@ -53,14 +55,9 @@ async fn a_swap_under_a_live_stream_delivers_every_event_exactly_once() {
         "newHeads.wasm",
         &evil_filter(&json!({"topic": "newHeads", "source": "heads", "only_even": true})),
     );
-    let path = file.display().to_string();
-    wait_for_filters(&server.state, |state| {
-        ["eth", "bsc", "polygon"]
-            .iter()
-            .all(|chain| origin(state, chain, "newHeads").as_deref() == Some(&path))
-    })
-    .await
-    .expect("swapped in");
+    wait_until_served(&server.state, "newHeads", &file)
+        .await
+        .expect("swapped in");
     // Heads the built-in passed before the swap may still be queued on the
     // socket: read until the even-only component has visibly served, an
     // even head right after the one two below it (the odd block between

@@ -99,32 +99,12 @@ pub struct Manifest {
     pub delivery: Delivery,
 }
 
-/// Which records a view reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Transactions,
-    Heads,
-    Logs,
-}
-
-impl Kind {
-    /// Whether `source`'s batches hold records of this kind.
-    pub const fn carried_by(self, source: Source) -> bool {
-        matches!(
-            (self, source),
-            (
-                Kind::Transactions,
-                Source::PendingTransactions | Source::MinedTransactions
-            ) | (Kind::Heads, Source::Heads)
-                | (Kind::Logs, Source::Logs)
-        )
-    }
-}
-
 /// An event type a filter can consume: a view over one record of a
 /// layout-2 batch, and the fields it reads.
 pub trait Event<'a>: Sized {
-    const KIND: Kind;
+    /// A stream whose batches hold the records this view reads (any of
+    /// the same kind will do: pending and mined transactions).
+    const KIND: Source;
     /// The fields read: what the manifest declares and batches carry.
     const FIELDS: u32;
     /// Reads every event of a batch of this kind, refusing one that
@@ -133,7 +113,7 @@ pub trait Event<'a>: Sized {
 }
 
 impl<'a, const F: u32> Event<'a> for TxView<'a, F> {
-    const KIND: Kind = Kind::Transactions;
+    const KIND: Source = Source::MinedTransactions;
     const FIELDS: u32 = F;
     fn all(bytes: &'a [u8]) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
         ProjectedBatch::<F>::parse(bytes)?.transactions()
@@ -141,7 +121,7 @@ impl<'a, const F: u32> Event<'a> for TxView<'a, F> {
 }
 
 impl<'a> Event<'a> for HeadView<'a> {
-    const KIND: Kind = Kind::Heads;
+    const KIND: Source = Source::Heads;
     const FIELDS: u32 = 0;
     fn all(bytes: &'a [u8]) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
         ProjectedBatch::<0>::parse(bytes)?.heads()
@@ -149,7 +129,7 @@ impl<'a> Event<'a> for HeadView<'a> {
 }
 
 impl<'a, const F: u32> Event<'a> for LogView<'a, F> {
-    const KIND: Kind = Kind::Logs;
+    const KIND: Source = Source::Logs;
     const FIELDS: u32 = F;
     fn all(bytes: &'a [u8]) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
         ProjectedBatch::<F>::parse(bytes)?.logs()
@@ -251,7 +231,7 @@ pub mod bindings {
 #[doc(hidden)]
 pub mod __private {
     use super::bindings::chainsieve::filter::types as wit;
-    use super::{Delivery, Kind, Manifest, Matches, Payload, Source};
+    use super::{Delivery, Manifest, Matches, Payload, Source};
 
     pub fn manifest(m: Manifest, fields: u32) -> wit::Manifest {
         // The WIT flags' bits are the projection's (bit i, the i-th flag).
@@ -289,11 +269,6 @@ pub mod __private {
             payload_ends: m.payload_ends,
         }
     }
-
-    /// Whether a filter's view reads the records of its manifest's source.
-    pub const fn reads_its_source(kind: Kind, source: Source) -> bool {
-        kind.carried_by(source)
-    }
 }
 
 /// Exports a [`Filter`] type as the component's `chainsieve:filter@0.2.0`
@@ -304,10 +279,8 @@ pub mod __private {
 macro_rules! export_filter {
     ($filter:ty) => {
         const _: () = assert!(
-            $crate::__private::reads_its_source(
-                <<$filter as $crate::Filter>::Event<'static> as $crate::Event<'static>>::KIND,
-                <$filter as $crate::Filter>::MANIFEST.source,
-            ),
+            <<$filter as $crate::Filter>::Event<'static> as $crate::Event<'static>>::KIND
+                .same_kind(<$filter as $crate::Filter>::MANIFEST.source),
             "the filter's view does not read the records of its manifest's source"
         );
 

@@ -4,7 +4,12 @@
 //! never per subscriber). Each version's bindings module translates into
 //! these; nothing past `filters/` sees a version.
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use chainsieve_filter_core::{Matches, NO_PAYLOAD, Payload, Source};
+
+use crate::log::batch::EventBatch;
 
 /// What a component says about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,6 +20,15 @@ pub struct FilterManifest {
     pub delivery: Delivery,
     /// The batches it reads.
     pub layout: Layout,
+}
+
+impl FilterManifest {
+    /// Whether the component may write payloads: only contract 0.2 ones
+    /// (those reading layout 2) can, so a 0.1 component's answers need no
+    /// check of which subscriptions are owed one.
+    pub fn may_write(&self) -> bool {
+        matches!(self.layout, Layout::Projected(_))
+    }
 }
 
 /// What a subscription's notifications carry.
@@ -34,6 +48,35 @@ pub enum Layout {
     /// Layout 2: only these fields (contract 0.2; bits as in
     /// `chainsieve_filter_core::projection`).
     Projected(u32),
+}
+
+impl Layout {
+    /// `batch` as a component of this layout reads it, encoded once per
+    /// layout and field set and kept with the batch.
+    pub fn of(self, batch: &EventBatch) -> Encoded<'_> {
+        match self {
+            Layout::Whole => Encoded::Whole(batch.encoded()),
+            Layout::Projected(fields) => Encoded::Projected(batch.projected(fields)),
+        }
+    }
+}
+
+/// A batch's bytes in one layout ([`Layout::of`]).
+#[derive(Debug)]
+pub enum Encoded<'a> {
+    Whole(&'a [u8]),
+    Projected(Arc<[u8]>),
+}
+
+impl Deref for Encoded<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Encoded::Whole(bytes) => bytes,
+            Encoded::Projected(bytes) => bytes,
+        }
+    }
 }
 
 /// Checks what a component wrote: every pair names a payload it wrote (or

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-use super::contract::{Delivery, FilterManifest, Layout};
+use super::contract::{Delivery, FilterManifest};
 use super::engine::{FilterEngine, FilterInstance};
 use crate::config::FiltersConfig;
 use crate::ingest::StreamEvent;
@@ -125,11 +125,9 @@ impl Harness {
             let chunk: Vec<StreamEvent> = events.by_ref().take(self.batch).collect();
             let len = chunk.len();
             let batch = EventBatch::new(self.manifest.source, chunk);
-            let found = match self.manifest.layout {
-                Layout::Whole => self.run_encoded(batch.encoded(), len),
-                Layout::Projected(fields) => self.run_encoded(&batch.projected(fields), len),
-            }
-            .with_context(|| format!("matching events {offset}..{}", offset + len))?;
+            let found = self
+                .run_encoded(&self.manifest.layout.of(&batch), len)
+                .with_context(|| format!("matching events {offset}..{}", offset + len))?;
             matches.extend(found.into_iter().map(|m| Match {
                 event: offset + m.event,
                 ..m

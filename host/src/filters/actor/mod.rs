@@ -29,7 +29,7 @@ use chainsieve_filter_core::{Matches, Source, params};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
-use super::contract::{Delivery, Layout};
+use super::contract::Delivery;
 use super::engine::FilterComponent;
 use super::instance::{Instance, Instantiate};
 use crate::fanout::{self, Sink};
@@ -559,10 +559,7 @@ impl Actor {
         // failing, not after a success.
         let failures_before = self.failures_in_a_row;
         let layout = self.component.manifest.layout;
-        let matched = self.with_instance(|instance| match layout {
-            Layout::Whole => instance.match_batch(batch.encoded()),
-            Layout::Projected(fields) => instance.match_batch(&batch.projected(fields)),
-        });
+        let matched = self.with_instance(|instance| instance.match_batch(&layout.of(batch)));
         self.metrics
             .batch_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -592,8 +589,7 @@ impl Actor {
         batch: &EventBatch,
         failures_before: u32,
     ) -> Option<Vec<Pair>> {
-        let subscriptions = &self.subscriptions;
-        let gets_written = |key| subscriptions.get(&key).is_some_and(Record::gets_written);
+        let gets_written = owed_written(&self.subscriptions, &self.component);
         match pairs::delivery_order(matches, batch, gets_written) {
             Ok((pairs, outside)) => {
                 if let Some(event) = outside.first() {
@@ -727,6 +723,16 @@ impl Actor {
         self.replay.clear();
         self.count_subscribers();
     }
+}
+
+/// Whether subscription `key` is owed a written payload with each match;
+/// never asked of the subscriptions of a component that cannot write.
+fn owed_written<'a>(
+    subscriptions: &'a HashMap<u64, Record>,
+    component: &FilterComponent,
+) -> impl Fn(u64) -> bool + 'a {
+    let may_write = component.manifest.may_write();
+    move |key| may_write && subscriptions.get(&key).is_some_and(Record::gets_written)
 }
 
 /// Whether the actor keeps running after a command.

@@ -19,8 +19,7 @@ use anyhow::Context;
 use chainsieve_filter_core::Matches;
 
 use super::pairs::{self, Pair};
-use super::{Actor, Feed, Record};
-use crate::filters::contract::Layout;
+use super::{Actor, Feed, owed_written};
 use crate::filters::instance::Instance;
 use crate::log::batch::EventBatch;
 use crate::log::cursor::Mark;
@@ -216,9 +215,7 @@ impl Actor {
             None => Vec::new(),
             Some(batch) => {
                 let ordered = self.replay_match(batch).and_then(|matches| {
-                    let subscriptions = &self.subscriptions;
-                    let gets_written =
-                        |key| subscriptions.get(&key).is_some_and(Record::gets_written);
+                    let gets_written = owed_written(&self.subscriptions, &self.component);
                     pairs::delivery_order(&matches, batch, gets_written).map(|(pairs, _)| pairs)
                 });
                 match ordered {
@@ -268,10 +265,7 @@ impl Actor {
             .instance
             .as_mut()
             .context("the replay instance was just built")?;
-        match self.component.manifest.layout {
-            Layout::Whole => instance.match_batch(batch.encoded()),
-            Layout::Projected(fields) => instance.match_batch(&batch.projected(fields)),
-        }
+        instance.match_batch(&self.component.manifest.layout.of(batch))
     }
 
     /// Delivers a matched step to each replay at it that has room, as far
