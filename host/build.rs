@@ -84,6 +84,16 @@ const GUESTS: &[(&str, &str, Use)] = &[
         "chainsieve_logs_filter_0_2",
         Use::TestOnly,
     ),
+    (
+        "chainsieve-new-heads-filter-0-2",
+        "chainsieve_new_heads_filter_0_2",
+        Use::TestOnly,
+    ),
+    (
+        "chainsieve-new-pending-transactions-filter-0-2",
+        "chainsieve_new_pending_transactions_filter_0_2",
+        Use::TestOnly,
+    ),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

@@ -95,8 +95,17 @@ fn write_transactions(mut w: impl EventWriter, len: usize, subscriptions: u64) -
     w.finish()
 }
 
+/// A batch of `len` headers in layout 1.
 fn heads(len: usize) -> Vec<u8> {
-    let mut w = BatchWriter::new(Source::Heads, len);
+    write_heads(BatchWriter::new(Source::Heads, len), len)
+}
+
+/// The same headers in layout 2 (headers are whole).
+fn projected_heads(len: usize) -> Vec<u8> {
+    write_heads(ProjectedWriter::new(Source::Heads, 0, len), len)
+}
+
+fn write_heads(mut w: impl EventWriter, len: usize) -> Vec<u8> {
     for i in 0..len as u64 {
         w.push_head(&HeadFields {
             number: i,
@@ -193,14 +202,22 @@ fn cases() -> Vec<Case> {
             params: |i| if i % 2 == 0 { "[]" } else { "[true]" }.to_string(),
             broadcast: true,
             batch: |len, subs| transactions(Source::PendingTransactions, len, subs),
-            v0_2: None,
+            v0_2: Some((
+                "chainsieve_new_pending_transactions_filter_0_2.wasm",
+                |len, subs| {
+                    let reads = chainsieve_broadcast_rules::READS;
+                    projected_transactions(Source::PendingTransactions, reads, len, subs)
+                },
+            )),
         },
         Case {
             topic: "newHeads",
             params: |_| "[]".to_string(),
             broadcast: true,
             batch: |len, _| heads(len),
-            v0_2: None,
+            v0_2: Some(("chainsieve_new_heads_filter_0_2.wasm", |len, _| {
+                projected_heads(len)
+            })),
         },
         Case {
             topic: "logs",
@@ -471,8 +488,13 @@ fn main() {
             "bvMinedTransactions" => measure_v0_2::<
                 chainsieve_bv_mined_transactions_0_2::BvMinedFilter,
             >(&case, &metered, &mut rows),
-            "logs" => measure_v0_2::<chainsieve_logs_filter_0_2::Logs>(&case, &metered, &mut rows),
-            _ => {}
+            "newPendingTransactions" => measure_v0_2::<
+                chainsieve_new_pending_transactions_filter_0_2::NewPendingTransactions,
+            >(&case, &metered, &mut rows),
+            "newHeads" => measure_v0_2::<chainsieve_new_heads_filter_0_2::NewHeads>(
+                &case, &metered, &mut rows,
+            ),
+            _ => measure_v0_2::<chainsieve_logs_filter_0_2::Logs>(&case, &metered, &mut rows),
         }
         for Row {
             subscriptions,

@@ -454,8 +454,12 @@ fn v0_2_answers_as_v0_1(topic: &str, file: &str, source: Source, fields: u32, pa
         chainsieve::filters::Layout::Projected(fields)
     );
     for p in params {
-        v0_1.subscribe(p).expect("call").expect("accepted");
-        v0_2.subscribe(p).expect("call").expect("accepted");
+        let kind = v0_1.subscribe(p).expect("call").expect("accepted");
+        assert_eq!(
+            v0_2.subscribe(p).expect("call").expect("accepted"),
+            kind,
+            "{topic} {p}"
+        );
     }
     let text = fixture(source);
     let expected = v0_1.run_jsonl(&text).expect("0.1 runs");
@@ -467,9 +471,10 @@ fn v0_2_answers_as_v0_1(topic: &str, file: &str, source: Source, fields: u32, pa
     );
 }
 
-/// The transaction rules built for contract 0.2 (sender, receiver and
-/// selector only) and the logs rules (address and topics only) answer as
-/// their 0.1 built-ins.
+/// Every built-in's rules built for contract 0.2 answer as its 0.1 build:
+/// the transaction rules (sender, receiver and selector only), the logs
+/// rules (address and topics only) and the broadcasts (no field; the
+/// payload kind a subscription chose).
 #[test]
 fn built_ins_built_for_0_2_answer_as_the_0_1_builds() {
     let params = transaction_params(&fixture(Source::PendingTransactions));
@@ -494,5 +499,19 @@ fn built_ins_built_for_0_2_answer_as_the_0_1_builds() {
         Source::Logs,
         log_fields::ADDRESS | log_fields::TOPICS,
         &log_params(&fixture(Source::Logs)),
+    );
+    v0_2_answers_as_v0_1(
+        "newHeads",
+        "chainsieve_new_heads_filter_0_2.wasm",
+        Source::Heads,
+        0,
+        &["[]".to_string(), "[{}]".to_string()],
+    );
+    v0_2_answers_as_v0_1(
+        "newPendingTransactions",
+        "chainsieve_new_pending_transactions_filter_0_2.wasm",
+        Source::PendingTransactions,
+        0,
+        &["[]", "[true]", "[false]"].map(String::from),
     );
 }

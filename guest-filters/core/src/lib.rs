@@ -11,7 +11,8 @@
 //! - [`TxRead`], [`LogRead`]: what rules read of an event, in either
 //!   layout, so one filter's rules serve every contract version;
 //! - [`RuleSet`]: the subscriptions of a rule-per-subscription filter,
-//!   filed by address;
+//!   filed by address; [`PayloadChoice`]: what a rule set's `subscribe`
+//!   answers;
 //! - [`Matches`]: what a component answers, in columnar form.
 
 pub mod keys;
@@ -43,6 +44,27 @@ pub enum Payload {
     Full,
     /// The full object, in BlockVision's shape (pending block fields `""`).
     FullBlockvision,
+}
+
+/// What a rule set's `subscribe` answers, for the SDKs' `rules_filter!`:
+/// `()` when every subscription gets the manifest's payload kind, or the
+/// [`Payload`] the subscription's parameters chose (`newPendingTransactions`
+/// with `true` gets full transactions).
+pub trait PayloadChoice {
+    /// The kind a subscription gets, given the manifest's.
+    fn or_manifest(self, manifest: Payload) -> Payload;
+}
+
+impl PayloadChoice for () {
+    fn or_manifest(self, manifest: Payload) -> Payload {
+        manifest
+    }
+}
+
+impl PayloadChoice for Payload {
+    fn or_manifest(self, _manifest: Payload) -> Payload {
+        self
+    }
 }
 
 /// An event type a filter can consume: a view over one record of a batch.

@@ -105,16 +105,7 @@ mod tests {
         }
         assert!(filter.subscribe(4, r#"[{"write":"?"}]"#).is_err());
         let mut writer = ProjectedWriter::new(Source::Heads, 0, 1);
-        writer.push_head(&HeadFields {
-            number: 16,
-            timestamp: 0,
-            hash: &[0; 32],
-            parent_hash: &[0; 32],
-            miner: &[0; 20],
-            gas_used: 0,
-            gas_limit: 0,
-            base_fee: 0,
-        });
+        writer.push_head(&HeadFields::numbered(16));
         let matches = match_batch(&filter, &writer.finish()).expect("a heads batch");
         assert_eq!(matches.subscriptions, [1, 2, 3]);
         assert_eq!(

@@ -64,8 +64,9 @@ pub use chainsieve_filter_core::projection::{
     ProjectedBatch, ProjectedWriter, log_fields, tx_fields,
 };
 pub use chainsieve_filter_core::{
-    Broadcast, HeadView, KeyMap, KeySet, LayoutError, Matches, ParamsError, Payload, RuleSet,
-    Source, SubscriptionId, SubscriptionIndex, keys, layout, params, projection, serde_json,
+    Broadcast, HeadView, KeyMap, KeySet, LayoutError, Matches, ParamsError, Payload, PayloadChoice,
+    RuleSet, Source, SubscriptionId, SubscriptionIndex, keys, layout, params, projection,
+    serde_json,
 };
 pub use transform::{Transform, Transforms};
 

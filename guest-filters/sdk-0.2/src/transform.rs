@@ -97,29 +97,42 @@ macro_rules! export_transform {
 }
 
 /// Makes `$name`, a filter over `$rules`, rules kept outside any contract
-/// version (`chainsieve-transactions-filter`, `chainsieve-log-rules`): a
-/// type with `subscribe(id, params, topic)`, `unsubscribe(id)` and
-/// `matches(event, emit)`, reading events as `$view` (`TxView`, `LogView`)
-/// with the fields `$fields` (what the rules read). Matches go out with the
+/// version (`chainsieve-transactions-filter`, `chainsieve-log-rules`,
+/// `chainsieve-broadcast-rules`): a type with `subscribe(id, params,
+/// topic)` answering a [`PayloadChoice`](crate::PayloadChoice),
+/// `unsubscribe(id)` and `matches(event, emit)`, reading events as `$view`
+/// (`TxView`, `LogView`) with the fields `$fields` (what the rules read),
+/// or as `HeadView` (headers are whole). Matches go out with the
 /// subscription's payload kind.
 #[macro_export]
 macro_rules! rules_filter {
+    ($name:ident, $rules:ty, HeadView, $manifest:expr) => {
+        $crate::rules_filter!(@filter $name, $rules, $crate::HeadView<'a>, $manifest);
+    };
     ($name:ident, $rules:ty, $view:ident, $fields:expr, $manifest:expr) => {
+        $crate::rules_filter!(@filter $name, $rules, $crate::$view<'a, { $fields }>, $manifest);
+    };
+    (@filter $name:ident, $rules:ty, $event:ty, $manifest:expr) => {
         /// The component's filter.
         #[derive(Debug, Default)]
         pub struct $name($rules);
 
         impl $crate::Filter for $name {
             const MANIFEST: $crate::Manifest = $manifest;
-            type Event<'a> = $crate::$view<'a, { $fields }>;
+            type Event<'a> = $event;
 
             fn subscribe(
                 &mut self,
                 id: $crate::SubscriptionId,
                 params: &str,
             ) -> Result<$crate::Delivery, $crate::ParamsError> {
-                self.0.subscribe(id, params, Self::MANIFEST.topic)?;
-                Ok(Self::MANIFEST.delivery)
+                let chosen = self.0.subscribe(id, params, Self::MANIFEST.topic)?;
+                Ok(match Self::MANIFEST.delivery {
+                    $crate::Delivery::Kind(kind) => {
+                        $crate::Delivery::Kind($crate::PayloadChoice::or_manifest(chosen, kind))
+                    }
+                    $crate::Delivery::Written => $crate::Delivery::Written,
+                })
             }
 
             fn unsubscribe(&mut self, id: $crate::SubscriptionId) {

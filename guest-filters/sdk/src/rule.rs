@@ -85,10 +85,12 @@ macro_rules! export_rule {
 }
 
 /// Makes `$name`, a filter over `$rules`, rules kept outside any contract
-/// version (`chainsieve-transactions-filter`, `chainsieve-log-rules`): a
-/// type with `subscribe(id, params, topic)`, `unsubscribe(id)` and
-/// `matches(event, emit)`, reading events as `$view` (`TxView`,
-/// `LogView`). So one crate of rules serves a component of each version.
+/// version (`chainsieve-transactions-filter`, `chainsieve-log-rules`,
+/// `chainsieve-broadcast-rules`): a type with `subscribe(id, params,
+/// topic)` answering a [`PayloadChoice`](crate::PayloadChoice),
+/// `unsubscribe(id)` and `matches(event, emit)`, reading events as `$view`
+/// (`TxView`, `HeadView`, `LogView`). So one crate of rules serves a
+/// component of each version.
 #[macro_export]
 macro_rules! rules_filter {
     ($name:ident, $rules:ty, $view:ident, $manifest:expr) => {
@@ -105,8 +107,11 @@ macro_rules! rules_filter {
                 id: $crate::SubscriptionId,
                 params: &str,
             ) -> Result<$crate::Payload, $crate::ParamsError> {
-                self.0.subscribe(id, params, Self::MANIFEST.topic)?;
-                Ok(Self::MANIFEST.payload)
+                let chosen = self.0.subscribe(id, params, Self::MANIFEST.topic)?;
+                Ok($crate::PayloadChoice::or_manifest(
+                    chosen,
+                    Self::MANIFEST.payload,
+                ))
             }
 
             fn unsubscribe(&mut self, id: $crate::SubscriptionId) {
@@ -179,14 +184,8 @@ mod tests {
         let mut w = BatchWriter::new(Source::Heads, miners.len());
         for (number, miner) in miners.iter().enumerate() {
             w.push_head(&HeadFields {
-                number: number as u64,
-                timestamp: 0,
-                hash: &[0; 32],
-                parent_hash: &[0; 32],
                 miner,
-                gas_used: 0,
-                gas_limit: 0,
-                base_fee: 0,
+                ..HeadFields::numbered(number as u64)
             });
         }
         w.finish()
