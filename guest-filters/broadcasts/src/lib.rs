@@ -11,7 +11,7 @@
 
 use chainsieve_filter_core::params::{self, ParamsError};
 use chainsieve_filter_core::serde_json::Value;
-use chainsieve_filter_core::{Broadcast, Payload, SubscriptionId};
+use chainsieve_filter_core::{Broadcast, Emit, Payload, SubscriptionId};
 
 /// The fields the rules read: none (the host makes the payloads).
 pub const READS: u32 = 0;
@@ -48,7 +48,7 @@ impl HeadRules {
 
     /// Every header goes to every subscription.
     #[inline(always)]
-    pub fn matches<E>(&self, _head: &E, emit: &mut impl FnMut(SubscriptionId)) {
+    pub fn matches<E>(&self, _head: &E, emit: &mut impl Emit) {
         self.subscriptions.emit_all(emit);
     }
 }
@@ -90,7 +90,7 @@ impl PendingRules {
 
     /// Every transaction goes to every subscription.
     #[inline(always)]
-    pub fn matches<E>(&self, _tx: &E, emit: &mut impl FnMut(SubscriptionId)) {
+    pub fn matches<E>(&self, _tx: &E, emit: &mut impl Emit) {
         self.subscriptions.emit_all(emit);
     }
 }

@@ -13,6 +13,7 @@
 //! - [`RuleSet`]: the subscriptions of a rule-per-subscription filter,
 //!   filed by address; [`PayloadChoice`]: what a rule set's `subscribe`
 //!   answers;
+//! - [`Emit`]: where rules send an event's subscriptions;
 //! - [`Matches`]: what a component answers, in columnar form.
 
 pub mod keys;
@@ -91,6 +92,26 @@ impl<'a> Event<'a> for LogView<'a> {
     }
 }
 
+/// Where rules send the subscriptions an event goes to: one at a time, or
+/// a whole list at once. Any `FnMut(SubscriptionId)` is one; the 0.2 SDK's
+/// `Out` takes a list in one copy, which is what makes a broadcast's answer
+/// cheap.
+pub trait Emit {
+    fn emit(&mut self, id: SubscriptionId);
+
+    /// Sends the event to every subscription of `ids`.
+    fn emit_all(&mut self, ids: &[SubscriptionId]) {
+        ids.iter().for_each(|&id| self.emit(id));
+    }
+}
+
+impl<F: FnMut(SubscriptionId)> Emit for F {
+    #[inline(always)]
+    fn emit(&mut self, id: SubscriptionId) {
+        self(id)
+    }
+}
+
 /// A pair's payload index when the component wrote none for it: the
 /// subscription gets its payload kind.
 pub const NO_PAYLOAD: u32 = u32::MAX;
@@ -146,6 +167,16 @@ impl Matches {
         self.payload_bytes.extend_from_slice(json);
         self.payload_ends.push(self.payload_bytes.len() as u32);
         self.payload_ends.len() as u32 - 1
+    }
+
+    /// Sends `event` to every subscription of `ids` with its payload kind,
+    /// in one copy.
+    pub fn push_all(&mut self, event: u32, ids: &[SubscriptionId]) {
+        self.events.resize(self.events.len() + ids.len(), event);
+        self.subscriptions.extend_from_slice(ids);
+        if !self.payloads.is_empty() {
+            self.payloads.resize(self.events.len(), NO_PAYLOAD);
+        }
     }
 
     /// Sends `event` to `id` with written payload `payload`.
@@ -243,9 +274,10 @@ impl Broadcast {
         self.ids.retain(|&other| other != id);
     }
 
-    /// Emits every subscription, in subscription order.
-    pub fn emit_all(&self, emit: &mut impl FnMut(SubscriptionId)) {
-        self.ids.iter().for_each(|&id| emit(id));
+    /// Emits every subscription, in subscription order, as one list.
+    #[inline(always)]
+    pub fn emit_all(&self, emit: &mut impl Emit) {
+        emit.emit_all(&self.ids);
     }
 
     pub fn ids(&self) -> &[SubscriptionId] {
@@ -277,6 +309,35 @@ mod tests {
         );
         assert_eq!(matches.written(transfer), Some(&br#"{"amount":"1"}"#[..]));
         assert_eq!(matches.written(1), None);
+    }
+
+    /// A list sent at once lines up as the same pairs sent one at a time,
+    /// before and after a written payload, through `Emit` either way.
+    #[test]
+    fn a_list_sent_at_once_is_the_pairs_one_at_a_time() {
+        let mut one_by_one = Matches::default();
+        let mut at_once = Matches::default();
+        let ids = [4, 5, 6];
+        let mut push = |m: &mut Matches, event: u32| {
+            let mut each = |id| m.push(event, id);
+            ids.iter().for_each(|&id| Emit::emit(&mut each, id));
+        };
+        push(&mut one_by_one, 0);
+        at_once.push_all(0, &ids);
+        assert_eq!(at_once, one_by_one);
+        for m in [&mut one_by_one, &mut at_once] {
+            let payload = m.write_payload(b"1");
+            m.push_written(1, 9, payload);
+        }
+        push(&mut one_by_one, 2);
+        at_once.push_all(2, &ids);
+        assert_eq!(at_once, one_by_one);
+        assert_eq!(
+            at_once.payloads,
+            [
+                NO_PAYLOAD, NO_PAYLOAD, NO_PAYLOAD, 0, NO_PAYLOAD, NO_PAYLOAD, NO_PAYLOAD
+            ]
+        );
     }
 
     /// Out-of-order ends (a component's bad answer) read as no payload.

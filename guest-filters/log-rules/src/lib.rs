@@ -15,7 +15,7 @@
 
 use chainsieve_filter_core::params::{self, ParamsError};
 use chainsieve_filter_core::serde_json::Value;
-use chainsieve_filter_core::{KeyMap, KeySet, LogRead, SubscriptionId, SubscriptionIndex};
+use chainsieve_filter_core::{Emit, KeyMap, KeySet, LogRead, SubscriptionId, SubscriptionIndex};
 
 /// Topic positions a log can have.
 const MAX_TOPIC_POSITIONS: usize = 4;
@@ -166,7 +166,7 @@ impl LogRules {
     }
 
     /// Calls `emit` once for every subscription `log` goes to.
-    pub fn matches<'a>(&self, log: &impl LogRead<'a>, emit: &mut impl FnMut(SubscriptionId)) {
+    pub fn matches<'a>(&self, log: &impl LogRead<'a>, emit: &mut impl Emit) {
         let topic0 = log
             .topic(0)
             .map(|t| self.by_topic0.get(t))
@@ -183,7 +183,7 @@ impl LogRules {
                 .get(&id)
                 .is_some_and(|c| c.topics_match(log))
             {
-                emit(id);
+                emit.emit(id);
             }
         }
     }

@@ -64,9 +64,9 @@ pub use chainsieve_filter_core::projection::{
     ProjectedBatch, ProjectedWriter, log_fields, tx_fields,
 };
 pub use chainsieve_filter_core::{
-    Broadcast, HeadView, KeyMap, KeySet, LayoutError, Matches, ParamsError, Payload, PayloadChoice,
-    RuleSet, Source, SubscriptionId, SubscriptionIndex, keys, layout, params, projection,
-    serde_json,
+    Broadcast, Emit, HeadView, KeyMap, KeySet, LayoutError, Matches, ParamsError, Payload,
+    PayloadChoice, RuleSet, Source, SubscriptionId, SubscriptionIndex, keys, layout, params,
+    projection, serde_json,
 };
 pub use transform::{Transform, Transforms};
 
@@ -190,6 +190,19 @@ impl Out<'_> {
     /// Sends the event to `id` with a payload written for it.
     pub fn send_written(&mut self, id: SubscriptionId, payload: Written) {
         self.matches.push_written(self.event, id, payload.0);
+    }
+}
+
+/// Rules (version-independent, `chainsieve-filter-core`) send through an
+/// `Out` directly; a list goes in one copy.
+impl Emit for Out<'_> {
+    #[inline(always)]
+    fn emit(&mut self, id: SubscriptionId) {
+        self.send(id);
+    }
+
+    fn emit_all(&mut self, ids: &[SubscriptionId]) {
+        self.matches.push_all(self.event, ids);
     }
 }
 

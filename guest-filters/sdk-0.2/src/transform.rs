@@ -141,7 +141,7 @@ macro_rules! rules_filter {
 
             #[inline(always)]
             fn matches(&self, event: &Self::Event<'_>, out: &mut $crate::Out<'_>) {
-                self.0.matches(event, &mut |id| out.send(id))
+                self.0.matches(event, out)
             }
         }
     };

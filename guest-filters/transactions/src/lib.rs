@@ -18,7 +18,7 @@
 //! Filter contract v0.2.)
 
 use chainsieve_filter_core::params::{self, ParamsError};
-use chainsieve_filter_core::{KeyMap, KeySet, SubscriptionId, SubscriptionIndex, TxRead};
+use chainsieve_filter_core::{Emit, KeyMap, KeySet, SubscriptionId, SubscriptionIndex, TxRead};
 
 /// One subscription's constraints, kept to answer `unsubscribe` and to test
 /// the parts of a match the index does not decide.
@@ -119,7 +119,7 @@ impl TransactionRules {
 
     /// Calls `emit` once for every subscription `tx` goes to.
     #[inline(always)]
-    pub fn matches<'a>(&self, tx: &impl TxRead<'a>, emit: &mut impl FnMut(SubscriptionId)) {
+    pub fn matches<'a>(&self, tx: &impl TxRead<'a>, emit: &mut impl Emit) {
         let from = tx.from();
         let by_from = self.by_from.get(from);
         let by_to = tx.to().map_or(&[][..], |to| self.by_to.get(to));
@@ -138,12 +138,12 @@ impl TransactionRules {
         tx: &impl TxRead<'a>,
         by_from: &[SubscriptionId],
         by_to: &[SubscriptionId],
-        emit: &mut impl FnMut(SubscriptionId),
+        emit: &mut impl Emit,
     ) {
         let from = tx.from();
         let mut check = |id: SubscriptionId| {
             if self.subscriptions.get(&id).is_some_and(|c| c.method_ok(tx)) {
-                emit(id);
+                emit.emit(id);
             }
         };
         for &id in by_from {
