@@ -318,7 +318,7 @@ mod tests {
         let mut one_by_one = Matches::default();
         let mut at_once = Matches::default();
         let ids = [4, 5, 6];
-        let mut push = |m: &mut Matches, event: u32| {
+        let push = |m: &mut Matches, event: u32| {
             let mut each = |id| m.push(event, id);
             ids.iter().for_each(|&id| Emit::emit(&mut each, id));
         };
