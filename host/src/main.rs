@@ -12,6 +12,7 @@ use chainsieve::Config;
 use chainsieve::config::{LogFormat, LoggingConfig, Role};
 use chainsieve::filters::harness::{DEFAULT_BATCH, Harness, Match};
 use clap::{Parser, Subcommand};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -178,17 +179,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let keys = config.keys()?;
     let shutdown = CancellationToken::new();
     let state = chainsieve::app::start(&config, shutdown.clone()).await?;
+    // Installed only now: until here a signal stops startup at once.
+    let mut signals = Signals::install()?;
     announce(&address, &state, &keys[0]);
     let mut server = tokio::spawn(chainsieve::http::serve(listener, state));
     tokio::select! {
-        signal = wait_for_signal() => {
-            signal?;
+        () = signals.next() => {
             tracing::info!("shutting down: closing connections (a second signal stops at once)");
             shutdown.cancel();
             tokio::select! {
                 stopped = server => stopped.context("joining the server task")?,
-                second = wait_for_signal() => {
-                    second?;
+                () = signals.next() => {
                     tracing::warn!("second signal: stopping without waiting for connections and tasks");
                     Ok(())
                 }
@@ -233,11 +234,27 @@ fn announce(address: &SocketAddr, state: &chainsieve::AppState, key: &str) {
     let _ = out.flush();
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("waiting for SIGINT"),
-        _ = term.recv() => Ok(()),
+/// SIGINT and SIGTERM, handled from before the server announces itself:
+/// a signal sent the moment it says it listens stops it cleanly, instead
+/// of killing it before its handlers exist.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            terminate: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+        })
+    }
+
+    /// The next SIGINT or SIGTERM.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
     }
 }
