@@ -126,7 +126,7 @@ fn same_over_fixture<F: Filter>(topic: &str, params: &[String]) -> Vec<Match> {
     let source = F::MANIFEST.source;
     let text = fixture(source);
     let batch = EventBatch::new(source, read_events(source, &text).expect("fixture reads"));
-    let mut expected: Vec<Match> = match_batch(&native, batch.encoded())
+    let mut expected: Vec<Match> = match_batch(&native, &batch.encoded())
         .expect("native")
         .pairs()
         .map(|(event, subscription)| Match {

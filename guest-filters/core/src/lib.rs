@@ -47,6 +47,16 @@ pub enum Payload {
     FullBlockvision,
 }
 
+/// What a subscription's notifications carry, under any contract version;
+/// mirrors the 0.2 WIT `payload` (0.1 has kinds only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Delivery {
+    /// A payload the host makes from the event.
+    Kind(Payload),
+    /// A payload the component writes for each match (contract 0.2).
+    Written,
+}
+
 /// What a rule set's `subscribe` answers, for the SDKs' `rules_filter!`:
 /// `()` when every subscription gets the manifest's payload kind, or the
 /// [`Payload`] the subscription's parameters chose (`newPendingTransactions`

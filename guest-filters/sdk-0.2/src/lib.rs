@@ -64,9 +64,9 @@ pub use chainsieve_filter_core::projection::{
     ProjectedBatch, ProjectedWriter, log_fields, tx_fields,
 };
 pub use chainsieve_filter_core::{
-    Broadcast, Emit, HeadView, KeyMap, KeySet, LayoutError, Matches, ParamsError, Payload,
-    PayloadChoice, RuleSet, Source, SubscriptionId, SubscriptionIndex, keys, layout, params,
-    projection, serde_json,
+    Broadcast, Delivery, Emit, HeadView, KeyMap, KeySet, LayoutError, Matches, ParamsError,
+    Payload, PayloadChoice, RuleSet, Source, SubscriptionId, SubscriptionIndex, keys, layout,
+    params, projection, serde_json,
 };
 pub use transform::{Transform, Transforms};
 
@@ -79,15 +79,6 @@ pub type TxView<'a, const F: u32> = ProjectedTx<'a, F>;
 /// A log of a batch carrying the fields `F` (bits of [`log_fields`]); the
 /// 0.1 SDK's `LogView` methods.
 pub type LogView<'a, const F: u32> = ProjectedLog<'a, F>;
-
-/// What a subscription's notifications carry; mirrors the WIT `payload`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Delivery {
-    /// A payload the host makes from the event.
-    Kind(Payload),
-    /// The payload the filter writes for each match.
-    Written,
-}
 
 /// Describes a component to the host; the fields it reads come from its
 /// [`Filter::Event`] type.

@@ -4,10 +4,11 @@
 //! never per subscriber). Each version's bindings module translates into
 //! these; nothing past `filters/` sees a version.
 
-use std::ops::Deref;
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use chainsieve_filter_core::{Matches, NO_PAYLOAD, Payload, Source};
+pub use chainsieve_filter_core::Delivery;
+use chainsieve_filter_core::{Matches, NO_PAYLOAD, Source};
 
 use crate::log::batch::EventBatch;
 
@@ -20,24 +21,6 @@ pub struct FilterManifest {
     pub delivery: Delivery,
     /// The batches it reads.
     pub layout: Layout,
-}
-
-impl FilterManifest {
-    /// Whether the component may write payloads: only contract 0.2 ones
-    /// (those reading layout 2) can, so a 0.1 component's answers need no
-    /// check of which subscriptions are owed one.
-    pub fn may_write(&self) -> bool {
-        matches!(self.layout, Layout::Projected(_))
-    }
-}
-
-/// What a subscription's notifications carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Delivery {
-    /// A payload the host makes from the event.
-    Kind(Payload),
-    /// A payload the component writes for each match (contract 0.2).
-    Written,
 }
 
 /// The batch layout a component reads (`wit/BATCH_LAYOUT.md`).
@@ -53,36 +36,24 @@ pub enum Layout {
 impl Layout {
     /// `batch` as a component of this layout reads it, encoded once per
     /// layout and field set and kept with the batch.
-    pub fn of(self, batch: &EventBatch) -> Encoded<'_> {
+    pub fn of(self, batch: &EventBatch) -> Arc<[u8]> {
         match self {
-            Layout::Whole => Encoded::Whole(batch.encoded()),
-            Layout::Projected(fields) => Encoded::Projected(batch.projected(fields)),
-        }
-    }
-}
-
-/// A batch's bytes in one layout ([`Layout::of`]).
-#[derive(Debug)]
-pub enum Encoded<'a> {
-    Whole(&'a [u8]),
-    Projected(Arc<[u8]>),
-}
-
-impl Deref for Encoded<'_> {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            Encoded::Whole(bytes) => bytes,
-            Encoded::Projected(bytes) => bytes,
+            Layout::Whole => batch.encoded(),
+            Layout::Projected(fields) => batch.projected(fields),
         }
     }
 }
 
 /// Checks what a component wrote: every pair names a payload it wrote (or
-/// none), every payload is one JSON value of at most `max_bytes`. `Err`
-/// says what was wrong: the whole answer is then a bad one.
-pub fn check_written(matches: &Matches, max_bytes: usize) -> anyhow::Result<()> {
+/// none), every payload is one JSON value of at most `max_bytes`, and every
+/// pair of a subscription in `writes_for` (those that answered
+/// [`Delivery::Written`]) names one. `Err` says what was wrong: the whole
+/// answer is then a bad one.
+pub(super) fn check_written(
+    matches: &Matches,
+    max_bytes: usize,
+    writes_for: &HashSet<u64>,
+) -> anyhow::Result<()> {
     let written = matches.payload_ends.len();
     if !matches.payloads.is_empty() && matches.payloads.len() != matches.events.len() {
         anyhow::bail!(
@@ -114,6 +85,13 @@ pub fn check_written(matches: &Matches, max_bytes: usize) -> anyhow::Result<()> 
         serde_json::from_slice::<&serde_json::value::RawValue>(bytes)
             .map_err(|error| anyhow::anyhow!("payload {index} is not one JSON value: {error}"))?;
     }
+    if !writes_for.is_empty()
+        && (0..matches.len()).any(|pair| {
+            matches.payload_of(pair).is_none() && writes_for.contains(&matches.subscriptions[pair])
+        })
+    {
+        anyhow::bail!("the filter wrote no payload for a match of a subscription it writes for");
+    }
     Ok(())
 }
 
@@ -133,15 +111,15 @@ mod tests {
     #[test]
     fn json_payloads_within_the_limit_pass() {
         let matches = written(&[r#"{"amount":"1"}"#, "[1,2]", r#""text""#]);
-        assert!(check_written(&matches, 64).is_ok());
-        assert!(check_written(&Matches::default(), 64).is_ok());
+        assert!(check_written(&matches, 64, &HashSet::new()).is_ok());
+        assert!(check_written(&Matches::default(), 64, &HashSet::new()).is_ok());
     }
 
     /// Each way an answer can be bad is named.
     #[test]
     fn bad_payloads_are_named() {
         let message = |matches: &Matches| {
-            check_written(matches, 16)
+            check_written(matches, 16, &HashSet::new())
                 .expect_err("a bad answer")
                 .to_string()
         };
@@ -162,5 +140,19 @@ mod tests {
         backwards.payload_ends = vec![2, 1];
         backwards.payload_bytes = b"1".to_vec();
         assert!(message(&backwards).contains("payload 0 lies outside"));
+    }
+
+    /// A subscription that gets written payloads, matched without one: the
+    /// whole answer is bad; a subscription of a payload kind is not owed one.
+    #[test]
+    fn a_written_subscription_without_a_payload_is_a_bad_answer() {
+        let mut matches = Matches::default();
+        matches.push(0, 7);
+        assert!(check_written(&matches, 64, &HashSet::from([8])).is_ok());
+        let refused = check_written(&matches, 64, &HashSet::from([7])).expect_err("a bad answer");
+        assert!(
+            refused.to_string().contains("wrote no payload"),
+            "{refused}"
+        );
     }
 }

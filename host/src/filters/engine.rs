@@ -2,7 +2,7 @@
 //! components with per-call deadlines (epoch interruption), a memory cap
 //! per instance, and instances drawn from a pre-reserved pool.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, SystemTime};
@@ -229,7 +229,10 @@ impl FilterEngine {
         let world = || format!("{origin} does not export the chainsieve:filter@{version} world");
         let pre = match version.as_str() {
             "0.1.0" => Pre::V0_1(anyhow_result(v0_1_0::FilterPre::new(pre)).with_context(world)?),
-            _ => Pre::V0_2(anyhow_result(v0_2_0::FilterPre::new(pre)).with_context(world)?),
+            "0.2.0" => Pre::V0_2(anyhow_result(v0_2_0::FilterPre::new(pre)).with_context(world)?),
+            other => {
+                anyhow::bail!("{origin}: this host has no bindings for chainsieve:filter@{other}")
+            }
         };
         let mut instance = self
             .instantiate_pre(&pre)
@@ -290,6 +293,7 @@ impl FilterEngine {
             deadline_ticks: self.shared.metered.then_some(self.deadline_ticks),
             call_timeout: self.call_timeout,
             max_payload_bytes: self.max_payload_bytes,
+            writes_for: HashSet::new(),
         })
     }
 }
@@ -350,6 +354,9 @@ pub struct FilterInstance {
     deadline_ticks: Option<u64>,
     call_timeout: Duration,
     max_payload_bytes: usize,
+    /// The subscriptions that answered [`Delivery::Written`]: each of
+    /// their matches must name a payload ([`contract::check_written`]).
+    writes_for: HashSet<u64>,
 }
 
 impl FilterInstance {
@@ -390,15 +397,21 @@ impl FilterInstance {
 
     /// `Ok(Err(message))` is the guest refusing the parameters.
     pub fn subscribe(&mut self, id: u64, params: &str) -> anyhow::Result<Result<Delivery, String>> {
-        self.call(|bindings, store| {
+        let outcome = self.call(|bindings, store| {
             Ok(match bindings {
                 Bindings::V0_1(f) => f.call_subscribe(store, id, params)?.map(v0_1_0::delivery),
                 Bindings::V0_2(f) => f.call_subscribe(store, id, params)?.map(v0_2_0::delivery),
             })
-        })
+        })?;
+        match outcome {
+            Ok(Delivery::Written) => self.writes_for.insert(id),
+            _ => self.writes_for.remove(&id),
+        };
+        Ok(outcome)
     }
 
     pub fn unsubscribe(&mut self, id: u64) -> anyhow::Result<()> {
+        self.writes_for.remove(&id);
         self.call(|bindings, store| match bindings {
             Bindings::V0_1(f) => f.call_unsubscribe(store, id),
             Bindings::V0_2(f) => f.call_unsubscribe(store, id),
@@ -425,7 +438,7 @@ impl FilterInstance {
                 matches.subscriptions.len()
             );
         }
-        contract::check_written(&matches, self.max_payload_bytes)?;
+        contract::check_written(&matches, self.max_payload_bytes, &self.writes_for)?;
         Ok(matches)
     }
 }

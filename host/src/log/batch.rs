@@ -52,9 +52,10 @@ pub struct EventBatch {
     events: Vec<StreamEvent>,
     /// The packed layout, built on first use: a batch no filter subscribes
     /// to is never encoded.
-    encoded: OnceLock<Vec<u8>>,
+    encoded: OnceLock<Arc<[u8]>>,
     /// Layout 2, by field set, built on first use: one per distinct set
-    /// the stream's components declare. Locked only to look up or add.
+    /// the stream's components declare. Held while one is encoded, so each
+    /// set is encoded once.
     projected: Mutex<Vec<(u32, Arc<[u8]>)>>,
     slots: Vec<Slot>,
 }
@@ -127,9 +128,13 @@ impl EventBatch {
     }
 
     /// The batch in layout 1 (contract 0.1).
-    pub fn encoded(&self) -> &[u8] {
+    pub fn encoded(&self) -> Arc<[u8]> {
         self.encoded
-            .get_or_init(|| self.encode(BatchWriter::new(self.source, self.events.len())))
+            .get_or_init(|| {
+                self.encode(BatchWriter::new(self.source, self.events.len()))
+                    .into()
+            })
+            .clone()
     }
 
     /// The batch in layout 2, carrying `fields` (contract 0.2).

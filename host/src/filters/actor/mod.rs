@@ -25,7 +25,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use chainsieve_filter_core::{Matches, Source, params};
+use chainsieve_filter_core::{Source, params};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
@@ -340,14 +340,10 @@ impl Record {
         let notice = match (&pair.written, self.delivery) {
             (Some(written), _) => written,
             (None, Delivery::Kind(kind)) => batch.notice(pair.event as usize, kind),
-            // `pairs::delivery_order` refuses such an answer.
+            // `contract::check_written` refuses such an answer.
             (None, Delivery::Written) => return false,
         };
         self.sink.notify(&self.id, notice).is_ok()
-    }
-
-    fn gets_written(&self) -> bool {
-        self.delivery == Delivery::Written
     }
 }
 
@@ -555,9 +551,6 @@ impl Actor {
             return;
         }
         let started = Instant::now();
-        // A bad answer found after the call returned counts as that call
-        // failing, not after a success.
-        let failures_before = self.failures_in_a_row;
         let layout = self.component.manifest.layout;
         let matched = self.with_instance(|instance| instance.match_batch(&layout.of(batch)));
         self.metrics
@@ -566,10 +559,13 @@ impl Actor {
         let Some(matches) = matched else {
             return;
         };
-        let pairs = self.pairs(&matches, batch, failures_before);
+        let (pairs, outside) = pairs::delivery_order(&matches, batch);
+        if let Some(event) = outside.first() {
+            tracing::warn!(chain = %self.chain, topic = %self.topic(), event, len = batch.len(), "filter returned an event index outside the batch");
+        }
         let position = batch.position();
         let mut sent = 0;
-        for pair in pairs.iter().flatten() {
+        for pair in &pairs {
             if let Some(record) = self.subscriptions.get(&pair.key)
                 && record.announced()
                 && matches!(record.feed, Feed::Live { after } if position > after)
@@ -579,31 +575,6 @@ impl Actor {
             }
         }
         self.metrics.notifications.inc_by(sent);
-    }
-
-    /// The answer's pairs in delivery order; `None` if the answer is a bad
-    /// one (handled as a failed call: the instance is rebuilt).
-    fn pairs(
-        &mut self,
-        matches: &Matches,
-        batch: &EventBatch,
-        failures_before: u32,
-    ) -> Option<Vec<Pair>> {
-        let gets_written = owed_written(&self.subscriptions, &self.component);
-        match pairs::delivery_order(matches, batch, gets_written) {
-            Ok((pairs, outside)) => {
-                if let Some(event) = outside.first() {
-                    tracing::warn!(chain = %self.chain, topic = %self.topic(), event, len = batch.len(), "filter returned an event index outside the batch");
-                }
-                Some(pairs)
-            }
-            Err(error) => {
-                self.instance = None;
-                self.failures_in_a_row = failures_before;
-                self.failed(error);
-                None
-            }
-        }
     }
 
     /// Instantiates `component` and makes every subscription again in it.
@@ -723,16 +694,6 @@ impl Actor {
         self.replay.clear();
         self.count_subscribers();
     }
-}
-
-/// Whether subscription `key` is owed a written payload with each match;
-/// never asked of the subscriptions of a component that cannot write.
-fn owed_written<'a>(
-    subscriptions: &'a HashMap<u64, Record>,
-    component: &FilterComponent,
-) -> impl Fn(u64) -> bool + 'a {
-    let may_write = component.manifest.may_write();
-    move |key| may_write && subscriptions.get(&key).is_some_and(Record::gets_written)
 }
 
 /// Whether the actor keeps running after a command.

@@ -19,7 +19,7 @@ use anyhow::Context;
 use chainsieve_filter_core::Matches;
 
 use super::pairs::{self, Pair};
-use super::{Actor, Feed, owed_written};
+use super::{Actor, Feed};
 use crate::filters::instance::Instance;
 use crate::log::batch::EventBatch;
 use crate::log::cursor::Mark;
@@ -213,23 +213,17 @@ impl Actor {
         let batch = EventBatch::stream_of(step, &self.chain, self.component.manifest.source);
         let pairs = match &batch {
             None => Vec::new(),
-            Some(batch) => {
-                let ordered = self.replay_match(batch).and_then(|matches| {
-                    let gets_written = owed_written(&self.subscriptions, &self.component);
-                    pairs::delivery_order(&matches, batch, gets_written).map(|(pairs, _)| pairs)
-                });
-                match ordered {
-                    Ok(pairs) => {
-                        self.failures_in_a_row = 0;
-                        pairs
-                    }
-                    Err(error) => {
-                        self.replay.instance = None;
-                        self.failed(error.context(format!("replaying step {}", step.position)));
-                        return None;
-                    }
+            Some(batch) => match self.replay_match(batch) {
+                Ok(matches) => {
+                    self.failures_in_a_row = 0;
+                    pairs::delivery_order(&matches, batch).0
                 }
-            }
+                Err(error) => {
+                    self.replay.instance = None;
+                    self.failed(error.context(format!("replaying step {}", step.position)));
+                    return None;
+                }
+            },
         };
         let matched = Arc::new(Matched {
             position: step.position,
