@@ -78,30 +78,6 @@ impl PayloadChoice for Payload {
     }
 }
 
-/// An event type a filter can consume: a view over one record of a batch.
-pub trait Event<'a>: Sized {
-    /// Reads every event of a batch of this kind.
-    fn all(batch: &Batch<'a>) -> Result<impl Iterator<Item = Self> + 'a, LayoutError>;
-}
-
-impl<'a> Event<'a> for TxView<'a> {
-    fn all(batch: &Batch<'a>) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
-        batch.transactions()
-    }
-}
-
-impl<'a> Event<'a> for HeadView<'a> {
-    fn all(batch: &Batch<'a>) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
-        batch.heads()
-    }
-}
-
-impl<'a> Event<'a> for LogView<'a> {
-    fn all(batch: &Batch<'a>) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
-        batch.logs()
-    }
-}
-
 /// Where rules send the subscriptions an event goes to: one at a time, or
 /// a whole list at once. Any `FnMut(SubscriptionId)` is one; the 0.2 SDK's
 /// `Out` takes a list in one copy, which is what makes a broadcast's answer

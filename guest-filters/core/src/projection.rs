@@ -102,13 +102,21 @@ pub const fn offset(sizes: &[usize], fields: u32, field: u32) -> usize {
     at
 }
 
-/// Bytes of one record of `source` carrying `fields`.
-pub const fn record_len(source: Source, fields: u32) -> usize {
-    let sizes: &[usize] = match source {
+/// The sizes of `source`'s fields, by bit (heads: none to choose).
+const fn sizes(source: Source) -> &'static [usize] {
+    match source {
         Source::PendingTransactions | Source::MinedTransactions => &tx_fields::SIZES,
         Source::Logs => &log_fields::SIZES,
-        Source::Heads => return head::LEN,
-    };
+        Source::Heads => &[],
+    }
+}
+
+/// Bytes of one record of `source` carrying `fields`.
+pub const fn record_len(source: Source, fields: u32) -> usize {
+    if let Source::Heads = source {
+        return head::LEN;
+    }
+    let sizes = sizes(source);
     offset(sizes, fields, 1 << sizes.len())
 }
 
@@ -128,6 +136,9 @@ pub const fn all_fields(source: Source) -> u32 {
 pub struct ProjectedWriter {
     buffer: Buffer,
     fields: u32,
+    /// Where field bit `i` sits in a record ([`offset`]), worked out once
+    /// for the field set instead of per event.
+    places: [usize; 10],
 }
 
 impl ProjectedWriter {
@@ -139,14 +150,12 @@ impl ProjectedWriter {
         let mut header = [VERSION, source.code(), 0, 0, 0, 0, 0, 0].to_vec();
         header.extend_from_slice(&fields.to_le_bytes());
         header.extend_from_slice(&(record_len as u32).to_le_bytes());
+        let places = std::array::from_fn(|bit| offset(sizes(source), fields, 1 << bit));
         Self {
             buffer: Buffer::new(source, &header, record_len, capacity),
             fields,
+            places,
         }
-    }
-
-    pub fn source(&self) -> Source {
-        self.buffer.source()
     }
 
     /// The fields each record carries.
@@ -165,7 +174,8 @@ impl ProjectedWriter {
         r[0] = (u8::from(tx.to.is_some()) * HAS_TO)
             | (u8::from(tx.removed) * REMOVED)
             | (u8::from(selector.is_some()) * HAS_SELECTOR);
-        let place = |field| offset(&SIZES, fields, field);
+        let places = self.places;
+        let place = |field: u32| places[field.trailing_zeros() as usize];
         let declared = |field| fields & field != 0;
         if declared(HASH) {
             r[place(HASH)..][..32].copy_from_slice(tx.hash);
@@ -210,7 +220,8 @@ impl ProjectedWriter {
         let is_logs = self.buffer.source() == Source::Logs;
         let r = self.buffer.record(is_logs);
         r[0] = u8::from(l.removed) * REMOVED;
-        let place = |field| offset(&SIZES, fields, field);
+        let places = self.places;
+        let place = |field: u32| places[field.trailing_zeros() as usize];
         let declared = |field| fields & field != 0;
         if declared(ADDRESS) {
             r[place(ADDRESS)..][..20].copy_from_slice(l.address);
@@ -243,14 +254,6 @@ impl ProjectedWriter {
     /// Appends a header (always whole).
     pub fn push_head(&mut self, h: &HeadFields<'_>) {
         self.buffer.push_head(h);
-    }
-
-    pub fn len(&self) -> usize {
-        self.buffer.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The finished buffer: header, records, blob.
@@ -318,18 +321,6 @@ impl<'a, const F: u32> ProjectedBatch<'a, F> {
             records: parts.records,
             blob: parts.blob,
         })
-    }
-
-    pub fn source(&self) -> Source {
-        self.source
-    }
-
-    pub fn len(&self) -> usize {
-        self.records.len() / record_len(self.source, F & all_fields(self.source))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
     }
 
     fn of_kind(&self, expected: Source) -> Result<&'a [u8], LayoutError> {

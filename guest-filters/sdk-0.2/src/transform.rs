@@ -5,8 +5,6 @@
 //! transform names some, as the 0.1 SDK's rules are) and writes each
 //! matching event's payload once, however many subscriptions it goes to.
 
-use std::marker::PhantomData;
-
 use crate::{Delivery, Event, Filter, Manifest, Out, ParamsError, RuleSet, Source, SubscriptionId};
 
 /// One subscription of a transforming filter.
@@ -46,14 +44,12 @@ pub trait Transform: Sized {
 #[derive(Debug)]
 pub struct Transforms<T> {
     rules: RuleSet<T>,
-    _transform: PhantomData<T>,
 }
 
 impl<T> Default for Transforms<T> {
     fn default() -> Self {
         Self {
             rules: RuleSet::default(),
-            _transform: PhantomData,
         }
     }
 }
@@ -117,6 +113,17 @@ macro_rules! rules_filter {
         #[derive(Debug, Default)]
         pub struct $name($rules);
 
+        impl $name {
+            /// The manifest's payload kind: rules send no written payload,
+            /// so a manifest delivering `Written` does not build.
+            const KIND: $crate::Payload = match <Self as $crate::Filter>::MANIFEST.delivery {
+                $crate::Delivery::Kind(kind) => kind,
+                $crate::Delivery::Written => {
+                    panic!("rules_filter! rules send no written payloads: deliver a payload kind")
+                }
+            };
+        }
+
         impl $crate::Filter for $name {
             const MANIFEST: $crate::Manifest = $manifest;
             type Event<'a> = $event;
@@ -127,12 +134,10 @@ macro_rules! rules_filter {
                 params: &str,
             ) -> Result<$crate::Delivery, $crate::ParamsError> {
                 let chosen = self.0.subscribe(id, params, Self::MANIFEST.topic)?;
-                Ok(match Self::MANIFEST.delivery {
-                    $crate::Delivery::Kind(kind) => {
-                        $crate::Delivery::Kind($crate::PayloadChoice::or_manifest(chosen, kind))
-                    }
-                    $crate::Delivery::Written => $crate::Delivery::Written,
-                })
+                Ok($crate::Delivery::Kind($crate::PayloadChoice::or_manifest(
+                    chosen,
+                    Self::KIND,
+                )))
             }
 
             fn unsubscribe(&mut self, id: $crate::SubscriptionId) {

@@ -29,6 +29,31 @@ pub mod rule;
 pub use chainsieve_filter_core::*;
 pub use rule::{Rule, Rules};
 
+/// An event type a filter can consume: a view over one record of a
+/// layout-1 batch.
+pub trait Event<'a>: Sized {
+    /// Reads every event of a batch of this kind.
+    fn all(batch: &Batch<'a>) -> Result<impl Iterator<Item = Self> + 'a, LayoutError>;
+}
+
+impl<'a> Event<'a> for TxView<'a> {
+    fn all(batch: &Batch<'a>) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
+        batch.transactions()
+    }
+}
+
+impl<'a> Event<'a> for HeadView<'a> {
+    fn all(batch: &Batch<'a>) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
+        batch.heads()
+    }
+}
+
+impl<'a> Event<'a> for LogView<'a> {
+    fn all(batch: &Batch<'a>) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
+        batch.logs()
+    }
+}
+
 /// Describes a component to the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Manifest {
