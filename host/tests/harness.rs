@@ -1,7 +1,9 @@
 //! The component harness over the shipped fixture event files: the
 //! fixtures are what the seeded devnet really generates; every built-in
-//! answers through the harness what its native build answers over them;
-//! and `chainsieve filter test` runs the example filter with `--expect`.
+//! answers through the harness what its native build answers over them,
+//! and each built-in's 0.2 build what its 0.1 build answers; the 0.2
+//! decoded-transfers example writes the payloads expected of it; and
+//! `chainsieve filter test` runs the examples with `--expect`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,6 +17,7 @@ use chainsieve::ingest::model::TxPosition;
 use chainsieve::log::batch::EventBatch;
 use chainsieve_filter_sdk::projection::{log_fields, tx_fields};
 use chainsieve_filter_sdk::{Filter, Source, match_batch};
+use chainsieve_tests::filters::decoded_transfer;
 use serde_json::Value;
 
 fn fixtures_dir() -> PathBuf {
@@ -266,8 +269,26 @@ fn a_line_that_is_not_an_event_is_named() {
     assert!(message.contains("line 2 is not a logs event"), "{message}");
 }
 
-fn example_wasm() -> PathBuf {
-    Path::new(BUILT_FILTERS_DIR).join("chainsieve_example_erc20_transfers.wasm")
+const EXAMPLE: &str = "chainsieve_example_erc20_transfers.wasm";
+
+fn example_wasm(file: &str) -> PathBuf {
+    Path::new(BUILT_FILTERS_DIR).join(file)
+}
+
+/// The USDC `Transfer` logs (three topics) of the logs fixture `logs`:
+/// (line, log).
+fn usdc_transfers(logs: &str) -> Vec<(usize, Value)> {
+    let usdc = format!("{:#x}", known_tokens(1)[0].address);
+    let transfer = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+    logs.lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .enumerate()
+        .filter(|(_, log)| {
+            log["address"].as_str() == Some(usdc.as_str())
+                && log["topics"][0].as_str() == Some(transfer)
+                && log["topics"].as_array().is_some_and(|t| t.len() == 3)
+        })
+        .collect()
 }
 
 fn cli(args: &[&str]) -> std::process::Output {
@@ -284,17 +305,8 @@ fn cli(args: &[&str]) -> std::process::Output {
 #[test]
 fn the_cli_runs_the_example_filter_against_its_expectations() {
     let usdc = format!("{:#x}", known_tokens(1)[0].address);
-    let transfer = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
-    let logs = fixture(Source::Logs);
-    let derived: String = logs
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| {
-            let log: Value = serde_json::from_str(line).expect("JSON");
-            log["address"].as_str() == Some(usdc.as_str())
-                && log["topics"][0].as_str() == Some(transfer)
-                && log["topics"].as_array().is_some_and(|t| t.len() == 3)
-        })
+    let derived: String = usdc_transfers(&fixture(Source::Logs))
+        .into_iter()
         .map(|(event, _)| format!("{{\"event\":{event},\"subscription\":0}}\n"))
         .collect();
     assert!(!derived.is_empty(), "the fixture holds USDC transfers");
@@ -310,7 +322,7 @@ fn the_cli_runs_the_example_filter_against_its_expectations() {
     let run = |expect: &Path| {
         cli(&[
             "--wasm",
-            example_wasm().to_str().expect("utf-8"),
+            example_wasm(EXAMPLE).to_str().expect("utf-8"),
             "--params",
             &params,
             "--events",
@@ -338,7 +350,7 @@ fn the_cli_runs_the_example_filter_against_its_expectations() {
     // Refused params exit 2 with the component's message.
     let refused = cli(&[
         "--wasm",
-        example_wasm().to_str().expect("utf-8"),
+        example_wasm(EXAMPLE).to_str().expect("utf-8"),
         "--params",
         r#"[{"minAmount":"-1"}]"#,
         "--events",
@@ -355,43 +367,14 @@ fn the_cli_runs_the_example_filter_against_its_expectations() {
 #[test]
 fn the_decoded_transfers_example_writes_each_transfer_decoded() {
     let usdc = format!("{:#x}", known_tokens(1)[0].address);
-    let transfer = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
     let logs = fixture(Source::Logs);
-    let address = |topic: &Value| format!("0x{}", &topic.as_str().expect("a topic")[26..]);
-    let expected: Vec<Match> = logs
-        .lines()
-        .enumerate()
-        .filter_map(|(event, line)| {
-            let log: Value = serde_json::from_str(line).expect("JSON");
-            let topics = log["topics"].as_array()?;
-            (log["address"].as_str() == Some(usdc.as_str())
-                && topics.len() == 3
-                && topics[0].as_str() == Some(transfer))
-            .then(|| {
-                let data = log["data"].as_str().expect("data");
-                let amount =
-                    alloy_primitives::U256::from_str_radix(&data[2..], 16).expect("a uint256");
-                let payload = serde_json::json!({
-                    "token": usdc,
-                    "from": address(&topics[1]),
-                    "to": address(&topics[2]),
-                    "amount": amount.to_string(),
-                    "blockNumber": log["blockNumber"],
-                    "transactionHash": log["transactionHash"],
-                    "logIndex": log["logIndex"],
-                    "removed": false,
-                });
-                Match {
-                    event,
-                    subscription: 0,
-                    payload: Some(payload.to_string()),
-                }
-            })
-        })
+    let expected: Vec<(usize, Value)> = usdc_transfers(&logs)
+        .into_iter()
+        .map(|(event, log)| (event, decoded_transfer(&usdc, &log)))
         .collect();
     assert!(!expected.is_empty(), "the fixture holds USDC transfers");
 
-    let wasm = Path::new(BUILT_FILTERS_DIR).join("chainsieve_example_erc20_transfers_decoded.wasm");
+    let wasm = example_wasm("chainsieve_example_erc20_transfers_decoded.wasm");
     let mut harness = Harness::open(&wasm).expect("loads");
     assert_eq!(
         harness.manifest().layout,
@@ -417,7 +400,7 @@ fn the_decoded_transfers_example_writes_each_transfer_decoded() {
             })
             .collect()
     };
-    assert_eq!(as_json(&got), as_json(&expected));
+    assert_eq!(as_json(&got), expected);
 
     let events = fixtures_dir().join("logs.jsonl");
     let printed = cli(&[
@@ -437,7 +420,7 @@ fn the_decoded_transfers_example_writes_each_transfer_decoded() {
         .lines()
         .map(|line| serde_json::from_str(line).expect("a match"))
         .collect();
-    assert_eq!(as_json(&lines), as_json(&expected));
+    assert_eq!(as_json(&lines), expected);
 }
 
 /// The 0.2 build `file` of the built-in `topic` (batches carrying only

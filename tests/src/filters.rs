@@ -27,19 +27,21 @@ pub fn watching(dir: &Path) -> Config {
 
 /// A built component of `target/filters` (built-ins and examples).
 pub fn built(file: &str) -> Vec<u8> {
-    let path = Path::new(BUILT_FILTERS_DIR).join(file);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    read(&Path::new(BUILT_FILTERS_DIR).join(file))
 }
 
 /// A test-only component of `target/test-filters` (never where an
 /// operator copies filters from).
 pub fn test_filter(file: &str) -> Vec<u8> {
-    let path = Path::new(BUILT_FILTERS_DIR)
+    let dir = Path::new(BUILT_FILTERS_DIR)
         .parent()
         .expect("target/filters has a parent")
-        .join("test-filters")
-        .join(file);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .join("test-filters");
+    read(&dir.join(file))
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
 /// The evil guest with `config` (its JSON configuration, e.g.
@@ -109,4 +111,24 @@ pub fn origin(state: &AppState, chain: &str, topic: &str) -> Option<String> {
     state.chains[chain]
         .filter(topic)
         .map(|handle| handle.status().origin)
+}
+
+/// The payload the decoded-transfers example (contract 0.2) writes for
+/// `log`, an ERC-20 `Transfer` of `token` in the node's JSON shape:
+/// derived here from that JSON, to hold the component's decoding to.
+pub fn decoded_transfer(token: &str, log: &serde_json::Value) -> serde_json::Value {
+    let address =
+        |topic: &serde_json::Value| format!("0x{}", &topic.as_str().expect("a topic")[26..]);
+    let data = log["data"].as_str().expect("data");
+    let amount = alloy_primitives::U256::from_str_radix(&data[2..], 16).expect("a uint256");
+    serde_json::json!({
+        "token": token,
+        "from": address(&log["topics"][1]),
+        "to": address(&log["topics"][2]),
+        "amount": amount.to_string(),
+        "blockNumber": log["blockNumber"],
+        "transactionHash": log["transactionHash"],
+        "logIndex": log["logIndex"],
+        "removed": false,
+    })
 }

@@ -450,7 +450,7 @@ async fn calls_at_a_rate_are_answered_as_the_node_answers() {
 }
 
 /// Forwarded calls count against the key's requests per second like any
-/// other: past the rate, -32005 and no call to the node.
+/// other: past the rate, -32005.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_calls_count_against_the_key_rate() {
     let anvil = Anvil::start(1).await.expect("anvil");
