@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chainsieve::config::FiltersConfig;
-use chainsieve::fanout::Notice;
 use chainsieve::filters::FilterEngine;
 use chainsieve::filters::Layout;
+use chainsieve::filters::actor::pairs::delivery_order;
 use chainsieve::filters::engine::FilterInstance;
 use chainsieve::filters::harness::read_events;
-use chainsieve::filters::registry::{BUILT_FILTERS_DIR, builtin_components};
+use chainsieve::filters::registry::builtin_components;
 use chainsieve::log::batch::EventBatch;
 use chainsieve_filter_sdk::layout::{BatchWriter, EventWriter, HeadFields, LogFields, TxFields};
 use chainsieve_filter_sdk::projection::ProjectedWriter;
@@ -126,9 +126,8 @@ fn logs(len: usize, subscriptions: u64) -> Vec<u8> {
     write_logs(BatchWriter::new(Source::Logs, len), len, subscriptions)
 }
 
-/// The same logs in layout 2, carrying what the logs rules read.
-fn projected_logs(len: usize, subscriptions: u64) -> Vec<u8> {
-    let fields = chainsieve_log_rules::READS;
+/// The same logs in layout 2, carrying `fields`.
+fn projected_logs(fields: u32, len: usize, subscriptions: u64) -> Vec<u8> {
     write_logs(
         ProjectedWriter::new(Source::Logs, fields, len),
         len,
@@ -155,9 +154,6 @@ fn write_logs(mut w: impl EventWriter, len: usize, subscriptions: u64) -> Vec<u8
     w.finish()
 }
 
-/// The fields the transaction rules read (their 0.2 builds declare these).
-const READS: u32 = chainsieve_transactions_filter::READS;
-
 /// A built-in filter under test: its topic, how subscriber `i` subscribes,
 /// whether every subscriber gets every event, and its batches.
 struct Case {
@@ -169,8 +165,9 @@ struct Case {
     v0_2: Option<Build>,
 }
 
-/// A contract 0.2 build: its file (a test-only component) and its batches.
-type Build = (&'static str, fn(usize, u64) -> Vec<u8>);
+/// A contract 0.2 build: its file (a test-only component) and its batches,
+/// carrying the fields its manifest declares.
+type Build = (&'static str, fn(u32, usize, u64) -> Vec<u8>);
 
 fn from_address(i: u64) -> String {
     format!(r#"[{{"fromAddress":["0x{}"]}}]"#, hex(&address(i)))
@@ -185,7 +182,9 @@ fn cases() -> Vec<Case> {
             batch: |len, subs| transactions(Source::PendingTransactions, len, subs),
             v0_2: Some((
                 "chainsieve_bv_pending_transactions_0_2.wasm",
-                |len, subs| projected_transactions(Source::PendingTransactions, READS, len, subs),
+                |fields, len, subs| {
+                    projected_transactions(Source::PendingTransactions, fields, len, subs)
+                },
             )),
         },
         Case {
@@ -193,9 +192,12 @@ fn cases() -> Vec<Case> {
             params: from_address,
             broadcast: false,
             batch: |len, subs| transactions(Source::MinedTransactions, len, subs),
-            v0_2: Some(("chainsieve_bv_mined_transactions_0_2.wasm", |len, subs| {
-                projected_transactions(Source::MinedTransactions, READS, len, subs)
-            })),
+            v0_2: Some((
+                "chainsieve_bv_mined_transactions_0_2.wasm",
+                |fields, len, subs| {
+                    projected_transactions(Source::MinedTransactions, fields, len, subs)
+                },
+            )),
         },
         Case {
             topic: "newPendingTransactions",
@@ -204,9 +206,8 @@ fn cases() -> Vec<Case> {
             batch: |len, subs| transactions(Source::PendingTransactions, len, subs),
             v0_2: Some((
                 "chainsieve_new_pending_transactions_filter_0_2.wasm",
-                |len, subs| {
-                    let reads = chainsieve_broadcast_rules::READS;
-                    projected_transactions(Source::PendingTransactions, reads, len, subs)
+                |fields, len, subs| {
+                    projected_transactions(Source::PendingTransactions, fields, len, subs)
                 },
             )),
         },
@@ -215,7 +216,7 @@ fn cases() -> Vec<Case> {
             params: |_| "[]".to_string(),
             broadcast: true,
             batch: |len, _| heads(len),
-            v0_2: Some(("chainsieve_new_heads_filter_0_2.wasm", |len, _| {
+            v0_2: Some(("chainsieve_new_heads_filter_0_2.wasm", |_, len, _| {
                 projected_heads(len)
             })),
         },
@@ -341,27 +342,26 @@ fn measure_v0_2<G: chainsieve_filter_sdk_0_2::Filter>(
     let component = metered
         .load(file, &chainsieve_tests::filters::test_filter(file))
         .expect("the 0.2 build loads");
+    let Layout::Projected(fields) = component.manifest.layout else {
+        panic!("{file} is not a contract 0.2 component");
+    };
     for subscriptions in SUBSCRIPTIONS {
         let mut native = G::default();
         let mut wasm = metered.instantiate(&component).expect("instance");
+        let mut v0_1 = instance(metered, case.topic);
         for i in 0..subscriptions {
             let params = (case.params)(i);
             native.subscribe(i, &params).expect("native subscribe");
             wasm.subscribe(i, &params).expect("call").expect("accepted");
+            v0_1.subscribe(i, &params).expect("call").expect("accepted");
         }
         for row in rows
             .iter_mut()
             .filter(|row| row.subscriptions == subscriptions && row.times.is_some())
         {
-            let batch = projected(row.batch, subscriptions);
+            let batch = projected(fields, row.batch, subscriptions);
             let expected = chainsieve_filter_sdk_0_2::match_batch(&native, &batch).expect("native");
             let whole = (case.batch)(row.batch, subscriptions);
-            let mut v0_1 = instance(metered, case.topic);
-            for i in 0..subscriptions {
-                v0_1.subscribe(i, &(case.params)(i))
-                    .expect("call")
-                    .expect("accepted");
-            }
             assert_eq!(wasm.match_batch(&batch).expect("wasm"), expected);
             assert_eq!(
                 v0_1.match_batch(&whole).expect("0.1"),
@@ -395,8 +395,7 @@ fn payload_costs(metered: &Arc<FilterEngine>) {
     let one_pass = read_events(Source::Logs, &text).expect("fixture events");
     let events: Vec<_> = one_pass.iter().cycle().take(1_024).cloned().collect();
     let load = |file: &str| {
-        let path = Path::new(BUILT_FILTERS_DIR).join(file);
-        let bytes = std::fs::read(&path).expect("a built example");
+        let bytes = chainsieve_tests::filters::built(file);
         metered.load(file, &bytes).expect("the example loads")
     };
     let fixed = load("chainsieve_example_erc20_transfers.wasm");
@@ -419,18 +418,13 @@ fn payload_costs(metered: &Arc<FilterEngine>) {
                 let matches = instance
                     .match_batch(&component.manifest.layout.of(&batch))
                     .expect("match");
-                let mut made: Vec<Option<Notice>> = vec![None; matches.payload_ends.len()];
-                for (pair, (event, _)) in matches.pairs().enumerate() {
-                    let notice = match matches.payload_of(pair) {
-                        None => batch.notice(event as usize, Payload::Full).clone(),
-                        Some(index) => made[index as usize]
-                            .get_or_insert_with(|| {
-                                let bytes = matches.written(index).expect("checked");
-                                let text = std::str::from_utf8(bytes).expect("JSON is UTF-8");
-                                Notice::new(text, batch.cursor(event as usize))
-                            })
-                            .clone(),
-                    };
+                // The actor's path: pairs in delivery order, a written
+                // payload's notice made once for all it goes to.
+                let (pairs, _) = delivery_order(&matches, &batch);
+                for pair in pairs {
+                    let notice = pair.written.unwrap_or_else(|| {
+                        batch.notice(pair.event as usize, Payload::Full).clone()
+                    });
                     black_box(notice);
                 }
                 notifications = matches.len();

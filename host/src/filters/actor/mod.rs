@@ -15,7 +15,7 @@
 //! left off ([`replay`]), a step at a time between live batches, then
 //! joins the live ones with no gap and no duplicate.
 
-mod pairs;
+pub mod pairs;
 mod replay;
 
 use std::collections::HashMap;

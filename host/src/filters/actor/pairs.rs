@@ -16,7 +16,7 @@ use crate::log::batch::EventBatch;
 
 /// One event going to one subscription.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Pair {
+pub struct Pair {
     pub event: u32,
     pub key: u64,
     /// The notice of the payload the component wrote for it, if it wrote
@@ -27,7 +27,7 @@ pub(super) struct Pair {
 /// The pairs of `matches` about `batch`, in delivery order, without those
 /// naming an event outside the batch (returned apart, for the log). The
 /// answer passed `contract::check_written` (in `FilterInstance::match_batch`).
-pub(super) fn delivery_order(matches: &Matches, batch: &EventBatch) -> (Vec<Pair>, Vec<u32>) {
+pub fn delivery_order(matches: &Matches, batch: &EventBatch) -> (Vec<Pair>, Vec<u32>) {
     // Per written payload: the event its notice was made for, and the
     // notice (a payload named for another event gets that event's cursor).
     let mut notices: Vec<Option<(u32, Notice)>> = vec![None; matches.payload_ends.len()];
