@@ -26,7 +26,6 @@ use chainsieve_filter_sdk_0_2::decode::{decimal, erc20_transfer, hex_address, he
 use chainsieve_filter_sdk_0_2::params::{self, ParamsError};
 use std::fmt::Write;
 
-use chainsieve_filter_sdk_0_2::serde_json::Value;
 use chainsieve_filter_sdk_0_2::{KeySet, LogView, Source, Transform, export_transform, log_fields};
 
 /// The log fields read: what the transfer and its payload need.
@@ -55,20 +54,13 @@ impl Transform for DecodedTransfer {
     type Event<'a> = LogView<'a, READ>;
 
     fn subscribe(params: &str) -> Result<Self, ParamsError> {
-        let items = params::array(params)?;
-        params::at_most(&items, 1, Self::TOPIC)?;
-        let empty = Value::Object(Default::default());
-        let filter = items.first().filter(|v| !v.is_null()).unwrap_or(&empty);
-        let map = params::object(filter, &["tokens", "accounts", "minAmount"])?;
+        let map = params::filter_object(params, Self::TOPIC, &["tokens", "accounts", "minAmount"])?;
         Ok(Self {
             tokens: params::hex_list::<20>(map.get("tokens"), "tokens")?,
             accounts: params::hex_list::<20>(map.get("accounts"), "accounts")?
                 .into_iter()
                 .collect(),
-            min_amount: match map.get("minAmount") {
-                None | Some(Value::Null) => [0; 32],
-                Some(value) => params::uint256(value, "minAmount")?,
-            },
+            min_amount: params::optional_uint256(map.get("minAmount"), "minAmount")?,
         })
     }
 
@@ -186,7 +178,7 @@ mod tests {
         pairs.sort_unstable();
         assert_eq!(pairs, [(0, 1), (0, 2), (2, 1)]);
         assert_eq!(matches.payload_ends.len(), 2, "one payload per event");
-        let payload: Value = serde_json::from_slice(
+        let payload: serde_json::Value = serde_json::from_slice(
             matches
                 .written(matches.payload_of(0).expect("written"))
                 .expect("a payload"),

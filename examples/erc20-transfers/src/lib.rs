@@ -20,7 +20,6 @@
 //! running server: the topic appears without a restart.
 
 use chainsieve_filter_sdk::params::{self, ParamsError};
-use chainsieve_filter_sdk::serde_json::Value;
 use chainsieve_filter_sdk::{KeySet, LogView, Manifest, Payload, Rule, Source, export_rule};
 
 /// keccak256("Transfer(address,address,uint256)").
@@ -50,20 +49,17 @@ impl Rule for Erc20Transfer {
     type Event<'a> = LogView<'a>;
 
     fn subscribe(params: &str) -> Result<Self, ParamsError> {
-        let items = params::array(params)?;
-        params::at_most(&items, 1, "erc20Transfers")?;
-        let empty = Value::Object(Default::default());
-        let filter = items.first().filter(|v| !v.is_null()).unwrap_or(&empty);
-        let map = params::object(filter, &["tokens", "from", "to", "minAmount"])?;
+        let map = params::filter_object(
+            params,
+            Self::MANIFEST.topic,
+            &["tokens", "from", "to", "minAmount"],
+        )?;
         let list = |field: &str| params::hex_list::<20>(map.get(field), field);
         Ok(Self {
             tokens: list("tokens")?,
             from: list("from")?.into_iter().collect(),
             to: list("to")?.into_iter().collect(),
-            min_amount: match map.get("minAmount") {
-                None | Some(Value::Null) => [0; 32],
-                Some(value) => params::uint256(value, "minAmount")?,
-            },
+            min_amount: params::optional_uint256(map.get("minAmount"), "minAmount")?,
         })
     }
 

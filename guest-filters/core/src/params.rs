@@ -103,6 +103,21 @@ pub fn object<'a>(value: &'a Value, known: &[&str]) -> Result<&'a Map<String, Va
     Ok(map)
 }
 
+/// The one optional filter object most topics take (`[]`, `[null]` and
+/// `[{}]` alike mean no constraint): its fields, none but `known`.
+pub fn filter_object(
+    params: &str,
+    topic: &str,
+    known: &[&str],
+) -> Result<Map<String, Value>, ParamsError> {
+    let items = array(params)?;
+    at_most(&items, 1, topic)?;
+    match items.first().filter(|v| !v.is_null()) {
+        Some(filter) => object(filter, known).cloned(),
+        None => Ok(Map::new()),
+    }
+}
+
 /// Parses `0x` + 2·N hex digits, any case.
 pub fn fixed_hex<const N: usize>(value: &Value, what: &str) -> Result<[u8; N], ParamsError> {
     let text = value.as_str().ok_or_else(|| {
@@ -146,6 +161,14 @@ pub fn uint256(value: &Value, what: &str) -> Result<[u8; 32], ParamsError> {
         out[16..].copy_from_slice(&n.to_be_bytes());
     }
     Ok(out)
+}
+
+/// An optional uint256 field ([`uint256`]); absent or `null` is zero.
+pub fn optional_uint256(value: Option<&Value>, what: &str) -> Result<[u8; 32], ParamsError> {
+    match value {
+        None | Some(Value::Null) => Ok([0; 32]),
+        Some(value) => uint256(value, what),
+    }
 }
 
 /// A list field that may also be given as a single string (as geth allows

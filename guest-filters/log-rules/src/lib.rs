@@ -31,15 +31,7 @@ struct Criteria {
 
 impl Criteria {
     fn parse(params: &str, topic: &str) -> Result<Self, ParamsError> {
-        let items = params::array(params)?;
-        params::at_most(&items, 1, topic)?;
-        let Some(filter) = items.first().filter(|v| !v.is_null()) else {
-            return Ok(Self {
-                addresses: KeySet::default(),
-                topics: Vec::new(),
-            });
-        };
-        let map = params::object(filter, &["address", "topics"])?;
+        let map = params::filter_object(params, topic, &["address", "topics"])?;
         let addresses = params::hex_list::<20>(map.get("address"), "address")?;
         let topics = match map.get("topics") {
             None | Some(Value::Null) => Vec::new(),

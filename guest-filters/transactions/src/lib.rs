@@ -32,16 +32,7 @@ struct Constraints {
 
 impl Constraints {
     fn parse(params: &str, topic: &str) -> Result<Self, ParamsError> {
-        let items = params::array(params)?;
-        params::at_most(&items, 1, topic)?;
-        let Some(filter) = items.first().filter(|v| !v.is_null()) else {
-            return Ok(Self {
-                from: Default::default(),
-                to: Default::default(),
-                methods: Vec::new(),
-            });
-        };
-        let map = params::object(filter, &["fromAddress", "toAddress", "methodIds"])?;
+        let map = params::filter_object(params, topic, &["fromAddress", "toAddress", "methodIds"])?;
         let from = params::hex_list::<20>(map.get("fromAddress"), "fromAddress")?;
         let to = params::hex_list::<20>(map.get("toAddress"), "toAddress")?;
         let methods = params::hex_list::<4>(map.get("methodIds"), "methodIds")?;
