@@ -2,7 +2,8 @@
 //! component under a live subscription, every head once, in each
 //! component's shape (the 0.2 one writes its own payloads); a 0.2
 //! component that writes a bad payload is disabled like one that traps,
-//! its subscribers told why; and the 0.2 example serves decoded ERC-20
+//! its subscribers told why; a subscription whose reach the host cannot
+//! use is refused alone; and the 0.2 example serves decoded ERC-20
 //! transfers from a filters directory next to the 0.1 example.
 
 use chainsieve_tests::filters::{
@@ -135,6 +136,42 @@ async fn a_bad_written_payload_disables_the_component_with_the_reason() {
             message.contains("newHeads filter was disabled") && message.contains(reason),
             "{write}: {message}"
         );
+    }
+}
+
+/// A subscription whose reach the host cannot use (the component claims
+/// it takes every head, which the host serves itself only with a payload
+/// kind, while it writes the payloads) is refused with -32603 and the
+/// reason logged; the subscription already served keeps its heads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reach_the_host_cannot_use_refuses_that_subscription_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(watching(dir.path()))
+        .await
+        .expect("server");
+    swap_in_evil(dir.path(), &server).await;
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let served = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let refused = ws
+        .call(
+            "eth_subscribe",
+            json!(["newHeads", {"write": "claim-every"}]),
+        )
+        .await
+        .expect("an answer");
+    assert_eq!(refused["error"]["code"], json!(-32603), "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("newHeads filter failed")),
+        "{refused}"
+    );
+    for _ in 0..2 {
+        let (subscription, head) = ws.next_notification().await.expect("a head");
+        assert_eq!(subscription, served);
+        assert_eq!(shape(&head), Shape::Written);
     }
 }
 

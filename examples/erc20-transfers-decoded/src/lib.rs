@@ -22,11 +22,15 @@
 //! its batches carry only those; the SDK writes each transfer's payload
 //! once, whoever it goes to.
 
-use chainsieve_filter_sdk_0_2::decode::{decimal, erc20_transfer, hex_address, hex_word};
+use chainsieve_filter_sdk_0_2::decode::{
+    TRANSFER_TOPIC, decimal, erc20_transfer, hex_address, hex_word,
+};
 use chainsieve_filter_sdk_0_2::params::{self, ParamsError};
 use std::fmt::Write;
 
-use chainsieve_filter_sdk_0_2::{KeySet, LogView, Source, Transform, export_transform, log_fields};
+use chainsieve_filter_sdk_0_2::{
+    Key, KeySet, LogView, Reach, Source, Transform, export_transform, log_fields,
+};
 
 /// The log fields read: what the transfer and its payload need.
 pub const READ: u32 = log_fields::ADDRESS
@@ -102,6 +106,16 @@ impl Transform for DecodedTransfer {
     fn event_key(log: &LogView<'_, READ>) -> Option<[u8; 20]> {
         Some(*log.address())
     }
+
+    /// Only transfers can match: logs of the subscription's tokens, or
+    /// else any log whose first topic is the `Transfer` event's.
+    fn reach(&self) -> Reach {
+        if self.tokens.is_empty() {
+            Reach::Keys(vec![Key::Topic(0, TRANSFER_TOPIC)])
+        } else {
+            Reach::Keys(self.tokens.iter().map(|t| Key::Emitter(*t)).collect())
+        }
+    }
 }
 
 /// The component's filter: every subscription's transform, kept by the SDK.
@@ -111,7 +125,6 @@ export_transform!(DecodedTransfer);
 
 #[cfg(test)]
 mod tests {
-    use chainsieve_filter_sdk_0_2::decode::TRANSFER_TOPIC;
     use chainsieve_filter_sdk_0_2::layout::LogFields;
     use chainsieve_filter_sdk_0_2::{Filter, Matches, ProjectedWriter, match_batch};
 

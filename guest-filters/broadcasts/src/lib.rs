@@ -11,7 +11,7 @@
 
 use chainsieve_filter_core::params::{self, ParamsError};
 use chainsieve_filter_core::serde_json::Value;
-use chainsieve_filter_core::{Broadcast, Emit, Payload, SubscriptionId};
+use chainsieve_filter_core::{Broadcast, Emit, Payload, Reach, SubscriptionId};
 
 /// The fields the rules read: none (the host makes the payloads).
 pub const READS: u32 = 0;
@@ -44,6 +44,12 @@ impl HeadRules {
 
     pub fn unsubscribe(&mut self, id: SubscriptionId) {
         self.subscriptions.remove(id);
+    }
+
+    /// Every header goes to every subscription: the host delivers them
+    /// without asking a 0.2 component.
+    pub fn reach(&self, _id: SubscriptionId) -> Reach {
+        Reach::Every
     }
 
     /// Every header goes to every subscription.
@@ -86,6 +92,12 @@ impl PendingRules {
 
     pub fn unsubscribe(&mut self, id: SubscriptionId) {
         self.subscriptions.remove(id);
+    }
+
+    /// Every transaction goes to every subscription: the host delivers them
+    /// without asking a 0.2 component.
+    pub fn reach(&self, _id: SubscriptionId) -> Reach {
+        Reach::Every
     }
 
     /// Every transaction goes to every subscription.

@@ -14,12 +14,15 @@
 //!   filed by address; [`PayloadChoice`]: what a rule set's `subscribe`
 //!   answers;
 //! - [`Emit`]: where rules send an event's subscriptions;
+//! - [`Reach`]: which events a subscription can match, so the host asks a
+//!   0.2 component about those alone;
 //! - [`Matches`]: what a component answers, in columnar form.
 
 pub mod keys;
 pub mod layout;
 pub mod params;
 pub mod projection;
+pub mod reach;
 pub mod read;
 pub mod rules;
 
@@ -28,6 +31,7 @@ use std::hash::Hash;
 pub use keys::{KeyMap, KeySet};
 pub use layout::{Batch, HeadView, LayoutError, LogView, Source, TxView};
 pub use params::ParamsError;
+pub use reach::{Key, Reach};
 pub use read::{LogRead, TxRead};
 pub use rules::RuleSet;
 /// Re-exported so filters parse their parameters with the same JSON crate.
@@ -171,6 +175,24 @@ impl Matches {
         self.events.push(event);
         self.subscriptions.push(id);
         self.payloads.push(payload);
+    }
+
+    /// Keeps the pairs whose subscription `keep` says to keep, in order.
+    pub fn retain_subscriptions(&mut self, mut keep: impl FnMut(SubscriptionId) -> bool) {
+        let mut kept = 0;
+        for pair in 0..self.len() {
+            if keep(self.subscriptions[pair]) {
+                self.events[kept] = self.events[pair];
+                self.subscriptions[kept] = self.subscriptions[pair];
+                if let Some(payload) = self.payloads.get(pair).copied() {
+                    self.payloads[kept] = payload;
+                }
+                kept += 1;
+            }
+        }
+        self.events.truncate(kept);
+        self.subscriptions.truncate(kept);
+        self.payloads.truncate(kept);
     }
 
     /// The payload index pair `pair` names, if it names one.
@@ -324,6 +346,26 @@ mod tests {
                 NO_PAYLOAD, NO_PAYLOAD, NO_PAYLOAD, 0, NO_PAYLOAD, NO_PAYLOAD, NO_PAYLOAD
             ]
         );
+    }
+
+    /// Dropping pairs keeps the rest in order, with their payloads.
+    #[test]
+    fn retained_pairs_keep_their_payloads() {
+        let mut matches = Matches::default();
+        matches.push(0, 1);
+        let payload = matches.write_payload(b"2");
+        matches.push_written(1, 2, payload);
+        matches.push(2, 1);
+        matches.push_written(3, 3, payload);
+        matches.retain_subscriptions(|id| id != 1);
+        assert_eq!(matches.pairs().collect::<Vec<_>>(), [(1, 2), (3, 3)]);
+        assert_eq!(matches.payloads, [0, 0]);
+        let mut plain = Matches::default();
+        plain.push(0, 1);
+        plain.push(0, 2);
+        plain.retain_subscriptions(|id| id == 2);
+        assert_eq!(plain.pairs().collect::<Vec<_>>(), [(0, 2)]);
+        assert!(plain.payloads.is_empty());
     }
 
     /// Out-of-order ends (a component's bad answer) read as no payload.

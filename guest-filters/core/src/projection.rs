@@ -292,16 +292,13 @@ pub struct ProjectedBatch<'a, const F: u32> {
 impl<'a, const F: u32> ProjectedBatch<'a, F> {
     /// Reads the header; a batch carrying other fields than `F` is refused.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, LayoutError> {
-        let header: &[u8; HEADER_LEN] = bytes.first_chunk().ok_or(LayoutError::TooShort {
-            len: bytes.len(),
-            needed: HEADER_LEN,
-        })?;
-        if header[0] != VERSION {
-            return Err(LayoutError::UnknownVersion(header[0]));
-        }
-        let source = Source::from_code(header[1]).ok_or(LayoutError::UnknownSource(header[1]))?;
-        let count = get_u32(header, 4);
-        let fields = get_u32(header, 8);
+        let Records {
+            source,
+            fields,
+            records,
+            blob,
+            ..
+        } = Records::parse(bytes)?;
         let declared = F & all_fields(source);
         if fields != declared {
             return Err(LayoutError::Fields {
@@ -309,17 +306,10 @@ impl<'a, const F: u32> ProjectedBatch<'a, F> {
                 carried: fields,
             });
         }
-        if get_u32(header, 12) as usize != record_len(source, fields) {
-            return Err(LayoutError::TooShort {
-                len: bytes.len(),
-                needed: usize::MAX,
-            });
-        }
-        let parts = Parts::split(bytes, HEADER_LEN, count, record_len(source, fields))?;
         Ok(Self {
             source,
-            records: parts.records,
-            blob: parts.blob,
+            records,
+            blob,
         })
     }
 
@@ -356,6 +346,148 @@ impl<'a, const F: u32> ProjectedBatch<'a, F> {
         Ok(records
             .chunks_exact(len)
             .map(move |r| ProjectedLog { r, blob }))
+    }
+}
+
+/// A layout-2 batch read with whatever fields it carries: what the host
+/// reads of a batch it narrows to the events some subscription can match
+/// (`crate::reach`).
+#[derive(Clone, Copy, Debug)]
+pub struct Records<'a> {
+    pub source: Source,
+    /// The fields each record carries.
+    pub fields: u32,
+    /// Bytes of each record.
+    pub record_len: usize,
+    /// The records, end to end.
+    pub records: &'a [u8],
+    /// What the variable-length fields point into.
+    pub blob: &'a [u8],
+}
+
+impl<'a> Records<'a> {
+    /// Reads and checks the header.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, LayoutError> {
+        let header: &[u8; HEADER_LEN] = bytes.first_chunk().ok_or(LayoutError::TooShort {
+            len: bytes.len(),
+            needed: HEADER_LEN,
+        })?;
+        if header[0] != VERSION {
+            return Err(LayoutError::UnknownVersion(header[0]));
+        }
+        let source = Source::from_code(header[1]).ok_or(LayoutError::UnknownSource(header[1]))?;
+        let count = get_u32(header, 4);
+        let fields = get_u32(header, 8);
+        let record_len = record_len(source, fields);
+        if get_u32(header, 12) as usize != record_len {
+            return Err(LayoutError::TooShort {
+                len: bytes.len(),
+                needed: usize::MAX,
+            });
+        }
+        let parts = Parts::split(bytes, HEADER_LEN, count, record_len)?;
+        Ok(Self {
+            source,
+            fields,
+            record_len,
+            records: parts.records,
+            blob: parts.blob,
+        })
+    }
+
+    /// How many records there are.
+    pub fn len(&self) -> usize {
+        self.records.len() / self.record_len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The records, one slice each.
+    pub fn iter(&self) -> std::slice::ChunksExact<'a, u8> {
+        self.records.chunks_exact(self.record_len)
+    }
+
+    /// Where `field` (one bit, carried) starts in each record.
+    pub fn offset(&self, field: u32) -> usize {
+        offset(sizes(self.source), self.fields, field)
+    }
+
+    /// The same batch holding only the records at `indices` (in that
+    /// order): the same header but for the count, the same blob, so
+    /// variable-length fields still point where they did.
+    pub fn subset(&self, indices: &[u32]) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(HEADER_LEN + indices.len() * self.record_len + self.blob.len());
+        out.extend_from_slice(&[VERSION, self.source.code(), 0, 0]);
+        out.extend_from_slice(&(indices.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.fields.to_le_bytes());
+        out.extend_from_slice(&(self.record_len as u32).to_le_bytes());
+        for &index in indices {
+            let start = index as usize * self.record_len;
+            out.extend_from_slice(&self.records[start..start + self.record_len]);
+        }
+        out.extend_from_slice(self.blob);
+        out
+    }
+}
+
+/// Reads the fields [`crate::Key`]s are made of from the records of one
+/// batch, whatever fields it carries: `None` where a record lacks the
+/// value (a creation's receiver, a short input's selector, a missing
+/// topic) or the batch the field.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyFields {
+    from: Option<usize>,
+    to: Option<usize>,
+    selector: Option<usize>,
+    address: Option<usize>,
+    topics: Option<usize>,
+}
+
+impl KeyFields {
+    /// Where `records`' key fields sit.
+    pub fn of(records: &Records<'_>) -> Self {
+        let at = |kind: Source, field: u32| {
+            (kind.same_kind(records.source) && records.fields & field != 0)
+                .then(|| records.offset(field))
+        };
+        let tx = Source::MinedTransactions;
+        Self {
+            from: at(tx, tx_fields::FROM),
+            to: at(tx, tx_fields::TO),
+            selector: at(tx, tx_fields::SELECTOR),
+            address: at(Source::Logs, log_fields::ADDRESS),
+            topics: at(Source::Logs, log_fields::TOPICS),
+        }
+    }
+
+    pub fn sender<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 20]> {
+        self.from.map(|at| array(record, at))
+    }
+
+    pub fn receiver<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 20]> {
+        self.to
+            .filter(|_| record[0] & tx_fields::HAS_TO != 0)
+            .map(|at| array(record, at))
+    }
+
+    pub fn selector<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 4]> {
+        self.selector
+            .filter(|_| record[0] & tx_fields::HAS_SELECTOR != 0)
+            .map(|at| array(record, at))
+    }
+
+    pub fn emitter<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 20]> {
+        self.address.map(|at| array(record, at))
+    }
+
+    /// Topic `i`, if the log has that many.
+    pub fn topic<'r>(&self, record: &'r [u8], i: usize) -> Option<&'r [u8; 32]> {
+        self.topics
+            .filter(|&at| i < usize::from(record[at]).min(4))
+            .map(|at| array(record, at + 1 + 32 * i))
     }
 }
 

@@ -53,6 +53,11 @@ impl<R> RuleSet<R> {
         }
     }
 
+    /// Subscription `id`'s rule, if it has one.
+    pub fn get(&self, id: SubscriptionId) -> Option<&R> {
+        self.rules.get(&id)
+    }
+
     /// The subscriptions an event filed under `key` may go to, with their
     /// rules: those limited to `key`, then those limited to nothing.
     pub fn candidates(

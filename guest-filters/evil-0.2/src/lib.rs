@@ -9,11 +9,14 @@
 //! - `[{"write": "bad-json"}]`: a payload that is not JSON;
 //! - `[{"write": "huge"}]`: a 100 KiB payload, over the default
 //!   `filters.max_payload_bytes`;
-//! - `[{"write": "none"}]`: a match without the payload it is owed.
+//! - `[{"write": "none"}]`: a match without the payload it is owed;
+//! - `[{"write": "claim-every"}]`: heads as for `[]`, but the subscription
+//!   claims to reach every event, which the host serves itself only with a
+//!   payload kind: a reach the host refuses.
 
 use chainsieve_filter_sdk_0_2::params::{self, ParamsError};
 use chainsieve_filter_sdk_0_2::{
-    Delivery, Filter, HeadView, Manifest, Out, Source, SubscriptionId, export_filter,
+    Delivery, Filter, HeadView, Manifest, Out, Reach, Source, SubscriptionId, export_filter,
 };
 
 /// What a subscription asked to be written.
@@ -23,6 +26,7 @@ enum Write {
     BadJson,
     Huge,
     Nothing,
+    ClaimEvery,
 }
 
 #[derive(Debug, Default)]
@@ -47,6 +51,7 @@ impl Filter for EvilHeads {
                 Some("bad-json") => Write::BadJson,
                 Some("huge") => Write::Huge,
                 Some("none") => Write::Nothing,
+                Some("claim-every") => Write::ClaimEvery,
                 _ => return Err(ParamsError::new(format!("unknown write {value}"))),
             },
         };
@@ -59,11 +64,18 @@ impl Filter for EvilHeads {
         self.subscriptions.retain(|(other, _)| *other != id);
     }
 
+    fn reach(&self, id: SubscriptionId) -> Reach {
+        match self.subscriptions.iter().find(|(other, _)| *other == id) {
+            Some((_, Write::ClaimEvery)) => Reach::Every,
+            _ => Reach::Any,
+        }
+    }
+
     fn matches(&self, head: &HeadView<'_>, out: &mut Out<'_>) {
         let mut shared = None;
         for &(id, write) in &self.subscriptions {
             match write {
-                Write::Head => {
+                Write::Head | Write::ClaimEvery => {
                     let payload = *shared.get_or_insert_with(|| {
                         out.write(&format!(
                             r#"{{"number":"{:#x}","contract":"0.2"}}"#,
@@ -104,6 +116,12 @@ mod tests {
             filter.subscribe(id, params).expect("accepted");
         }
         assert!(filter.subscribe(4, r#"[{"write":"?"}]"#).is_err());
+        filter
+            .subscribe(5, r#"[{"write":"claim-every"}]"#)
+            .expect("accepted");
+        assert_eq!(filter.reach(5), Reach::Every);
+        assert_eq!(filter.reach(1), Reach::Any);
+        filter.unsubscribe(5);
         let mut writer = ProjectedWriter::new(Source::Heads, 0, 1);
         writer.push_head(&HeadFields::numbered(16));
         let matches = match_batch(&filter, &writer.finish()).expect("a heads batch");

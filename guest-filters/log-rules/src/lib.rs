@@ -15,7 +15,9 @@
 
 use chainsieve_filter_core::params::{self, ParamsError};
 use chainsieve_filter_core::serde_json::Value;
-use chainsieve_filter_core::{Emit, KeyMap, KeySet, LogRead, SubscriptionId, SubscriptionIndex};
+use chainsieve_filter_core::{
+    Emit, Key, KeyMap, KeySet, LogRead, Reach, SubscriptionId, SubscriptionIndex,
+};
 
 /// Topic positions a log can have.
 const MAX_TOPIC_POSITIONS: usize = 4;
@@ -155,6 +157,35 @@ impl LogRules {
             topic0.iter().for_each(|t| self.by_topic0.remove(t, id));
         }
         self.wildcard.retain(|&other| other != id);
+    }
+
+    /// Which logs subscription `id` can match: those of its addresses, else
+    /// those with one of its topics at its first constrained position, else
+    /// (no criteria) every log.
+    pub fn reach(&self, id: SubscriptionId) -> Reach {
+        let Some(criteria) = self.subscriptions.get(&id) else {
+            return Reach::Any;
+        };
+        if !criteria.addresses.is_empty() {
+            return Reach::Keys(
+                criteria
+                    .addresses
+                    .iter()
+                    .map(|a| Key::Emitter(*a))
+                    .collect(),
+            );
+        }
+        let constrained = criteria
+            .topics
+            .iter()
+            .enumerate()
+            .find_map(|(i, wanted)| wanted.as_ref().map(|set| (i, set)));
+        match constrained {
+            Some((i, set)) => Reach::Keys(set.iter().map(|t| Key::Topic(i as u8, *t)).collect()),
+            None if criteria.topics.is_empty() => Reach::Every,
+            // Wildcard positions still ask for that many topics.
+            None => Reach::Any,
+        }
     }
 
     /// Calls `emit` once for every subscription `log` goes to.

@@ -64,9 +64,9 @@ pub use chainsieve_filter_core::projection::{
     ProjectedBatch, ProjectedWriter, log_fields, tx_fields,
 };
 pub use chainsieve_filter_core::{
-    Broadcast, Delivery, Emit, HeadView, KeyMap, KeySet, LayoutError, Matches, ParamsError,
-    Payload, PayloadChoice, RuleSet, Source, SubscriptionId, SubscriptionIndex, keys, layout,
-    params, projection, serde_json,
+    Broadcast, Delivery, Emit, HeadView, Key, KeyMap, KeySet, LayoutError, Matches, ParamsError,
+    Payload, PayloadChoice, Reach, RuleSet, Source, SubscriptionId, SubscriptionIndex, keys,
+    layout, params, projection, serde_json,
 };
 pub use transform::{Transform, Transforms};
 
@@ -141,6 +141,14 @@ pub trait Filter: Default {
 
     /// Removes a subscription; unknown ids are ignored.
     fn unsubscribe(&mut self, id: SubscriptionId);
+
+    /// Which events subscription `id` (just accepted) can match: the host
+    /// asks about those alone, and delivers [`Reach::Every`] itself. It
+    /// must never leave out an event [`Filter::matches`] would send to
+    /// `id`. By default [`Reach::Any`]: asked about every event.
+    fn reach(&self, _id: SubscriptionId) -> Reach {
+        Reach::Any
+    }
 
     /// Sends `event` through `out` to every subscription it goes to.
     fn matches(&self, event: &Self::Event<'_>, out: &mut Out<'_>);
@@ -236,7 +244,7 @@ pub mod bindings {
 #[doc(hidden)]
 pub mod __private {
     use super::bindings::chainsieve::filter::types as wit;
-    use super::{Delivery, Manifest, Matches, Payload, Source};
+    use super::{Delivery, Key, Manifest, Matches, Payload, Reach, Source};
 
     pub fn manifest(m: Manifest, fields: u32) -> wit::Manifest {
         // The WIT flags' bits are the projection's (bit i, the i-th flag).
@@ -253,6 +261,27 @@ pub mod __private {
                 )),
             },
             payload: delivery(m.delivery),
+        }
+    }
+
+    pub fn subscription(delivery: Delivery, reach: Reach) -> wit::Subscription {
+        wit::Subscription {
+            payload: self::delivery(delivery),
+            reach: match reach {
+                Reach::Every => wit::Reach::Every,
+                Reach::Keys(keys) => wit::Reach::Keyed(keys.iter().map(key).collect()),
+                Reach::Any => wit::Reach::Any,
+            },
+        }
+    }
+
+    fn key(k: &Key) -> wit::Key {
+        match k {
+            Key::Sender(a) => wit::Key::Sender(a.to_vec()),
+            Key::Receiver(a) => wit::Key::Receiver(a.to_vec()),
+            Key::Selector(s) => wit::Key::Selector(s.to_vec()),
+            Key::Emitter(a) => wit::Key::Emitter(a.to_vec()),
+            Key::Topic(position, t) => wit::Key::Topic((*position, t.to_vec())),
         }
     }
 
@@ -308,10 +337,11 @@ macro_rules! export_filter {
                     )
                 }
 
-                fn subscribe(id: u64, params: String) -> Result<wit::Payload, String> {
-                    STATE.with_borrow_mut(|f| f.subscribe(id, &params))
-                        .map($crate::__private::delivery)
-                        .map_err(|e| e.to_string())
+                fn subscribe(id: u64, params: String) -> Result<wit::Subscription, String> {
+                    STATE.with_borrow_mut(|f| {
+                        let delivery = f.subscribe(id, &params).map_err(|e| e.to_string())?;
+                        Ok($crate::__private::subscription(delivery, f.reach(id)))
+                    })
                 }
 
                 fn unsubscribe(id: u64) {

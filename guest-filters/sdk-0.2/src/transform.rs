@@ -5,7 +5,9 @@
 //! transform names some, as the 0.1 SDK's rules are) and writes each
 //! matching event's payload once, however many subscriptions it goes to.
 
-use crate::{Delivery, Event, Filter, Manifest, Out, ParamsError, RuleSet, Source, SubscriptionId};
+use crate::{
+    Delivery, Event, Filter, Manifest, Out, ParamsError, Reach, RuleSet, Source, SubscriptionId,
+};
 
 /// One subscription of a transforming filter.
 pub trait Transform: Sized {
@@ -36,6 +38,13 @@ pub trait Transform: Sized {
     /// subscriptions that declare an [`Transform::index`].
     fn event_key(_event: &Self::Event<'_>) -> Option<[u8; 20]> {
         None
+    }
+
+    /// Which events this subscription can match ([`Filter::reach`]): the
+    /// host asks about those alone. It must never leave out an event
+    /// [`Transform::matches`] accepts. By default any event.
+    fn reach(&self) -> Reach {
+        Reach::Any
     }
 }
 
@@ -71,6 +80,10 @@ impl<T: Transform> Filter for Transforms<T> {
         self.rules.remove(id, T::index);
     }
 
+    fn reach(&self, id: SubscriptionId) -> Reach {
+        self.rules.get(id).map_or(Reach::Any, T::reach)
+    }
+
     fn matches(&self, event: &Self::Event<'_>, out: &mut Out<'_>) {
         let mut payload = None;
         for (id, rule) in self.rules.candidates(T::event_key(event)) {
@@ -96,7 +109,7 @@ macro_rules! export_transform {
 /// version (`chainsieve-transactions-filter`, `chainsieve-log-rules`,
 /// `chainsieve-broadcast-rules`): a type with `subscribe(id, params,
 /// topic)` answering a [`PayloadChoice`](crate::PayloadChoice),
-/// `unsubscribe(id)` and `matches(event, emit)`, reading events as `$view`
+/// `unsubscribe(id)`, `reach(id)` and `matches(event, emit)`, reading events as `$view`
 /// (`TxView`, `LogView`) with the fields `$fields` (what the rules read),
 /// or as `HeadView` (headers are whole). Matches go out with the
 /// subscription's payload kind.
@@ -142,6 +155,10 @@ macro_rules! rules_filter {
 
             fn unsubscribe(&mut self, id: $crate::SubscriptionId) {
                 self.0.unsubscribe(id)
+            }
+
+            fn reach(&self, id: $crate::SubscriptionId) -> $crate::Reach {
+                self.0.reach(id)
             }
 
             #[inline(always)]

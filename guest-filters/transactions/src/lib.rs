@@ -18,7 +18,9 @@
 //! Filter contract v0.2.)
 
 use chainsieve_filter_core::params::{self, ParamsError};
-use chainsieve_filter_core::{Emit, KeyMap, KeySet, SubscriptionId, SubscriptionIndex, TxRead};
+use chainsieve_filter_core::{
+    Emit, Key, KeyMap, KeySet, Reach, SubscriptionId, SubscriptionIndex, TxRead,
+};
 
 /// One subscription's constraints, kept to answer `unsubscribe` and to test
 /// the parts of a match the index does not decide.
@@ -105,6 +107,28 @@ impl TransactionRules {
         }
         if constraints.any_address() {
             self.any_address.retain(|&other| other != id);
+        }
+    }
+
+    /// Which transactions subscription `id` can match: those of its
+    /// senders or receivers, else those calling one of its methods, else
+    /// (no constraint) every transaction.
+    pub fn reach(&self, id: SubscriptionId) -> Reach {
+        let Some(c) = self.subscriptions.get(&id) else {
+            return Reach::Any;
+        };
+        if !c.any_address() {
+            let senders = c.from.iter().map(|a| Key::Sender(*a));
+            return Reach::Keys(
+                senders
+                    .chain(c.to.iter().map(|a| Key::Receiver(*a)))
+                    .collect(),
+            );
+        }
+        if c.methods.is_empty() {
+            Reach::Every
+        } else {
+            Reach::Keys(c.methods.iter().map(|m| Key::Selector(*m)).collect())
         }
     }
 

@@ -9,13 +9,14 @@ use std::time::{Duration, SystemTime};
 
 use alloy_primitives::B256;
 use anyhow::{Context, anyhow};
-use chainsieve_filter_core::{Matches, params};
+use chainsieve_filter_core::{Matches, Reach, params};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::contract::{self, Delivery, FilterManifest};
 use super::limits::InstanceLimits;
+use super::reach::{self, Narrowed, ReachIndex};
 use super::{v0_1_0, v0_2_0};
 use crate::config::FiltersConfig;
 
@@ -235,7 +236,7 @@ impl FilterEngine {
             }
         };
         let mut instance = self
-            .instantiate_pre(&pre)
+            .instantiate_pre(&pre, ReachIndex::default())
             .with_context(|| format!("instantiating {origin}"))?;
         let manifest = instance
             .manifest()
@@ -264,11 +265,15 @@ impl FilterEngine {
 
     /// A fresh instance with its own store.
     pub fn instantiate(&self, component: &FilterComponent) -> anyhow::Result<FilterInstance> {
-        self.instantiate_pre(&component.pre)
+        let manifest = &component.manifest;
+        let reach = ReachIndex::new(manifest.source, manifest.layout);
+        self.instantiate_pre(&component.pre, reach)
             .with_context(|| format!("instantiating {}", component.origin))
     }
 
-    fn instantiate_pre(&self, pre: &Pre) -> anyhow::Result<FilterInstance> {
+    /// An instance whose subscriptions' reach `reach` keeps (the one that
+    /// reads a manifest has none).
+    fn instantiate_pre(&self, pre: &Pre, reach: ReachIndex) -> anyhow::Result<FilterInstance> {
         let state = FilterState {
             wasi: WasiCtxBuilder::new()
                 .env(params::MAX_FILTER_VALUES_ENV, &self.max_values)
@@ -294,6 +299,7 @@ impl FilterEngine {
             call_timeout: self.call_timeout,
             max_payload_bytes: self.max_payload_bytes,
             writes_for: HashSet::new(),
+            reach,
         })
     }
 }
@@ -357,6 +363,9 @@ pub struct FilterInstance {
     /// The subscriptions that answered [`Delivery::Written`]: each of
     /// their matches must name a payload ([`contract::check_written`]).
     writes_for: HashSet<u64>,
+    /// Which events each subscription can match: the component is asked
+    /// about those alone.
+    reach: ReachIndex,
 }
 
 impl FilterInstance {
@@ -395,34 +404,64 @@ impl FilterInstance {
         })
     }
 
-    /// `Ok(Err(message))` is the guest refusing the parameters.
+    /// `Ok(Err(message))` is the guest refusing the parameters; a reach
+    /// the host cannot use is an error ([`ReachIndex::insert`]).
     pub fn subscribe(&mut self, id: u64, params: &str) -> anyhow::Result<Result<Delivery, String>> {
-        let outcome = self.call(|bindings, store| {
+        let answer = self.call(|bindings, store| {
             Ok(match bindings {
-                Bindings::V0_1(f) => f.call_subscribe(store, id, params)?.map(v0_1_0::delivery),
-                Bindings::V0_2(f) => f.call_subscribe(store, id, params)?.map(v0_2_0::delivery),
+                Bindings::V0_1(f) => f
+                    .call_subscribe(store, id, params)?
+                    .map(|kind| Ok((v0_1_0::delivery(kind), Reach::Any))),
+                Bindings::V0_2(f) => f
+                    .call_subscribe(store, id, params)?
+                    .map(v0_2_0::subscription),
             })
         })?;
-        match outcome {
-            Ok(Delivery::Written) => self.writes_for.insert(id),
-            _ => self.writes_for.remove(&id),
+        self.writes_for.remove(&id);
+        self.reach.remove(id);
+        let (delivery, reach) = match answer {
+            Ok(accepted) => accepted?,
+            Err(message) => return Ok(Err(message)),
         };
-        Ok(outcome)
+        self.reach.insert(id, reach, delivery)?;
+        if delivery == Delivery::Written {
+            self.writes_for.insert(id);
+        }
+        Ok(Ok(delivery))
     }
 
     pub fn unsubscribe(&mut self, id: u64) -> anyhow::Result<()> {
         self.writes_for.remove(&id);
+        self.reach.remove(id);
         self.call(|bindings, store| match bindings {
             Bindings::V0_1(f) => f.call_unsubscribe(store, id),
             Bindings::V0_2(f) => f.call_unsubscribe(store, id),
         })
     }
 
-    /// Matches a packed batch (in the layout the component reads); a
-    /// guest-reported error is an error too (the guest cannot read what
-    /// the host wrote), and so is an answer that does not hold together or
-    /// a written payload that fails its checks ([`contract::check_written`]).
+    /// Matches a packed batch (in the layout the component reads): the
+    /// component is asked about the events its subscriptions can match
+    /// ([`ReachIndex::narrow`]), and those that take every event are added
+    /// by the host. A guest-reported error is an error too (the guest
+    /// cannot read what the host wrote), and so is an answer that does not
+    /// hold together or a written payload that fails its checks
+    /// ([`contract::check_written`]).
     pub fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches> {
+        let mut matches = match self.reach.narrow(batch)? {
+            Narrowed::Whole => self.ask(batch)?,
+            Narrowed::Nothing => Matches::default(),
+            Narrowed::Subset { bytes, indices } => {
+                let mut matches = self.ask(&bytes)?;
+                reach::widen(&mut matches, &indices);
+                matches
+            }
+        };
+        self.reach.serve_every(batch, &mut matches)?;
+        Ok(matches)
+    }
+
+    /// The component's answer about `batch`, checked.
+    fn ask(&mut self, batch: &[u8]) -> anyhow::Result<Matches> {
         let matches = self
             .call(|bindings, store| {
                 Ok(match bindings {

@@ -1,6 +1,8 @@
 //! Filter components: the wasmtime engine ([`engine`]), one bindings
 //! module per contract version translating into the version-independent
-//! [`contract`] types, what an instance may use ([`limits`]), the set of
+//! [`contract`] types, what an instance may use ([`limits`]), which events
+//! each subscription can match, so a 0.2 component is asked about those
+//! alone ([`reach`]), the set of
 //! loaded components ([`registry`]), the actor that owns one instance per
 //! (chain, topic) and supervises it ([`actor`]) through the [`instance`]
 //! traits; [`harness`] runs one component alone, for filter authors and
@@ -13,6 +15,7 @@ pub mod engine;
 pub mod harness;
 pub mod instance;
 pub mod limits;
+pub mod reach;
 pub mod registry;
 #[cfg(test)]
 pub(crate) mod testing;
