@@ -13,6 +13,14 @@
 //! `match_batch` on the same packed bytes the component receives, so the
 //! difference is the component boundary (copying the batch in and the
 //! matches out, the call) and the code Cranelift generates.
+//!
+//! A 0.2 component is called as the host calls it, behind its
+//! subscriptions' reach (`chainsieve::filters::reach`): asked about the
+//! events some key concerns, its every-event subscriptions served by the
+//! host. Its cells time that, the native build alone (every event, no
+//! reach), and the native build behind the same reach: WASM against the
+//! latter is the boundary's cost, against the former what a served call
+//! costs next to the matching code on its own.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -25,11 +33,12 @@ use chainsieve::filters::Layout;
 use chainsieve::filters::actor::pairs::delivery_order;
 use chainsieve::filters::engine::FilterInstance;
 use chainsieve::filters::harness::read_events;
+use chainsieve::filters::reach::ReachIndex;
 use chainsieve::filters::registry::builtin_components;
 use chainsieve::log::batch::EventBatch;
 use chainsieve_filter_sdk::layout::{BatchWriter, EventWriter, HeadFields, LogFields, TxFields};
 use chainsieve_filter_sdk::projection::ProjectedWriter;
-use chainsieve_filter_sdk::{Filter, Payload, Source, match_batch};
+use chainsieve_filter_sdk::{Filter, Matches, Payload, Source, match_batch};
 
 const SUBSCRIPTIONS: [u64; 3] = [10, 1_000, 100_000];
 const BATCHES: [usize; 3] = [1, 64, 1_024];
@@ -258,8 +267,26 @@ struct Row {
     subscriptions: u64,
     batch: usize,
     times: Option<Times>,
-    /// The contract 0.2 build's (native µs, WASM µs), if there is one.
-    v0_2: Option<(f64, f64)>,
+    /// The contract 0.2 build's times, if there is one.
+    v0_2: Option<V0_2Times>,
+}
+
+/// Microseconds per call of a contract 0.2 build.
+struct V0_2Times {
+    /// The native build on every event.
+    native: f64,
+    /// The native build behind the subscriptions' reach.
+    native_behind_reach: f64,
+    /// The component as the host calls it: behind the reach.
+    wasm: f64,
+}
+
+/// An answer's pairs in one order: the host serves every-event
+/// subscriptions after the component's pairs.
+fn sorted(matches: &Matches) -> Vec<(u32, u64)> {
+    let mut pairs: Vec<_> = matches.pairs().collect();
+    pairs.sort_unstable();
+    pairs
 }
 
 /// Microseconds per call.
@@ -347,24 +374,38 @@ fn measure_v0_2<G: chainsieve_filter_sdk_0_2::Filter>(
     };
     for subscriptions in SUBSCRIPTIONS {
         let mut native = G::default();
+        let mut reach = ReachIndex::new(component.manifest.source, component.manifest.layout);
         let mut wasm = metered.instantiate(&component).expect("instance");
         let mut v0_1 = instance(metered, case.topic);
         for i in 0..subscriptions {
             let params = (case.params)(i);
-            native.subscribe(i, &params).expect("native subscribe");
+            let delivery = native.subscribe(i, &params).expect("native subscribe");
+            reach
+                .insert(i, native.reach(i), delivery)
+                .expect("a usable reach");
             wasm.subscribe(i, &params).expect("call").expect("accepted");
             v0_1.subscribe(i, &params).expect("call").expect("accepted");
         }
+        let native_behind_reach = |batch: &[u8]| {
+            reach.run(batch, |part| {
+                chainsieve_filter_sdk_0_2::match_batch(&native, part).map_err(anyhow::Error::msg)
+            })
+        };
         for row in rows
             .iter_mut()
             .filter(|row| row.subscriptions == subscriptions && row.times.is_some())
         {
             let batch = projected(fields, row.batch, subscriptions);
-            let expected = chainsieve_filter_sdk_0_2::match_batch(&native, &batch).expect("native");
+            let expected =
+                sorted(&chainsieve_filter_sdk_0_2::match_batch(&native, &batch).expect("native"));
             let whole = (case.batch)(row.batch, subscriptions);
-            assert_eq!(wasm.match_batch(&batch).expect("wasm"), expected);
+            assert_eq!(sorted(&wasm.match_batch(&batch).expect("wasm")), expected);
             assert_eq!(
-                v0_1.match_batch(&whole).expect("0.1"),
+                sorted(&native_behind_reach(&batch).expect("native")),
+                expected
+            );
+            assert_eq!(
+                sorted(&v0_1.match_batch(&whole).expect("0.1")),
                 expected,
                 "0.2 answers as 0.1"
             );
@@ -374,10 +415,17 @@ fn measure_v0_2<G: chainsieve_filter_sdk_0_2::Filter>(
                         .expect("native"),
                 );
             });
+            let native_behind_reach_us = time(|| {
+                black_box(native_behind_reach(black_box(&batch)).expect("native"));
+            });
             let wasm_us = time(|| {
                 black_box(wasm.match_batch(black_box(&batch)).expect("wasm"));
             });
-            row.v0_2 = Some((native_us, wasm_us));
+            row.v0_2 = Some(V0_2Times {
+                native: native_us,
+                native_behind_reach: native_behind_reach_us,
+                wasm: wasm_us,
+            });
         }
     }
 }
@@ -451,9 +499,9 @@ fn main() {
     let metered = FilterEngine::new(&config).expect("engine");
     let unmetered = FilterEngine::without_deadline(&config).expect("engine");
     println!(
-        "| filter | subscriptions | batch | native µs | WASM µs | WASM / native | epoch cost | 0.2 native µs | 0.2 WASM µs | 0.2 WASM / native |"
+        "| filter | subscriptions | batch | native µs | WASM µs | WASM / native | epoch cost | 0.2 native µs | 0.2 native behind reach µs | 0.2 WASM µs | 0.2 WASM / native behind reach | 0.2 WASM / native |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for case in cases() {
         if !only.is_empty() && !only.iter().any(|o| case.topic.contains(o.as_str())) {
             continue;
@@ -497,8 +545,15 @@ fn main() {
             v0_2,
         } in rows
         {
-            let v0_2 = v0_2.map_or("— | — | —".to_string(), |(native, wasm)| {
-                format!("{native:.2} | {wasm:.2} | {:.2}×", wasm / native)
+            let v0_2 = v0_2.map_or("— | — | — | — | —".to_string(), |t| {
+                format!(
+                    "{:.2} | {:.2} | {:.2} | {:.2}× | {:.2}×",
+                    t.native,
+                    t.native_behind_reach,
+                    t.wasm,
+                    t.wasm / t.native_behind_reach,
+                    t.wasm / t.native
+                )
             });
             match times {
                 Some(t) => println!(

@@ -405,6 +405,7 @@ impl<'a> Records<'a> {
     }
 
     /// The records, one slice each.
+    #[inline]
     pub fn iter(&self) -> std::slice::ChunksExact<'a, u8> {
         self.records.chunks_exact(self.record_len)
     }
@@ -463,27 +464,32 @@ impl KeyFields {
         }
     }
 
+    #[inline]
     pub fn sender<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 20]> {
         self.from.map(|at| array(record, at))
     }
 
+    #[inline]
     pub fn receiver<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 20]> {
         self.to
             .filter(|_| record[0] & tx_fields::HAS_TO != 0)
             .map(|at| array(record, at))
     }
 
+    #[inline]
     pub fn selector<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 4]> {
         self.selector
             .filter(|_| record[0] & tx_fields::HAS_SELECTOR != 0)
             .map(|at| array(record, at))
     }
 
+    #[inline]
     pub fn emitter<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 20]> {
         self.address.map(|at| array(record, at))
     }
 
     /// Topic `i`, if the log has that many.
+    #[inline]
     pub fn topic<'r>(&self, record: &'r [u8], i: usize) -> Option<&'r [u8; 32]> {
         self.topics
             .filter(|&at| i < usize::from(record[at]).min(4))

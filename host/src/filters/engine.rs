@@ -16,7 +16,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::contract::{self, Delivery, FilterManifest};
 use super::limits::InstanceLimits;
-use super::reach::{self, Narrowed, ReachIndex};
+use super::reach::ReachIndex;
 use super::{v0_1_0, v0_2_0};
 use crate::config::FiltersConfig;
 
@@ -293,10 +293,12 @@ impl FilterEngine {
             Pre::V0_2(pre) => Bindings::V0_2(pre.instantiate(&mut store)?),
         };
         Ok(FilterInstance {
-            store,
-            bindings,
-            deadline_ticks: self.shared.metered.then_some(self.deadline_ticks),
-            call_timeout: self.call_timeout,
+            exports: Exports {
+                store,
+                bindings,
+                deadline_ticks: self.shared.metered.then_some(self.deadline_ticks),
+                call_timeout: self.call_timeout,
+            },
             max_payload_bytes: self.max_payload_bytes,
             writes_for: HashSet::new(),
             reach,
@@ -354,11 +356,7 @@ fn compiled(shared: &SharedEngine, hash: B256, bytes: &[u8]) -> anyhow::Result<C
 /// One instance: a store and the component's exports. Owned by one actor;
 /// any error it returns means the instance must be rebuilt.
 pub struct FilterInstance {
-    store: Store<FilterState>,
-    bindings: Bindings,
-    /// `None` on the engine without deadlines.
-    deadline_ticks: Option<u64>,
-    call_timeout: Duration,
+    exports: Exports,
     max_payload_bytes: usize,
     /// The subscriptions that answered [`Delivery::Written`]: each of
     /// their matches must name a payload ([`contract::check_written`]).
@@ -368,7 +366,16 @@ pub struct FilterInstance {
     reach: ReachIndex,
 }
 
-impl FilterInstance {
+/// An instance's store and its exports in it.
+struct Exports {
+    store: Store<FilterState>,
+    bindings: Bindings,
+    /// `None` on the engine without deadlines.
+    deadline_ticks: Option<u64>,
+    call_timeout: Duration,
+}
+
+impl Exports {
     /// Runs one export with the full deadline; a failure says which limit
     /// stopped it, if one did.
     fn call<T>(
@@ -395,8 +402,39 @@ impl FilterInstance {
         })
     }
 
+    /// The component's answer about `batch`, checked: a guest-reported
+    /// error is an error too (the guest cannot read what the host wrote),
+    /// and so is an answer that does not hold together or a written
+    /// payload that fails its checks ([`contract::check_written`]).
+    fn match_batch(
+        &mut self,
+        batch: &[u8],
+        max_payload_bytes: usize,
+        writes_for: &HashSet<u64>,
+    ) -> anyhow::Result<Matches> {
+        let matches = self
+            .call(|bindings, store| {
+                Ok(match bindings {
+                    Bindings::V0_1(f) => f.call_match_batch(store, batch)?.map(v0_1_0::matches),
+                    Bindings::V0_2(f) => f.call_match_batch(store, batch)?.map(v0_2_0::matches),
+                })
+            })?
+            .map_err(|e| anyhow!("the filter refused the batch: {e}"))?;
+        if matches.events.len() != matches.subscriptions.len() {
+            anyhow::bail!(
+                "the filter returned {} event indexes but {} subscriptions",
+                matches.events.len(),
+                matches.subscriptions.len()
+            );
+        }
+        contract::check_written(&matches, max_payload_bytes, writes_for)?;
+        Ok(matches)
+    }
+}
+
+impl FilterInstance {
     pub fn manifest(&mut self) -> anyhow::Result<FilterManifest> {
-        self.call(|bindings, store| {
+        self.exports.call(|bindings, store| {
             Ok(match bindings {
                 Bindings::V0_1(f) => v0_1_0::manifest(f.call_manifest(store)?),
                 Bindings::V0_2(f) => v0_2_0::manifest(f.call_manifest(store)?),
@@ -407,7 +445,7 @@ impl FilterInstance {
     /// `Ok(Err(message))` is the guest refusing the parameters; a reach
     /// the host cannot use is an error ([`ReachIndex::insert`]).
     pub fn subscribe(&mut self, id: u64, params: &str) -> anyhow::Result<Result<Delivery, String>> {
-        let answer = self.call(|bindings, store| {
+        let answer = self.exports.call(|bindings, store| {
             Ok(match bindings {
                 Bindings::V0_1(f) => f
                     .call_subscribe(store, id, params)?
@@ -433,52 +471,26 @@ impl FilterInstance {
     pub fn unsubscribe(&mut self, id: u64) -> anyhow::Result<()> {
         self.writes_for.remove(&id);
         self.reach.remove(id);
-        self.call(|bindings, store| match bindings {
+        self.exports.call(|bindings, store| match bindings {
             Bindings::V0_1(f) => f.call_unsubscribe(store, id),
             Bindings::V0_2(f) => f.call_unsubscribe(store, id),
         })
     }
 
     /// Matches a packed batch (in the layout the component reads): the
-    /// component is asked about the events its subscriptions can match
-    /// ([`ReachIndex::narrow`]), and those that take every event are added
-    /// by the host. A guest-reported error is an error too (the guest
-    /// cannot read what the host wrote), and so is an answer that does not
-    /// hold together or a written payload that fails its checks
-    /// ([`contract::check_written`]).
+    /// component is asked about the events its subscriptions can match,
+    /// and those that take every event are served by the host
+    /// ([`ReachIndex::run`]); its answer is checked ([`Exports::match_batch`]).
     pub fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches> {
-        let mut matches = match self.reach.narrow(batch)? {
-            Narrowed::Whole => self.ask(batch)?,
-            Narrowed::Nothing => Matches::default(),
-            Narrowed::Subset { bytes, indices } => {
-                let mut matches = self.ask(&bytes)?;
-                reach::widen(&mut matches, &indices);
-                matches
-            }
-        };
-        self.reach.serve_every(batch, &mut matches)?;
-        Ok(matches)
-    }
-
-    /// The component's answer about `batch`, checked.
-    fn ask(&mut self, batch: &[u8]) -> anyhow::Result<Matches> {
-        let matches = self
-            .call(|bindings, store| {
-                Ok(match bindings {
-                    Bindings::V0_1(f) => f.call_match_batch(store, batch)?.map(v0_1_0::matches),
-                    Bindings::V0_2(f) => f.call_match_batch(store, batch)?.map(v0_2_0::matches),
-                })
-            })?
-            .map_err(|e| anyhow!("the filter refused the batch: {e}"))?;
-        if matches.events.len() != matches.subscriptions.len() {
-            anyhow::bail!(
-                "the filter returned {} event indexes but {} subscriptions",
-                matches.events.len(),
-                matches.subscriptions.len()
-            );
-        }
-        contract::check_written(&matches, self.max_payload_bytes, &self.writes_for)?;
-        Ok(matches)
+        let Self {
+            exports,
+            max_payload_bytes,
+            writes_for,
+            reach,
+        } = self;
+        reach.run(batch, |part| {
+            exports.match_batch(part, *max_payload_bytes, writes_for)
+        })
     }
 }
 

@@ -168,13 +168,13 @@ impl ReachIndex {
             return Ok(Narrowed::Nothing);
         }
         let records = Records::parse(batch).map_err(anyhow::Error::msg)?;
-        let fields = KeyFields::of(&records);
-        let indices: Vec<u32> = records
-            .iter()
-            .enumerate()
-            .filter(|(_, record)| self.concerns(&fields, record))
-            .map(|(index, _)| index as u32)
-            .collect();
+        let probe = Probe::of(self, KeyFields::of(&records));
+        let mut indices = Vec::with_capacity(records.len());
+        for (index, record) in records.iter().enumerate() {
+            if probe.concerns(record) {
+                indices.push(index as u32);
+            }
+        }
         Ok(if indices.is_empty() {
             Narrowed::Nothing
         } else if indices.len() == records.len() {
@@ -185,18 +185,6 @@ impl ReachIndex {
                 indices,
             }
         })
-    }
-
-    /// Whether some subscription's keys name a value `record` carries.
-    fn concerns(&self, fields: &KeyFields, record: &[u8]) -> bool {
-        fn hit<K: std::hash::Hash + Eq>(counts: &Counts<K>, value: Option<&K>) -> bool {
-            !counts.is_empty() && value.is_some_and(|v| counts.contains_key(v))
-        }
-        hit(&self.senders, fields.sender(record))
-            || hit(&self.receivers, fields.receiver(record))
-            || hit(&self.selectors, fields.selector(record))
-            || hit(&self.emitters, fields.emitter(record))
-            || (0..4).any(|i| hit(&self.topics[i], fields.topic(record, i)))
     }
 
     /// Sends every event of `batch` to each subscription the host serves
@@ -215,12 +203,85 @@ impl ReachIndex {
         }
         Ok(())
     }
+
+    /// The matches of `batch`: `ask` (the component) answers about the
+    /// part some subscription's keys concern ([`ReachIndex::narrow`]), its
+    /// answer mapped back to the batch, then the subscriptions the host
+    /// serves itself get every event ([`ReachIndex::serve_every`]).
+    pub fn run(
+        &self,
+        batch: &[u8],
+        ask: impl FnOnce(&[u8]) -> anyhow::Result<Matches>,
+    ) -> anyhow::Result<Matches> {
+        let mut matches = match self.narrow(batch)? {
+            Narrowed::Whole => ask(batch)?,
+            Narrowed::Nothing => Matches::default(),
+            Narrowed::Subset { bytes, indices } => {
+                let mut matches = ask(&bytes)?;
+                widen(&mut matches, &indices);
+                matches
+            }
+        };
+        self.serve_every(batch, &mut matches)?;
+        Ok(matches)
+    }
+}
+
+/// The key tests worth making on one batch's records: only the fields
+/// some subscription named a key of (most indexes are empty), so a record
+/// costs a lookup or two.
+struct Probe<'a> {
+    fields: KeyFields,
+    senders: Option<&'a Counts<[u8; 20]>>,
+    receivers: Option<&'a Counts<[u8; 20]>>,
+    selectors: Option<&'a Counts<[u8; 4]>>,
+    emitters: Option<&'a Counts<[u8; 20]>>,
+    /// (position, keys) of the topic positions named.
+    topics: Vec<(usize, &'a Counts<[u8; 32]>)>,
+}
+
+impl<'a> Probe<'a> {
+    fn of(index: &'a ReachIndex, fields: KeyFields) -> Self {
+        fn named<K>(counts: &Counts<K>) -> Option<&Counts<K>> {
+            (!counts.is_empty()).then_some(counts)
+        }
+        Self {
+            fields,
+            senders: named(&index.senders),
+            receivers: named(&index.receivers),
+            selectors: named(&index.selectors),
+            emitters: named(&index.emitters),
+            topics: (0..4)
+                .filter_map(|i| named(&index.topics[i]).map(|counts| (i, counts)))
+                .collect(),
+        }
+    }
+
+    /// Whether some subscription's keys name a value `record` carries.
+    #[inline]
+    fn concerns(&self, record: &[u8]) -> bool {
+        fn hit<'r, K: std::hash::Hash + Eq + 'r>(
+            counts: Option<&Counts<K>>,
+            value: impl FnOnce() -> Option<&'r K>,
+        ) -> bool {
+            counts.is_some_and(|counts| value().is_some_and(|v| counts.contains_key(v)))
+        }
+        let f = &self.fields;
+        hit(self.senders, || f.sender(record))
+            || hit(self.receivers, || f.receiver(record))
+            || hit(self.selectors, || f.selector(record))
+            || hit(self.emitters, || f.emitter(record))
+            || self
+                .topics
+                .iter()
+                .any(|&(i, counts)| f.topic(record, i).is_some_and(|t| counts.contains_key(t)))
+    }
 }
 
 /// Maps the component's answer about a subset back to the batch's event
 /// indexes; one outside the subset stays outside the batch (a bad answer
 /// the actor reports).
-pub fn widen(matches: &mut Matches, indices: &[u32]) {
+fn widen(matches: &mut Matches, indices: &[u32]) {
     for event in &mut matches.events {
         *event = indices.get(*event as usize).copied().unwrap_or(u32::MAX);
     }
