@@ -1,10 +1,10 @@
-//! Every built-in filter, the WebAssembly component against the same Rust
-//! logic compiled natively: 10, 1,000 and 100,000 subscriptions, batches of
-//! 1, 64 and 1,024 events, and the component again without epoch
-//! interruption, to price the call deadline. Where a built-in has a
-//! contract 0.2 build (batches carrying only the fields it reads), the same
-//! cells for it, native and WASM, in the same run. Prints the README's
-//! tables.
+//! Every built-in topic's contract 0.1 build, the WebAssembly component
+//! against the same Rust logic compiled natively: 10, 1,000 and 100,000
+//! subscriptions, batches of 1, 64 and 1,024 events, and the component
+//! again without epoch interruption, to price the call deadline; then the
+//! built-in itself (contract 0.2: batches carrying only the fields it
+//! reads), the same cells, native and WASM, in the same run. Prints the
+//! README's tables.
 //!
 //! Run: `cargo bench -p chainsieve --bench filter_matrix`
 //!
@@ -34,7 +34,6 @@ use chainsieve::filters::actor::pairs::delivery_order;
 use chainsieve::filters::engine::FilterInstance;
 use chainsieve::filters::harness::read_events;
 use chainsieve::filters::reach::ReachIndex;
-use chainsieve::filters::registry::builtin_components;
 use chainsieve::log::batch::EventBatch;
 use chainsieve_filter_sdk::layout::{BatchWriter, EventWriter, HeadFields, LogFields, TxFields};
 use chainsieve_filter_sdk::projection::ProjectedWriter;
@@ -170,11 +169,11 @@ struct Case {
     params: fn(u64) -> String,
     broadcast: bool,
     batch: fn(usize, u64) -> Vec<u8>,
-    /// The contract 0.2 build, if there is one.
+    /// The built-in (contract 0.2), if the topic has one.
     v0_2: Option<Build>,
 }
 
-/// A contract 0.2 build: its file (a test-only component) and its batches,
+/// A contract 0.2 built-in: its file and its batches,
 /// carrying the fields its manifest declares.
 type Build = (&'static str, fn(u32, usize, u64) -> Vec<u8>);
 
@@ -253,12 +252,10 @@ fn time(mut f: impl FnMut()) -> f64 {
     start.elapsed().as_secs_f64() * 1e6 / f64::from(calls)
 }
 
+/// An instance of the contract 0.1 build of built-in `topic`.
 fn instance(engine: &FilterEngine, topic: &str) -> FilterInstance {
-    let component = builtin_components()
-        .iter()
-        .map(|(file, bytes)| engine.load(file, bytes).expect("built-in loads"))
-        .find(|c| c.manifest.topic == topic)
-        .expect("a built-in");
+    let (file, bytes) = chainsieve_tests::filters::v0_1_build(topic);
+    let component = engine.load(file, &bytes).expect("the 0.1 build loads");
     engine.instantiate(&component).expect("instance")
 }
 
@@ -367,8 +364,8 @@ fn measure_v0_2<G: chainsieve_filter_sdk_0_2::Filter>(
         return;
     };
     let component = metered
-        .load(file, &chainsieve_tests::filters::test_filter(file))
-        .expect("the 0.2 build loads");
+        .load(file, &chainsieve_tests::filters::built(file))
+        .expect("the 0.2 built-in loads");
     let Layout::Projected(fields) = component.manifest.layout else {
         panic!("{file} is not a contract 0.2 component");
     };

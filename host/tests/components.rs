@@ -1,13 +1,15 @@
-//! The embedded built-in components, loaded through the component harness
-//! (the server's engine, the real WIT exports), must answer exactly what
-//! the same filter logic answers compiled natively; and the registry's and
-//! the engine's refusals.
+//! The built-in topics' contract 0.1 builds, loaded through the component
+//! harness (the server's engine, the real WIT exports), must answer exactly
+//! what the same filter logic answers compiled natively (the 0.2 built-ins
+//! are held to these builds' answers in `harness.rs`); the built-ins'
+//! manifests; and the registry's and the engine's refusals.
 
 use chainsieve::config::FiltersConfig;
 use chainsieve::filters::harness::{Harness, Match};
 use chainsieve::filters::registry::builtin_components;
 use chainsieve::filters::{Delivery, FilterEngine, Layout};
 use chainsieve_filter_sdk::layout::{BatchWriter, LogFields, TxFields};
+use chainsieve_filter_sdk::projection::{log_fields, tx_fields};
 use chainsieve_filter_sdk::{Batch, Filter, Payload, Source, match_batch};
 
 fn engine() -> std::sync::Arc<FilterEngine> {
@@ -72,15 +74,12 @@ fn tx_params() -> Vec<String> {
         .collect()
 }
 
-/// The built-in component of `topic` in the harness.
+/// The contract 0.1 build of built-in `topic` in the harness: what the
+/// native 0.1 filters answer as (the 0.2 built-ins are held to these
+/// builds' answers in `harness.rs`).
 fn harness(topic: &str) -> Harness {
-    builtin_components()
-        .iter()
-        .map(|(file, bytes)| {
-            Harness::load(file, bytes, &FiltersConfig::default()).expect("built-in loads")
-        })
-        .find(|h| h.manifest().topic == topic)
-        .unwrap_or_else(|| panic!("no built-in for {topic}"))
+    let (file, bytes) = chainsieve_tests::filters::v0_1_build(topic);
+    Harness::load(file, &bytes, &FiltersConfig::default()).expect("the 0.1 build loads")
 }
 
 /// Subscribes the same params natively and in the component (through the
@@ -109,49 +108,67 @@ fn same_answers<F: Filter>(topic: &str, params: &[String], batch: &[u8]) -> usiz
     wasm.len()
 }
 
+/// The built-ins are contract 0.2 builds, each reading only the fields
+/// its rules do.
 #[test]
 fn manifests_declare_the_five_topics() {
     let engine = engine();
     let mut topics: Vec<_> = builtin_components()
         .iter()
         .map(|(file, bytes)| {
-            let m = engine.load(file, bytes).expect("loads").manifest;
-            (m.topic, m.source, m.delivery, m.layout)
+            let c = engine.load(file, bytes).expect("loads");
+            (
+                c.manifest.topic,
+                c.manifest.source,
+                c.manifest.delivery,
+                c.manifest.layout,
+                c.version,
+            )
         })
         .collect();
     topics.sort_by(|a, b| a.0.cmp(&b.0));
+    let transactions = Layout::Projected(tx_fields::FROM | tx_fields::TO | tx_fields::SELECTOR);
+    let built_in = |topic: &str, source, payload, layout| {
+        (
+            topic.to_string(),
+            source,
+            Delivery::Kind(payload),
+            layout,
+            "0.2.0".to_string(),
+        )
+    };
     assert_eq!(
         topics,
         vec![
-            (
-                "bvMinedTransactions".to_string(),
+            built_in(
+                "bvMinedTransactions",
                 Source::MinedTransactions,
-                Delivery::Kind(Payload::FullBlockvision),
-                Layout::Whole
+                Payload::FullBlockvision,
+                transactions
             ),
-            (
-                "bvPendingTransactions".to_string(),
+            built_in(
+                "bvPendingTransactions",
                 Source::PendingTransactions,
-                Delivery::Kind(Payload::FullBlockvision),
-                Layout::Whole
+                Payload::FullBlockvision,
+                transactions
             ),
-            (
-                "logs".to_string(),
+            built_in(
+                "logs",
                 Source::Logs,
-                Delivery::Kind(Payload::Full),
-                Layout::Whole
+                Payload::Full,
+                Layout::Projected(log_fields::ADDRESS | log_fields::TOPICS)
             ),
-            (
-                "newHeads".to_string(),
+            built_in(
+                "newHeads",
                 Source::Heads,
-                Delivery::Kind(Payload::Full),
-                Layout::Whole
+                Payload::Full,
+                Layout::Projected(0)
             ),
-            (
-                "newPendingTransactions".to_string(),
+            built_in(
+                "newPendingTransactions",
                 Source::PendingTransactions,
-                Delivery::Kind(Payload::Hash),
-                Layout::Whole
+                Payload::Hash,
+                Layout::Projected(0)
             ),
         ]
     );
@@ -318,7 +335,7 @@ fn a_component_for_another_contract_version_is_refused_naming_both() {
     // length, so still a well-formed component).
     let mut bytes = builtin_bytes("new_heads").to_vec();
     let (from, to) = (
-        b"chainsieve:filter/types@0.1.0".as_slice(),
+        b"chainsieve:filter/types@0.2.0".as_slice(),
         b"chainsieve:filter/types@0.9.0".as_slice(),
     );
     let mut renamed = 0;

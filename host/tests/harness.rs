@@ -108,6 +108,7 @@ fn fixture(source: Source) -> String {
     std::fs::read_to_string(fixtures_dir().join(file)).expect("fixture")
 }
 
+/// The built-in component of `topic` (contract 0.2) in the harness.
 fn harness(topic: &str, batch: usize) -> Harness {
     builtin_components()
         .iter()
@@ -117,10 +118,18 @@ fn harness(topic: &str, batch: usize) -> Harness {
         .with_batch_size(batch)
 }
 
-/// The component through the harness (in batches of 5, so matches cross
-/// batch boundaries) against the native filter over the whole fixture.
+/// The contract 0.1 build of built-in `topic` in the harness.
+fn v0_1_harness(topic: &str, batch: usize) -> Harness {
+    let (file, bytes) = chainsieve_tests::filters::v0_1_build(topic);
+    Harness::load(file, &bytes, &FiltersConfig::default())
+        .expect("the 0.1 build loads")
+        .with_batch_size(batch)
+}
+
+/// The 0.1 build through the harness (in batches of 5, so matches cross
+/// batch boundaries) against the native 0.1 filter over the whole fixture.
 fn same_over_fixture<F: Filter>(topic: &str, params: &[String]) -> Vec<Match> {
-    let mut component = harness(topic, 5);
+    let mut component = v0_1_harness(topic, 5);
     let mut native = F::default();
     for (id, p) in params.iter().enumerate() {
         component.subscribe(p).expect("call").expect("accepted");
@@ -423,15 +432,13 @@ fn the_decoded_transfers_example_writes_each_transfer_decoded() {
     assert_eq!(as_json(&lines), expected);
 }
 
-/// The 0.2 build `file` of the built-in `topic` (batches carrying only
-/// `fields`) answers as the 0.1 built-in over the fixture of `source`, in
-/// batches of 5.
-fn v0_2_answers_as_v0_1(topic: &str, file: &str, source: Source, fields: u32, params: &[String]) {
-    let mut v0_1 = harness(topic, 5);
-    let bytes = chainsieve_tests::filters::test_filter(file);
-    let mut v0_2 = Harness::load(file, &bytes, &FiltersConfig::default())
-        .expect("loads")
-        .with_batch_size(5);
+/// The built-in of `topic` (contract 0.2, batches carrying only `fields`,
+/// behind its subscriptions' reach) answers as its 0.1 build over the
+/// fixture of `source`, in batches of 5, and each subscription gets the
+/// same payload kind.
+fn v0_2_answers_as_v0_1(topic: &str, source: Source, fields: u32, params: &[String]) {
+    let mut v0_1 = v0_1_harness(topic, 5);
+    let mut v0_2 = harness(topic, 5);
     assert_eq!(
         v0_2.manifest().layout,
         chainsieve::filters::Layout::Projected(fields)
@@ -454,45 +461,40 @@ fn v0_2_answers_as_v0_1(topic: &str, file: &str, source: Source, fields: u32, pa
     );
 }
 
-/// Every built-in's rules built for contract 0.2 answer as its 0.1 build:
-/// the transaction rules (sender, receiver and selector only), the logs
-/// rules (address and topics only) and the broadcasts (no field; the
-/// payload kind a subscription chose).
+/// Every built-in (contract 0.2) answers as its rules' 0.1 build: the
+/// transaction rules (sender, receiver and selector only), the logs rules
+/// (address and topics only) and the broadcasts (no field, served by the
+/// host; the payload kind a subscription chose).
 #[test]
-fn built_ins_built_for_0_2_answer_as_the_0_1_builds() {
+fn built_ins_answer_as_their_0_1_builds() {
     let params = transaction_params(&fixture(Source::PendingTransactions));
     let reads = tx_fields::FROM | tx_fields::TO | tx_fields::SELECTOR;
     v0_2_answers_as_v0_1(
         "bvPendingTransactions",
-        "chainsieve_bv_pending_transactions_0_2.wasm",
         Source::PendingTransactions,
         reads,
         &params,
     );
     v0_2_answers_as_v0_1(
         "bvMinedTransactions",
-        "chainsieve_bv_mined_transactions_0_2.wasm",
         Source::MinedTransactions,
         reads,
         &params,
     );
     v0_2_answers_as_v0_1(
         "logs",
-        "chainsieve_logs_filter_0_2.wasm",
         Source::Logs,
         log_fields::ADDRESS | log_fields::TOPICS,
         &log_params(&fixture(Source::Logs)),
     );
     v0_2_answers_as_v0_1(
         "newHeads",
-        "chainsieve_new_heads_filter_0_2.wasm",
         Source::Heads,
         0,
         &["[]".to_string(), "[{}]".to_string()],
     );
     v0_2_answers_as_v0_1(
         "newPendingTransactions",
-        "chainsieve_new_pending_transactions_filter_0_2.wasm",
         Source::PendingTransactions,
         0,
         &["[]", "[true]", "[false]"].map(String::from),

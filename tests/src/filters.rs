@@ -40,6 +40,34 @@ pub fn test_filter(file: &str) -> Vec<u8> {
     read(&dir.join(file))
 }
 
+/// The contract 0.1 builds of the built-ins' rules, by topic: tested
+/// beside the 0.2 built-ins (test-only components).
+pub const V0_1_BUILDS: &[(&str, &str)] = &[
+    (
+        "bvPendingTransactions",
+        "chainsieve_bv_pending_transactions.wasm",
+    ),
+    (
+        "bvMinedTransactions",
+        "chainsieve_bv_mined_transactions.wasm",
+    ),
+    (
+        "newPendingTransactions",
+        "chainsieve_new_pending_transactions_filter.wasm",
+    ),
+    ("newHeads", "chainsieve_new_heads_filter.wasm"),
+    ("logs", "chainsieve_logs_filter.wasm"),
+];
+
+/// The contract 0.1 build of built-in `topic`: (file, bytes).
+pub fn v0_1_build(topic: &str) -> (&'static str, Vec<u8>) {
+    let (_, file) = V0_1_BUILDS
+        .iter()
+        .find(|(t, _)| *t == topic)
+        .unwrap_or_else(|| panic!("no 0.1 build of {topic}"));
+    (file, test_filter(file))
+}
+
 fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }

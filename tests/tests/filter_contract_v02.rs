@@ -1,14 +1,14 @@
 //! Contract 0.2 on a running server: a topic swaps between a 0.1 and a 0.2
 //! component under a live subscription, every head once, in each
-//! component's shape (the 0.2 one writes its own payloads); a 0.2
+//! component's shape (the evil 0.2 one writes its own payloads); a 0.2
 //! component that writes a bad payload is disabled like one that traps,
 //! its subscribers told why; a subscription whose reach the host cannot
 //! use is refused alone; and the 0.2 example serves decoded ERC-20
 //! transfers from a filters directory next to the 0.1 example.
 
 use chainsieve_tests::filters::{
-    built, decoded_transfer, origin, place, test_filter, wait_for_filters, wait_until_served,
-    watching,
+    built, decoded_transfer, origin, place, test_filter, v0_1_build, wait_for_filters,
+    wait_until_served, watching,
 };
 use chainsieve_tests::{TestServer, WsClient, hex_address};
 use serde_json::{Value, json};
@@ -44,12 +44,20 @@ fn shape(head: &Value) -> Shape {
     }
 }
 
+/// `newHeads` served by its 0.1 build, swapped for the 0.2 evil component
+/// and then, the file removed, for the 0.2 built-in, under one live
+/// subscription.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_swaps_between_contract_versions_under_a_live_subscription() {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = TestServer::start(watching(dir.path()))
         .await
         .expect("server");
+    let (_, v0_1) = v0_1_build("newHeads");
+    place(dir.path(), "newHeads.wasm", &v0_1);
+    wait_until_served(&server.state, "newHeads", &dir.path().join("newHeads.wasm"))
+        .await
+        .expect("the 0.1 build serves");
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
@@ -63,7 +71,7 @@ async fn a_topic_swaps_between_contract_versions_under_a_live_subscription() {
     seen.push(next(&mut ws).await);
 
     let file = swap_in_evil(dir.path(), &server).await;
-    // Heads the built-in sent before the swap may still be queued: read
+    // Heads the 0.1 build sent before the swap may still be queued: read
     // until the 0.2 component's have come.
     loop {
         let head = next(&mut ws).await;
