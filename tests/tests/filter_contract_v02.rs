@@ -26,8 +26,8 @@ async fn swap_in_evil(dir: &std::path::Path, server: &TestServer) -> std::path::
     file
 }
 
-/// A head as the 0.1 built-in sends it (the node's shape), or as the 0.2
-/// component writes it.
+/// A head in the node's shape (the 0.1 build and the built-in send it), or
+/// as the evil 0.2 component writes it.
 #[derive(Debug, PartialEq, Eq)]
 enum Shape {
     Node,

@@ -1,4 +1,5 @@
-//! The built-in `bvMinedTransactions` component: transactions filtered by
+//! The `bvMinedTransactions` rules built for contract 0.1 (tests and the
+//! benchmark; the built-in is the 0.2 build): transactions filtered by
 //! `fromAddress` / `toAddress` / `methodIds` (rules in
 //! `chainsieve-transactions-filter`).
 

@@ -1,8 +1,8 @@
-//! The built-in `bvPendingTransactions` rules (`chainsieve-transactions-filter`) built
-//! for contract 0.2: its batches carry only the sender, the receiver and
-//! the selector. Served in tests and measured against the 0.1 build by
-//! the `filter_matrix` benchmark; the built-in stays on 0.1 until that
-//! says 0.2 pays (docs/architecture.md, Filter contract v0.2).
+//! The built-in `bvPendingTransactions` component (contract 0.2), its rules
+//! in `chainsieve-transactions-filter`: its batches carry only the sender,
+//! the receiver and the selector, and each subscription's reach (its
+//! senders and receivers, else its methods, else every transaction) lets
+//! the host skip the rest (docs/architecture.md, Filter contract v0.2).
 
 use chainsieve_filter_sdk_0_2::{Delivery, Manifest, Payload, Source, export_filter, rules_filter};
 

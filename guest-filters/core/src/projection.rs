@@ -400,6 +400,7 @@ impl<'a> Records<'a> {
         self.records.len() / self.record_len
     }
 
+    /// Whether there are no records.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
@@ -438,7 +439,7 @@ impl<'a> Records<'a> {
 /// batch, whatever fields it carries: `None` where a record lacks the
 /// value (a creation's receiver, a short input's selector, a missing
 /// topic) or the batch the field.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct KeyFields {
     from: Option<usize>,
     to: Option<usize>,
@@ -464,11 +465,13 @@ impl KeyFields {
         }
     }
 
+    /// A transaction's sender.
     #[inline]
     pub fn sender<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 20]> {
         self.from.map(|at| array(record, at))
     }
 
+    /// A transaction's receiver; `None` for a contract creation.
     #[inline]
     pub fn receiver<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 20]> {
         self.to
@@ -476,6 +479,7 @@ impl KeyFields {
             .map(|at| array(record, at))
     }
 
+    /// A transaction's selector; `None` when its input is shorter.
     #[inline]
     pub fn selector<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 4]> {
         self.selector
@@ -483,6 +487,7 @@ impl KeyFields {
             .map(|at| array(record, at))
     }
 
+    /// The contract that emitted a log.
     #[inline]
     pub fn emitter<'r>(&self, record: &'r [u8]) -> Option<&'r [u8; 20]> {
         self.address.map(|at| array(record, at))
@@ -749,6 +754,43 @@ mod tests {
         assert_eq!(read.topic(2), None);
         assert_eq!(read.data(), [1, 2, 3]);
         assert!(!read.removed());
+    }
+
+    /// A subset of a batch reads as the chosen events, in the given order,
+    /// variable-length fields included; key fields read from any field set.
+    #[test]
+    fn a_subset_reads_as_the_chosen_events() {
+        const READ: u32 = log_fields::ADDRESS | log_fields::TOPICS | log_fields::DATA;
+        let mut writer = ProjectedWriter::new(Source::Logs, READ, 3);
+        for i in 0..3u8 {
+            writer.push_log(&LogFields {
+                address: &[i; 20],
+                topics: &[[i; 32]; 5][..usize::from(i)],
+                data: &[i; 4][..usize::from(i) + 1],
+                block_number: 7,
+                log_index: u32::from(i),
+                transaction_index: 0,
+                transaction_hash: &[0; 32],
+                removed: false,
+            });
+        }
+        let bytes = writer.finish();
+        let records = Records::parse(&bytes).expect("parses");
+        assert_eq!(records.len(), 3);
+        let subset = records.subset(&[2, 0]);
+        let batch = ProjectedBatch::<READ>::parse(&subset).expect("a batch");
+        let read: Vec<_> = batch
+            .logs()
+            .expect("logs")
+            .map(|log| (*log.address(), log.topic_count(), log.data().to_vec()))
+            .collect();
+        assert_eq!(read, [([2; 20], 2, vec![2; 3]), ([0; 20], 0, vec![0])]);
+        let keys = KeyFields::of(&records);
+        let first = records.iter().nth(2).expect("a third record");
+        assert_eq!(keys.emitter(first), Some(&[2; 20]));
+        assert_eq!(keys.topic(first, 1), Some(&[2; 32]));
+        assert_eq!(keys.topic(first, 2), None);
+        assert_eq!(keys.sender(first), None, "a log has no sender");
     }
 
     /// A reader refuses a batch carrying other fields than it declared,

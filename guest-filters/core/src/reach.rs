@@ -39,7 +39,7 @@ impl Key {
 }
 
 /// What a subscription can match.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reach {
     /// Every event of the stream, with the subscription's payload kind:
     /// the host delivers them without asking the component.
@@ -48,7 +48,6 @@ pub enum Reach {
     /// asked about those and decides.
     Keys(Vec<Key>),
     /// Any event: the component is asked about every one.
-    #[default]
     Any,
 }
 

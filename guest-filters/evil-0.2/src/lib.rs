@@ -1,7 +1,8 @@
 //! **Tests only.** A contract 0.2 `newHeads` that writes its notifications'
 //! payloads itself, and bad ones on request, to prove the host's checks of
-//! written payloads and a hot swap across contract versions (it replaces
-//! the 0.1 built-in of the same topic). A subscription's parameters pick
+//! written payloads and of reach, and a hot swap across contract versions
+//! (it replaces the 0.1 build of `newHeads` in the tests' filters
+//! directory). A subscription's parameters pick
 //! what it gets:
 //!
 //! - `[]`: every head as `{"number": "0x…", "contract": "0.2"}`, one

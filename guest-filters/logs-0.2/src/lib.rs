@@ -1,7 +1,7 @@
-//! The built-in `logs` rules (`chainsieve-log-rules`) built for contract
-//! 0.2: its batches carry only each log's address and topics. Served in
-//! tests and measured against the 0.1 build by the `filter_matrix`
-//! benchmark; the built-in stays on 0.1 until that says 0.2 pays
+//! The built-in `logs` component (contract 0.2), geth's rules in
+//! `chainsieve-log-rules`: its batches carry only each log's address and
+//! topics, and each subscription's reach (its addresses, else its first
+//! constrained topic position) lets the host skip the rest
 //! (docs/architecture.md, Filter contract v0.2).
 
 use chainsieve_filter_sdk_0_2::{Delivery, Manifest, Payload, Source, export_filter, rules_filter};

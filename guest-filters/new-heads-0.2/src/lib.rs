@@ -1,7 +1,7 @@
-//! The built-in `newHeads` rules (`chainsieve-broadcast-rules`) built for
-//! contract 0.2. Served in tests and measured against the 0.1 build by the
-//! `filter_matrix` benchmark; the built-in stays on 0.1 until that says 0.2
-//! pays (docs/architecture.md, Filter contract v0.2).
+//! The built-in `newHeads` component (contract 0.2), its rules in
+//! `chainsieve-broadcast-rules`: every subscription reaches every header,
+//! so the host serves them without a call (docs/architecture.md, Filter
+//! contract v0.2).
 
 use chainsieve_filter_sdk_0_2::{Delivery, Manifest, Payload, Source, export_filter, rules_filter};
 

@@ -1,8 +1,8 @@
-//! The built-in `newPendingTransactions` rules (`chainsieve-broadcast-rules`)
-//! built for contract 0.2: they read no field, so its batches carry each
-//! transaction's flags only. Served in tests and measured against the 0.1
-//! build by the `filter_matrix` benchmark; the built-in stays on 0.1 until
-//! that says 0.2 pays (docs/architecture.md, Filter contract v0.2).
+//! The built-in `newPendingTransactions` component (contract 0.2), its
+//! rules in `chainsieve-broadcast-rules`: they read no field, and every
+//! subscription reaches every transaction, so the host serves them
+//! without a call, as hashes or full transactions as each subscription
+//! chose (docs/architecture.md, Filter contract v0.2).
 
 use chainsieve_filter_sdk_0_2::{Delivery, Manifest, Payload, Source, export_filter, rules_filter};
 

@@ -1,4 +1,5 @@
-//! The built-in `newPendingTransactions` component (geth's semantics): every
+//! The `newPendingTransactions` component built for contract 0.1 (tests
+//! and the benchmark; the built-in is the 0.2 build), geth's semantics: every
 //! pending transaction goes to every subscription, as its hash, or as the
 //! full transaction (with `null` block fields) when subscribed with `true`
 //! (`chainsieve-broadcast-rules`).

@@ -455,12 +455,13 @@ impl FilterInstance {
                     .map(v0_2_0::subscription),
             })
         })?;
-        self.writes_for.remove(&id);
-        self.reach.remove(id);
+        // Refused, the guest keeps what `id` was (its rules read the
+        // params before dropping anything): so does the host.
         let (delivery, reach) = match answer {
             Ok(accepted) => accepted?,
             Err(message) => return Ok(Err(message)),
         };
+        self.writes_for.remove(&id);
         self.reach.insert(id, reach, delivery)?;
         if delivery == Delivery::Written {
             self.writes_for.insert(id);
