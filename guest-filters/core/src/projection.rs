@@ -417,11 +417,11 @@ impl<'a> Records<'a> {
     }
 
     /// The same batch holding only the records at `indices` (in that
-    /// order): the same header but for the count, the same blob, so
-    /// variable-length fields still point where they did.
+    /// order): the same header but for the count, and a blob of only their
+    /// variable-length field (input or data), its offsets rewritten, so a
+    /// narrowed call copies no other event's bytes.
     pub fn subset(&self, indices: &[u32]) -> Vec<u8> {
-        let mut out =
-            Vec::with_capacity(HEADER_LEN + indices.len() * self.record_len + self.blob.len());
+        let mut out = Vec::with_capacity(HEADER_LEN + indices.len() * self.record_len);
         out.extend_from_slice(&[VERSION, self.source.code(), 0, 0]);
         out.extend_from_slice(&(indices.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.fields.to_le_bytes());
@@ -430,7 +430,23 @@ impl<'a> Records<'a> {
             let start = index as usize * self.record_len;
             out.extend_from_slice(&self.records[start..start + self.record_len]);
         }
-        out.extend_from_slice(self.blob);
+        let variable = match self.source {
+            Source::PendingTransactions | Source::MinedTransactions => tx_fields::INPUT,
+            Source::Logs => log_fields::DATA,
+            Source::Heads => 0,
+        };
+        if self.fields & variable == 0 {
+            return out;
+        }
+        let at = self.offset(variable);
+        let mut blob = Vec::new();
+        for record in out[HEADER_LEN..].chunks_exact_mut(self.record_len) {
+            let bytes = blob_field(self.blob, get_u32(record, at), get_u32(record, at + 4));
+            put_u32(record, at, blob.len() as u32);
+            put_u32(record, at + 4, bytes.len() as u32);
+            blob.extend_from_slice(bytes);
+        }
+        out.extend_from_slice(&blob);
         out
     }
 }
@@ -757,7 +773,8 @@ mod tests {
     }
 
     /// A subset of a batch reads as the chosen events, in the given order,
-    /// variable-length fields included; key fields read from any field set.
+    /// variable-length fields included (and no other event's); key fields
+    /// read from any field set.
     #[test]
     fn a_subset_reads_as_the_chosen_events() {
         const READ: u32 = log_fields::ADDRESS | log_fields::TOPICS | log_fields::DATA;
@@ -778,6 +795,8 @@ mod tests {
         let records = Records::parse(&bytes).expect("parses");
         assert_eq!(records.len(), 3);
         let subset = records.subset(&[2, 0]);
+        // Only the chosen logs' data is carried: 3 bytes and 1.
+        assert_eq!(subset.len(), HEADER_LEN + 2 * records.record_len + 3 + 1);
         let batch = ProjectedBatch::<READ>::parse(&subset).expect("a batch");
         let read: Vec<_> = batch
             .logs()
