@@ -19,8 +19,9 @@
 //!   source events → canonical tracker → stream batches → filter actors) and
 //!   the hot swap of filter components ([`chain::reload`]).
 //! - [`filters`] — the wasmtime engine, one bindings module per filter
-//!   contract version (0.1.0, 0.2.0), the loaded components, and the actors
-//!   that call them per batch and deliver the matches.
+//!   contract version (0.1.0, 0.2.0), the loaded components, each
+//!   subscription's reach (what a 0.2 component is asked about), and the
+//!   actors that call them per batch and deliver the matches.
 //! - [`fanout`] — per-connection bounded queues and the notification frame,
 //!   built around a payload serialized once per event.
 //! - [`ingest`] — sources (the embedded [`ingest::devnet`], nodes through
