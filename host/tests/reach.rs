@@ -187,18 +187,11 @@ fn transaction_rules_behind_their_reach_miss_nothing() {
             let fields = fields_of::<BvPending>();
             let mut w = ProjectedWriter::new(Source::PendingTransactions, fields, txs.len());
             for (from, to, input) in &txs {
-                w.push_tx(&TxFields {
-                    hash: &[0; 32],
-                    from: &address(*from),
-                    to: to.map(address).as_ref(),
-                    tx_type: 2,
-                    value: &[0; 32],
-                    nonce: 0,
-                    gas: 21_000,
-                    block_number: 0,
+                w.push_tx(&TxFields::call(
+                    &address(*from),
+                    to.map(address).as_ref(),
                     input,
-                    removed: false,
-                });
+                ));
             }
             same_behind_reach::<BvPending>(&params, &w.finish())
         })
@@ -216,16 +209,10 @@ fn log_rules_behind_their_reach_miss_nothing() {
             let mut w = ProjectedWriter::new(Source::Logs, fields_of::<Logs>(), logs.len());
             for (contract, topics) in &logs {
                 let topics: Vec<[u8; 32]> = topics.iter().map(|&i| topic(i)).collect();
-                w.push_log(&LogFields {
-                    address: &address(*contract),
-                    topics: &topics[..topics.len().min(4)],
-                    data: &[],
-                    block_number: 1,
-                    log_index: 0,
-                    transaction_index: 0,
-                    transaction_hash: &[0; 32],
-                    removed: false,
-                });
+                w.push_log(&LogFields::emitted(
+                    &address(*contract),
+                    &topics[..topics.len().min(4)],
+                ));
             }
             same_behind_reach::<Logs>(&params, &w.finish())
         })

@@ -201,6 +201,27 @@ pub struct TxFields<'a> {
     pub removed: bool,
 }
 
+impl<'a> TxFields<'a> {
+    /// A pending EIP-1559 transaction from `from` to `to` (`None`: a
+    /// contract creation) with `input`, every other field zero (gas
+    /// 21,000): all a test of rules reading sender, receiver and selector
+    /// needs.
+    pub const fn call(from: &'a [u8; 20], to: Option<&'a [u8; 20]>, input: &'a [u8]) -> Self {
+        Self {
+            hash: &[0; 32],
+            from,
+            to,
+            tx_type: 2,
+            value: &[0; 32],
+            nonce: 0,
+            gas: 21_000,
+            block_number: 0,
+            input,
+            removed: false,
+        }
+    }
+}
+
 /// A block header as the layout stores it.
 #[derive(Clone, Copy, Debug)]
 pub struct HeadFields<'a> {
@@ -242,6 +263,24 @@ pub struct LogFields<'a> {
     pub transaction_index: u32,
     pub transaction_hash: &'a [u8; 32],
     pub removed: bool,
+}
+
+impl<'a> LogFields<'a> {
+    /// A log of block 1 that `address` emitted with `topics`, no data and
+    /// every other field zero: all a test of rules reading address and
+    /// topics needs.
+    pub const fn emitted(address: &'a [u8; 20], topics: &'a [[u8; 32]]) -> Self {
+        Self {
+            address,
+            topics,
+            data: &[],
+            block_number: 1,
+            log_index: 0,
+            transaction_index: 0,
+            transaction_hash: &[0; 32],
+            removed: false,
+        }
+    }
 }
 
 /// What writes a batch, in either layout: the host encodes its events once

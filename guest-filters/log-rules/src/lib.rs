@@ -248,16 +248,7 @@ mod tests {
     fn run(filter: &Logs, logs: &[([u8; 20], &[[u8; 32]])]) -> Vec<(u32, u64)> {
         let mut w = BatchWriter::new(Source::Logs, logs.len());
         for (address, topics) in logs {
-            w.push_log(&LogFields {
-                address,
-                topics,
-                data: &[],
-                block_number: 1,
-                log_index: 0,
-                transaction_index: 0,
-                transaction_hash: &[0; 32],
-                removed: false,
-            });
+            w.push_log(&LogFields::emitted(address, topics));
         }
         let mut pairs: Vec<_> = match_batch(filter, &w.finish())
             .expect("logs batch")

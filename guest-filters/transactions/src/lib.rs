@@ -223,18 +223,7 @@ mod tests {
     fn run(filter: &F, txs: &[Tx<'_>]) -> Vec<(u32, u64)> {
         let mut w = BatchWriter::new(Source::PendingTransactions, txs.len());
         for (from, to, input) in txs {
-            w.push_tx(&TxFields {
-                hash: &[0; 32],
-                from,
-                to: to.as_ref(),
-                tx_type: 2,
-                value: &[0; 32],
-                nonce: 0,
-                gas: 21_000,
-                block_number: 0,
-                input,
-                removed: false,
-            });
+            w.push_tx(&TxFields::call(from, to.as_ref(), input));
         }
         let mut pairs: Vec<_> = match_batch(filter, &w.finish())
             .expect("valid batch")

@@ -309,18 +309,7 @@ mod tests {
     fn transactions(txs: &[Tx<'_>]) -> Vec<u8> {
         let mut w = ProjectedWriter::new(Source::PendingTransactions, TX, txs.len());
         for (from, to, input) in txs {
-            w.push_tx(&TxFields {
-                hash: &[0; 32],
-                from,
-                to: to.as_ref(),
-                tx_type: 2,
-                value: &[0; 32],
-                nonce: 0,
-                gas: 21_000,
-                block_number: 0,
-                input,
-                removed: false,
-            });
+            w.push_tx(&TxFields::call(from, to.as_ref(), input));
         }
         w.finish()
     }
@@ -420,16 +409,7 @@ mod tests {
         ];
         let mut w = ProjectedWriter::new(Source::Logs, fields, logs.len());
         for (address, topics) in &logs {
-            w.push_log(&LogFields {
-                address,
-                topics,
-                data: &[],
-                block_number: 1,
-                log_index: 0,
-                transaction_index: 0,
-                transaction_hash: &[0; 32],
-                removed: false,
-            });
+            w.push_log(&LogFields::emitted(address, topics));
         }
         let batch = w.finish();
         assert_eq!(
