@@ -530,16 +530,26 @@ pub struct Batch<'a> {
     blob: &'a [u8],
 }
 
+/// The `N`-byte header of a batch of layout `version` (every layout starts
+/// with its version and source), and the source it names.
+pub(crate) fn header<const N: usize>(
+    bytes: &[u8],
+    version: u8,
+) -> Result<(&[u8; N], Source), LayoutError> {
+    let header: &[u8; N] = bytes.first_chunk().ok_or(LayoutError::TooShort {
+        len: bytes.len(),
+        needed: N,
+    })?;
+    if header[0] != version {
+        return Err(LayoutError::UnknownVersion(header[0]));
+    }
+    let source = Source::from_code(header[1]).ok_or(LayoutError::UnknownSource(header[1]))?;
+    Ok((header, source))
+}
+
 impl<'a> Batch<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self, LayoutError> {
-        let header: &[u8; HEADER_LEN] = bytes.first_chunk().ok_or(LayoutError::TooShort {
-            len: bytes.len(),
-            needed: HEADER_LEN,
-        })?;
-        if header[0] != VERSION {
-            return Err(LayoutError::UnknownVersion(header[0]));
-        }
-        let source = Source::from_code(header[1]).ok_or(LayoutError::UnknownSource(header[1]))?;
+        let (header, source) = header::<HEADER_LEN>(bytes, VERSION)?;
         let parts = Parts::split(bytes, HEADER_LEN, get_u32(header, 4), source.record_len())?;
         Ok(Batch {
             source,

@@ -23,7 +23,7 @@
 
 use crate::layout::{
     Buffer, HeadFields, HeadView, LayoutError, LogFields, Parts, Source, TxFields, array,
-    blob_field, get_u32, get_u64, head, put_u32, put_u64,
+    blob_field, get_u32, get_u64, head, header, put_u32, put_u64,
 };
 
 /// The layout version written in every layout-2 header.
@@ -368,14 +368,7 @@ pub struct Records<'a> {
 impl<'a> Records<'a> {
     /// Reads and checks the header.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, LayoutError> {
-        let header: &[u8; HEADER_LEN] = bytes.first_chunk().ok_or(LayoutError::TooShort {
-            len: bytes.len(),
-            needed: HEADER_LEN,
-        })?;
-        if header[0] != VERSION {
-            return Err(LayoutError::UnknownVersion(header[0]));
-        }
-        let source = Source::from_code(header[1]).ok_or(LayoutError::UnknownSource(header[1]))?;
+        let (header, source) = header::<HEADER_LEN>(bytes, VERSION)?;
         let count = get_u32(header, 4);
         let fields = get_u32(header, 8);
         let record_len = record_len(source, fields);
