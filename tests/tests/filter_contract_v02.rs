@@ -26,6 +26,20 @@ async fn swap_in_evil(dir: &std::path::Path, server: &TestServer) -> std::path::
     file
 }
 
+/// A server whose `newHeads` is the evil 0.2 component (its filters
+/// directory kept alive with it), and a client of its `eth` chain.
+async fn serving_evil() -> (tempfile::TempDir, TestServer, WsClient) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(watching(dir.path()))
+        .await
+        .expect("server");
+    swap_in_evil(dir.path(), &server).await;
+    let ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    (dir, server, ws)
+}
+
 /// A head in the node's shape (the 0.1 build and the built-in send it), or
 /// as the evil 0.2 component writes it.
 #[derive(Debug, PartialEq, Eq)]
@@ -120,14 +134,7 @@ async fn a_bad_written_payload_disables_the_component_with_the_reason() {
         ),
         ("none", "wrote no payload for a match"),
     ] {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let server = TestServer::start(watching(dir.path()))
-            .await
-            .expect("server");
-        swap_in_evil(dir.path(), &server).await;
-        let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
-            .await
-            .expect("connect");
+        let (_dir, _server, mut ws) = serving_evil().await;
         let subscription = ws
             .subscribe(json!(["newHeads", {"write": write}]))
             .await
@@ -153,14 +160,7 @@ async fn a_bad_written_payload_disables_the_component_with_the_reason() {
 /// reason logged; the subscription already served keeps its heads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reach_the_host_cannot_use_refuses_that_subscription_only() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let server = TestServer::start(watching(dir.path()))
-        .await
-        .expect("server");
-    swap_in_evil(dir.path(), &server).await;
-    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
-        .await
-        .expect("connect");
+    let (_dir, _server, mut ws) = serving_evil().await;
     let served = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
     let refused = ws
         .call(
