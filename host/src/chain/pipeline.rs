@@ -306,14 +306,14 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::fanout::Frame;
+    use crate::fanout::Frames;
     use crate::filters::testing::{self, builtin, subscribe_all};
     use crate::ingest::devnet::{Devnet, DevnetSettings};
     use crate::ingest::model::Block;
 
     /// A built-in topic's actor with one subscriber to everything, and the
     /// subscriber's frames.
-    async fn actor(topic: &str, log: &Arc<EventLog>) -> (FilterHandle, mpsc::Receiver<Frame>) {
+    async fn actor(topic: &str, log: &Arc<EventLog>) -> (FilterHandle, Frames) {
         let (engine, component) = builtin(topic);
         let metrics = Metrics::default().actor("eth", topic);
         let handle = FilterHandle::spawn(engine, component, log, metrics).expect("actor");
@@ -364,7 +364,7 @@ mod tests {
     }
 
     /// The next notification's `params`: subscription, result, cursor.
-    async fn next_params(frames: &mut mpsc::Receiver<Frame>) -> Value {
+    async fn next_params(frames: &mut Frames) -> Value {
         let frame = tokio::time::timeout(Duration::from_secs(30), frames.recv())
             .await
             .expect("a frame in time")
@@ -373,7 +373,7 @@ mod tests {
         frame["params"].clone()
     }
 
-    async fn next_result(frames: &mut mpsc::Receiver<Frame>) -> Value {
+    async fn next_result(frames: &mut Frames) -> Value {
         next_params(frames).await["result"].clone()
     }
 
@@ -569,6 +569,6 @@ mod tests {
             let ours = next_params(&mut leader_frames).await;
             assert_eq!(next_params(&mut follower_frames).await, ours);
         }
-        assert!(follower_frames.try_recv().is_err(), "nothing more");
+        assert!(follower_frames.try_recv().is_none(), "nothing more");
     }
 }

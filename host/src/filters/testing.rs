@@ -4,12 +4,10 @@
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-
 use super::actor::{FilterHandle, Start, Subscribe};
 use super::{FilterComponent, FilterEngine, FilterRegistry};
 use crate::config::{FiltersConfig, LogConfig};
-use crate::fanout::{Frame, Sink};
+use crate::fanout::{Frames, Sink};
 use crate::log::EventLog;
 
 /// The engine and the built-in component serving `topic`.
@@ -30,7 +28,7 @@ pub fn log() -> Arc<EventLog> {
 }
 
 /// Subscribes `key` with no parameters (everything); returns its frames.
-pub async fn subscribe_all(handle: &FilterHandle, key: u64) -> mpsc::Receiver<Frame> {
+pub async fn subscribe_all(handle: &FilterHandle, key: u64) -> Frames {
     let (sink, frames) = Sink::new(1_024);
     let subscribe = Subscribe {
         key,

@@ -1,15 +1,15 @@
 //! One WebSocket connection. The reader answers requests side by side; every
 //! outbound frame (responses and notifications alike) goes through the
 //! connection's bounded queue, so their order is kept and no producer ever
-//! waits on this socket. The [`writer`] drains the queue, pings every
-//! interval, and closes the connection with a reason when the queue
-//! overflows, a ping went unanswered for a whole interval, or the server
-//! shuts down.
+//! waits on this socket. The [`writer`] drains the queue; the reader keeps
+//! the [`heartbeat`]; the connection is closed with a reason when the
+//! queue overflows, a ping went unanswered for a whole interval, or the
+//! server shuts down.
 
+mod heartbeat;
 mod writer;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -25,6 +25,7 @@ use crate::chain::Chain;
 use crate::fanout::{Frame, SendError, Sink};
 use crate::rpc::RpcError;
 use crate::rpc::methods::{self, Connection, Context, Reply};
+use heartbeat::Heartbeat;
 use writer::Stop;
 
 /// Close code for a subscriber that fell too far behind, or stopped
@@ -57,19 +58,16 @@ pub async fn serve(
     api_key: Arc<str>,
 ) {
     let (sink, frames) = Sink::new(state.limits.outbound_queue);
-    let closing = sink.closing().clone();
+    let closing = sink.closing();
     let connection = Connection::new(sink);
-    // Set by the reader on every pong, checked by the writer before the
-    // next ping.
-    let ponged = Arc::new(AtomicBool::new(true));
-    let ping_interval = Duration::from_secs(state.limits.ping_interval_secs.max(1));
+    let heartbeat = Heartbeat::new(Duration::from_secs(state.limits.ping_interval_secs.max(1)));
     let mut writing = tokio::spawn({
-        let (mut socket, closing, ponged) = (socket.clone(), closing.clone(), ponged.clone());
-        async move { writer::write(&mut socket, frames, &closing, ping_interval, &ponged).await }
+        let (mut socket, closing) = (socket.clone(), closing.clone());
+        async move { writer::write(&mut socket, frames, &closing).await }
     });
     let ctx = state.rpc_context(&chain, &api_key, Some(&connection));
     let (read_ending, writer_stop) = tokio::select! {
-        ending = read(&mut reader, ctx, &ponged) => (Some(ending), None),
+        ending = read(&mut reader, ctx, heartbeat) => (Some(ending), None),
         () = state.shutdown.cancelled() => (Some(Ending::Shutdown), None),
         stop = &mut writing => (None, Some(stop.ok())),
     };
@@ -141,10 +139,8 @@ fn settle(reader: Option<Ending>, writer: Option<Stop>) -> (Ending, Vec<u8>) {
     match (reader, writer) {
         (Some(Ending::Gone), _) | (_, None | Some(Stop::Gone)) => (Ending::Gone, Vec::new()),
         (Some(ending), Some(Stop::Closing { unwritten })) => (ending, unwritten),
-        (Some(ending), Some(Stop::Unresponsive)) => (ending, Vec::new()),
         // Only an overflow sets `closing` before the session does.
         (None, Some(Stop::Closing { unwritten })) => (Ending::TooSlow, unwritten),
-        (None, Some(Stop::Unresponsive)) => (Ending::Unresponsive, Vec::new()),
     }
 }
 
@@ -159,8 +155,8 @@ const MAX_IN_FLIGHT: usize = 64;
 /// and pongs, so a client that is waiting is never taken for an
 /// unresponsive one. Clients match responses by id. Requests answered
 /// without waiting (all but forwarded calls) are answered in the order
-/// they came.
-async fn read(reader: &mut Reader, ctx: Context<'_>, ponged: &AtomicBool) -> Ending {
+/// they came. Pings are queued on the heartbeat's schedule.
+async fn read(reader: &mut Reader, ctx: Context<'_>, mut heartbeat: Heartbeat) -> Ending {
     let connection = ctx.connection.expect("sessions always have a connection");
     let limit = ctx.limits.max_request_bytes;
     let mut answering = FuturesUnordered::new();
@@ -171,13 +167,20 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, ponged: &AtomicBool) -> End
                 Some(ending) => return ending,
                 None => continue,
             },
+            due = heartbeat.next_ping() => match due {
+                Ok(()) => match send(Frame::Ping, &connection.sink) {
+                    Some(ending) => return ending,
+                    None => continue,
+                },
+                Err(_) => return Ending::Unresponsive,
+            },
             next = reader.next(), if answering.len() < MAX_IN_FLIGHT => next,
         };
         let bytes = match next {
             Some(Ok(Message::Text(text))) => text.into(),
             Some(Ok(Message::Binary(bytes))) => bytes,
             Some(Ok(Message::Close(frame))) => break Ending::Closed(frame),
-            Some(Ok(control)) => match take_control(&control, &connection.sink, ponged) {
+            Some(Ok(control)) => match take_control(&control, &connection.sink, &mut heartbeat) {
                 Some(ending) => return ending,
                 None => continue,
             },
@@ -205,7 +208,17 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, ponged: &AtomicBool) -> End
 
 /// Queues a reply; `Some` when the session must end.
 fn queue(reply: Reply, sink: &Sink) -> Option<Ending> {
-    match reply.queue(sink) {
+    ending(reply.queue(sink))
+}
+
+/// Queues a frame of the session's own; `Some` when the session must end.
+fn send(frame: Frame, sink: &Sink) -> Option<Ending> {
+    ending(sink.send(frame))
+}
+
+/// How a refused frame ends the session.
+fn ending(queued: Result<(), SendError>) -> Option<Ending> {
+    match queued {
         // A client that sends faster than it reads overflows its queue
         // like a slow subscriber, and is closed the same way.
         Err(SendError::Overflow) => Some(Ending::TooSlow),
@@ -216,15 +229,11 @@ fn queue(reply: Reply, sink: &Sink) -> Option<Ending> {
 
 /// Takes a control frame: a ping is answered (in order with the rest of
 /// what is queued), a pong noted; `Some` when the session must end.
-fn take_control(frame: &Message, sink: &Sink, ponged: &AtomicBool) -> Option<Ending> {
+fn take_control(frame: &Message, sink: &Sink, heartbeat: &mut Heartbeat) -> Option<Ending> {
     match frame {
-        Message::Ping(payload) => match sink.send(Frame::Pong(payload.as_ref().into())) {
-            Err(SendError::Overflow) => Some(Ending::TooSlow),
-            Err(SendError::Closed) => Some(Ending::Gone),
-            Ok(()) => None,
-        },
+        Message::Ping(payload) => send(Frame::Pong(payload.as_ref().into()), sink),
         Message::Pong(_) => {
-            ponged.store(true, Ordering::Relaxed);
+            heartbeat.answered();
             None
         }
         // Only ever written, never read; data frames are not control.
@@ -251,8 +260,8 @@ mod tests {
         );
         assert_eq!(settle(None, cut()), (Ending::TooSlow, b"rest".to_vec()));
         assert_eq!(
-            settle(None, Some(Stop::Unresponsive)),
-            (Ending::Unresponsive, Vec::new())
+            settle(Some(Ending::Unresponsive), cut()),
+            (Ending::Unresponsive, b"rest".to_vec())
         );
         assert_eq!(
             settle(Some(Ending::Gone), cut()),

@@ -6,17 +6,16 @@
 //! one system call with whatever else was queued (docs/architecture.md,
 //! Fan-out).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::Poll;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
-use tokio::time::MissedTickBehavior;
-use tokio_tungstenite::tungstenite::Bytes;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame;
 
-use crate::fanout::{Closing, Frame};
+use crate::fanout::{Closing, Frame, Frames, Round};
 
 /// Frames taken from the queue per wake: what queued up while the socket
 /// was busy goes out in one write, and the bound lets other connections
@@ -35,66 +34,59 @@ pub(super) enum Stop {
     Closing { unwritten: Vec<u8> },
     /// The socket failed, or every sender is gone.
     Gone,
-    /// A ping went a whole interval without a pong.
-    Unresponsive,
 }
 
 /// Drains the outbound queue into `socket` until `closing` is set or the
-/// connection fails. Every wait,
-/// including a write to a peer that stopped reading, gives way to
-/// `closing`. It runs as a task of its own, so a notification wakes only
-/// this loop, never the session's reader.
-pub(super) async fn write<W>(
-    socket: &mut W,
-    mut frames: mpsc::Receiver<Frame>,
-    closing: &Closing,
-    ping_interval: Duration,
-    ponged: &AtomicBool,
-) -> Stop
+/// connection fails. Every wait, including a write to a peer that stopped
+/// reading, gives way to `closing`. It runs as a task of its own, so a
+/// notification wakes only this loop, never the session's reader; and it
+/// waits on the queue alone (the reader keeps the ping timer), so a wake
+/// is one lock and one write.
+pub(super) async fn write<W>(socket: &mut W, mut frames: Frames, closing: &Closing) -> Stop
 where
     W: AsyncWrite + Unpin,
 {
-    // A ping every interval, busy or idle (resetting a timer per frame is
-    // a timer-wheel update per frame); a late tick is not made up for, so
-    // a long write never brings two pings back to back.
-    let mut ping =
-        tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
-    ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Reused between rounds; allocated only on a connection that is sent
     // to.
-    let mut batch = Vec::new();
+    let mut batch = VecDeque::new();
     let mut out = Vec::new();
     loop {
-        tokio::select! {
-            biased;
-            () = closing.closed() => return Stop::Closing { unwritten: Vec::new() },
-            received = frames.recv_many(&mut batch, COALESCE) => {
-                if received == 0 {
-                    return Stop::Gone;
-                }
+        match frames.take(&mut batch, COALESCE).await {
+            Round::Frames => {}
+            Round::Closing => {
+                return Stop::Closing {
+                    unwritten: Vec::new(),
+                };
             }
-            _ = ping.tick() => {
-                // The last ping's pong must have come by now.
-                if !ponged.swap(false, Ordering::Relaxed) {
-                    return Stop::Unresponsive;
-                }
-                control(frame::Frame::ping(Bytes::new()), &mut out);
-            }
+            Round::Gone => return Stop::Gone,
         }
         for frame in batch.drain(..) {
             encode(&frame, &mut out);
         }
+        // A round takes the queue's buffer whole when it can (the two
+        // change places): one a burst grew is given back here.
+        if batch.capacity() > 2 * COALESCE {
+            batch = VecDeque::new();
+        }
         let mut written = 0;
         while written < out.len() {
-            tokio::select! {
-                biased;
-                () = closing.closed() => {
-                    return Stop::Closing { unwritten: out.split_off(written) };
-                }
-                sent = socket.write(&out[written..]) => match sent {
-                    Ok(0) | Err(_) => return Stop::Gone,
-                    Ok(sent) => written += sent,
+            // The write is tried first; only a socket that is not
+            // writable makes the writer wait, on it and on `closing`.
+            let sent = poll_fn(
+                |cx| match Pin::new(&mut *socket).poll_write(cx, &out[written..]) {
+                    Poll::Ready(sent) => Poll::Ready(Some(sent)),
+                    Poll::Pending => closing.poll_closed(cx).map(|()| None),
                 },
+            )
+            .await;
+            match sent {
+                None => {
+                    return Stop::Closing {
+                        unwritten: out.split_off(written),
+                    };
+                }
+                Some(Ok(0) | Err(_)) => return Stop::Gone,
+                Some(Ok(sent)) => written += sent,
             }
         }
         out.clear();
@@ -111,7 +103,9 @@ pub(super) async fn close<W: AsyncWrite + Unpin>(
     mut unwritten: Vec<u8>,
     close: Option<CloseFrame>,
 ) -> std::io::Result<()> {
-    control(frame::Frame::close(close), &mut unwritten);
+    frame::Frame::close(close)
+        .format(&mut unwritten)
+        .expect("writing to a Vec cannot fail");
     socket.write_all(&unwritten).await
 }
 
@@ -120,11 +114,9 @@ pub(super) async fn close<W: AsyncWrite + Unpin>(
 /// took 2.5% of the server's CPU in the load benchmark's profile.
 fn encode(frame: &Frame, out: &mut Vec<u8>) {
     const FIN: u8 = 0x80;
-    const TEXT: u8 = 0x1;
-    const PONG: u8 = 0xA;
     let len = frame.len();
     out.reserve(10 + len);
-    out.push(FIN | if frame.is_text() { TEXT } else { PONG });
+    out.push(FIN | frame.opcode());
     match u16::try_from(len) {
         Ok(short) if short < 126 => out.push(short as u8),
         Ok(medium) => {
@@ -136,28 +128,21 @@ fn encode(frame: &Frame, out: &mut Vec<u8>) {
             out.extend_from_slice(&(len as u64).to_be_bytes());
         }
     }
-    for piece in frame.pieces() {
-        out.extend_from_slice(piece);
-    }
-}
-
-/// Appends a control frame (ping, pong, close).
-fn control(frame: frame::Frame, out: &mut Vec<u8>) {
-    frame.format(out).expect("writing to a Vec cannot fail");
+    frame.write_payload(out);
 }
 
 #[cfg(test)]
 mod tests {
-    use std::pin::Pin;
     use std::sync::Arc;
-    use std::sync::atomic::AtomicUsize;
-    use std::task::{Context, Poll};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Context;
+    use std::time::Duration;
 
     use futures_util::StreamExt;
     use tokio::io::{AsyncReadExt, DuplexStream};
     use tokio_tungstenite::WebSocketStream;
-    use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::protocol::Role;
+    use tokio_tungstenite::tungstenite::{Bytes, Message};
 
     use super::*;
     use crate::fanout::{Notice, SendError, Sink};
@@ -212,8 +197,6 @@ mod tests {
         (counted, writes, client)
     }
 
-    const HOUR: Duration = Duration::from_secs(3_600);
-
     async fn next(client: &mut WebSocketStream<DuplexStream>) -> Message {
         tokio::time::timeout(Duration::from_secs(30), client.next())
             .await
@@ -239,17 +222,19 @@ mod tests {
             Frame::Text("x".repeat(300)),
             Frame::Text("y".repeat(70_000)),
             Frame::Pong(b"hi".as_slice().into()),
+            Frame::Ping,
         ];
         for frame in queued.iter().cloned() {
             sink.send(frame).expect("room");
         }
         let (mut socket, writes, mut client) = socket(1 << 20);
-        let ponged = AtomicBool::new(true);
-        let writing = write(&mut socket, frames, sink.closing(), HOUR, &ponged);
+        let closing = sink.closing();
+        let writing = write(&mut socket, frames, &closing);
         let checking = async {
             for frame in &queued {
                 let want = match frame {
                     Frame::Pong(payload) => Message::Pong(Bytes::copy_from_slice(payload)),
+                    Frame::Ping => Message::Ping(Bytes::new()),
                     text => Message::Text(text.to_text().into()),
                 };
                 assert_eq!(next(&mut client).await, want);
@@ -275,8 +260,8 @@ mod tests {
         let (sink, frames) = Sink::new(2);
         // Room for part of a frame in flight, and nobody reads it.
         let (mut socket, _, _client) = socket(16);
-        let ponged = AtomicBool::new(true);
-        let writing = write(&mut socket, frames, sink.closing(), HOUR, &ponged);
+        let closing = sink.closing();
+        let writing = write(&mut socket, frames, &closing);
         let feeding = async {
             for n in 0.. {
                 match sink.send(format!("frame {n} of a peer that stopped reading")) {
@@ -293,36 +278,6 @@ mod tests {
         };
         assert!(!unwritten.is_empty(), "the write was broken off");
         assert!(sent >= 2, "the queue's capacity went first ({sent})");
-    }
-
-    /// A ping goes out every interval; a peer that has not answered the
-    /// last one by the next is unresponsive. (Time is paused: the test
-    /// runs at once.)
-    #[tokio::test(start_paused = true)]
-    async fn a_ping_unanswered_for_an_interval_ends_the_connection() {
-        let (sink, frames) = Sink::new(8);
-        let (mut socket, _, mut client) = socket(1 << 16);
-        let ponged = AtomicBool::new(true);
-        // Shorter than `next`'s timeout, which runs on the same paused clock.
-        let period = Duration::from_secs(10);
-        let writing = write(&mut socket, frames, sink.closing(), period, &ponged);
-        let answering = async {
-            // Answer three pings, then stop (the fourth is never answered).
-            for answered in 0..4 {
-                assert!(matches!(next(&mut client).await, Message::Ping(_)));
-                if answered < 3 {
-                    ponged.store(true, Ordering::Relaxed);
-                }
-            }
-        };
-        let started = tokio::time::Instant::now();
-        let (stop, ()) = tokio::join!(writing, answering);
-        assert_eq!(stop, Stop::Unresponsive);
-        assert_eq!(
-            started.elapsed(),
-            5 * period,
-            "four pings, then one interval"
-        );
     }
 
     /// The close frame follows the rest of a broken-off frame.

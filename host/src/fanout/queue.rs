@@ -1,0 +1,410 @@
+//! A connection's outbound queue: many senders (the session's reader, every
+//! filter actor with a subscription on the connection), one receiver (the
+//! session's writer), a bound, and a close flag.
+//!
+//! A `VecDeque` under a mutex, not `tokio::sync::mpsc`: every notification
+//! passes through here, and the load benchmark's profile put a third of the
+//! server's user time in mpsc's block list, its semaphore and a second
+//! waker for the close flag. Here a send is one uncontended lock and a
+//! push; the writer takes a whole round of frames under one lock, and
+//! frames, close and the last sender's drop all wake the one waker the
+//! writer leaves (docs/architecture.md, Fan-out). An idle connection's
+//! queue allocates nothing.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use super::{Frame, Notice};
+
+/// The sending side of one connection's outbound queue.
+#[derive(Debug)]
+pub struct Sink {
+    shared: Arc<Shared>,
+}
+
+/// The receiving side: the connection's writer.
+#[derive(Debug)]
+pub struct Frames {
+    shared: Arc<Shared>,
+}
+
+/// Tells a connection's writer to stop: set by a send that found the queue
+/// full, or by the session (the client left, the server shuts down).
+#[derive(Clone, Debug)]
+pub struct Closing {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// Frames and the writer's waker, under one lock so that a frame
+    /// queued while the writer parks can never miss it.
+    queue: Mutex<Queue>,
+    /// How far a reader may fall behind, in frames.
+    capacity: usize,
+    /// Set once, by an overflow or the session; read without the lock by
+    /// senders and the session, under it by the writer.
+    closed: AtomicBool,
+    /// Live [`Sink`]s: the writer stops once none is left and the queue
+    /// is empty, as no frame can come any more.
+    senders: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    frames: VecDeque<Frame>,
+    /// The writer's, while it waits: taken and woken by the next frame,
+    /// the close, or the last sender's drop.
+    writer: Option<Waker>,
+    /// The receiver was dropped: nothing queued would be written.
+    receiver_gone: bool,
+}
+
+/// Why a frame was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// The reader fell `capacity` frames behind; the connection is closing.
+    Overflow,
+    /// The connection is gone.
+    Closed,
+}
+
+/// What the writer's wait ended with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Round {
+    /// Frames were taken (at least one).
+    Frames,
+    /// The queue was closed (before any frame was taken).
+    Closing,
+    /// Every sender is gone and nothing is left.
+    Gone,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // No code under this lock panics; a poisoned queue is still whole.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the writer if it waits.
+    fn wake_writer(&self) {
+        let waker = self.lock().writer.take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+impl Sink {
+    /// A queue of `capacity` frames.
+    pub fn new(capacity: usize) -> (Self, Frames) {
+        let shared = Arc::new(Shared {
+            queue: Mutex::default(),
+            capacity: capacity.max(1),
+            closed: AtomicBool::new(false),
+            senders: AtomicUsize::new(1),
+        });
+        (
+            Self {
+                shared: shared.clone(),
+            },
+            Frames { shared },
+        )
+    }
+
+    /// Queues a frame without waiting.
+    pub fn send(&self, frame: impl Into<Frame>) -> Result<(), SendError> {
+        let waker = {
+            let mut queue = self.shared.lock();
+            if queue.receiver_gone {
+                return Err(SendError::Closed);
+            }
+            if queue.frames.len() >= self.shared.capacity {
+                drop(queue);
+                self.closing().close();
+                return Err(SendError::Overflow);
+            }
+            queue.frames.push_back(frame.into());
+            queue.writer.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    /// Queues an `eth_subscription` notification of `notice` to
+    /// `subscription`.
+    pub fn notify(&self, subscription: &Arc<str>, notice: &Notice) -> Result<(), SendError> {
+        self.send(Frame::Notification {
+            subscription: subscription.clone(),
+            notice: notice.clone(),
+        })
+    }
+
+    /// Whether the queue is at most half full: a replay fills only that
+    /// half, so live frames always find room (docs/architecture.md, The
+    /// event log).
+    pub fn has_room_to_spare(&self) -> bool {
+        self.shared.lock().frames.len() * 2 <= self.shared.capacity
+    }
+
+    /// Set when a frame was dropped for lack of room, or by the session.
+    pub fn closing(&self) -> Closing {
+        Closing {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Clone for Sink {
+    fn clone(&self) -> Self {
+        self.shared.senders.fetch_add(1, Ordering::Relaxed);
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        if self.shared.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.wake_writer();
+        }
+    }
+}
+
+impl Frames {
+    /// Waits for frames and moves at most `limit` of them, oldest first,
+    /// into `into`; a close is reported before any frame still queued.
+    pub fn poll_take(
+        &mut self,
+        cx: &mut Context<'_>,
+        into: &mut VecDeque<Frame>,
+        limit: usize,
+    ) -> Poll<Round> {
+        if self.shared.is_closed() {
+            return Poll::Ready(Round::Closing);
+        }
+        self.poll_queued(cx, into, limit, true)
+    }
+
+    /// [`Self::poll_take`] as a future.
+    pub async fn take(&mut self, into: &mut VecDeque<Frame>, limit: usize) -> Round {
+        poll_fn(|cx| self.poll_take(cx, into, limit)).await
+    }
+
+    /// The next frame, closed or not; `None` once every sender is gone and
+    /// nothing is left.
+    pub async fn recv(&mut self) -> Option<Frame> {
+        let mut one = VecDeque::new();
+        match poll_fn(|cx| self.poll_queued(cx, &mut one, 1, false)).await {
+            Round::Frames => one.pop_front(),
+            Round::Closing | Round::Gone => None,
+        }
+    }
+
+    /// Moves at most `limit` queued frames into `into`, or waits for one;
+    /// `heed_close`: a close (checked under the lock, where a close
+    /// between the check and the wait cannot be missed) ends the wait.
+    fn poll_queued(
+        &mut self,
+        cx: &mut Context<'_>,
+        into: &mut VecDeque<Frame>,
+        limit: usize,
+        heed_close: bool,
+    ) -> Poll<Round> {
+        let mut queue = self.shared.lock();
+        if !queue.frames.is_empty() {
+            if into.is_empty() && queue.frames.len() <= limit {
+                // All of it: the two buffers change places, no frame moves.
+                std::mem::swap(&mut queue.frames, into);
+            } else {
+                let taken = limit.max(1).min(queue.frames.len());
+                into.extend(queue.frames.drain(..taken));
+            }
+            return Poll::Ready(Round::Frames);
+        }
+        if heed_close && self.shared.is_closed() {
+            return Poll::Ready(Round::Closing);
+        }
+        if self.shared.senders.load(Ordering::Acquire) == 0 {
+            return Poll::Ready(Round::Gone);
+        }
+        park(&mut queue.writer, cx);
+        Poll::Pending
+    }
+
+    /// The next frame if one is queued.
+    pub fn try_recv(&mut self) -> Option<Frame> {
+        self.shared.lock().frames.pop_front()
+    }
+}
+
+impl Drop for Frames {
+    fn drop(&mut self) {
+        let frames = {
+            let mut queue = self.shared.lock();
+            queue.receiver_gone = true;
+            std::mem::take(&mut queue.frames)
+        };
+        // Dropped outside the lock: the last reference to a notice frees it.
+        drop(frames);
+    }
+}
+
+impl Closing {
+    pub fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.wake_writer();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.is_closed()
+    }
+
+    /// Ready once closed; a pending poll wakes `cx` at the close (or,
+    /// spuriously, at the next frame queued: the writer has one waker).
+    pub fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut queue = self.shared.lock();
+        if self.shared.is_closed() {
+            return Poll::Ready(());
+        }
+        park(&mut queue.writer, cx);
+        Poll::Pending
+    }
+
+    /// Completes once closed. Only one task may wait at a time (the
+    /// connection's writer).
+    pub async fn closed(&self) {
+        poll_fn(|cx| self.poll_closed(cx)).await
+    }
+}
+
+/// Leaves `cx`'s waker in the writer's slot, cloning it only if it changed.
+fn park(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(waker) if waker.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// A close wakes the task waiting on it, whether it came before or
+    /// after the wait began.
+    #[tokio::test]
+    async fn a_close_wakes_the_writer_waiting_on_it() {
+        let (sink, _frames) = Sink::new(1);
+        let closing = sink.closing();
+        let waiting = tokio::spawn({
+            let closing = closing.clone();
+            async move { closing.closed().await }
+        });
+        tokio::task::yield_now().await;
+        closing.close();
+        tokio::time::timeout(TIMEOUT, waiting)
+            .await
+            .expect("woken in time")
+            .expect("no panic");
+        assert!(closing.is_closed());
+        closing.closed().await;
+    }
+
+    /// A writer waiting on an empty queue is woken by the next frame, by
+    /// the close, and by the last sender's drop, each from another task.
+    #[tokio::test]
+    async fn a_waiting_writer_wakes_for_a_frame_a_close_and_the_last_sender() {
+        async fn round(frames: &mut Frames, taken: &mut VecDeque<Frame>) -> Round {
+            tokio::time::timeout(TIMEOUT, frames.take(taken, 8))
+                .await
+                .expect("woken in time")
+        }
+        let (sink, mut frames) = Sink::new(8);
+        let mut taken = VecDeque::new();
+        let sender = sink.clone();
+        let sending = tokio::spawn(async move { sender.send("a".to_string()) });
+        assert_eq!(round(&mut frames, &mut taken).await, Round::Frames);
+        assert_eq!(taken, vec![Frame::Text("a".into())]);
+        assert_eq!(sending.await.expect("no panic"), Ok(()));
+
+        let dropping = tokio::spawn(async move { drop(sink) });
+        assert_eq!(round(&mut frames, &mut VecDeque::new()).await, Round::Gone);
+        dropping.await.expect("no panic");
+
+        let (sink, mut frames) = Sink::new(8);
+        let closing = sink.closing();
+        let closer = tokio::spawn(async move { closing.close() });
+        assert_eq!(
+            round(&mut frames, &mut VecDeque::new()).await,
+            Round::Closing
+        );
+        closer.await.expect("no panic");
+    }
+
+    /// A round takes at most its limit, oldest first, whether it takes
+    /// the queue's buffer whole or part of it; a close is reported before
+    /// what is still queued; what a full queue refused is flagged.
+    #[test]
+    fn rounds_take_in_order_up_to_their_limit() {
+        let text = |text: &str| Frame::Text(text.into());
+        let (sink, mut frames) = Sink::new(4);
+        for t in ["a", "b", "c"] {
+            sink.send(t.to_string()).expect("room");
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut taken = VecDeque::new();
+        let round = frames.poll_take(&mut cx, &mut taken, 2);
+        assert_eq!(round, Poll::Ready(Round::Frames));
+        assert_eq!(taken, [text("a"), text("b")]);
+        taken.clear();
+        sink.send("d".to_string()).expect("room");
+        let round = frames.poll_take(&mut cx, &mut taken, 8);
+        assert_eq!(round, Poll::Ready(Round::Frames));
+        assert_eq!(taken, [text("c"), text("d")], "the whole queue");
+        for t in ["e", "f", "g", "h"] {
+            sink.send(t.to_string()).expect("room");
+        }
+        assert_eq!(sink.send("i".to_string()), Err(SendError::Overflow));
+        let round = frames.poll_take(&mut cx, &mut taken, 8);
+        assert_eq!(round, Poll::Ready(Round::Closing));
+        assert_eq!(frames.try_recv(), Some(text("e")));
+    }
+
+    #[test]
+    fn half_the_queue_is_spare_room() {
+        let (sink, _frames) = Sink::new(4);
+        assert!(sink.has_room_to_spare());
+        sink.send("a".to_string()).expect("room");
+        sink.send("b".to_string()).expect("room");
+        assert!(sink.has_room_to_spare(), "half full");
+        sink.send("c".to_string()).expect("room");
+        assert!(!sink.has_room_to_spare());
+    }
+
+    #[test]
+    fn a_full_queue_flags_overflow_instead_of_waiting() {
+        let (sink, mut frames) = Sink::new(2);
+        assert_eq!(sink.send("a".to_string()), Ok(()));
+        assert_eq!(sink.send("b".to_string()), Ok(()));
+        assert!(!sink.closing().is_closed());
+        assert_eq!(sink.send("c".to_string()), Err(SendError::Overflow));
+        assert!(sink.closing().is_closed());
+        assert_eq!(frames.try_recv(), Some(Frame::Text("a".into())));
+        drop(frames);
+        assert_eq!(sink.send("d".to_string()), Err(SendError::Closed));
+    }
+}
