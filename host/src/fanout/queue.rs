@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use super::{Frame, Notice};
+use super::frame::{Frame, Notice};
 
 /// The sending side of one connection's outbound queue.
 #[derive(Debug)]

@@ -1,0 +1,193 @@
+//! What a connection's queue holds: the frames, and a notification's
+//! shared [`Notice`], spliced with the subscription id only when written.
+
+use std::sync::Arc;
+
+/// One outbound frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Text made whole: a response, a subscription's last frame.
+    Text(String),
+    /// An `eth_subscription` notification, spliced when it is written.
+    Notification {
+        subscription: Arc<str>,
+        notice: Notice,
+    },
+    /// The answer to a client's ping, with its payload; queued with the
+    /// rest, so one queue is all the writer waits on.
+    Pong(Box<[u8]>),
+    /// The session's keepalive ping (no payload), queued by its reader.
+    Ping,
+}
+
+impl Frame {
+    /// Appends the frame's payload to `out`.
+    pub fn write_payload(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Text(text) => out.extend_from_slice(text.as_bytes()),
+            Self::Notification {
+                subscription,
+                notice,
+            } => {
+                out.extend_from_slice(PREFIX.as_bytes());
+                out.extend_from_slice(subscription.as_bytes());
+                out.extend_from_slice(notice.0.rest.as_bytes());
+            }
+            Self::Pong(payload) => out.extend_from_slice(payload),
+            Self::Ping => {}
+        }
+    }
+
+    /// The frame's WebSocket opcode (RFC 6455, 5.2).
+    pub fn opcode(&self) -> u8 {
+        match self {
+            Self::Text(_) | Self::Notification { .. } => 0x1,
+            Self::Ping => 0x9,
+            Self::Pong(_) => 0xA,
+        }
+    }
+
+    /// The payload's length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Text(text) => text.len(),
+            Self::Notification {
+                subscription,
+                notice,
+            } => PREFIX.len() + subscription.len() + notice.0.rest.len(),
+            Self::Pong(payload) => payload.len(),
+            Self::Ping => 0,
+        }
+    }
+
+    /// Whether the payload is empty (a ping's is).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The payload in one string (a pong's lossily).
+    pub fn to_text(&self) -> String {
+        let mut payload = Vec::with_capacity(self.len());
+        self.write_payload(&mut payload);
+        String::from_utf8_lossy(&payload).into_owned()
+    }
+}
+
+impl From<String> for Frame {
+    fn from(text: String) -> Self {
+        Self::Text(text)
+    }
+}
+
+/// What follows the subscription id in each notification of one event:
+/// `","result":<payload>,"cursor":"<cursor>"}}`. Made once per event and
+/// payload kind; cloning it is a reference count.
+///
+/// One pointer, not a fat `Arc<str>` and a length: every slot of every
+/// connection's queue is as large as the largest frame (32 bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice(Arc<NoticeText>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct NoticeText {
+    rest: Box<str>,
+    payload_len: usize,
+}
+
+impl Notice {
+    /// The notice of a serialized payload and its event's cursor. A cursor
+    /// is a log's (`chain:position:index:tag`), so it needs no JSON
+    /// escaping.
+    pub fn new(payload: &str, cursor: Option<&str>) -> Self {
+        let mut rest = String::with_capacity(
+            MIDDLE.len()
+                + payload.len()
+                + cursor.map_or(0, |c| CURSOR.len() + c.len() + 1)
+                + SUFFIX.len(),
+        );
+        rest.push_str(MIDDLE);
+        rest.push_str(payload);
+        if let Some(cursor) = cursor {
+            rest.push_str(CURSOR);
+            rest.push_str(cursor);
+            rest.push('"');
+        }
+        rest.push_str(SUFFIX);
+        Self(Arc::new(NoticeText {
+            rest: rest.into(),
+            payload_len: payload.len(),
+        }))
+    }
+
+    /// The serialized payload.
+    pub fn payload(&self) -> &str {
+        &self.0.rest[MIDDLE.len()..MIDDLE.len() + self.0.payload_len]
+    }
+}
+
+const PREFIX: &str = r#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":""#;
+const MIDDLE: &str = r#"","result":"#;
+const CURSOR: &str = r#","cursor":""#;
+const SUFFIX: &str = "}}";
+
+/// The last frame of a subscription the server ended (its filter was
+/// removed or disabled): an `eth_subscription` carrying a JSON-RPC error
+/// instead of a result, so the client learns why the stream stopped.
+pub fn ended(subscription: &str, code: i64, message: &str) -> String {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": "eth_subscription",
+        "params": {
+            "subscription": subscription,
+            "error": {"code": code, "message": message},
+        },
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    #[test]
+    fn a_queue_slot_is_four_words() {
+        assert_eq!(std::mem::size_of::<Frame>(), 32);
+    }
+
+    #[test]
+    fn notification_is_valid_json_in_the_subscription_shape() {
+        let notice = Notice::new(r#"{"number":"0x1"}"#, Some("eth:7:0:00000000000000ff"));
+        assert_eq!(notice.payload(), r#"{"number":"0x1"}"#);
+        let frame = Frame::Notification {
+            subscription: "0xabc".into(),
+            notice,
+        };
+        let v: Value = serde_json::from_str(&frame.to_text()).expect("valid JSON");
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":{"number":"0x1"},"cursor":"eth:7:0:00000000000000ff"}})
+        );
+        assert_eq!(frame.len(), frame.to_text().len());
+        let bare = Frame::Notification {
+            subscription: "0xabc".into(),
+            notice: Notice::new("\"0x1\"", None),
+        };
+        let bare: Value = serde_json::from_str(&bare.to_text()).expect("valid JSON");
+        assert_eq!(
+            bare,
+            json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":"0x1"}})
+        );
+    }
+
+    #[test]
+    fn an_ended_subscription_gets_an_error_in_the_subscription_shape() {
+        let frame = ended("0xabc", -32000, "the \"x\" filter was removed");
+        let v: Value = serde_json::from_str(&frame).expect("valid JSON");
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","error":{"code":-32000,"message":"the \"x\" filter was removed"}}})
+        );
+    }
+}
