@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chainsieve::config::SourceConfig;
 use chainsieve_tests::bench::{self, quantiles, spread};
-use chainsieve_tests::load::{self, Kind, Report, Spec, Workload};
+use chainsieve_tests::load::{self, CpuTime, Kind, Report, Spec, Workload};
 use chainsieve_tests::nats::Nats;
 use clap::{Parser, ValueEnum};
 use tokio::process::Child;
@@ -275,6 +275,17 @@ fn summarize(runs: &[Vec<(Target, Report)>], spec: &Spec) {
             "    notifications per CPU-second {}",
             figure(&|r| r.per_cpu_second(spec.measure))
         );
+        let each = |part: fn(CpuTime) -> Duration| {
+            figure(&move |r| {
+                r.cpu_per_notification(spec.measure)
+                    .map(|each| micros(part(each)))
+            })
+        };
+        println!(
+            "    server CPU per notification, µs: user {}, kernel {}",
+            each(|each| each.user),
+            each(|each| each.system)
+        );
         println!(
             "    pending latency from send, ms: p50 {}, p99 {}, p999 {}",
             figure(&ms(0.5)),
@@ -342,6 +353,13 @@ fn print(target: Target, spec: &Spec, report: &Report) {
             spec.measure.as_secs(),
             cpu.total().as_secs_f64() / spec.measure.as_secs_f64() * 100.0,
             cpu.user_share() * 100.0
+        );
+    }
+    if let Some(each) = report.cpu_per_notification(spec.measure) {
+        println!(
+            "  server CPU per notification: {:.2} µs in user space, {:.2} µs in the kernel",
+            micros(each.user),
+            micros(each.system)
         );
     }
     for (process, cpu) in &report.others {
@@ -442,4 +460,9 @@ async fn serve(source: &str, args: &Args) -> anyhow::Result<()> {
         config.devnet.transactions_per_block = 50;
     }
     bench::serve_child(config).await
+}
+
+/// A duration in microseconds.
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
 }

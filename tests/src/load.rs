@@ -292,6 +292,17 @@ impl Report {
         self.per_second.iter().sum()
     }
 
+    /// The server's CPU time per notification, in user space and in the
+    /// kernel, in microseconds: what the README's floor arguments rest on.
+    pub fn cpu_per_notification(&self, measure: Duration) -> Option<CpuTime> {
+        let notifications = self.notifications_per_second() * measure.as_secs_f64();
+        let cpu = self.cpu?;
+        (notifications >= 1.0).then(|| CpuTime {
+            user: cpu.user.div_f64(notifications),
+            system: cpu.system.div_f64(notifications),
+        })
+    }
+
     /// Notifications per CPU-second of the server.
     pub fn per_cpu_second(&self, measure: Duration) -> Option<f64> {
         self.cpu.map(|cpu| {
