@@ -327,38 +327,7 @@ async fn a_hung_node_times_out_and_is_reconnected() {
         .await
         .expect("answered");
     assert!(before["result"].is_string(), "{before}");
-    let pid = anvil.pid().expect("anvil runs").to_string();
-    let signal = |name: &'static str| {
-        let pid = pid.clone();
-        async move {
-            let status = tokio::process::Command::new("kill")
-                .args([name, &pid])
-                .status()
-                .await
-                .expect("kill runs");
-            assert!(status.success(), "kill {name}");
-        }
-    };
-    signal("-STOP").await;
-    // The signal is delivered asynchronously: wait until the kernel shows
-    // the node stopped.
-    let stat = format!("/proc/{pid}/stat");
-    tokio::time::timeout(chainsieve_tests::TIMEOUT, async {
-        loop {
-            let text = tokio::fs::read_to_string(&stat).await.expect("/proc stat");
-            // "pid (comm) STATE ...": the state follows the last ')'.
-            if text
-                .rsplit(')')
-                .next()
-                .is_some_and(|rest| rest.trim_start().starts_with('T'))
-            {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("the node stops");
+    let hung_node = HungNode::stop(&anvil).await;
     // A request sent behind the hung one does not wait for it.
     client
         .send_text(
@@ -379,7 +348,7 @@ async fn a_hung_node_times_out_and_is_reconnected() {
     let behind = client.next_response().await.expect("answered");
     let held = client.next_response().await.expect("answered");
     let hung = client.next_response().await.expect("answered");
-    signal("-CONT").await;
+    hung_node.resume().await;
     assert_eq!(
         (&behind["id"], &held["id"], &hung["id"]),
         (&json!(101), &json!(102), &json!(100))
@@ -417,6 +386,118 @@ async fn a_hung_node_times_out_and_is_reconnected() {
         .await
         .expect("answered");
     assert_eq!(after["result"], before["result"], "{after}");
+}
+
+/// A connection with as many calls in flight as it takes (64), all waiting
+/// on a hung node, stops reading, and so cannot read the client's pongs:
+/// it is not taken for unresponsive while it waits, however many ping
+/// intervals pass, and it reads on once the calls time out, each within
+/// the configured timeout though none could even connect (no call was
+/// forwarded before the node hung).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_waiting_on_a_hung_node_is_not_taken_for_unresponsive() {
+    const IN_FLIGHT: u64 = 64;
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let mut config = config(&anvil);
+    // Four ping intervals pass while the calls wait.
+    config.rpc.timeout_ms = 4_000;
+    config.limits.ping_interval_secs = 1;
+    let server = TestServer::start(config).await.expect("server starts");
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let hung_node = HungNode::stop(&anvil).await;
+    let balance = json!([DEV_ACCOUNT_2, "latest"]);
+    for id in 0..IN_FLIGHT {
+        client
+            .send_text(
+                &json!({"jsonrpc":"2.0","id":id,"method":"eth_getBalance","params":balance})
+                    .to_string(),
+            )
+            .await;
+    }
+    // Read only once a slot frees: after the timeout.
+    client
+        .send_text(&format!(
+            r#"{{"jsonrpc":"2.0","id":{IN_FLIGHT},"method":"eth_chainId"}}"#
+        ))
+        .await;
+    // Reading the answers also answers the server's pings meanwhile.
+    let mut timed_out = 0;
+    let mut chain_id = None;
+    for _ in 0..=IN_FLIGHT {
+        let answer = client.next_response().await.expect("answered, not closed");
+        if answer["id"] == json!(IN_FLIGHT) {
+            chain_id = Some(answer["result"].clone());
+        } else {
+            // Each within the configured timeout, connecting included (the
+            // node's kernel accepts the connection; the handshake hangs).
+            assert_eq!(answer["error"]["code"], -32002, "{answer}");
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("did not answer eth_getBalance within 4000 ms")),
+                "{answer}"
+            );
+            timed_out += 1;
+        }
+    }
+    hung_node.resume().await;
+    assert_eq!(timed_out, IN_FLIGHT);
+    assert_eq!(chain_id, Some(json!(format!("{:#x}", anvil.chain_id))));
+    let after = client
+        .call("eth_getBalance", balance)
+        .await
+        .expect("the connection is still open");
+    assert!(after["result"].is_string(), "{after}");
+}
+
+/// A node stopped with `SIGSTOP`: it keeps its sockets open and answers
+/// nothing until [`HungNode::resume`].
+struct HungNode {
+    pid: String,
+}
+
+impl HungNode {
+    /// Stops `anvil` and waits until the kernel shows it stopped (the
+    /// signal is delivered asynchronously).
+    async fn stop(anvil: &Anvil) -> Self {
+        let node = Self {
+            pid: anvil.pid().expect("anvil runs").to_string(),
+        };
+        node.signal("-STOP").await;
+        let stat = format!("/proc/{}/stat", node.pid);
+        tokio::time::timeout(chainsieve_tests::TIMEOUT, async {
+            loop {
+                let text = tokio::fs::read_to_string(&stat).await.expect("/proc stat");
+                // "pid (comm) STATE ...": the state follows the last ')'.
+                if text
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('T'))
+                {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the node stops");
+        node
+    }
+
+    async fn resume(self) {
+        self.signal("-CONT").await;
+    }
+
+    async fn signal(&self, name: &str) {
+        let status = tokio::process::Command::new("kill")
+            .args([name, &self.pid])
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(status.success(), "kill {name}");
+    }
 }
 
 /// The forwarding benchmark's engine, small: calls on a schedule through

@@ -16,7 +16,8 @@ pub enum Frame {
     /// The answer to a client's ping, with its payload; queued with the
     /// rest, so one queue is all the writer waits on.
     Pong(Box<[u8]>),
-    /// The session's keepalive ping (no payload), queued by its reader.
+    /// The session's keepalive ping (no payload), asked for by its reader
+    /// and put ahead of the queued frames ([`super::Sink::ping`]).
     Ping,
 }
 

@@ -45,8 +45,8 @@ struct Shared {
     queue: Mutex<Queue>,
     /// How far a reader may fall behind, in frames.
     capacity: usize,
-    /// Set once, by an overflow or the session; read without the lock by
-    /// senders and the session, under it by the writer.
+    /// Set once, by an overflow or the session; read by the session
+    /// without the lock, and by the writer.
     closed: AtomicBool,
     /// Live [`Sink`]s: the writer stops once none is left and the queue
     /// is empty, as no frame can come any more.
@@ -57,8 +57,12 @@ struct Shared {
 struct Queue {
     frames: VecDeque<Frame>,
     /// The writer's, while it waits: taken and woken by the next frame,
-    /// the close, or the last sender's drop.
+    /// a ping, the close, or the last sender's drop.
     writer: Option<Waker>,
+    /// A keepalive ping is due: it goes out at the head of the next round,
+    /// ahead of what is queued and outside the bound, as a reader slow to
+    /// drain a long queue must still get it within the ping interval.
+    ping: bool,
     /// The receiver was dropped: nothing queued would be written.
     receiver_gone: bool,
 }
@@ -140,6 +144,23 @@ impl Sink {
         Ok(())
     }
 
+    /// Asks for a keepalive ping ahead of the queued frames (one, however
+    /// often asked before the writer takes it); it never overflows.
+    pub fn ping(&self) -> Result<(), SendError> {
+        let waker = {
+            let mut queue = self.shared.lock();
+            if queue.receiver_gone {
+                return Err(SendError::Closed);
+            }
+            queue.ping = true;
+            queue.writer.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+
     /// Queues an `eth_subscription` notification of `notice` to
     /// `subscription`.
     pub fn notify(&self, subscription: &Arc<str>, notice: &Notice) -> Result<(), SendError> {
@@ -183,7 +204,8 @@ impl Drop for Sink {
 
 impl Frames {
     /// Waits for frames and moves at most `limit` of them, oldest first,
-    /// into `into`; a close is reported before any frame still queued.
+    /// into `into`, a ping that is due ahead of them; a close is reported
+    /// before any frame still queued.
     pub fn poll_take(
         &mut self,
         cx: &mut Context<'_>,
@@ -222,14 +244,22 @@ impl Frames {
         heed_close: bool,
     ) -> Poll<Round> {
         let mut queue = self.shared.lock();
-        if !queue.frames.is_empty() {
-            if into.is_empty() && queue.frames.len() <= limit {
+        let before = into.len();
+        let mut room = limit.max(1);
+        if std::mem::take(&mut queue.ping) {
+            into.push_back(Frame::Ping);
+            room -= 1;
+        }
+        if room > 0 && !queue.frames.is_empty() {
+            if into.is_empty() && queue.frames.len() <= room {
                 // All of it: the two buffers change places, no frame moves.
                 std::mem::swap(&mut queue.frames, into);
             } else {
-                let taken = limit.max(1).min(queue.frames.len());
+                let taken = room.min(queue.frames.len());
                 into.extend(queue.frames.drain(..taken));
             }
+        }
+        if into.len() > before {
             return Poll::Ready(Round::Frames);
         }
         if heed_close && self.shared.is_closed() {
@@ -253,6 +283,8 @@ impl Drop for Frames {
         let frames = {
             let mut queue = self.shared.lock();
             queue.receiver_gone = true;
+            // Nothing will wait any more: the finished task is let go.
+            queue.writer = None;
             std::mem::take(&mut queue.frames)
         };
         // Dropped outside the lock: the last reference to a notice frees it.
@@ -382,6 +414,30 @@ mod tests {
         let round = frames.poll_take(&mut cx, &mut taken, 8);
         assert_eq!(round, Poll::Ready(Round::Closing));
         assert_eq!(frames.try_recv(), Some(text("e")));
+    }
+
+    /// A ping goes ahead of what is queued, outside the bound (a full
+    /// queue still takes it), once however often it was asked for, and
+    /// counts toward a round's limit.
+    #[test]
+    fn a_ping_jumps_the_queue_and_never_overflows_it() {
+        let (sink, mut frames) = Sink::new(2);
+        sink.send("a".to_string()).expect("room");
+        sink.send("b".to_string()).expect("room");
+        sink.ping().expect("a ping fits a full queue");
+        sink.ping().expect("and another");
+        assert!(!sink.closing().is_closed());
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut taken = VecDeque::new();
+        let round = frames.poll_take(&mut cx, &mut taken, 2);
+        assert_eq!(round, Poll::Ready(Round::Frames));
+        assert_eq!(taken, [Frame::Ping, Frame::Text("a".into())]);
+        taken.clear();
+        let round = frames.poll_take(&mut cx, &mut taken, 2);
+        assert_eq!(round, Poll::Ready(Round::Frames));
+        assert_eq!(taken, [Frame::Text("b".into())], "one ping");
+        drop(frames);
+        assert_eq!(sink.ping(), Err(SendError::Closed));
     }
 
     #[test]

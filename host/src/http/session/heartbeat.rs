@@ -1,7 +1,9 @@
 //! A session's keepalive: a ping every interval, busy or idle, and a
 //! client that has not answered one by the next is taken for gone. It
 //! lives in the reader, which sees the pongs, so the writer waits on its
-//! queue alone and a notification never polls a timer.
+//! queue alone and a notification never polls a timer; the ping itself
+//! goes out ahead of the queued frames, so a reader slow to drain a long
+//! queue still gets it in time.
 
 use std::time::Duration;
 

@@ -25,7 +25,7 @@ use crate::chain::Chain;
 use crate::fanout::{Frame, SendError, Sink};
 use crate::rpc::RpcError;
 use crate::rpc::methods::{self, Connection, Context, Reply};
-use heartbeat::Heartbeat;
+use heartbeat::{Heartbeat, Unanswered};
 use writer::Stop;
 
 /// Close code for a subscriber that fell too far behind, or stopped
@@ -148,14 +148,16 @@ fn settle(reader: Option<Ending>, writer: Option<Stop>) -> (Ending, Vec<u8>) {
 /// reader waits for an answer before it reads the next frame.
 const MAX_IN_FLIGHT: usize = 64;
 
-/// Answers requests until the client closes or the socket fails, or a
-/// reply finds the outbound queue full. Requests are answered side by
+/// Answers requests until the client closes or the socket fails, a
+/// reply finds the outbound queue full, or a ping went unanswered for an
+/// interval while the reader was reading. Requests are answered side by
 /// side, each as soon as it can be, as a node does: a call forwarded to a
 /// slow node delays no other request, and the reader goes on taking pings
 /// and pongs, so a client that is waiting is never taken for an
 /// unresponsive one. Clients match responses by id. Requests answered
 /// without waiting (all but forwarded calls) are answered in the order
-/// they came. Pings are queued on the heartbeat's schedule.
+/// they came. Pings go out on the heartbeat's schedule, ahead of what is
+/// queued.
 async fn read(reader: &mut Reader, ctx: Context<'_>, mut heartbeat: Heartbeat) -> Ending {
     let connection = ctx.connection.expect("sessions always have a connection");
     let limit = ctx.limits.max_request_bytes;
@@ -167,14 +169,19 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, mut heartbeat: Heartbeat) -
                 Some(ending) => return ending,
                 None => continue,
             },
+            // Before the ping's tick: a pong already read is heard first.
+            next = reader.next(), if answering.len() < MAX_IN_FLIGHT => next,
             due = heartbeat.next_ping() => match due {
-                Ok(()) => match send(Frame::Ping, &connection.sink) {
+                // A reader that has stopped reading (too much in flight)
+                // cannot have seen the pong: not taken for unresponsive.
+                Err(Unanswered) if answering.len() < MAX_IN_FLIGHT => {
+                    return Ending::Unresponsive;
+                }
+                Ok(()) | Err(Unanswered) => match ending(connection.sink.ping()) {
                     Some(ending) => return ending,
                     None => continue,
                 },
-                Err(_) => return Ending::Unresponsive,
             },
-            next = reader.next(), if answering.len() < MAX_IN_FLIGHT => next,
         };
         let bytes = match next {
             Some(Ok(Message::Text(text))) => text.into(),
@@ -211,11 +218,6 @@ fn queue(reply: Reply, sink: &Sink) -> Option<Ending> {
     ending(reply.queue(sink))
 }
 
-/// Queues a frame of the session's own; `Some` when the session must end.
-fn send(frame: Frame, sink: &Sink) -> Option<Ending> {
-    ending(sink.send(frame))
-}
-
 /// How a refused frame ends the session.
 fn ending(queued: Result<(), SendError>) -> Option<Ending> {
     match queued {
@@ -231,7 +233,7 @@ fn ending(queued: Result<(), SendError>) -> Option<Ending> {
 /// what is queued), a pong noted; `Some` when the session must end.
 fn take_control(frame: &Message, sink: &Sink, heartbeat: &mut Heartbeat) -> Option<Ending> {
     match frame {
-        Message::Ping(payload) => send(Frame::Pong(payload.as_ref().into()), sink),
+        Message::Ping(payload) => ending(sink.send(Frame::Pong(payload.as_ref().into()))),
         Message::Pong(_) => {
             heartbeat.answered();
             None

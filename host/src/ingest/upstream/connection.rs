@@ -40,33 +40,28 @@ impl NodeConnection {
         self.batch_within(calls, CALL_TIMEOUT).await
     }
 
-    /// [`NodeConnection::batch`], waiting at most `timeout` for the answer:
-    /// a node that does not answer in time is taken for hung (the socket
-    /// may stay open), so the connection is dropped with what waits on it.
+    /// [`NodeConnection::batch`], waiting at most `timeout` in all: for a
+    /// turn at the connection, for (re)connecting, and for the answer. A
+    /// node that does not answer in time is taken for hung (the socket may
+    /// stay open), so the connection is dropped with what waits on it. The
+    /// connecting counts too: a stopped node's kernel still accepts the TCP
+    /// connection and the handshake then never ends, and callers queued
+    /// behind one another's connect would wait one connect timeout each.
     pub async fn batch_within(
         &self,
         calls: &[Call],
         timeout: Duration,
     ) -> Result<Vec<Box<RawValue>>, NodeError> {
-        let client = {
-            let mut slot = self.client.lock().await;
-            match &*slot {
-                // A connection whose socket task has ended is not reused.
-                Some(client) if !client.is_closed() => client.clone(),
-                _ => {
-                    let (client, _notifications) = NodeClient::connect(&self.url).await?;
-                    let client = Arc::new(client);
-                    *slot = Some(client.clone());
-                    client
-                }
-            }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let timed_out = || NodeError::Timeout {
+            method: calls.first().map_or("batch", |c| &c.method).to_string(),
         };
-        let result = match tokio::time::timeout(timeout, client.batch(calls)).await {
-            Ok(result) => result,
-            Err(_) => Err(NodeError::Timeout {
-                method: calls.first().map_or("batch", |c| &c.method).to_string(),
-            }),
-        };
+        let client = tokio::time::timeout_at(deadline, self.open())
+            .await
+            .map_err(|_| timed_out())??;
+        let result = tokio::time::timeout_at(deadline, client.batch(calls))
+            .await
+            .unwrap_or_else(|_| Err(timed_out()));
         if matches!(&result, Err(e) if !matches!(e, NodeError::Rpc { .. })) {
             let mut slot = self.client.lock().await;
             // Unless another caller has already reconnected.
@@ -78,6 +73,22 @@ impl NodeConnection {
             }
         }
         result
+    }
+
+    /// The open connection, or a new one. Cancel-safe: a caller whose time
+    /// runs out while connecting leaves the slot empty for the next.
+    async fn open(&self) -> Result<Arc<NodeClient>, NodeError> {
+        let mut slot = self.client.lock().await;
+        match &*slot {
+            // A connection whose socket task has ended is not reused.
+            Some(client) if !client.is_closed() => Ok(client.clone()),
+            _ => {
+                let (client, _notifications) = NodeClient::connect(&self.url).await?;
+                let client = Arc::new(client);
+                *slot = Some(client.clone());
+                Ok(client)
+            }
+        }
     }
 
     pub async fn call<T: DeserializeOwned>(
