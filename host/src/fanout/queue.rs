@@ -96,9 +96,25 @@ impl Shared {
     /// Wakes the writer if it waits.
     fn wake_writer(&self) {
         let waker = self.lock().writer.take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        wake(waker);
+    }
+
+    /// Makes `change` to the queue under its lock, unless the receiver is
+    /// gone, and wakes the writer if it waits (after the lock is let go).
+    fn offer(
+        &self,
+        change: impl FnOnce(&mut Queue) -> Result<(), SendError>,
+    ) -> Result<(), SendError> {
+        let waker = {
+            let mut queue = self.lock();
+            if queue.receiver_gone {
+                return Err(SendError::Closed);
+            }
+            change(&mut queue)?;
+            queue.writer.take()
+        };
+        wake(waker);
+        Ok(())
     }
 
     fn is_closed(&self) -> bool {
@@ -125,40 +141,27 @@ impl Sink {
 
     /// Queues a frame without waiting.
     pub fn send(&self, frame: impl Into<Frame>) -> Result<(), SendError> {
-        let waker = {
-            let mut queue = self.shared.lock();
-            if queue.receiver_gone {
-                return Err(SendError::Closed);
-            }
-            if queue.frames.len() >= self.shared.capacity {
-                drop(queue);
-                self.closing().close();
+        let capacity = self.shared.capacity;
+        let queued = self.shared.offer(|queue| {
+            if queue.frames.len() >= capacity {
                 return Err(SendError::Overflow);
             }
             queue.frames.push_back(frame.into());
-            queue.writer.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
+            Ok(())
+        });
+        if queued == Err(SendError::Overflow) {
+            self.closing().close();
         }
-        Ok(())
+        queued
     }
 
     /// Asks for a keepalive ping ahead of the queued frames (one, however
     /// often asked before the writer takes it); it never overflows.
     pub fn ping(&self) -> Result<(), SendError> {
-        let waker = {
-            let mut queue = self.shared.lock();
-            if queue.receiver_gone {
-                return Err(SendError::Closed);
-            }
+        self.shared.offer(|queue| {
             queue.ping = true;
-            queue.writer.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Queues an `eth_subscription` notification of `notice` to
@@ -317,6 +320,13 @@ impl Closing {
     /// connection's writer).
     pub async fn closed(&self) {
         poll_fn(|cx| self.poll_closed(cx)).await
+    }
+}
+
+/// Wakes the writer's waker, if it left one.
+fn wake(waker: Option<Waker>) {
+    if let Some(waker) = waker {
+        waker.wake();
     }
 }
 
