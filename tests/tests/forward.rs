@@ -134,13 +134,7 @@ async fn the_node_answers_what_chainsieve_does_not() {
             .await
             .expect("answered"),
     ] {
-        assert_eq!(refused["error"]["code"], -32601, "{refused}");
-        assert!(
-            refused["error"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("[rpc] allow")),
-            "{refused}"
-        );
+        assert_error(refused, -32601, "[rpc] allow");
     }
     let before = anvil.block_number().await.expect("number");
     let mined = client
@@ -374,12 +368,10 @@ async fn a_hung_node_times_out_and_is_reconnected() {
     ] {
         assert!(held.contains_key(field), "{field} in {held:?}");
     }
-    assert_eq!(hung["error"]["code"], -32002, "{hung}");
-    assert!(
-        hung["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("did not answer eth_getBalance within 2000 ms")),
-        "{hung}"
+    assert_error(
+        &hung,
+        -32002,
+        "did not answer eth_getBalance within 2000 ms",
     );
     let after = client
         .call("eth_getBalance", balance)
@@ -432,12 +424,10 @@ async fn a_connection_waiting_on_a_hung_node_is_not_taken_for_unresponsive() {
         } else {
             // Each within the configured timeout, connecting included (the
             // node's kernel accepts the connection; the handshake hangs).
-            assert_eq!(answer["error"]["code"], -32002, "{answer}");
-            assert!(
-                answer["error"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("did not answer eth_getBalance within 4000 ms")),
-                "{answer}"
+            assert_error(
+                &answer,
+                -32002,
+                "did not answer eth_getBalance within 4000 ms",
             );
             timed_out += 1;
         }
@@ -450,6 +440,18 @@ async fn a_connection_waiting_on_a_hung_node_is_not_taken_for_unresponsive() {
         .await
         .expect("the connection is still open");
     assert!(after["result"].is_string(), "{after}");
+}
+
+/// Asserts `answer` is a JSON-RPC error of `code` whose message contains
+/// `part`.
+fn assert_error(answer: &Value, code: i64, part: &str) {
+    assert_eq!(answer["error"]["code"], code, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(part)),
+        "{answer}"
+    );
 }
 
 /// A node stopped with `SIGSTOP`: it keeps its sockets open and answers
