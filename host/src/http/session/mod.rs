@@ -163,6 +163,8 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, mut heartbeat: Heartbeat) -
     let limit = ctx.limits.max_request_bytes;
     let mut answering = FuturesUnordered::new();
     let ending = loop {
+        // Past that many in flight the reader waits for an answer first.
+        let reading = answering.len() < MAX_IN_FLIGHT;
         let next = tokio::select! {
             biased;
             Some(reply) = answering.next() => match queue(reply, &connection.sink) {
@@ -170,11 +172,11 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, mut heartbeat: Heartbeat) -
                 None => continue,
             },
             // Before the ping's tick: a pong already read is heard first.
-            next = reader.next(), if answering.len() < MAX_IN_FLIGHT => next,
+            next = reader.next(), if reading => next,
             due = heartbeat.next_ping() => match due {
-                // A reader that has stopped reading (too much in flight)
-                // cannot have seen the pong: not taken for unresponsive.
-                Err(Unanswered) if answering.len() < MAX_IN_FLIGHT => {
+                // A reader that has stopped reading cannot have seen the
+                // pong: not taken for unresponsive.
+                Err(Unanswered) if reading => {
                     return Ending::Unresponsive;
                 }
                 Ok(()) | Err(Unanswered) => match ending(connection.sink.ping()) {
