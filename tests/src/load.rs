@@ -29,6 +29,7 @@ use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -620,13 +621,22 @@ async fn listen(
     }
 }
 
+/// Bytes a client reads from its socket at a time. tungstenite zeroes the
+/// whole read buffer before every read: at its default (128 KiB) that was
+/// 34% of the client process's CPU (perf, 1,000 clients at 262,000
+/// notifications/s), CPU the server under test shares the machine with.
+/// Notifications are a few hundred bytes; a larger one is still read, in
+/// more reads.
+const READ_BUFFER: usize = 4 << 10;
+
 /// Opens a WebSocket without Nagle's algorithm, as real clients do (Node's
 /// `ws`, under ethers and viem, disables it on every socket): the latency
 /// measured is the server's, not a delayed-ACK wait in the client.
 async fn connect(
     url: &str,
 ) -> Result<(Socket, tungstenite::handshake::client::Response), tungstenite::Error> {
-    tokio_tungstenite::connect_async_with_config(url, None, true).await
+    let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER);
+    tokio_tungstenite::connect_async_with_config(url, Some(config), true).await
 }
 
 /// The string value after `key` in a JSON text (no escapes in ids and hex).
