@@ -143,7 +143,7 @@ mod tests {
     use alloy_primitives::{Bytes, Signature, TxKind, U256};
 
     use super::super::testing::{envelope_of, nonces, outside, quiet, run_steps};
-    use super::super::{DevnetSettings, Step};
+    use super::super::{DevnetSettings, Job, Step};
     use super::*;
     use crate::ingest::SourceEvent;
 
@@ -251,14 +251,14 @@ mod tests {
         let (first, from) = outside(0, 21_000, &[]);
         devnet.accept(first, from).expect("first");
         assert!(matches!(devnet.step(), Step::Announce(events) if events.is_empty()));
-        let Step::Build(job) = devnet.step() else {
+        let Step::Work(job @ Job::Build(_)) = devnet.step() else {
             panic!("the second tick is the block's");
         };
         let (during, _) = outside(1, 21_000, &[]);
         devnet
             .accept(during, from)
             .expect("accepted while building");
-        let events = devnet.mined(job.run());
+        let events = devnet.finish(job.run());
         let [SourceEvent::Block(block)] = &events[..] else {
             panic!("one block: {events:?}");
         };
@@ -267,6 +267,41 @@ mod tests {
         let (blocks, _) = run_steps(&mut devnet, 2);
         assert_eq!(blocks[1].parent_hash(), block.hash);
         assert_eq!(nonces(&blocks[1]), [1]);
+    }
+
+    /// The devnet's own batch is signed off its task too: the tick only
+    /// makes it, a submission is taken while it is signed, the batch is
+    /// announced once signed, and the next block mines both.
+    #[test]
+    fn submissions_while_a_batch_is_signed_are_taken_and_mined_with_it() {
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                pending_batches_per_block: 1,
+                transactions_per_block: 3,
+                ..quiet()
+            },
+        );
+        let Step::Work(job @ Job::Sign(_)) = devnet.step() else {
+            panic!("the first tick is a batch to sign");
+        };
+        let (during, from) = outside(0, 21_000, &[]);
+        devnet.accept(during, from).expect("accepted while signing");
+        let events = devnet.finish(job.run());
+        let [SourceEvent::Pending(batch)] = &events[..] else {
+            panic!("one pending batch: {events:?}");
+        };
+        assert_eq!(batch.len(), 3);
+        // (run_steps lists genesis first.)
+        let (blocks, _) = run_steps(&mut devnet, 1);
+        let mined: Vec<_> = blocks[1].transactions.iter().map(|tx| tx.hash).collect();
+        for tx in batch {
+            assert!(mined.contains(&tx.hash), "the signed batch is mined");
+        }
+        assert!(
+            blocks[1].transactions.iter().any(|tx| tx.from == from),
+            "the submission is mined with it"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The devnet's task: [`run`] drives a [`Devnet`] in real time, builds
-//! blocks on the blocking pool and announces submissions as they come.
+//! blocks and signs its own pending batches on the blocking pool, and
+//! announces submissions as they come.
 
 use std::time::Duration;
 
@@ -8,9 +9,8 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::block::Built;
 use super::mempool::Submission;
-use super::{Devnet, Ledger, Step};
+use super::{Devnet, Done, Ledger, Step};
 use crate::ingest::SourceEvent;
 
 /// Submissions taken into one pending announcement at most.
@@ -65,26 +65,26 @@ pub async fn run(
     ticks.tick().await;
     let mut arrived = Vec::new();
     let mut open = true;
-    // The block being built on the blocking pool; ticks wait for it.
-    let mut building: Option<JoinHandle<Built>> = None;
+    // A tick's work on the blocking pool; ticks wait for it.
+    let mut working: Option<JoinHandle<Done>> = None;
     loop {
         let events = tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
-            built = async { building.as_mut().expect("guarded").await }, if building.is_some() => {
-                building = None;
-                match built {
-                    Ok(built) => devnet.mined(built),
+            done = async { working.as_mut().expect("guarded").await }, if working.is_some() => {
+                working = None;
+                match done {
+                    Ok(done) => devnet.finish(done),
                     Err(error) => {
-                        tracing::error!(chain_id = devnet.chain_id, %error, "building a devnet block failed; the devnet stops");
+                        tracing::error!(chain_id = devnet.chain_id, %error, "building a devnet block or signing its batch failed; the devnet stops");
                         return;
                     }
                 }
             }
-            _ = ticks.tick(), if building.is_none() => match devnet.step() {
+            _ = ticks.tick(), if working.is_none() => match devnet.step() {
                 Step::Announce(events) => events,
-                Step::Build(job) => {
-                    building = Some(tokio::task::spawn_blocking(move || job.run()));
+                Step::Work(job) => {
+                    working = Some(tokio::task::spawn_blocking(move || job.run()));
                     continue;
                 }
             },

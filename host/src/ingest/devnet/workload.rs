@@ -84,10 +84,49 @@ pub(super) fn gas_limit_for(gas_used: u64) -> u64 {
     gas_used + gas_used / 5
 }
 
+/// A transaction of the devnet's own accounts, made but not signed yet:
+/// signing takes ~50 µs, so a tick's batch is signed off the devnet's task
+/// ([`super::Job::Sign`]), which meanwhile keeps announcing submissions.
+pub(super) struct Unsigned {
+    signer: PrivateKeySigner,
+    tx: UnsignedTx,
+    gas_used: u64,
+    logs: Vec<PrimitiveLog>,
+}
+
+enum UnsignedTx {
+    Legacy(TxLegacy),
+    Eip1559(TxEip1559),
+}
+
+impl Unsigned {
+    /// Its gas limit: what a block reserves for it.
+    pub(super) fn gas(&self) -> u64 {
+        match &self.tx {
+            UnsignedTx::Legacy(tx) => tx.gas_limit,
+            UnsignedTx::Eip1559(tx) => tx.gas_limit,
+        }
+    }
+
+    pub(super) fn sign(self) -> Generated {
+        let envelope = match self.tx {
+            UnsignedTx::Legacy(tx) => TxEnvelope::from(sign(&self.signer, tx)),
+            UnsignedTx::Eip1559(tx) => TxEnvelope::from(sign(&self.signer, tx)),
+        };
+        let tx = Transaction::from_envelope(&envelope, self.signer.address());
+        Generated {
+            tx: Arc::new(tx),
+            envelope,
+            gas_used: self.gas_used,
+            logs: self.logs,
+        }
+    }
+}
+
 impl Devnet {
-    /// A new signed transaction from a random account, with its effects:
+    /// A new transaction from a random account, with its effects, to sign:
     /// 40% native transfers, 30% token transfers, 25% swaps, 5% creations.
-    pub(super) fn generate(&mut self) -> Generated {
+    pub(super) fn generate(&mut self) -> Unsigned {
         let sender = self.rng.random_range(0..self.signers.len());
         let from = self.signers[sender].address();
         let other = self.signers
@@ -121,12 +160,12 @@ impl Devnet {
                 }
             }
         };
-        self.sign_and_wrap(sender, effects)
+        self.unsigned(sender, effects)
     }
 
-    /// Signs the call `effects` describes as the next transaction of
-    /// `sender`: a third legacy (EIP-155), the rest EIP-1559.
-    fn sign_and_wrap(&mut self, sender: usize, effects: Effects) -> Generated {
+    /// The call `effects` describes as the next transaction of `sender`: a
+    /// third legacy (EIP-155), the rest EIP-1559.
+    fn unsigned(&mut self, sender: usize, effects: Effects) -> Unsigned {
         let Effects {
             to,
             value,
@@ -141,41 +180,33 @@ impl Devnet {
         let legacy = self.rng.random_range(0..3) == 0;
         let tip = self.profile.tip * self.rng.random_range(100..=300) / 100;
         let base_fee = u128::from(self.profile.base_fee);
-        let signer = &self.signers[sender];
-        let envelope = if legacy {
-            TxEnvelope::from(sign(
-                signer,
-                TxLegacy {
-                    chain_id: Some(self.chain_id),
-                    nonce,
-                    gas_price: base_fee + tip,
-                    gas_limit: gas,
-                    to: kind,
-                    value,
-                    input,
-                },
-            ))
+        let tx = if legacy {
+            UnsignedTx::Legacy(TxLegacy {
+                chain_id: Some(self.chain_id),
+                nonce,
+                gas_price: base_fee + tip,
+                gas_limit: gas,
+                to: kind,
+                value,
+                input,
+            })
         } else {
-            TxEnvelope::from(sign(
-                signer,
-                TxEip1559 {
-                    chain_id: self.chain_id,
-                    nonce,
-                    gas_limit: gas,
-                    // Wallets cap at twice the base fee plus the tip.
-                    max_fee_per_gas: 2 * base_fee + tip,
-                    max_priority_fee_per_gas: tip,
-                    to: kind,
-                    value,
-                    access_list: Default::default(),
-                    input,
-                },
-            ))
+            UnsignedTx::Eip1559(TxEip1559 {
+                chain_id: self.chain_id,
+                nonce,
+                gas_limit: gas,
+                // Wallets cap at twice the base fee plus the tip.
+                max_fee_per_gas: 2 * base_fee + tip,
+                max_priority_fee_per_gas: tip,
+                to: kind,
+                value,
+                access_list: Default::default(),
+                input,
+            })
         };
-        let tx = Transaction::from_envelope(&envelope, signer.address());
-        Generated {
-            tx: Arc::new(tx),
-            envelope,
+        Unsigned {
+            signer: self.signers[sender].clone(),
+            tx,
             gas_used,
             logs,
         }
