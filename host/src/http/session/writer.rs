@@ -2,9 +2,10 @@
 //! socket. It encodes the WebSocket frames itself (a server's frames are
 //! unmasked: a header, then the text), splicing each notification's
 //! subscription id and shared notice straight into one write buffer, so a
-//! notification is copied once on its way to the kernel and written in
-//! one system call with whatever else was queued. That buffer is the
-//! worker thread's, not the connection's (docs/architecture.md, Fan-out).
+//! notification is copied once on its way to the kernel (twice if the
+//! socket does not take it at once) and written in one system call with
+//! whatever else was queued. That buffer is the worker thread's, not the
+//! connection's (docs/architecture.md, Fan-out).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -23,9 +24,14 @@ use crate::fanout::{Closing, Frame, Frames, Round};
 /// run between two rounds of a long queue.
 const COALESCE: usize = 64;
 
-/// A write buffer that grew past this (a burst to one connection) is given
-/// back once written, so a quiet connection holds little.
+/// A connection's own buffer that grew past this (a burst to a peer that
+/// did not read) is given back once written, so a quiet connection holds
+/// little.
 const KEEP_BUFFER: usize = 64 << 10;
+
+/// A worker thread's buffer that grew past this (a round of large frames)
+/// is given back: rounds up to it reuse the one allocation.
+const KEEP_SCRATCH: usize = 4 << 20;
 
 thread_local! {
     /// Where a round is encoded: one buffer per worker thread, still in
@@ -33,7 +39,7 @@ thread_local! {
     /// connection was cold at every round when many connections take turns
     /// (10,000 in the load benchmark: copying into it was 2.6% of the
     /// server's CPU). What the socket does not take at once moves to the
-    /// connection's own buffer, which is empty otherwise.
+    /// connection's own buffer, allocated only then.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -58,7 +64,7 @@ where
     W: AsyncWrite + Unpin,
 {
     // Reused between rounds; allocated only on a connection that is sent
-    // to (`out`: only on one whose socket took a round in part).
+    // to (`out`: only on one whose socket did not take a round whole).
     let mut batch = VecDeque::new();
     let mut out = Vec::new();
     loop {
@@ -130,7 +136,7 @@ fn write_round<W: AsyncWrite + Unpin>(
             Poll::Pending => 0,
         };
         out.extend_from_slice(&scratch[sent..]);
-        if scratch.capacity() > KEEP_BUFFER {
+        if scratch.capacity() > KEEP_SCRATCH {
             *scratch = Vec::new();
         }
         Ok(())

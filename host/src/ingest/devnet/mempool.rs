@@ -143,6 +143,7 @@ mod tests {
     use alloy_primitives::{Bytes, Signature, TxKind, U256};
 
     use super::super::testing::{envelope_of, nonces, outside, quiet, run_steps};
+    use super::super::workload::sign;
     use super::super::{DevnetSettings, Job, Step};
     use super::*;
     use crate::ingest::SourceEvent;
@@ -282,7 +283,7 @@ mod tests {
                 ..quiet()
             },
         );
-        let Step::Work(job @ Job::Sign(_)) = devnet.step() else {
+        let Step::Work(job @ Job::Sign { .. }) = devnet.step() else {
             panic!("the first tick is a batch to sign");
         };
         let (during, from) = outside(0, 21_000, &[]);
@@ -302,6 +303,55 @@ mod tests {
             blocks[1].transactions.iter().any(|tx| tx.from == from),
             "the submission is mined with it"
         );
+    }
+
+    /// A submission from one of the devnet's own accounts while that
+    /// account's batch transaction is signed takes the nonce after it, and
+    /// is mined after it.
+    #[test]
+    fn an_own_account_submitting_while_its_batch_is_signed_follows_it() {
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                pending_batches_per_block: 1,
+                transactions_per_block: 1,
+                ..quiet()
+            },
+        );
+        let before = devnet.nonces.clone();
+        let Step::Work(job @ Job::Sign { .. }) = devnet.step() else {
+            panic!("the first tick is a batch to sign");
+        };
+        let account = (0..before.len())
+            .find(|&i| devnet.nonces[i] != before[i])
+            .expect("the batch took one account's nonce");
+        let signer = devnet.signers[account].clone();
+        let next = devnet.nonces[account];
+        let submitted = TxEnvelope::from(sign(
+            &signer,
+            TxLegacy {
+                chain_id: Some(1),
+                nonce: next,
+                gas_price: 100_000_000_000,
+                gas_limit: 21_000,
+                to: TxKind::Call(Address::repeat_byte(0x42)),
+                value: U256::ZERO,
+                input: Bytes::new(),
+            },
+        ));
+        devnet
+            .accept(submitted, signer.address())
+            .expect("the nonce after the batch's");
+        devnet.finish(job.run());
+        // (run_steps lists genesis first.)
+        let (blocks, _) = run_steps(&mut devnet, 1);
+        let from_account: Vec<u64> = blocks[1]
+            .transactions
+            .iter()
+            .filter(|tx| tx.from == signer.address())
+            .map(|tx| tx.nonce)
+            .collect();
+        assert_eq!(from_account, [next - 1, next], "mined in nonce order");
     }
 
     #[test]

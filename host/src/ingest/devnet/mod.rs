@@ -241,13 +241,18 @@ impl Devnet {
                     break;
                 }
                 let unsigned = self.generate();
-                reserved += unsigned.gas();
+                reserved += unsigned.gas;
                 batch.push(unsigned);
             }
             if batch.is_empty() {
                 return Step::Announce(Vec::new());
             }
-            return Step::Work(Job::Sign(batch));
+            // Its place in the pool is now: a submission taken while it is
+            // signed goes after it, as it would have before the tick.
+            return Step::Work(Job::Sign {
+                at: self.pending.len(),
+                batch,
+            });
         }
         self.batches_since_block = 0;
         self.blocks_since_reorg += 1;
@@ -272,9 +277,13 @@ impl Devnet {
     /// Takes what a [`Job`] did into the chain; its events.
     fn finish(&mut self, done: Done) -> Vec<SourceEvent> {
         match done {
-            Done::Signed(batch) => {
+            Done::Signed { at, batch } => {
                 let announced = batch.iter().map(|generated| generated.tx.clone()).collect();
+                // Nothing leaves the pool while a job runs (ticks wait), so
+                // `at` still marks what came after the tick.
+                let later = self.pending.split_off(at.min(self.pending.len()));
                 self.pending.extend(batch);
+                self.pending.extend(later);
                 vec![SourceEvent::Pending(announced)]
             }
             Done::Built(built) => self.mined(built),
@@ -329,21 +338,27 @@ enum Step {
 enum Job {
     /// Blocks to build.
     Build(BlockJob),
-    /// A pending batch of the devnet's own transactions to sign.
-    Sign(Vec<Unsigned>),
+    /// A pending batch of the devnet's own transactions to sign, and the
+    /// place in the pool it was made for. Its nonces are taken when it is
+    /// made, so an outside submission from one of the devnet's accounts
+    /// meanwhile gets the nonce after them, as it would at any tick.
+    Sign { at: usize, batch: Vec<Unsigned> },
 }
 
 /// What a [`Job`] did, for [`Devnet::finish`].
 enum Done {
     Built(Built),
-    Signed(Vec<Generated>),
+    Signed { at: usize, batch: Vec<Generated> },
 }
 
 impl Job {
     fn run(self) -> Done {
         match self {
             Self::Build(job) => Done::Built(job.run()),
-            Self::Sign(batch) => Done::Signed(batch.into_iter().map(Unsigned::sign).collect()),
+            Self::Sign { at, batch } => Done::Signed {
+                at,
+                batch: batch.into_iter().map(Unsigned::sign).collect(),
+            },
         }
     }
 }

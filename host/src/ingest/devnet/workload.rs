@@ -1,6 +1,7 @@
 //! What the devnet's own accounts do: native transfers, ERC-20 transfers
 //! and V2 swaps in the catalog's tokens and pairs, and contract creations,
-//! each signed and with the logs it would emit.
+//! each with the logs it would emit; made here, signed by
+//! [`Unsigned::sign`].
 
 use std::sync::Arc;
 
@@ -90,6 +91,8 @@ pub(super) fn gas_limit_for(gas_used: u64) -> u64 {
 pub(super) struct Unsigned {
     signer: PrivateKeySigner,
     tx: UnsignedTx,
+    /// Its gas limit: what a block reserves for it.
+    pub(super) gas: u64,
     gas_used: u64,
     logs: Vec<PrimitiveLog>,
 }
@@ -100,14 +103,6 @@ enum UnsignedTx {
 }
 
 impl Unsigned {
-    /// Its gas limit: what a block reserves for it.
-    pub(super) fn gas(&self) -> u64 {
-        match &self.tx {
-            UnsignedTx::Legacy(tx) => tx.gas_limit,
-            UnsignedTx::Eip1559(tx) => tx.gas_limit,
-        }
-    }
-
     pub(super) fn sign(self) -> Generated {
         let envelope = match self.tx {
             UnsignedTx::Legacy(tx) => TxEnvelope::from(sign(&self.signer, tx)),
@@ -207,6 +202,7 @@ impl Devnet {
         Unsigned {
             signer: self.signers[sender].clone(),
             tx,
+            gas,
             gas_used,
             logs,
         }
