@@ -251,6 +251,29 @@ mod tests {
             .expect("a well-formed frame")
     }
 
+    /// Runs the writer on `socket` beside `checking`, closes the queue once
+    /// `checking` is done, and expects the writer to stop at that close
+    /// with nothing unwritten.
+    async fn write_while(
+        socket: &mut Counted,
+        frames: Frames,
+        sink: &Sink,
+        checking: impl Future<Output = ()>,
+    ) {
+        let closing = sink.closing();
+        let checked = async {
+            checking.await;
+            closing.close();
+        };
+        let (stop, ()) = tokio::join!(write(socket, frames, &closing), checked);
+        assert_eq!(
+            stop,
+            Stop::Closing {
+                unwritten: Vec::new()
+            }
+        );
+    }
+
     /// What queued up while the socket was busy leaves in one write, each
     /// frame whole (a notification spliced from its parts, a pong as a
     /// pong); a close stops the writer between two writes.
@@ -274,8 +297,6 @@ mod tests {
             sink.send(frame).expect("room");
         }
         let (mut socket, writes, mut client) = socket(1 << 20);
-        let closing = sink.closing();
-        let writing = write(&mut socket, frames, &closing);
         let checking = async {
             for frame in &queued {
                 let want = match frame {
@@ -286,15 +307,8 @@ mod tests {
                 assert_eq!(next(&mut client).await, want);
             }
             assert_eq!(writes.load(Ordering::Relaxed), 1);
-            sink.closing().close();
         };
-        let (stop, ()) = tokio::join!(writing, checking);
-        assert_eq!(
-            stop,
-            Stop::Closing {
-                unwritten: Vec::new()
-            }
-        );
+        write_while(&mut socket, frames, &sink, checking).await;
     }
 
     /// A round the socket takes only in part arrives whole and in order:
@@ -310,8 +324,6 @@ mod tests {
         }
         // Room for 16 bytes in flight: a write takes a part of the round.
         let (mut socket, writes, mut client) = socket(16);
-        let closing = sink.closing();
-        let writing = write(&mut socket, frames, &closing);
         let checking = async {
             for text in &queued {
                 assert_eq!(next(&mut client).await, Message::Text(text.as_str().into()));
@@ -320,15 +332,8 @@ mod tests {
                 writes.load(Ordering::Relaxed) > queued.len(),
                 "written in parts"
             );
-            sink.closing().close();
         };
-        let (stop, ()) = tokio::join!(writing, checking);
-        assert_eq!(
-            stop,
-            Stop::Closing {
-                unwritten: Vec::new()
-            }
-        );
+        write_while(&mut socket, frames, &sink, checking).await;
     }
 
     /// A peer that stops reading stalls only its own writer: its queue

@@ -270,22 +270,30 @@ mod tests {
         assert_eq!(nonces(&blocks[1]), [1]);
     }
 
+    /// A devnet whose first tick made a batch of `transactions` of its own;
+    /// its accounts' nonces before the tick, and the job that signs it.
+    fn signing(transactions: u32) -> (Devnet, Vec<u64>, Job) {
+        let mut devnet = Devnet::new(
+            1,
+            &DevnetSettings {
+                pending_batches_per_block: 1,
+                transactions_per_block: transactions,
+                ..quiet()
+            },
+        );
+        let before = devnet.nonces.clone();
+        let Step::Work(job @ Job::Sign { .. }) = devnet.step() else {
+            panic!("the first tick is a batch to sign");
+        };
+        (devnet, before, job)
+    }
+
     /// The devnet's own batch is signed off its task too: the tick only
     /// makes it, a submission is taken while it is signed, the batch is
     /// announced once signed, and the next block mines both.
     #[test]
     fn submissions_while_a_batch_is_signed_are_taken_and_mined_with_it() {
-        let mut devnet = Devnet::new(
-            1,
-            &DevnetSettings {
-                pending_batches_per_block: 1,
-                transactions_per_block: 3,
-                ..quiet()
-            },
-        );
-        let Step::Work(job @ Job::Sign { .. }) = devnet.step() else {
-            panic!("the first tick is a batch to sign");
-        };
+        let (mut devnet, _, job) = signing(3);
         let (during, from) = outside(0, 21_000, &[]);
         devnet.accept(during, from).expect("accepted while signing");
         let events = devnet.finish(job.run());
@@ -310,18 +318,7 @@ mod tests {
     /// is mined after it.
     #[test]
     fn an_own_account_submitting_while_its_batch_is_signed_follows_it() {
-        let mut devnet = Devnet::new(
-            1,
-            &DevnetSettings {
-                pending_batches_per_block: 1,
-                transactions_per_block: 1,
-                ..quiet()
-            },
-        );
-        let before = devnet.nonces.clone();
-        let Step::Work(job @ Job::Sign { .. }) = devnet.step() else {
-            panic!("the first tick is a batch to sign");
-        };
+        let (mut devnet, before, job) = signing(1);
         let account = (0..before.len())
             .find(|&i| devnet.nonces[i] != before[i])
             .expect("the batch took one account's nonce");
