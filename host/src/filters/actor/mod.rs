@@ -18,14 +18,13 @@
 pub mod pairs;
 mod replay;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use chainsieve_filter_core::{Source, params};
+use chainsieve_filter_core::{KeyMap, Source, params};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
@@ -190,7 +189,7 @@ impl FilterHandle {
             component,
             instance: Some(instance),
             replay: replay::Replay::default(),
-            subscriptions: HashMap::new(),
+            subscriptions: KeyMap::default(),
             subscribers,
             status,
             failures_in_a_row: 0,
@@ -368,7 +367,10 @@ struct Actor {
     /// The replays' own instance, so a replay matches against only the
     /// subscriptions replaying.
     replay: replay::Replay,
-    subscriptions: HashMap<u64, Record>,
+    /// Looked up once per notification: keyed by the server's own
+    /// subscription keys, the filters' cheap word hash serves (SipHash was
+    /// 0.4% of the server's CPU in the load benchmark).
+    subscriptions: KeyMap<u64, Record>,
     subscribers: Arc<AtomicUsize>,
     status: Arc<Mutex<FilterStatus>>,
     failures_in_a_row: u32,
