@@ -1,5 +1,5 @@
 //! Load benchmark: N WebSocket clients × M subscriptions on loopback, a
-//! fixed rate of signed transactions, run against anvil's own
+//! steady rate of signed transactions, run against anvil's own
 //! `eth_subscribe` (anvil mining them), against chainsieve with that anvil as
 //! its upstream, and against chainsieve's devnet taking the transactions
 //! itself (`eth_sendRawTransaction`), where sending is ingesting. Prints

@@ -142,8 +142,7 @@ mod tests {
     use alloy_consensus::{SignableTransaction, TxLegacy};
     use alloy_primitives::{Bytes, Signature, TxKind, U256};
 
-    use super::super::testing::{envelope_of, nonces, outside, quiet, run_steps};
-    use super::super::workload::sign;
+    use super::super::testing::{envelope_of, nonces, outside, quiet, run_steps, signed_by};
     use super::super::{DevnetSettings, Job, Step};
     use super::*;
     use crate::ingest::SourceEvent;
@@ -324,18 +323,7 @@ mod tests {
             .expect("the batch took one account's nonce");
         let signer = devnet.signers[account].clone();
         let next = devnet.nonces[account];
-        let submitted = TxEnvelope::from(sign(
-            &signer,
-            TxLegacy {
-                chain_id: Some(1),
-                nonce: next,
-                gas_price: 100_000_000_000,
-                gas_limit: 21_000,
-                to: TxKind::Call(Address::repeat_byte(0x42)),
-                value: U256::ZERO,
-                input: Bytes::new(),
-            },
-        ));
+        let submitted = signed_by(&signer, next, 21_000, &[]);
         devnet
             .accept(submitted, signer.address())
             .expect("the nonce after the batch's");

@@ -63,6 +63,19 @@ pub(super) fn nonces(block: &Block) -> Vec<u64> {
 pub(super) fn outside(nonce: u64, gas_limit: u64, input: &[u8]) -> (TxEnvelope, Address) {
     let signer =
         PrivateKeySigner::from_bytes(&keccak256("an outside sender")).expect("a valid key");
+    (
+        signed_by(&signer, nonce, gas_limit, input),
+        signer.address(),
+    )
+}
+
+/// A call to a fixed address from `signer`, signed for chain 1.
+pub(super) fn signed_by(
+    signer: &PrivateKeySigner,
+    nonce: u64,
+    gas_limit: u64,
+    input: &[u8],
+) -> TxEnvelope {
     let tx = TxEip1559 {
         chain_id: 1,
         nonce,
@@ -74,7 +87,7 @@ pub(super) fn outside(nonce: u64, gas_limit: u64, input: &[u8]) -> (TxEnvelope, 
         access_list: Default::default(),
         input: Bytes::copy_from_slice(input),
     };
-    (TxEnvelope::from(sign(&signer, tx)), signer.address())
+    TxEnvelope::from(sign(signer, tx))
 }
 
 /// Rebuilds the signed envelope from the model's fields alone, so the
