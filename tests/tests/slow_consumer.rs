@@ -113,6 +113,14 @@ async fn a_client_that_never_reads_its_replies_is_closed_with_a_reason() {
         }
     }
     assert_eq!(server.state.stats.closed_too_slow(), 1);
+    // The replies the socket took before the queue overflowed come first,
+    // then the close. A window of 1 KiB would let them through only at
+    // the pace of TCP's zero-window probes (a reply every ~0.8 s, longer
+    // than the server waits for its close to be read): the client now
+    // reads with a normal buffer.
+    socket2::SockRef::from(greedy.get_ref())
+        .set_recv_buffer_size(1 << 20)
+        .expect("a normal buffer");
     let mut close = None;
     while let Some(message) = tokio::time::timeout(chainsieve_tests::TIMEOUT, greedy.next())
         .await

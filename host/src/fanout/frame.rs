@@ -22,6 +22,13 @@ pub enum Frame {
 }
 
 impl Frame {
+    /// Appends the frame as one final, unmasked WebSocket frame (a
+    /// server's): its header, then its payload.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        header(self.opcode(), self.len(), out);
+        self.write_payload(out);
+    }
+
     /// Appends the frame's payload to `out`.
     pub fn write_payload(&self, out: &mut Vec<u8>) {
         match self {
@@ -29,11 +36,7 @@ impl Frame {
             Self::Notification {
                 subscription,
                 notice,
-            } => {
-                out.extend_from_slice(PREFIX.as_bytes());
-                out.extend_from_slice(subscription.as_bytes());
-                out.extend_from_slice(notice.0.rest.as_bytes());
-            }
+            } => notice.write_payload(subscription, out),
             Self::Pong(payload) => out.extend_from_slice(payload),
             Self::Ping => {}
         }
@@ -42,7 +45,7 @@ impl Frame {
     /// The frame's WebSocket opcode (RFC 6455, 5.2).
     pub fn opcode(&self) -> u8 {
         match self {
-            Self::Text(_) | Self::Notification { .. } => 0x1,
+            Self::Text(_) | Self::Notification { .. } => TEXT,
             Self::Ping => 0x9,
             Self::Pong(_) => 0xA,
         }
@@ -55,7 +58,7 @@ impl Frame {
             Self::Notification {
                 subscription,
                 notice,
-            } => PREFIX.len() + subscription.len() + notice.0.rest.len(),
+            } => notice.len_to(subscription),
             Self::Pong(payload) => payload.len(),
             Self::Ping => 0,
         }
@@ -123,6 +126,47 @@ impl Notice {
     /// The serialized payload.
     pub fn payload(&self) -> &str {
         &self.0.rest[MIDDLE.len()..MIDDLE.len() + self.0.payload_len]
+    }
+
+    /// Appends the notification of this notice to `subscription` as one
+    /// frame, as [`Frame::encode`] would, without making the frame.
+    pub fn encode_to(&self, subscription: &str, out: &mut Vec<u8>) {
+        header(TEXT, self.len_to(subscription), out);
+        self.write_payload(subscription, out);
+    }
+
+    fn write_payload(&self, subscription: &str, out: &mut Vec<u8>) {
+        out.extend_from_slice(PREFIX.as_bytes());
+        out.extend_from_slice(subscription.as_bytes());
+        out.extend_from_slice(self.0.rest.as_bytes());
+    }
+
+    /// The length of the notification's text to `subscription`.
+    fn len_to(&self, subscription: &str) -> usize {
+        PREFIX.len() + subscription.len() + self.0.rest.len()
+    }
+}
+
+/// The text frame's opcode (RFC 6455, 5.2).
+const TEXT: u8 = 0x1;
+
+/// Appends a final, unmasked frame's header (RFC 6455, 5.2), written here
+/// as tungstenite's general `FrameHeader::format` took 2.5% of the
+/// server's CPU in the load benchmark's profile.
+fn header(opcode: u8, len: usize, out: &mut Vec<u8>) {
+    const FIN: u8 = 0x80;
+    out.reserve(10 + len);
+    out.push(FIN | opcode);
+    match u16::try_from(len) {
+        Ok(short) if short < 126 => out.push(short as u8),
+        Ok(medium) => {
+            out.push(126);
+            out.extend_from_slice(&medium.to_be_bytes());
+        }
+        Err(_) => {
+            out.push(127);
+            out.extend_from_slice(&(len as u64).to_be_bytes());
+        }
     }
 }
 

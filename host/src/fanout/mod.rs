@@ -9,9 +9,15 @@
 //! shared by every subscriber). The session's writer splices them into its
 //! socket's write buffer, so a notification costs each subscriber two
 //! reference counts and no allocation (docs/architecture.md, Fan-out).
+//! While the writer waits on an empty queue, a sender writes to the
+//! connection's [`Wire`] itself, and the notification is not queued at all.
 
 mod frame;
 mod queue;
+#[cfg(test)]
+pub mod testing;
+mod wire;
 
 pub use frame::{Frame, Notice, ended};
-pub use queue::{Closing, Frames, Round, SendError, Sink};
+pub use queue::{Closing, Frames, Round, SendError, Sink, Via};
+pub use wire::{Wire, with_scratch};

@@ -10,6 +10,12 @@
 //! frames, close and the last sender's drop all wake the one waker the
 //! writer leaves (docs/architecture.md, Fan-out). An idle connection's
 //! queue allocates nothing.
+//!
+//! A queue made with its socket ([`Sink::wired`]) skips itself when it can:
+//! a sender that finds the writer waiting on an empty queue writes its
+//! frames to the socket under the lock, and wakes nobody unless the socket
+//! took them only in part (the writer writes the rest, before anything
+//! queued after them).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -18,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use super::frame::{Frame, Notice};
+use super::wire::{Wire, with_scratch};
 
 /// The sending side of one connection's outbound queue.
 #[derive(Debug)]
@@ -41,7 +48,9 @@ pub struct Closing {
 #[derive(Debug)]
 struct Shared {
     /// Frames and the writer's waker, under one lock so that a frame
-    /// queued while the writer parks can never miss it.
+    /// queued while the writer parks can never miss it. A sender writing
+    /// to the socket itself holds it across the write: whoever holds it
+    /// decides what goes out next, so writes never interleave.
     queue: Mutex<Queue>,
     /// How far a reader may fall behind, in frames.
     capacity: usize,
@@ -51,6 +60,9 @@ struct Shared {
     /// Live [`Sink`]s: the writer stops once none is left and the queue
     /// is empty, as no frame can come any more.
     senders: AtomicUsize,
+    /// The connection's socket, for a sender to write to while the writer
+    /// waits ([`Queue::idle`]); `None`: every frame goes through the queue.
+    wire: Option<Box<dyn Wire>>,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +77,32 @@ struct Queue {
     ping: bool,
     /// The receiver was dropped: nothing queued would be written.
     receiver_gone: bool,
+    /// The writer waits on this queue with nothing in flight, and nobody
+    /// has woken it since: a sender may write to the socket itself.
+    idle: bool,
+    /// The rest of a sender's own write the socket took only in part: the
+    /// writer writes it first, then what it takes from the queue.
+    unwritten: Vec<u8>,
+}
+
+/// How a sender's frames may reach the socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// Written by the sender itself when the writer waits on an empty
+    /// queue, else queued.
+    Socket,
+    /// Queued for the writer: a sender with more work waiting (an actor
+    /// behind its batches) leaves the writes to the writers, which share
+    /// them across the worker threads and gather what queues up.
+    Queue,
+}
+
+/// What a sender did with its frames.
+enum Sent {
+    /// Written whole to the socket: the writer is not woken.
+    Written,
+    /// Queued, or written in part: the writer is woken to go on.
+    Queued,
 }
 
 /// Why a frame was not queued.
@@ -79,7 +117,8 @@ pub enum SendError {
 /// What the writer's wait ended with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Round {
-    /// Frames were taken (at least one).
+    /// Something to write: frames were taken, or the rest of a sender's
+    /// write.
     Frames,
     /// The queue was closed (before any frame was taken).
     Closing,
@@ -95,26 +134,51 @@ impl Shared {
 
     /// Wakes the writer if it waits.
     fn wake_writer(&self) {
-        let waker = self.lock().writer.take();
+        let waker = self.lock().wake();
         wake(waker);
     }
 
     /// Makes `change` to the queue under its lock, unless the receiver is
-    /// gone, and wakes the writer if it waits (after the lock is let go).
+    /// gone, and wakes the writer if it waits and `change` queued anything
+    /// (after the lock is let go).
     fn offer(
         &self,
-        change: impl FnOnce(&mut Queue) -> Result<(), SendError>,
+        change: impl FnOnce(&mut Queue) -> Result<Sent, SendError>,
     ) -> Result<(), SendError> {
         let waker = {
             let mut queue = self.lock();
             if queue.receiver_gone {
                 return Err(SendError::Closed);
             }
-            change(&mut queue)?;
-            queue.writer.take()
+            match change(&mut queue)? {
+                Sent::Written => None,
+                Sent::Queued => queue.wake(),
+            }
         };
         wake(waker);
         Ok(())
+    }
+
+    /// Writes what `encode` makes straight to the socket, if the writer
+    /// waits with nothing in flight and the queue is open; `None` when it
+    /// wrote nothing (the caller queues the frames instead).
+    fn write_through(&self, queue: &mut Queue, encode: impl FnOnce(&mut Vec<u8>)) -> Option<Sent> {
+        let wire = self.wire.as_ref()?;
+        if !queue.idle || self.is_closed() {
+            return None;
+        }
+        with_scratch(|scratch| {
+            encode(scratch);
+            // A failed socket is left to the writer, which stops on it.
+            match wire.try_write(scratch) {
+                Ok(sent) if sent == scratch.len() => Some(Sent::Written),
+                Ok(sent) if sent > 0 => {
+                    queue.unwritten.extend_from_slice(&scratch[sent..]);
+                    Some(Sent::Queued)
+                }
+                _ => None,
+            }
+        })
     }
 
     fn is_closed(&self) -> bool {
@@ -122,14 +186,41 @@ impl Shared {
     }
 }
 
+impl Queue {
+    /// Takes the writer's waker to wake it: it is no longer idle.
+    fn wake(&mut self) -> Option<Waker> {
+        self.idle = false;
+        self.writer.take()
+    }
+
+    /// `Ok` if `count` more frames fit in `capacity`.
+    fn make_room(&self, count: usize, capacity: usize) -> Result<(), SendError> {
+        if self.frames.len() + count > capacity {
+            return Err(SendError::Overflow);
+        }
+        Ok(())
+    }
+}
+
 impl Sink {
-    /// A queue of `capacity` frames.
+    /// A queue of `capacity` frames, all of them passed to its writer.
     pub fn new(capacity: usize) -> (Self, Frames) {
+        Self::with_wire(capacity, None)
+    }
+
+    /// A queue of `capacity` frames for `wire`, which its senders write to
+    /// themselves while the writer waits on an empty queue.
+    pub fn wired(capacity: usize, wire: impl Wire + 'static) -> (Self, Frames) {
+        Self::with_wire(capacity, Some(Box::new(wire)))
+    }
+
+    fn with_wire(capacity: usize, wire: Option<Box<dyn Wire>>) -> (Self, Frames) {
         let shared = Arc::new(Shared {
             queue: Mutex::default(),
             capacity: capacity.max(1),
             closed: AtomicBool::new(false),
             senders: AtomicUsize::new(1),
+            wire,
         });
         (
             Self {
@@ -139,20 +230,62 @@ impl Sink {
         )
     }
 
-    /// Queues a frame without waiting.
+    /// Sends a frame without waiting: written to the socket at once when
+    /// the writer waits on an empty queue, else queued.
     pub fn send(&self, frame: impl Into<Frame>) -> Result<(), SendError> {
-        let capacity = self.shared.capacity;
-        let queued = self.shared.offer(|queue| {
-            if queue.frames.len() >= capacity {
-                return Err(SendError::Overflow);
+        let frame = frame.into();
+        self.push(|queue| {
+            if let Some(sent) = self.shared.write_through(queue, |out| frame.encode(out)) {
+                return Ok(sent);
             }
-            queue.frames.push_back(frame.into());
-            Ok(())
-        });
-        if queued == Err(SendError::Overflow) {
+            queue.make_room(1, self.shared.capacity)?;
+            queue.frames.push_back(frame);
+            Ok(Sent::Queued)
+        })
+    }
+
+    /// Sends an `eth_subscription` notification of each of `notices` to
+    /// `subscription`, back to back: in one write, by [`Via::Socket`],
+    /// when the writer waits on an empty queue. All or none are queued: a
+    /// queue without room for all of them overflows.
+    pub fn notify_all<'a>(
+        &self,
+        subscription: &Arc<str>,
+        notices: impl Iterator<Item = &'a Notice> + Clone,
+        via: Via,
+    ) -> Result<(), SendError> {
+        self.push(|queue| {
+            let encode = |out: &mut Vec<u8>| {
+                for notice in notices.clone() {
+                    notice.encode_to(subscription, out);
+                }
+            };
+            if via == Via::Socket
+                && let Some(sent) = self.shared.write_through(queue, encode)
+            {
+                return Ok(sent);
+            }
+            queue.make_room(notices.clone().count(), self.shared.capacity)?;
+            queue
+                .frames
+                .extend(notices.map(|notice| Frame::Notification {
+                    subscription: subscription.clone(),
+                    notice: notice.clone(),
+                }));
+            Ok(Sent::Queued)
+        })
+    }
+
+    /// Offers `change`; an overflow closes the connection.
+    fn push(
+        &self,
+        change: impl FnOnce(&mut Queue) -> Result<Sent, SendError>,
+    ) -> Result<(), SendError> {
+        let pushed = self.shared.offer(change);
+        if pushed == Err(SendError::Overflow) {
             self.closing().close();
         }
-        queued
+        pushed
     }
 
     /// Asks for a keepalive ping ahead of the queued frames (one, however
@@ -160,17 +293,14 @@ impl Sink {
     pub fn ping(&self) -> Result<(), SendError> {
         self.shared.offer(|queue| {
             queue.ping = true;
-            Ok(())
+            Ok(Sent::Queued)
         })
     }
 
-    /// Queues an `eth_subscription` notification of `notice` to
+    /// Sends an `eth_subscription` notification of `notice` to
     /// `subscription`.
     pub fn notify(&self, subscription: &Arc<str>, notice: &Notice) -> Result<(), SendError> {
-        self.send(Frame::Notification {
-            subscription: subscription.clone(),
-            notice: notice.clone(),
-        })
+        self.notify_all(subscription, std::iter::once(notice), Via::Socket)
     }
 
     /// Whether the queue is at most half full: a replay fills only that
@@ -207,46 +337,63 @@ impl Drop for Sink {
 
 impl Frames {
     /// Waits for frames and moves at most `limit` of them, oldest first,
-    /// into `into`, a ping that is due ahead of them; a close is reported
-    /// before any frame still queued.
+    /// into `into`, a ping that is due ahead of them. The rest of a
+    /// sender's write the socket took in part goes to `unwritten` first, to
+    /// be written before the frames, or before the close frame: a close is
+    /// reported before any frame still queued. Waiting, the writer has
+    /// nothing in flight, so senders may write to the socket meanwhile.
     pub fn poll_take(
         &mut self,
         cx: &mut Context<'_>,
         into: &mut VecDeque<Frame>,
+        unwritten: &mut Vec<u8>,
         limit: usize,
     ) -> Poll<Round> {
-        if self.shared.is_closed() {
-            return Poll::Ready(Round::Closing);
-        }
-        self.poll_queued(cx, into, limit, true)
+        self.poll_queued(cx, into, unwritten, limit, true)
     }
 
     /// [`Self::poll_take`] as a future.
-    pub async fn take(&mut self, into: &mut VecDeque<Frame>, limit: usize) -> Round {
-        poll_fn(|cx| self.poll_take(cx, into, limit)).await
+    pub async fn take(
+        &mut self,
+        into: &mut VecDeque<Frame>,
+        unwritten: &mut Vec<u8>,
+        limit: usize,
+    ) -> Round {
+        poll_fn(|cx| self.poll_take(cx, into, unwritten, limit)).await
     }
 
     /// The next frame, closed or not; `None` once every sender is gone and
-    /// nothing is left.
+    /// nothing is left. For a queue without a socket ([`Sink::new`]).
     pub async fn recv(&mut self) -> Option<Frame> {
         let mut one = VecDeque::new();
-        match poll_fn(|cx| self.poll_queued(cx, &mut one, 1, false)).await {
+        let mut unwritten = Vec::new();
+        match poll_fn(|cx| self.poll_queued(cx, &mut one, &mut unwritten, 1, false)).await {
             Round::Frames => one.pop_front(),
             Round::Closing | Round::Gone => None,
         }
     }
 
-    /// Moves at most `limit` queued frames into `into`, or waits for one;
-    /// `heed_close`: a close (checked under the lock, where a close
-    /// between the check and the wait cannot be missed) ends the wait.
+    /// Moves what a sender left unwritten to `unwritten` and at most
+    /// `limit` queued frames into `into`, or waits for one; `heed_close`:
+    /// a close (checked under the lock, where a close between the check
+    /// and the wait cannot be missed) ends the wait and comes first.
     fn poll_queued(
         &mut self,
         cx: &mut Context<'_>,
         into: &mut VecDeque<Frame>,
+        unwritten: &mut Vec<u8>,
         limit: usize,
         heed_close: bool,
     ) -> Poll<Round> {
         let mut queue = self.shared.lock();
+        queue.idle = false;
+        let had_unwritten = !queue.unwritten.is_empty();
+        if had_unwritten {
+            unwritten.append(&mut queue.unwritten);
+        }
+        if heed_close && self.shared.is_closed() {
+            return Poll::Ready(Round::Closing);
+        }
         let before = into.len();
         let mut room = limit.max(1);
         if std::mem::take(&mut queue.ping) {
@@ -262,15 +409,13 @@ impl Frames {
                 into.extend(queue.frames.drain(..taken));
             }
         }
-        if into.len() > before {
+        if into.len() > before || had_unwritten {
             return Poll::Ready(Round::Frames);
-        }
-        if heed_close && self.shared.is_closed() {
-            return Poll::Ready(Round::Closing);
         }
         if self.shared.senders.load(Ordering::Acquire) == 0 {
             return Poll::Ready(Round::Gone);
         }
+        queue.idle = true;
         park(&mut queue.writer, cx);
         Poll::Pending
     }
@@ -286,6 +431,7 @@ impl Drop for Frames {
         let frames = {
             let mut queue = self.shared.lock();
             queue.receiver_gone = true;
+            queue.idle = false;
             // Nothing will wait any more: the finished task is let go.
             queue.writer = None;
             std::mem::take(&mut queue.frames)
@@ -343,6 +489,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::fanout::testing::Pipe;
 
     const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -371,7 +518,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiting_writer_wakes_for_a_frame_a_close_and_the_last_sender() {
         async fn round(frames: &mut Frames, taken: &mut VecDeque<Frame>) -> Round {
-            tokio::time::timeout(TIMEOUT, frames.take(taken, 8))
+            tokio::time::timeout(TIMEOUT, frames.take(taken, &mut Vec::new(), 8))
                 .await
                 .expect("woken in time")
         }
@@ -409,19 +556,19 @@ mod tests {
         }
         let mut cx = Context::from_waker(Waker::noop());
         let mut taken = VecDeque::new();
-        let round = frames.poll_take(&mut cx, &mut taken, 2);
+        let round = frames.poll_take(&mut cx, &mut taken, &mut Vec::new(), 2);
         assert_eq!(round, Poll::Ready(Round::Frames));
         assert_eq!(taken, [text("a"), text("b")]);
         taken.clear();
         sink.send("d".to_string()).expect("room");
-        let round = frames.poll_take(&mut cx, &mut taken, 8);
+        let round = frames.poll_take(&mut cx, &mut taken, &mut Vec::new(), 8);
         assert_eq!(round, Poll::Ready(Round::Frames));
         assert_eq!(taken, [text("c"), text("d")], "the whole queue");
         for t in ["e", "f", "g", "h"] {
             sink.send(t.to_string()).expect("room");
         }
         assert_eq!(sink.send("i".to_string()), Err(SendError::Overflow));
-        let round = frames.poll_take(&mut cx, &mut taken, 8);
+        let round = frames.poll_take(&mut cx, &mut taken, &mut Vec::new(), 8);
         assert_eq!(round, Poll::Ready(Round::Closing));
         assert_eq!(frames.try_recv(), Some(text("e")));
     }
@@ -439,11 +586,11 @@ mod tests {
         assert!(!sink.closing().is_closed());
         let mut cx = Context::from_waker(Waker::noop());
         let mut taken = VecDeque::new();
-        let round = frames.poll_take(&mut cx, &mut taken, 2);
+        let round = frames.poll_take(&mut cx, &mut taken, &mut Vec::new(), 2);
         assert_eq!(round, Poll::Ready(Round::Frames));
         assert_eq!(taken, [Frame::Ping, Frame::Text("a".into())]);
         taken.clear();
-        let round = frames.poll_take(&mut cx, &mut taken, 2);
+        let round = frames.poll_take(&mut cx, &mut taken, &mut Vec::new(), 2);
         assert_eq!(round, Poll::Ready(Round::Frames));
         assert_eq!(taken, [Frame::Text("b".into())], "one ping");
         drop(frames);
@@ -472,5 +619,138 @@ mod tests {
         assert_eq!(frames.try_recv(), Some(Frame::Text("a".into())));
         drop(frames);
         assert_eq!(sink.send("d".to_string()), Err(SendError::Closed));
+    }
+
+    /// Counts the times the writer was woken.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A queue on a pipe with `room` bytes, and a writer waiting on it
+    /// (its wakes counted).
+    fn waiting_writer(room: usize) -> (Sink, Frames, Arc<Pipe>, Arc<Wakes>) {
+        let pipe = Pipe::with_room(room);
+        let (sink, mut frames) = Sink::wired(4, pipe.wire());
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
+        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
+        assert_eq!(round, Poll::Pending, "the writer waits");
+        (sink, frames, pipe, wakes)
+    }
+
+    fn encoded(frames: &[Frame]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for frame in frames {
+            frame.encode(&mut out);
+        }
+        out
+    }
+
+    /// While the writer waits on an empty queue, a sender writes its
+    /// frames to the socket itself (a subscriber's notifications in one
+    /// write) and wakes nobody; a writer that has not begun to wait gets
+    /// them queued.
+    #[test]
+    fn a_sender_writes_to_the_socket_itself_while_the_writer_waits() {
+        let (sink, mut frames) = Sink::wired(4, Pipe::with_room(0).wire());
+        sink.send("early".to_string()).expect("room");
+        assert_eq!(frames.try_recv(), Some(Frame::Text("early".into())));
+
+        let (sink, mut frames, pipe, wakes) = waiting_writer(1 << 20);
+        sink.send("a".to_string()).expect("room");
+        let subscription: Arc<str> = "0xab".into();
+        let notices = [Notice::new("1", None), Notice::new("2", None)];
+        sink.notify_all(&subscription, notices.iter(), Via::Socket)
+            .expect("room");
+        let notification = |notice: &Notice| Frame::Notification {
+            subscription: subscription.clone(),
+            notice: notice.clone(),
+        };
+        let want = encoded(&[
+            Frame::Text("a".into()),
+            notification(&notices[0]),
+            notification(&notices[1]),
+        ]);
+        assert_eq!(pipe.taken(), want);
+        assert_eq!(pipe.writes(), 2, "one per send");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 0, "nobody woken");
+        assert_eq!(frames.try_recv(), None, "nothing queued");
+    }
+
+    /// What the socket took only in part, the writer is woken to finish,
+    /// before the frames queued after it; a socket that takes nothing
+    /// leaves the frames queued.
+    #[test]
+    fn the_writer_finishes_a_write_the_socket_took_in_part() {
+        let (sink, mut frames, pipe, wakes) = waiting_writer(5);
+        sink.send("hello world".to_string()).expect("room");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1, "woken to go on");
+        sink.send("next".to_string()).expect("room");
+        assert_eq!(pipe.writes(), 1, "the writer's turn");
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
+        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
+        assert_eq!(round, Poll::Ready(Round::Frames));
+        let mut whole = pipe.taken();
+        whole.extend_from_slice(&unwritten);
+        assert_eq!(whole, encoded(&[Frame::Text("hello world".into())]));
+        assert_eq!(taken, [Frame::Text("next".into())]);
+
+        let (sink, mut frames, pipe, wakes) = waiting_writer(0);
+        sink.send("held".to_string()).expect("room");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1);
+        assert!(pipe.taken().is_empty());
+        assert_eq!(frames.try_recv(), Some(Frame::Text("held".into())));
+    }
+
+    /// The rest of a sender's write precedes the close frame: a close
+    /// reported to the writer hands it over.
+    #[test]
+    fn a_close_hands_the_writer_what_a_sender_left_unwritten() {
+        let (sink, mut frames, _pipe, _wakes) = waiting_writer(3);
+        sink.send("cut short".to_string()).expect("room");
+        sink.closing().close();
+        sink.send("after".to_string())
+            .expect("queued, never written");
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
+        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
+        assert_eq!(round, Poll::Ready(Round::Closing));
+        assert_eq!(unwritten, encoded(&[Frame::Text("cut short".into())])[3..]);
+        assert!(taken.is_empty());
+    }
+
+    /// A subscriber's notifications are queued all or none: a queue
+    /// without room for all of them overflows and keeps none.
+    #[test]
+    fn notifications_are_queued_all_or_none() {
+        let (sink, mut frames) = Sink::new(2);
+        let subscription: Arc<str> = "0xab".into();
+        let notices = [
+            Notice::new("1", None),
+            Notice::new("2", None),
+            Notice::new("3", None),
+        ];
+        assert_eq!(
+            sink.notify_all(&subscription, notices.iter(), Via::Socket),
+            Err(SendError::Overflow)
+        );
+        assert!(sink.closing().is_closed());
+        assert_eq!(frames.try_recv(), None);
+        sink.notify_all(&subscription, notices[..2].iter(), Via::Queue)
+            .expect("room for two");
+        assert_eq!(
+            frames
+                .try_recv()
+                .map(|frame| frame.to_text().contains("\"result\":1")),
+            Some(true)
+        );
     }
 }

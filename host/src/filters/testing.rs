@@ -30,14 +30,22 @@ pub fn log() -> Arc<EventLog> {
 /// Subscribes `key` with no parameters (everything); returns its frames.
 pub async fn subscribe_all(handle: &FilterHandle, key: u64) -> Frames {
     let (sink, frames) = Sink::new(1_024);
-    let subscribe = Subscribe {
+    handle
+        .subscribe(to_everything(key, sink))
+        .await
+        .expect("subscribed");
+    frames
+}
+
+/// Subscription `key` (id `0x<key>`) with no parameters (everything),
+/// live from now, into `sink`.
+pub fn to_everything(key: u64, sink: Sink) -> Subscribe {
+    Subscribe {
         key,
         id: format!("0x{key}").into(),
         params: "[]".into(),
         sink,
         start: Start::Now,
         resume: None,
-    };
-    handle.subscribe(subscribe).await.expect("subscribed");
-    frames
+    }
 }

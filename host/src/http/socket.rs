@@ -14,6 +14,8 @@ use axum::serve::IncomingStream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::fanout::Wire;
+
 /// Accepts [`Socket`]s (axum's [`axum::serve::Listener`]).
 pub struct Listener(TcpListener);
 
@@ -48,7 +50,8 @@ impl axum::serve::Listener for Listener {
 
 /// An accepted TCP socket that several owners read and write through
 /// `&TcpStream`'s readiness calls: hyper reads (and, before an upgrade,
-/// writes) through one clone, a WebSocket session writes through another.
+/// writes) through one clone, a WebSocket session writes through another,
+/// and its queue's senders through a third ([`Wire`]).
 /// A request's handler gets its connection's clone as
 /// `ConnectInfo<Socket>`.
 #[derive(Clone, Debug)]
@@ -79,6 +82,12 @@ impl AsyncRead for Socket {
                 Err(error) => return Poll::Ready(Err(error)),
             }
         }
+    }
+}
+
+impl Wire for Socket {
+    fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.try_write(bytes)
     }
 }
 

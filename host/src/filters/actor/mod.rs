@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::contract::Delivery;
 use super::engine::FilterComponent;
 use super::instance::{Instance, Instantiate};
-use crate::fanout::{self, Sink};
+use crate::fanout::{self, Notice, Sink, Via};
 use crate::log::batch::EventBatch;
 use crate::log::cursor::{Mark, ResumeError, ResumeFrom};
 use crate::log::{EventLog, Position};
@@ -336,13 +336,31 @@ impl Record {
     /// connection is gone or overflowed (which closes it, and a closed one
     /// unsubscribes).
     fn notify(&self, batch: &EventBatch, pair: &Pair) -> bool {
-        let notice = match (&pair.written, self.delivery) {
-            (Some(written), _) => written,
-            (None, Delivery::Kind(kind)) => batch.notice(pair.event as usize, kind),
+        self.notice(batch, pair)
+            .is_some_and(|notice| self.sink.notify(&self.id, notice).is_ok())
+    }
+
+    /// The notice of `pair`: the payload the component wrote for it, or
+    /// else the subscription's kind.
+    fn notice<'a>(&self, batch: &'a EventBatch, pair: &'a Pair) -> Option<&'a Notice> {
+        match (&pair.written, self.delivery) {
+            (Some(written), _) => Some(written),
+            (None, Delivery::Kind(kind)) => Some(batch.notice(pair.event as usize, kind)),
             // `contract::check_written` refuses such an answer.
-            (None, Delivery::Written) => return false,
-        };
-        self.sink.notify(&self.id, notice).is_ok()
+            (None, Delivery::Written) => None,
+        }
+    }
+
+    /// Sends the events of `pairs` (all of this subscription), back to
+    /// back; how many were sent: all, or none if the connection is gone or
+    /// overflowed.
+    fn notify_all(&self, batch: &EventBatch, pairs: &[Pair], via: Via) -> u64 {
+        let notices = pairs.iter().filter_map(|pair| self.notice(batch, pair));
+        let count = notices.clone().count() as u64;
+        match self.sink.notify_all(&self.id, notices, via) {
+            Ok(()) => count,
+            Err(_) => 0,
+        }
     }
 }
 
@@ -413,7 +431,14 @@ impl Actor {
                     None => return,
                 }
             };
-            if let Some(Flow::Stop) = self.guarded(|actor| actor.handle(command)) {
+            // An actor with batches waiting leaves the writes to the
+            // connections' writers, on the other worker threads.
+            let via = if rx.is_empty() {
+                Via::Socket
+            } else {
+                Via::Queue
+            };
+            if let Some(Flow::Stop) = self.guarded(|actor| actor.handle(command, via)) {
                 return;
             }
         }
@@ -440,9 +465,9 @@ impl Actor {
         }
     }
 
-    fn handle(&mut self, command: Command) -> Flow {
+    fn handle(&mut self, command: Command, via: Via) -> Flow {
         match command {
-            Command::Batch(batch) => self.deliver(&batch),
+            Command::Batch(batch) => self.deliver(&batch, via),
             Command::Subscribe(request, reply) => {
                 let outcome = self.subscribe(request);
                 // The requester may have gone; nothing to undo then, its
@@ -548,7 +573,7 @@ impl Actor {
             .store(self.subscriptions.len(), Ordering::Relaxed);
     }
 
-    fn deliver(&mut self, batch: &EventBatch) {
+    fn deliver(&mut self, batch: &EventBatch, via: Via) {
         if self.subscriptions.is_empty() {
             return;
         }
@@ -567,13 +592,12 @@ impl Actor {
         }
         let position = batch.position();
         let mut sent = 0;
-        for pair in &pairs {
-            if let Some(record) = self.subscriptions.get(&pair.key)
+        for pairs in pairs.chunk_by(|a, b| a.key == b.key) {
+            if let Some(record) = self.subscriptions.get(&pairs[0].key)
                 && record.announced()
                 && matches!(record.feed, Feed::Live { after } if position > after)
-                && record.notify(batch, pair)
             {
-                sent += 1;
+                sent += record.notify_all(batch, pairs, via);
             }
         }
         self.metrics.notifications.inc_by(sent);

@@ -8,8 +8,9 @@ use chainsieve_filter_core::Matches;
 
 use super::*;
 use crate::config::LogConfig;
+use crate::fanout::testing::Pipe;
 use crate::fanout::{Frame, Frames, Notice};
-use crate::filters::testing::{builtin, subscribe_all};
+use crate::filters::testing::{builtin, subscribe_all, to_everything};
 use crate::ingest::ChainEvent;
 use crate::ingest::devnet::{Devnet, DevnetSettings};
 use crate::ingest::model::Block;
@@ -29,6 +30,9 @@ struct Script {
     /// Every subscription an instance took: (instance, key), the first
     /// instance being 1.
     subscribed: Vec<(usize, u64)>,
+    /// The next `match_batch` call says it began, then waits for the
+    /// test to let it go on.
+    hold: Option<(oneshot::Sender<()>, std::sync::mpsc::Receiver<()>)>,
 }
 
 /// Makes stand-in instances that follow one script.
@@ -80,6 +84,11 @@ impl Instance for StandIn {
     }
 
     fn match_batch(&mut self, _: &[u8]) -> anyhow::Result<Matches> {
+        let hold = self.script.script().hold.take();
+        if let Some((began, go_on)) = hold {
+            let _ = began.send(());
+            go_on.recv().expect("the test lets the call go on");
+        }
         if let Some(Some(error)) = self.script.script().batches.pop_front() {
             anyhow::bail!(error);
         }
@@ -178,6 +187,10 @@ impl Harness {
 
     /// The notification of head `n` to subscription `id`.
     fn head_to(&self, id: &str, n: usize) -> String {
+        self.head_frame(id, n).to_text()
+    }
+
+    fn head_frame(&self, id: &str, n: usize) -> Frame {
         Frame::Notification {
             subscription: id.into(),
             notice: Notice::new(
@@ -185,7 +198,6 @@ impl Harness {
                 Some(&self.cursors[&n]),
             ),
         }
-        .to_text()
     }
 
     /// Subscribes `key` (id `0x<key>`) resuming `from`, its frames into a
@@ -285,14 +297,7 @@ async fn three_failures_in_a_row_disable_the_component() {
 async fn subscribe_all_refused(h: &Harness) -> SubscribeError {
     let (sink, _frames) = fanout::Sink::new(8);
     h.handle
-        .subscribe(Subscribe {
-            key: 2,
-            id: "0x2".into(),
-            params: "[]".into(),
-            sink,
-            start: Start::Now,
-            resume: None,
-        })
+        .subscribe(to_everything(2, sink))
         .await
         .expect_err("refused")
 }
@@ -492,4 +497,48 @@ async fn a_replay_that_falls_out_of_the_window_ends_with_an_error() {
         "{message}"
     );
     assert_eq!(h.handle.subscriber_count(), 1);
+}
+
+/// An actor writes a batch's notifications to an idle writer's socket
+/// itself only while no other batch waits for it; one behind leaves them
+/// to the connection's writer, queued.
+#[tokio::test]
+async fn an_actor_behind_its_batches_queues_instead_of_writing() {
+    let mut h = harness().await;
+    let pipe = Pipe::with_room(1 << 20);
+    let (sink, mut frames) = fanout::Sink::wired(8, pipe.wire());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let waiting = frames.poll_take(&mut cx, &mut VecDeque::new(), &mut Vec::new(), 8);
+    assert!(
+        waiting.is_pending(),
+        "the writer waits with nothing in flight"
+    );
+    h.handle
+        .subscribe(to_everything(2, sink))
+        .await
+        .expect("subscribed");
+    let (began, call_began) = oneshot::channel();
+    let (go_on, held) = std::sync::mpsc::channel();
+    h.stand_ins.script().hold = Some((began, held));
+    h.send(1).await;
+    tokio::time::timeout(Duration::from_secs(30), call_began)
+        .await
+        .expect("the call began in time")
+        .expect("began");
+    h.send(2).await;
+    h.send(3).await;
+    go_on.send(()).expect("the call waits");
+    // Acknowledged once the batches before it are delivered.
+    h.handle.unsubscribe(99).await;
+
+    let mut written = Vec::new();
+    h.head_frame("0x2", 1).encode(&mut written);
+    assert_eq!(pipe.taken(), written, "head 1 written: nothing waited");
+    assert_eq!(
+        frames.try_recv(),
+        Some(h.head_frame("0x2", 2)),
+        "queued behind"
+    );
+    assert_eq!(frames.try_recv(), Some(h.head_frame("0x2", 3)));
+    assert_eq!(frames.try_recv(), None);
 }

@@ -57,7 +57,7 @@ pub async fn serve(
     chain: Arc<Chain>,
     api_key: Arc<str>,
 ) {
-    let (sink, frames) = Sink::new(state.limits.outbound_queue);
+    let (sink, frames) = Sink::wired(state.limits.outbound_queue, socket.clone());
     let closing = sink.closing();
     let connection = Connection::new(sink);
     let heartbeat = Heartbeat::new(Duration::from_secs(state.limits.ping_interval_secs.max(1)));

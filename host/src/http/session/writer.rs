@@ -5,9 +5,10 @@
 //! notification is copied once on its way to the kernel (twice if the
 //! socket does not take it at once) and written in one system call with
 //! whatever else was queued. That buffer is the worker thread's, not the
-//! connection's (docs/architecture.md, Fan-out).
+//! connection's (docs/architecture.md, Fan-out). While it waits on an empty
+//! queue, senders write to the socket themselves; it is woken only for
+//! what they queued, or for the rest of a write the socket took in part.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::pin::Pin;
@@ -17,7 +18,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame;
 
-use crate::fanout::{Closing, Frame, Frames, Round};
+use crate::fanout::{Closing, Frame, Frames, Round, with_scratch};
 
 /// Frames taken from the queue per wake: what queued up while the socket
 /// was busy goes out in one write, and the bound lets other connections
@@ -28,20 +29,6 @@ const COALESCE: usize = 64;
 /// did not read) is given back once written, so a quiet connection holds
 /// little.
 const KEEP_BUFFER: usize = 64 << 10;
-
-/// A worker thread's buffer that grew past this (a round of large frames)
-/// is given back: rounds up to it reuse the one allocation.
-const KEEP_SCRATCH: usize = 4 << 20;
-
-thread_local! {
-    /// Where a round is encoded: one buffer per worker thread, still in
-    /// its cache from the round of the connection before. A buffer per
-    /// connection was cold at every round when many connections take turns
-    /// (10,000 in the load benchmark: copying into it was 2.6% of the
-    /// server's CPU). What the socket does not take at once moves to the
-    /// connection's own buffer, allocated only then.
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
 
 /// Why the writer stopped.
 #[derive(Debug, PartialEq, Eq)]
@@ -68,18 +55,22 @@ where
     let mut batch = VecDeque::new();
     let mut out = Vec::new();
     loop {
-        match frames.take(&mut batch, COALESCE).await {
+        match frames.take(&mut batch, &mut out, COALESCE).await {
             Round::Frames => {}
-            Round::Closing => {
-                return Stop::Closing {
-                    unwritten: Vec::new(),
-                };
-            }
+            Round::Closing => return Stop::Closing { unwritten: out },
             Round::Gone => return Stop::Gone,
         }
-        let first = poll_fn(|cx| Poll::Ready(write_round(&mut *socket, cx, &mut batch, &mut out)));
-        if first.await.is_err() {
-            return Stop::Gone;
+        if out.is_empty() {
+            let first =
+                poll_fn(|cx| Poll::Ready(write_round(&mut *socket, cx, &mut batch, &mut out)));
+            if first.await.is_err() {
+                return Stop::Gone;
+            }
+        } else {
+            // A sender's rest goes first, and the round after it.
+            for frame in batch.drain(..) {
+                frame.encode(&mut out);
+            }
         }
         // A round takes the queue's buffer whole when it can (the two
         // change places): one a burst grew is given back here.
@@ -114,19 +105,19 @@ where
     }
 }
 
-/// Encodes `batch`'s frames (leaving it empty) into the thread's
-/// [`SCRATCH`] buffer and makes one write attempt; appends to `out` what
-/// the socket did not take. `Err` when the socket failed.
+/// Encodes `batch`'s frames (leaving it empty) into the thread's buffer
+/// ([`with_scratch`]) and makes one write attempt; appends to `out` what
+/// the socket did not take (the connection's own buffer, allocated only
+/// then). `Err` when the socket failed.
 fn write_round<W: AsyncWrite + Unpin>(
     socket: &mut W,
     cx: &mut Context<'_>,
     batch: &mut VecDeque<Frame>,
     out: &mut Vec<u8>,
 ) -> Result<(), ()> {
-    SCRATCH.with_borrow_mut(|scratch| {
-        scratch.clear();
+    with_scratch(|scratch| {
         for frame in batch.drain(..) {
-            encode(&frame, scratch);
+            frame.encode(scratch);
         }
         // Every frame has a header, so the round is never empty and a
         // write of nothing means the socket is gone.
@@ -136,9 +127,6 @@ fn write_round<W: AsyncWrite + Unpin>(
             Poll::Pending => 0,
         };
         out.extend_from_slice(&scratch[sent..]);
-        if scratch.capacity() > KEEP_SCRATCH {
-            *scratch = Vec::new();
-        }
         Ok(())
     })
 }
@@ -156,28 +144,6 @@ pub(super) async fn close<W: AsyncWrite + Unpin>(
     socket.write_all(&unwritten).await
 }
 
-/// Appends `frame` as one final, unmasked frame: the header (RFC 6455,
-/// 5.2) is written here, as tungstenite's general `FrameHeader::format`
-/// took 2.5% of the server's CPU in the load benchmark's profile.
-fn encode(frame: &Frame, out: &mut Vec<u8>) {
-    const FIN: u8 = 0x80;
-    let len = frame.len();
-    out.reserve(10 + len);
-    out.push(FIN | frame.opcode());
-    match u16::try_from(len) {
-        Ok(short) if short < 126 => out.push(short as u8),
-        Ok(medium) => {
-            out.push(126);
-            out.extend_from_slice(&medium.to_be_bytes());
-        }
-        Err(_) => {
-            out.push(127);
-            out.extend_from_slice(&(len as u64).to_be_bytes());
-        }
-    }
-    frame.write_payload(out);
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -191,7 +157,9 @@ mod tests {
     use tokio_tungstenite::tungstenite::{Bytes, Message};
 
     use super::*;
-    use crate::fanout::{Notice, SendError, Sink};
+    use std::task::Waker;
+
+    use crate::fanout::{Notice, SendError, Sink, Wire};
 
     /// The server's end of a loopback pipe, counting its writes.
     struct Counted {
@@ -234,13 +202,61 @@ mod tests {
             inner: server,
             writes: writes.clone(),
         };
-        let client = futures_util::FutureExt::now_or_never(WebSocketStream::from_raw_socket(
-            client,
+        (counted, writes, websocket_client(client))
+    }
+
+    /// A WebSocket client reading `stream` (frames decoded by tungstenite).
+    fn websocket_client(stream: DuplexStream) -> WebSocketStream<DuplexStream> {
+        futures_util::FutureExt::now_or_never(WebSocketStream::from_raw_socket(
+            stream,
             Role::Client,
             None,
         ))
-        .expect("no handshake to wait for");
-        (counted, writes, client)
+        .expect("no handshake to wait for")
+    }
+
+    /// The server's end of a pipe written by the writer and, through
+    /// `&self` ([`Wire`]), by the queue's senders, as a socket shared as
+    /// `&TcpStream` is; the senders' writes counted.
+    #[derive(Clone, Debug)]
+    struct SharedPipe {
+        inner: Arc<std::sync::Mutex<DuplexStream>>,
+        wire_writes: Arc<AtomicUsize>,
+    }
+
+    impl SharedPipe {
+        fn poll_write_now(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            let mut inner = self.inner.lock().expect("unpoisoned");
+            Pin::new(&mut *inner).poll_write(cx, buf)
+        }
+    }
+
+    impl Wire for SharedPipe {
+        fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.wire_writes.fetch_add(1, Ordering::Relaxed);
+            match self.poll_write_now(&mut Context::from_waker(Waker::noop()), bytes) {
+                Poll::Ready(written) => written,
+                Poll::Pending => Err(std::io::ErrorKind::WouldBlock.into()),
+            }
+        }
+    }
+
+    impl AsyncWrite for SharedPipe {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.poll_write_now(cx, buf)
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
     }
 
     async fn next(client: &mut WebSocketStream<DuplexStream>) -> Message {
@@ -363,6 +379,49 @@ mod tests {
         };
         assert!(!unwritten.is_empty(), "the write was broken off");
         assert!(sent >= 2, "the queue's capacity went first ({sent})");
+    }
+
+    /// Senders write to the socket while the writer waits on the empty
+    /// queue; what the socket takes only in part, the writer finishes, and
+    /// the frames queued meanwhile follow it, each whole and in order.
+    #[tokio::test]
+    async fn senders_and_the_writer_share_the_socket_in_order() {
+        let (server, client) = tokio::io::duplex(64);
+        let pipe = SharedPipe {
+            inner: Arc::new(std::sync::Mutex::new(server)),
+            wire_writes: Arc::new(AtomicUsize::new(0)),
+        };
+        let (sink, frames) = Sink::wired(8, pipe.clone());
+        let mut client = websocket_client(client);
+        let closing = sink.closing();
+        let mut socket = pipe.clone();
+        let mut writing = std::pin::pin!(write(&mut socket, frames, &closing));
+        assert!(
+            futures_util::poll!(&mut writing).is_pending(),
+            "the writer waits on the empty queue"
+        );
+        // 50 bytes a frame in a pipe of 64: the first is written whole by
+        // its sender, the second in part, the rest queued.
+        let texts: Vec<String> = (0..4)
+            .map(|n| format!("frame {n} {}", "z".repeat(40)))
+            .collect();
+        for text in &texts {
+            sink.send(text.clone()).expect("room");
+        }
+        assert_eq!(pipe.wire_writes.load(Ordering::Relaxed), 2);
+        let checking = async {
+            for text in &texts {
+                assert_eq!(next(&mut client).await, Message::Text(text.as_str().into()));
+            }
+            closing.close();
+        };
+        let (stop, ()) = tokio::join!(writing, checking);
+        assert_eq!(
+            stop,
+            Stop::Closing {
+                unwritten: Vec::new()
+            }
+        );
     }
 
     /// The close frame follows the rest of a broken-off frame.
