@@ -297,17 +297,11 @@ impl Sink {
         })
     }
 
-    /// Sends an `eth_subscription` notification of `notice` to
-    /// `subscription`.
-    pub fn notify(&self, subscription: &Arc<str>, notice: &Notice) -> Result<(), SendError> {
-        self.notify_all(subscription, std::iter::once(notice), Via::Socket)
-    }
-
-    /// Whether the queue is at most half full: a replay fills only that
-    /// half, so live frames always find room (docs/architecture.md, The
-    /// event log).
-    pub fn has_room_to_spare(&self) -> bool {
-        self.shared.lock().frames.len() * 2 <= self.shared.capacity
+    /// How many frames may be queued one after another, each while the
+    /// queue is at most half full: a replay fills only that half, so live
+    /// frames always find room (docs/architecture.md, The event log).
+    pub fn room_to_spare(&self) -> usize {
+        (self.shared.capacity / 2 + 1).saturating_sub(self.shared.lock().frames.len())
     }
 
     /// Set when a frame was dropped for lack of room, or by the session.
@@ -600,12 +594,12 @@ mod tests {
     #[test]
     fn half_the_queue_is_spare_room() {
         let (sink, _frames) = Sink::new(4);
-        assert!(sink.has_room_to_spare());
+        assert_eq!(sink.room_to_spare(), 3, "one each at 0, 1 and 2 queued");
         sink.send("a".to_string()).expect("room");
         sink.send("b".to_string()).expect("room");
-        assert!(sink.has_room_to_spare(), "half full");
+        assert_eq!(sink.room_to_spare(), 1, "half full");
         sink.send("c".to_string()).expect("room");
-        assert!(!sink.has_room_to_spare());
+        assert_eq!(sink.room_to_spare(), 0);
     }
 
     #[test]

@@ -331,15 +331,6 @@ impl Record {
             .is_none_or(|open| open.load(Ordering::Acquire))
     }
 
-    /// Queues the event of `pair` in `batch`, with the payload the
-    /// component wrote for it or else the subscription's kind; false if the
-    /// connection is gone or overflowed (which closes it, and a closed one
-    /// unsubscribes).
-    fn notify(&self, batch: &EventBatch, pair: &Pair) -> bool {
-        self.notice(batch, pair)
-            .is_some_and(|notice| self.sink.notify(&self.id, notice).is_ok())
-    }
-
     /// The notice of `pair`: the payload the component wrote for it, or
     /// else the subscription's kind.
     fn notice<'a>(&self, batch: &'a EventBatch, pair: &'a Pair) -> Option<&'a Notice> {

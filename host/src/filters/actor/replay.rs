@@ -20,6 +20,7 @@ use chainsieve_filter_core::Matches;
 
 use super::pairs::{self, Pair};
 use super::{Actor, Feed};
+use crate::fanout::Via;
 use crate::filters::instance::Instance;
 use crate::log::batch::EventBatch;
 use crate::log::cursor::Mark;
@@ -158,7 +159,7 @@ impl Actor {
             .keys
             .iter()
             .filter_map(|key| self.subscriptions.get(key))
-            .filter(|record| record.announced() && record.sink.has_room_to_spare())
+            .filter(|record| record.announced() && record.sink.room_to_spare() > 0)
             .filter_map(|record| match record.feed {
                 Feed::Replaying { next } => Some(next.position),
                 Feed::Live { .. } => None,
@@ -285,20 +286,17 @@ impl Actor {
             if !record.announced() {
                 continue;
             }
-            let mut paused_at = None;
-            for pair in matched
-                .pairs
-                .iter()
-                .filter(|pair| pair.key == *key && pair.event >= next.index)
-            {
-                if !record.sink.has_room_to_spare() || !self.replay.budget.take() {
-                    paused_at = Some(pair.event);
-                    break;
-                }
-                if record.notify(batch, pair) {
-                    sent += 1;
-                }
+            // The subscriber's pairs are one run, in chain order
+            // (`pairs::delivery_order`): what the room and the budget allow
+            // of it goes in one hand-over, so in one write.
+            let due = pairs::of_subscriber(&matched.pairs, *key, next.index);
+            let room = record.sink.room_to_spare();
+            let mut allowed = 0;
+            while allowed < due.len().min(room) && self.replay.budget.take() {
+                allowed += 1;
             }
+            let paused_at = due.get(allowed).map(|pair| pair.event);
+            sent += record.notify_all(batch, &due[..allowed], Via::Socket);
             record.feed = Feed::Replaying {
                 next: match paused_at {
                     Some(index) => Mark {
