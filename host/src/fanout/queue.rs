@@ -6,7 +6,8 @@
 //! passes through here, and the load benchmark's profile put a third of the
 //! server's user time in mpsc's block list, its semaphore and a second
 //! waker for the close flag. Here a send is one uncontended lock and a
-//! push; the writer takes a whole round of frames under one lock, and
+//! push (or, while the writer waits, a write to the socket under the lock);
+//! the writer takes a whole round of frames under one lock, and
 //! frames, close and the last sender's drop all wake the one waker the
 //! writer leaves (docs/architecture.md, Fan-out). An idle connection's
 //! queue allocates nothing.
@@ -68,7 +69,8 @@ struct Shared {
 #[derive(Debug, Default)]
 struct Queue {
     frames: VecDeque<Frame>,
-    /// The writer's, while it waits: taken and woken by the next frame,
+    /// The writer's, while it waits: taken and woken by the next frame
+    /// queued (not one written to the socket), a sender's unwritten rest,
     /// a ping, the close, or the last sender's drop.
     writer: Option<Waker>,
     /// A keepalive ping is due: it goes out at the head of the next round,
@@ -128,7 +130,8 @@ pub enum Round {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Queue> {
-        // No code under this lock panics; a poisoned queue is still whole.
+        // Nothing under this lock panics (queue changes, encoding into a
+        // Vec, a non-blocking write); a poisoned queue is still whole.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -383,7 +386,13 @@ impl Frames {
         queue.idle = false;
         let had_unwritten = !queue.unwritten.is_empty();
         if had_unwritten {
-            unwritten.append(&mut queue.unwritten);
+            // Taken whole: a burst's buffer leaves the idle queue with it.
+            let rest = std::mem::take(&mut queue.unwritten);
+            if unwritten.is_empty() {
+                *unwritten = rest;
+            } else {
+                unwritten.extend_from_slice(&rest);
+            }
         }
         if heed_close && self.shared.is_closed() {
             return Poll::Ready(Round::Closing);

@@ -345,8 +345,13 @@ impl Record {
     /// Sends the events of `pairs` (all of this subscription), back to
     /// back; how many were sent: all, or none if the connection is gone or
     /// overflowed.
-    fn notify_all(&self, batch: &EventBatch, pairs: &[Pair], via: Via) -> u64 {
-        let notices = pairs.iter().filter_map(|pair| self.notice(batch, pair));
+    fn notify_all<'a>(
+        &self,
+        batch: &EventBatch,
+        pairs: impl Iterator<Item = &'a Pair> + Clone,
+        via: Via,
+    ) -> u64 {
+        let notices = pairs.filter_map(|pair| self.notice(batch, pair));
         let count = notices.clone().count() as u64;
         match self.sink.notify_all(&self.id, notices, via) {
             Ok(()) => count,
@@ -588,7 +593,7 @@ impl Actor {
                 && record.announced()
                 && matches!(record.feed, Feed::Live { after } if position > after)
             {
-                sent += record.notify_all(batch, pairs, via);
+                sent += record.notify_all(batch, pairs.iter(), via);
             }
         }
         self.metrics.notifications.inc_by(sent);

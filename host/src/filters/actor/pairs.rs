@@ -56,17 +56,6 @@ pub fn delivery_order(matches: &Matches, batch: &EventBatch) -> (Vec<Pair>, Vec<
     (pairs, outside)
 }
 
-/// The pairs of subscription `key` in `pairs` (in [`delivery_order`]),
-/// from event `from` on: one run, in chain order.
-pub fn of_subscriber(pairs: &[Pair], key: u64, from: u32) -> &[Pair] {
-    let Some(start) = pairs.iter().position(|pair| pair.key == key) else {
-        return &[];
-    };
-    let run = &pairs[start..];
-    let run = &run[..run.iter().take_while(|pair| pair.key == key).count()];
-    &run[run.iter().take_while(|pair| pair.event < from).count()..]
-}
-
 /// The notice of written payload `payload` for `event`, made once.
 fn notice(
     matches: &Matches,
@@ -119,20 +108,15 @@ mod tests {
         pairs.iter().map(|pair| (pair.event, pair.key)).collect()
     }
 
-    /// Subscribers 7 and 9 each match events 0, 1 and 2, in no order.
-    fn two_subscribers_three_events() -> Matches {
-        Matches {
-            events: vec![2, 0, 1, 0, 2, 1],
-            subscriptions: vec![7, 9, 7, 7, 9, 9],
-            ..Matches::default()
-        }
-    }
-
     /// Each subscriber's events come together and in chain order, however
     /// the component ordered its answer; one event's answer is kept as is.
     #[test]
     fn matches_are_delivered_grouped_by_subscriber_in_chain_order() {
-        let matches = two_subscribers_three_events();
+        let matches = Matches {
+            events: vec![2, 0, 1, 0, 2, 1],
+            subscriptions: vec![7, 9, 7, 7, 9, 9],
+            ..Matches::default()
+        };
         assert_eq!(
             order(&matches, &batch(3)),
             [(0, 7), (1, 7), (2, 7), (0, 9), (1, 9), (2, 9)]
@@ -143,25 +127,6 @@ mod tests {
             ..Matches::default()
         };
         assert_eq!(order(&one_event, &batch(3)), [(2, 9), (2, 7), (2, 8)]);
-    }
-
-    /// A subscriber's pairs are found as one run, from a given event on.
-    #[test]
-    fn a_subscribers_pairs_are_one_run_from_an_event_on() {
-        let matches = two_subscribers_three_events();
-        let (pairs, _) = delivery_order(&matches, &batch(3));
-        let events = |run: &[Pair]| {
-            run.iter()
-                .map(|pair| (pair.event, pair.key))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            events(of_subscriber(&pairs, 9, 0)),
-            [(0, 9), (1, 9), (2, 9)]
-        );
-        assert_eq!(events(of_subscriber(&pairs, 7, 1)), [(1, 7), (2, 7)]);
-        assert_eq!(events(of_subscriber(&pairs, 7, 3)), []);
-        assert_eq!(events(of_subscriber(&pairs, 8, 0)), []);
     }
 
     /// Subscribers sharing a written payload share its notice (one

@@ -286,17 +286,21 @@ impl Actor {
             if !record.announced() {
                 continue;
             }
-            // The subscriber's pairs are one run, in chain order
-            // (`pairs::delivery_order`): what the room and the budget allow
-            // of it goes in one hand-over, so in one write.
-            let due = pairs::of_subscriber(&matched.pairs, *key, next.index);
-            let room = record.sink.room_to_spare();
-            let mut allowed = 0;
-            while allowed < due.len().min(room) && self.replay.budget.take() {
-                allowed += 1;
-            }
+            // The subscriber's pairs, in chain order (`pairs::delivery_order`):
+            // what the room and the budget allow of them goes in one
+            // hand-over, so in one write.
+            let due: Vec<&Pair> = matched
+                .pairs
+                .iter()
+                .filter(|pair| pair.key == *key && pair.event >= next.index)
+                .collect();
+            let allowed = allowance(&due, record.sink.room_to_spare(), || {
+                self.replay.budget.take()
+            });
             let paused_at = due.get(allowed).map(|pair| pair.event);
-            sent += record.notify_all(batch, &due[..allowed], Via::Socket);
+            if allowed > 0 {
+                sent += record.notify_all(batch, due[..allowed].iter().copied(), Via::Socket);
+            }
             record.feed = Feed::Replaying {
                 next: match paused_at {
                     Some(index) => Mark {
@@ -359,6 +363,20 @@ impl Actor {
     }
 }
 
+/// How many of `due` (a subscriber's pairs, in chain order) go now: as
+/// many as `room` allows while `take` grants budget, ending between two
+/// events, as a paused replay resumes at an event.
+fn allowance(due: &[&Pair], room: usize, mut take: impl FnMut() -> bool) -> usize {
+    let mut allowed = 0;
+    while allowed < due.len().min(room) && take() {
+        allowed += 1;
+    }
+    while allowed > 0 && allowed < due.len() && due[allowed].event == due[allowed - 1].event {
+        allowed -= 1;
+    }
+    allowed
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -366,6 +384,26 @@ mod tests {
     use super::*;
 
     /// A burst's worth goes at once; then the bucket refills at the rate.
+    #[test]
+    fn a_replay_goes_as_far_as_room_and_budget_allow_and_pauses_between_events() {
+        let pairs: Vec<Pair> = [3, 4, 4, 5]
+            .into_iter()
+            .map(|event| Pair {
+                event,
+                key: 7,
+                written: None,
+            })
+            .collect();
+        let due: Vec<&Pair> = pairs.iter().collect();
+        assert_eq!(allowance(&due, 10, || true), 4, "all of it");
+        assert_eq!(allowance(&due, 3, || true), 3, "as far as the room");
+        assert_eq!(allowance(&due, 2, || true), 1, "not through event 4");
+        assert_eq!(allowance(&due, 0, || true), 0);
+        let mut tokens = 1;
+        let mut take = || std::mem::replace(&mut tokens, 0) > 0;
+        assert_eq!(allowance(&due, 10, &mut take), 1, "as far as the budget");
+    }
+
     #[test]
     fn the_budget_allows_a_burst_then_the_rate() {
         let mut budget = Budget::default();

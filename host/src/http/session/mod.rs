@@ -1,7 +1,8 @@
 //! One WebSocket connection. The reader answers requests side by side; every
 //! outbound frame (responses and notifications alike) goes through the
-//! connection's bounded queue, so their order is kept and no producer ever
-//! waits on this socket. The [`writer`] drains the queue; the reader keeps
+//! connection's bounded queue, or straight to the socket under its lock
+//! while the writer waits on it empty, so their order is kept and no
+//! producer ever waits on this socket. The [`writer`] drains the queue; the reader keeps
 //! the [`heartbeat`]; the connection is closed with a reason when the
 //! queue overflows, a ping went unanswered for a whole interval, or the
 //! server shuts down.

@@ -2,7 +2,7 @@
 //! socket. It encodes the WebSocket frames itself (a server's frames are
 //! unmasked: a header, then the text), splicing each notification's
 //! subscription id and shared notice straight into one write buffer, so a
-//! notification is copied once on its way to the kernel (twice if the
+//! notification is copied once on its way to the kernel (more if the
 //! socket does not take it at once) and written in one system call with
 //! whatever else was queued. That buffer is the worker thread's, not the
 //! connection's (docs/architecture.md, Fan-out). While it waits on an empty
@@ -33,8 +33,8 @@ const KEEP_BUFFER: usize = 64 << 10;
 /// Why the writer stopped.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Stop {
-    /// [`Closing`] was set; `unwritten` is the rest of a write it broke
-    /// off, which must precede any close frame.
+    /// [`Closing`] was set; `unwritten` is the rest of a write broken off
+    /// (the writer's, or a sender's), which must precede any close frame.
     Closing { unwritten: Vec<u8> },
     /// The socket failed, or every sender is gone.
     Gone,
@@ -131,7 +131,7 @@ fn write_round<W: AsyncWrite + Unpin>(
     })
 }
 
-/// Writes `unwritten` (the rest of a frame the writer broke off) and
+/// Writes `unwritten` (the rest of a frame broken off) and
 /// then the close frame that ends a connection.
 pub(super) async fn close<W: AsyncWrite + Unpin>(
     socket: &mut W,
