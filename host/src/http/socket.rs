@@ -86,8 +86,12 @@ impl AsyncRead for Socket {
 }
 
 impl Wire for Socket {
+    /// The system call alone, without tokio's readiness check first: with
+    /// thousands of sockets each one's readiness word is a cache miss per
+    /// notification. A `WouldBlock` here leaves tokio's readiness stale,
+    /// which costs the writer one `WouldBlock` of its own before it waits.
     fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.try_write(bytes)
+        socket2::SockRef::from(&*self.0).send(bytes)
     }
 }
 
