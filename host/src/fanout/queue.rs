@@ -250,13 +250,15 @@ impl Sink {
     /// Sends an `eth_subscription` notification of each of `notices` to
     /// `subscription`, back to back: in one write, by [`Via::Socket`],
     /// when the writer waits on an empty queue. All or none are queued: a
-    /// queue without room for all of them overflows.
+    /// queue without room for all of them overflows. `Ok`: how many were
+    /// sent.
     pub fn notify_all<'a>(
         &self,
         subscription: &Arc<str>,
         notices: impl Iterator<Item = &'a Notice> + Clone,
         via: Via,
-    ) -> Result<(), SendError> {
+    ) -> Result<usize, SendError> {
+        let count = notices.clone().count();
         self.push(|queue| {
             let encode = |out: &mut Vec<u8>| {
                 for notice in notices.clone() {
@@ -268,7 +270,7 @@ impl Sink {
             {
                 return Ok(sent);
             }
-            queue.make_room(notices.clone().count(), self.shared.capacity)?;
+            queue.make_room(count, self.shared.capacity)?;
             queue
                 .frames
                 .extend(notices.map(|notice| Frame::Notification {
@@ -277,6 +279,7 @@ impl Sink {
                 }));
             Ok(Sent::Queued)
         })
+        .map(|()| count)
     }
 
     /// Offers `change`; an overflow closes the connection.

@@ -352,11 +352,9 @@ impl Record {
         via: Via,
     ) -> u64 {
         let notices = pairs.filter_map(|pair| self.notice(batch, pair));
-        let count = notices.clone().count() as u64;
-        match self.sink.notify_all(&self.id, notices, via) {
-            Ok(()) => count,
-            Err(_) => 0,
-        }
+        self.sink
+            .notify_all(&self.id, notices, via)
+            .map_or(0, |sent| sent as u64)
     }
 }
 

@@ -383,7 +383,8 @@ mod tests {
 
     use super::*;
 
-    /// A burst's worth goes at once; then the bucket refills at the rate.
+    /// A replay's hand-over goes as far as the room and the budget allow,
+    /// and never stops inside an event's pairs.
     #[test]
     fn a_replay_goes_as_far_as_room_and_budget_allow_and_pauses_between_events() {
         let pairs: Vec<Pair> = [3, 4, 4, 5]
@@ -404,6 +405,7 @@ mod tests {
         assert_eq!(allowance(&due, 10, &mut take), 1, "as far as the budget");
     }
 
+    /// A burst's worth goes at once; then the bucket refills at the rate.
     #[test]
     fn the_budget_allows_a_burst_then_the_rate() {
         let mut budget = Budget::default();
