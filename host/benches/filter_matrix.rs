@@ -4,7 +4,7 @@
 //! again without epoch interruption, to price the call deadline; then the
 //! built-in itself (contract 0.2: batches carrying only the fields it
 //! reads), the same cells, native and WASM, in the same run. Prints the
-//! README's tables.
+//! docs/src/benchmarks.md's tables.
 //!
 //! Run: `cargo bench -p chainsieve --bench filter_matrix`
 //!
@@ -31,10 +31,10 @@ use chainsieve::config::FiltersConfig;
 use chainsieve::filters::FilterEngine;
 use chainsieve::filters::Layout;
 use chainsieve::filters::actor::pairs::delivery_order;
+use chainsieve::filters::batch::EventBatch;
 use chainsieve::filters::engine::FilterInstance;
 use chainsieve::filters::harness::read_events;
 use chainsieve::filters::reach::ReachIndex;
-use chainsieve::log::batch::EventBatch;
 use chainsieve_filter_sdk::layout::{BatchWriter, EventWriter, HeadFields, LogFields, TxFields};
 use chainsieve_filter_sdk::projection::ProjectedWriter;
 use chainsieve_filter_sdk::{Filter, Matches, Payload, Source, match_batch};

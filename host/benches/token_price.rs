@@ -1,7 +1,7 @@
 //! `token_price` queries per second on a history of 1,000,000 pool states
 //! (1,000 pools of 1,000 pairs, one state each per block over 1,000
 //! blocks), in the redb file the server would use, at random past times.
-//! The README reports the figure.
+//! docs/src/benchmarks.md reports the figure.
 //!
 //! Run: `cargo bench -p chainsieve --bench token_price`
 

@@ -1,7 +1,7 @@
 //! chainsieve: Ethereum, BNB Chain and Polygon events as JSON-RPC 2.0, with
 //! filter logic in WebAssembly components.
 //!
-//! Data flows one way, top to bottom (docs/architecture.md, Data flow); no
+//! Data flows one way, top to bottom (docs/src/architecture.md, Data flow); no
 //! module reaches up to the layer that wires it, and a test
 //! (`tests/layering.rs`) fails on any import cycle between the files of
 //! this crate that leaves a module's own files:
@@ -21,24 +21,30 @@
 //! - [`filters`] — the wasmtime engine, one bindings module per filter
 //!   contract version (0.1.0, 0.2.0), the loaded components, each
 //!   subscription's reach (what a 0.2 component is asked about), and the
-//!   actors that call them per batch and deliver the matches.
+//!   actors that call them per batch and deliver the matches;
+//!   [`filters::batch`] splits a log step into per-stream batches, each
+//!   event with its cursor.
 //! - [`fanout`] — per-connection bounded queues and the notification frame,
 //!   built around a payload serialized once per event.
 //! - [`ingest`] — sources (the embedded [`ingest::devnet`], nodes through
 //!   [`ingest::upstream`]) produce blocks and pending transactions;
 //!   [`ingest::canonical`] orders them (reorgs become removals then
 //!   additions).
+//! - [`node`] — a node's JSON-RPC over WebSocket, for the node source, the
+//!   price index and the methods forwarded to the node.
 //! - [`bus`] — the roles' NATS JetStream bus: an ingest publishes each
 //!   chain's log steps and its price index's writes, an edge follows both
 //!   into its own pipeline and price store.
-//! - [`log`] — each chain's event log: every canonical change as a step at
-//!   a position, over a bounded window that resuming subscriptions replay;
-//!   [`log::batch`] splits a step into per-stream batches, each event with
-//!   its cursor.
+//! - [`eventlog`] — each chain's event log: every canonical change as a
+//!   step at a position, over a bounded window that resuming subscriptions
+//!   replay; cursors; its store.
 //! - [`price`] — `token_price`'s index of DEX pools and its store.
 //! - [`contracts`] — the Solidity ABI (ERC-20, Uniswap V2/V3) and the
 //!   well-known tokens and DEX factories of each chain, below both the
 //!   devnet and the price index.
+//! - [`model`] — the chain data model everyone reads (blocks,
+//!   transactions, logs, the events between the layers) and its wire
+//!   shapes.
 //! - [`config`] — the TOML configuration and its defaults; [`metrics`] — the
 //!   metric handles the pipeline counts with.
 
@@ -49,12 +55,14 @@ pub mod bus;
 pub mod chain;
 pub mod config;
 pub mod contracts;
+pub mod eventlog;
 pub mod fanout;
 pub mod filters;
 pub mod http;
 pub mod ingest;
-pub mod log;
 pub mod metrics;
+pub mod model;
+pub mod node;
 pub mod price;
 pub mod rpc;
 

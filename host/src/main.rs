@@ -2,7 +2,6 @@
 //! runs the server until SIGINT or SIGTERM; or, as `chainsieve filter
 //! test`, runs one filter component over an events file.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use chainsieve::Config;
 use chainsieve::config::{LogFormat, LoggingConfig, Role};
-use chainsieve::filters::harness::{DEFAULT_BATCH, Harness, Match};
+use chainsieve::filters::harness::{Comparison, DEFAULT_BATCH, Harness, Match};
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -34,7 +33,7 @@ use tracing_subscriber::EnvFilter;
 ///   [limits]   outbound_queue = 4096   max_batch = 1000   max_request_bytes = 1048576
 ///   [bus]      urls = ["nats://127.0.0.1:4222"]   prefix = "chainsieve"   lease_ms = 3000
 ///
-/// See README.md for every key and its meaning.
+/// Every key and its meaning: docs/src/configuration.md.
 #[derive(Debug, Parser)]
 #[command(version, verbatim_doc_comment)]
 struct Args {
@@ -65,7 +64,8 @@ enum FilterCommand {
     /// prints which events match, one JSON line each:
     /// {"event": <0-based position in the file>, "subscription": <n>}.
     /// Subscription n is the n-th --params. With --expect the output must
-    /// equal that file's lines (any order): exit 1 and the difference if not.
+    /// equal that file's lines (any order; payloads compared as JSON
+    /// values): exit 1 and the differences if not.
     Test {
         /// The component (`.wasm`).
         #[arg(long, value_name = "FILE")]
@@ -135,7 +135,7 @@ fn filter_test(
     let Some(expect) = expect else {
         return Ok(ExitCode::SUCCESS);
     };
-    let expected: BTreeSet<Match> = std::fs::read_to_string(expect)
+    let expected: Vec<Match> = std::fs::read_to_string(expect)
         .with_context(|| format!("reading {}", expect.display()))?
         .lines()
         .enumerate()
@@ -145,15 +145,25 @@ fn filter_test(
                 .with_context(|| format!("{} line {}: not a match", expect.display(), n + 1))
         })
         .collect::<anyhow::Result<_>>()?;
-    let got: BTreeSet<Match> = matches.into_iter().collect();
-    if got == expected {
+    let comparison = Comparison::of(&expected, &matches);
+    if comparison.is_equal() {
         eprintln!("as expected ({})", expect.display());
         return Ok(ExitCode::SUCCESS);
     }
-    for missing in expected.difference(&got) {
+    let payload = |m: &Match| m.payload.as_deref().unwrap_or("none").to_owned();
+    for (want, have) in &comparison.differing {
+        eprintln!(
+            "differs:    {{\"event\":{},\"subscription\":{}}}: expected {}, got {}",
+            want.event,
+            want.subscription,
+            payload(want),
+            payload(have)
+        );
+    }
+    for missing in &comparison.missing {
         eprintln!("missing:    {}", serde_json::to_string(missing)?);
     }
-    for extra in got.difference(&expected) {
+    for extra in &comparison.unexpected {
         eprintln!("unexpected: {}", serde_json::to_string(extra)?);
     }
     Ok(ExitCode::FAILURE)

@@ -31,13 +31,9 @@ pub fn built(file: &str) -> Vec<u8> {
 }
 
 /// A test-only component of `target/test-filters` (never where an
-/// operator copies filters from).
+/// operator copies filters from), built by this crate's `build.rs`.
 pub fn test_filter(file: &str) -> Vec<u8> {
-    let dir = Path::new(BUILT_FILTERS_DIR)
-        .parent()
-        .expect("target/filters has a parent")
-        .join("test-filters");
-    read(&dir.join(file))
+    read(&Path::new(env!("CHAINSIEVE_TEST_FILTERS_DIR")).join(file))
 }
 
 /// The contract 0.1 builds of the built-ins' rules, by topic: tested

@@ -143,8 +143,7 @@ impl TestServer {
         accept: impl Fn(&UpstreamStatus) -> bool,
     ) -> UpstreamStatus {
         let mut status = self.state.chains[chain]
-            .upstream
-            .clone()
+            .node_status()
             .expect("a node source reports its status");
         tokio::time::timeout(TIMEOUT, status.wait_for(accept))
             .await

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use serde_json::{Map, Value};
 
 /// The cap on the addresses (or topics) one filter may name
-/// (docs/architecture.md, Filter parameters), so a single subscription
+/// (docs/src/api.md, Filter parameters), so a single subscription
 /// cannot bloat an index; the host's `filters.max_values` overrides it.
 pub const DEFAULT_MAX_FILTER_VALUES: usize = 1_000;
 
@@ -48,6 +48,11 @@ impl ParamsError {
     /// answers -32005).
     pub fn limit(message: impl fmt::Display) -> Self {
         Self(format!("{LIMIT_EXCEEDED}{message}"))
+    }
+
+    /// Whether this is a limit (made by [`ParamsError::limit`]).
+    pub fn is_limit(&self) -> bool {
+        self.0.starts_with(LIMIT_EXCEEDED)
     }
 }
 

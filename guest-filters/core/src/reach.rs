@@ -2,7 +2,7 @@
 //! the host when it accepts the subscription. The host then asks the
 //! component about the events some subscription can match and no others,
 //! and delivers to a subscription that takes every event without asking
-//! (docs/architecture.md, Reach). A reach must never leave out an event
+//! (docs/src/architecture.md, Reach). A reach must never leave out an event
 //! the component would match: the host does not ask about it.
 
 use crate::Source;

@@ -11,7 +11,8 @@
 //!
 //! The rules depend on `chainsieve-filter-core` only and read logs through
 //! [`LogRead`], so they serve components of every contract version: each
-//! SDK's `rules_filter!` makes the `logs` filter of them.
+//! SDK's `rules_filter!` makes the `logs` filter of them. The host's
+//! `eth_getLogs` matches with the same [`LogFilter`].
 
 use chainsieve_filter_core::params::{self, ParamsError};
 use chainsieve_filter_core::serde_json::Value;
@@ -22,20 +23,26 @@ use chainsieve_filter_core::{
 /// Topic positions a log can have.
 const MAX_TOPIC_POSITIONS: usize = 4;
 
-/// One subscription's criteria.
+/// One filter's criteria: a `logs` subscription's, or an `eth_getLogs`
+/// call's address and topics.
 #[derive(Debug)]
-struct Criteria {
+pub struct LogFilter {
     /// Empty means any address.
     addresses: KeySet<[u8; 20]>,
     /// One entry per position; `None` matches any topic there.
     topics: Vec<Option<KeySet<[u8; 32]>>>,
 }
 
-impl Criteria {
+impl LogFilter {
     fn parse(params: &str, topic: &str) -> Result<Self, ParamsError> {
         let map = params::filter_object(params, topic, &["address", "topics"])?;
-        let addresses = params::hex_list::<20>(map.get("address"), "address")?;
-        let topics = match map.get("topics") {
+        Self::new(map.get("address"), map.get("topics"))
+    }
+
+    /// The filter of a filter object's `address` and `topics` members.
+    pub fn new(address: Option<&Value>, topics: Option<&Value>) -> Result<Self, ParamsError> {
+        let addresses = params::hex_list::<20>(address, "address")?;
+        let topics = match topics {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(positions)) => {
                 if positions.len() > MAX_TOPIC_POSITIONS {
@@ -61,6 +68,13 @@ impl Criteria {
             addresses: addresses.into_iter().collect(),
             topics,
         })
+    }
+
+    /// Whether `log` matches: one of the addresses (if any), and the
+    /// topics position by position.
+    pub fn matches<'a>(&self, log: &impl LogRead<'a>) -> bool {
+        (self.addresses.is_empty() || self.addresses.contains(log.address()))
+            && self.topics_match(log)
     }
 
     fn topics_match<'a>(&self, log: &impl LogRead<'a>) -> bool {
@@ -114,7 +128,7 @@ fn position(i: usize, value: &Value) -> Result<Option<KeySet<[u8; 32]>>, ParamsE
 /// The subscriptions of `logs` on one chain.
 #[derive(Debug, Default)]
 pub struct LogRules {
-    subscriptions: KeyMap<SubscriptionId, Criteria>,
+    subscriptions: KeyMap<SubscriptionId, LogFilter>,
     by_address: SubscriptionIndex<[u8; 20]>,
     /// Subscriptions with no address but a first-position topic constraint.
     by_topic0: SubscriptionIndex<[u8; 32]>,
@@ -131,7 +145,7 @@ impl LogRules {
         params: &str,
         topic: &str,
     ) -> Result<(), ParamsError> {
-        let criteria = Criteria::parse(params, topic)?;
+        let criteria = LogFilter::parse(params, topic)?;
         self.unsubscribe(id);
         match (criteria.addresses.is_empty(), criteria.topics.first()) {
             (false, _) => criteria

@@ -2,7 +2,7 @@
 //! `chainsieve-log-rules`: its batches carry only each log's address and
 //! topics, and each subscription's reach (its addresses, else its first
 //! constrained topic position) lets the host skip the rest
-//! (docs/architecture.md, Filter contract v0.2).
+//! (docs/src/architecture.md, Filter contract v0.2).
 
 use chainsieve_filter_sdk_0_2::{Delivery, Manifest, Payload, Source, export_filter, rules_filter};
 

@@ -1,6 +1,6 @@
 //! The built-in `newHeads` component (contract 0.2), its rules in
 //! `chainsieve-broadcast-rules`: every subscription reaches every header,
-//! so the host serves them without a call (docs/architecture.md, Filter
+//! so the host serves them without a call (docs/src/architecture.md, Filter
 //! contract v0.2).
 
 use chainsieve_filter_sdk_0_2::{Delivery, Manifest, Payload, Source, export_filter, rules_filter};

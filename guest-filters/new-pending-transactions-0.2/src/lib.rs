@@ -2,7 +2,7 @@
 //! rules in `chainsieve-broadcast-rules`: they read no field, and every
 //! subscription reaches every transaction, so the host serves them
 //! without a call, as hashes or full transactions as each subscription
-//! chose (docs/architecture.md, Filter contract v0.2).
+//! chose (docs/src/architecture.md, Filter contract v0.2).
 
 use chainsieve_filter_sdk_0_2::{Delivery, Manifest, Payload, Source, export_filter, rules_filter};
 

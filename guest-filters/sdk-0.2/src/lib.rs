@@ -1,6 +1,6 @@
 //! The guest SDK for `chainsieve:filter@0.2.0` components: filters that
 //! read only the fields they declare, and may write their notifications'
-//! payloads themselves (docs/architecture.md, Filter contract v0.2).
+//! payloads themselves (docs/src/architecture.md, Filter contract v0.2).
 //!
 //! Two ways to write one, as with the 0.1 SDK:
 //!

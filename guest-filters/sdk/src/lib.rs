@@ -22,7 +22,7 @@
 //!   matching.
 //!
 //! This crate binds contract 0.1.0 only: each version's bindings live in a
-//! crate of their own (docs/architecture.md, Filter contract v0.2).
+//! crate of their own (docs/src/architecture.md, Filter contract v0.2).
 
 pub mod rule;
 

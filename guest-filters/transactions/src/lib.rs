@@ -1,6 +1,6 @@
 //! Transaction matching for `bvPendingTransactions` and `bvMinedTransactions`.
 //!
-//! Rules (Alchemy's; docs/architecture.md, Transaction filters): a
+//! Rules (Alchemy's; docs/src/api.md, Transaction filters): a
 //! transaction matches when its sender is in `fromAddress` **or** its
 //! receiver is in `toAddress`; when `methodIds` is
 //! given, the first four bytes of its input must also be one of them. An
@@ -14,7 +14,7 @@
 //! The rules depend on `chainsieve-filter-core` only and read transactions
 //! through [`TxRead`], so they serve components of every contract version:
 //! each SDK's `rules_filter!` makes a topic's filter of them. (A component
-//! must link one contract version's bindings only; docs/architecture.md,
+//! must link one contract version's bindings only; docs/src/architecture.md,
 //! Filter contract v0.2.)
 
 use chainsieve_filter_core::params::{self, ParamsError};

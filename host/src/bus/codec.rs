@@ -1,5 +1,5 @@
 //! A bus message: a format byte, then the value in MessagePack
-//! (docs/architecture.md, The bus): a log step's change, or a price
+//! (docs/src/architecture.md, The bus): a log step's change, or a price
 //! journal's write. Encoded once by the ingest that made it, whatever the
 //! number of servers reading it; its position is the message's stream
 //! sequence and travels in no payload.
@@ -53,7 +53,7 @@ mod tests {
 
     use super::*;
     use crate::ingest::devnet::{Devnet, DevnetSettings};
-    use crate::ingest::{ChainEvent, SourceEvent};
+    use crate::model::{ChainEvent, SourceEvent};
     use crate::price::store::{BlockUpdate, Pool, PoolKind, PoolState, PriceWrite, Token};
 
     fn changes() -> Vec<ChainEvent> {

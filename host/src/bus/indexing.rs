@@ -1,4 +1,4 @@
-//! What a leading ingest's price index reads (docs/architecture.md, The
+//! What a leading ingest's price index reads (docs/src/architecture.md, The
 //! bus): first the log's steps it has not indexed yet, read from the
 //! stream (an index that lagged, or a first leader on a stream of old),
 //! then each step this term publishes, as the publisher hands it over.
@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::linear::Reader;
 use super::{ChainLog, codec};
-use crate::log::Position;
+use crate::eventlog::Position;
 use crate::price::Feed;
 
 impl ChainLog {

@@ -11,10 +11,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::Tail;
-use crate::ingest::SourceEvent;
+use crate::eventlog::EventLog;
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
-use crate::log::EventLog;
+use crate::model::SourceEvent;
 
 /// Places `tail` (the log's on the bus) in the pipeline behind `out` (and
 /// `log`, the pipeline's), then reads the node `settings` names from the

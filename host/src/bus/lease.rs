@@ -1,6 +1,6 @@
 //! Which ingest writes a chain's log: the holder of the chain's lease, a
 //! key in the KV bucket `<prefix>-leases` whose entries expire
-//! `[bus] lease_ms` after their last write (docs/architecture.md, The bus).
+//! `[bus] lease_ms` after their last write (docs/src/architecture.md, The bus).
 //!
 //! A standby tries to create the key every quarter of the lease and gets
 //! it once the holder's entry has expired. The holder renews it every

@@ -2,7 +2,7 @@
 //! are (its steps, its price journal): each message is written at the
 //! sequence its writer expects, so two writers never interleave, and read
 //! back in sequence order through an ordered consumer that resumes where
-//! it stopped (docs/architecture.md, The bus).
+//! it stopped (docs/src/architecture.md, The bus).
 
 use std::ops::ControlFlow;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The bus between roles (docs/architecture.md, The bus): an `ingest`
+//! The bus between roles (docs/src/architecture.md, The bus): an `ingest`
 //! publishes each chain's log steps to a NATS JetStream stream
 //! ([`publish`]), an `edge` follows them into its own log ([`follow`]). A
 //! step's position is its message's stream sequence, so a cursor means the
@@ -29,8 +29,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::BusConfig;
-use crate::ingest::{ChainEvent, SourceEvent};
-use crate::log::Position;
+use crate::eventlog::Position;
+use crate::model::{ChainEvent, SourceEvent};
 
 /// The pause before reading the bus again after it failed.
 const RETRY: Duration = Duration::from_millis(500);

@@ -1,4 +1,4 @@
-//! Each chain's price journal (docs/architecture.md, The bus): the stream
+//! Each chain's price journal (docs/src/architecture.md, The bus): the stream
 //! `<prefix>-<chain>-prices`, kept without an age or size limit, holds
 //! every write the leading ingest's price index makes, in order. Every
 //! other server (edges, standby ingests) applies the writes to its own

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::linear::AppendError;
 use super::{ChainLog, codec};
-use crate::log::Step;
-use crate::log::store::Persist;
+use crate::eventlog::Step;
+use crate::eventlog::store::Persist;
 use crate::price::Feed;
 
 impl ChainLog {

@@ -4,7 +4,7 @@
 //! through the canonical tracker into the window, every canonical change
 //! goes to the price index and is appended to the chain's event log, and
 //! once the source is synced each logged step is split into stream batches
-//! and handed to the actors of that stream (docs/architecture.md, Data
+//! and handed to the actors of that stream (docs/src/architecture.md, Data
 //! flow).
 
 use std::collections::BTreeMap;
@@ -15,13 +15,13 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::eventlog::store::Persist;
+use crate::eventlog::{EventLog, Position, Step};
 use crate::filters::FilterHandle;
+use crate::filters::batch::EventBatch;
 use crate::ingest::canonical::CanonicalChain;
-use crate::ingest::{ChainEvent, SourceEvent};
-use crate::log::batch::EventBatch;
-use crate::log::store::Persist;
-use crate::log::{EventLog, Position, Step};
 use crate::metrics::Metrics;
+use crate::model::{ChainEvent, SourceEvent};
 use crate::price::Feed;
 
 /// What the pipeline writes and the chain's readers (RPC methods, the hot
@@ -309,7 +309,7 @@ mod tests {
     use crate::fanout::Frames;
     use crate::filters::testing::{self, builtin, subscribe_all};
     use crate::ingest::devnet::{Devnet, DevnetSettings};
-    use crate::ingest::model::Block;
+    use crate::model::Block;
 
     /// A built-in topic's actor with one subscriber to everything, and the
     /// subscriber's frames.

@@ -1,16 +1,16 @@
 //! The process's role and the `[bus]` section: several servers on NATS
-//! JetStream, ingest once and serve from many edges (docs/architecture.md,
+//! JetStream, ingest once and serve from many edges (docs/src/architecture.md,
 //! The bus).
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::bail;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// What this process does (`role` in the config, `--role` on the command
 /// line).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// One process, no bus: sources, filters and clients together.
@@ -49,7 +49,7 @@ impl FromStr for Role {
 
 /// The `[bus]` section: where the NATS servers are and what each chain's
 /// stream keeps. Read by the `ingest` and `edge` roles only.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct BusConfig {
     /// NATS servers to connect to (any of a cluster's). Default

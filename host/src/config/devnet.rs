@@ -1,10 +1,12 @@
 //! The `[devnet]` section of the config, read by the embedded devnet
 //! ([`crate::ingest::devnet`]).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+use super::in_range;
 
 /// The `[devnet]` section of the config. Every key is optional.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct DevnetSettings {
     /// Everything generated follows from it (with the chain id): the same
@@ -52,6 +54,27 @@ impl Default for DevnetSettings {
             genesis_timestamp: None,
             history_blocks: 300,
         }
+    }
+}
+
+impl DevnetSettings {
+    pub(super) fn validate(&self) -> anyhow::Result<()> {
+        in_range(
+            "devnet.pending_batches_per_block",
+            u64::from(self.pending_batches_per_block),
+            0,
+            1_000,
+        )?;
+        in_range(
+            "devnet.transactions_per_block",
+            u64::from(self.transactions_per_block),
+            0,
+            100_000,
+        )?;
+        if let Some(ms) = self.block_time_ms {
+            in_range("devnet.block_time_ms", ms, 1, 3_600_000)?;
+        }
+        in_range("devnet.history_blocks", self.history_blocks, 0, 1_000_000)
     }
 }
 

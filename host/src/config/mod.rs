@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use chainsieve_filter_core::params;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 mod bus;
 mod devnet;
@@ -29,7 +29,7 @@ pub const DEMO_KEY: &str = "demo";
 /// The chain served at `/v1/<key>` without a prefix.
 pub const DEFAULT_CHAIN: &str = "eth";
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// What this process does: `all` (default), or `ingest` or `edge` on
@@ -53,8 +53,8 @@ pub struct Config {
 }
 
 /// Each chain's event log: the window a resuming subscription reaches back
-/// into (docs/architecture.md, The event log).
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+/// into (docs/src/architecture.md, The event log).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// Blocks added that each chain's window keeps, with every step between
@@ -82,7 +82,7 @@ impl Default for LogConfig {
 }
 
 /// What the server logs, and how. `RUST_LOG`, when set, overrides `level`.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoggingConfig {
     /// A `tracing` filter: `info`, `warn`, `chainsieve=debug,info`, …
@@ -99,9 +99,24 @@ impl Default for LoggingConfig {
     }
 }
 
+impl LogConfig {
+    fn validate(&self) -> anyhow::Result<()> {
+        in_range("log.blocks", self.blocks as u64, 1, 10_000_000)?;
+        in_range("log.memory_mib", self.memory_mib, 1, 1 << 20)
+    }
+}
+
+impl LoggingConfig {
+    fn validate(&self) -> anyhow::Result<()> {
+        tracing_subscriber::EnvFilter::try_new(&self.level)
+            .with_context(|| format!("logging.level {:?} is not a tracing filter", self.level))?;
+        Ok(())
+    }
+}
+
 /// Log lines for people (`text`) or for collectors (`json`, one object a
 /// line with the event's fields).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]
@@ -162,7 +177,7 @@ fn in_range(key: &str, value: u64, low: u64, high: u64) -> anyhow::Result<()> {
 }
 
 /// Where `token_price` keeps its history.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PriceConfig {
     /// A directory for one database file per node-fed chain
@@ -172,7 +187,7 @@ pub struct PriceConfig {
     pub data_dir: Option<PathBuf>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// API keys accepted in the URL path. None configured and every chain
@@ -183,7 +198,20 @@ pub struct AuthConfig {
     pub admin_token: Option<String>,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+impl AuthConfig {
+    fn validate(&self) -> anyhow::Result<()> {
+        if self
+            .admin_token
+            .as_ref()
+            .is_some_and(|token| token.len() < 16)
+        {
+            bail!("auth.admin_token must be at least 16 characters");
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct FiltersConfig {
     /// Extra filter components (`*.wasm`), loaded at startup; a topic here
@@ -198,7 +226,7 @@ pub struct FiltersConfig {
     /// `chainsieve_filter_core::params::max_filter_values`).
     pub max_values: u64,
     /// The longest payload a 0.2 component may write for one match; a
-    /// longer one is a bad answer (docs/architecture.md, Filter contract
+    /// longer one is a bad answer (docs/src/architecture.md, Filter contract
     /// v0.2).
     pub max_payload_bytes: u64,
 }
@@ -219,6 +247,23 @@ impl FiltersConfig {
     pub fn call_timeout(&self) -> Duration {
         Duration::from_millis(self.call_timeout_ms)
     }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        in_range(
+            "filters.call_timeout_ms",
+            self.call_timeout_ms,
+            1,
+            3_600_000,
+        )?;
+        in_range("filters.memory_limit_mib", self.memory_limit_mib, 1, 4_096)?;
+        in_range("filters.max_values", self.max_values, 1, 1_000_000)?;
+        in_range(
+            "filters.max_payload_bytes",
+            self.max_payload_bytes,
+            2,
+            16 << 20,
+        )
+    }
 }
 
 /// Where a chain's data comes from.
@@ -229,6 +274,15 @@ pub enum SourceConfig {
     Devnet,
     /// A node's WebSocket JSON-RPC endpoint.
     Node(String),
+}
+
+impl Serialize for SourceConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SourceConfig::Devnet => s.serialize_str("devnet"),
+            SourceConfig::Node(url) => s.serialize_str(url),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for SourceConfig {
@@ -246,14 +300,12 @@ impl<'de> Deserialize<'de> for SourceConfig {
     }
 }
 
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChainConfig {
     /// Required for chains other than eth (1), bsc (56) and polygon (137).
     pub chain_id: Option<u64>,
     pub source: SourceConfig,
-    /// HTTP endpoint for calls; default derived from `source`.
-    pub http: Option<String>,
     /// Blocks kept for reorg handling and block lookups.
     pub window: Option<usize>,
     /// Node chains: fill `token_price` history from this block up to where
@@ -261,7 +313,7 @@ pub struct ChainConfig {
     pub price_from_block: Option<u64>,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Frames a connection may have waiting to be written; a subscriber
@@ -297,6 +349,48 @@ impl Default for LimitsConfig {
     }
 }
 
+impl LimitsConfig {
+    fn validate(&self) -> anyhow::Result<()> {
+        in_range(
+            "limits.outbound_queue",
+            self.outbound_queue as u64,
+            1,
+            1 << 20,
+        )?;
+        in_range("limits.max_batch", self.max_batch as u64, 1, 100_000)?;
+        in_range(
+            "limits.max_request_bytes",
+            self.max_request_bytes as u64,
+            1_024,
+            1 << 30,
+        )?;
+        in_range(
+            "limits.ping_interval_secs",
+            self.ping_interval_secs,
+            1,
+            86_400,
+        )?;
+        in_range(
+            "limits.max_subscriptions_per_connection",
+            self.max_subscriptions_per_connection as u64,
+            1,
+            1_000_000,
+        )?;
+        in_range(
+            "limits.max_connections_per_key",
+            self.max_connections_per_key as u64,
+            1,
+            10_000_000,
+        )?;
+        in_range(
+            "limits.requests_per_second_per_key",
+            u64::from(self.requests_per_second_per_key),
+            1,
+            10_000_000,
+        )
+    }
+}
+
 /// A chain as the server runs it: config with defaults resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChainSpec {
@@ -314,108 +408,30 @@ impl Config {
         Self::from_toml(&text).with_context(|| format!("in config {}", path.display()))
     }
 
+    /// Reads `text`; what it says is checked by [`Config::validate`] once
+    /// the command line has had its say.
     pub fn from_toml(text: &str) -> anyhow::Result<Self> {
-        let config: Config = toml::from_str(text)
+        toml::from_str(text)
             .map_err(|error| moved_keys(text).unwrap_or_else(|| anyhow::Error::new(error)))
-            .context("parsing TOML")?;
-        config.validate()?;
-        Ok(config)
+            .context("parsing TOML")
     }
 
-    /// Checks everything a server needs before anything starts: chains,
-    /// keys, and that every number is in a range the server can run with
-    /// (an out-of-range value is refused here, naming the key and the
-    /// range, rather than overflowing or panicking later).
+    /// Checks everything a server needs before anything starts (called
+    /// once, by [`crate::app::start`], after the command line's overrides):
+    /// each section checks its own keys, then what spans sections (chains
+    /// against the role and the devnet, keys against the sources). An
+    /// out-of-range value is refused here, naming the key and the range,
+    /// rather than overflowing or panicking later.
     pub fn validate(&self) -> anyhow::Result<()> {
         let specs = self.chain_specs()?;
         self.keys()?;
-        tracing_subscriber::EnvFilter::try_new(&self.logging.level).with_context(|| {
-            format!(
-                "logging.level {:?} is not a tracing filter",
-                self.logging.level
-            )
-        })?;
-        if self
-            .auth
-            .admin_token
-            .as_ref()
-            .is_some_and(|token| token.len() < 16)
-        {
-            bail!("auth.admin_token must be at least 16 characters");
-        }
+        self.auth.validate()?;
+        self.filters.validate()?;
+        self.limits.validate()?;
+        self.log.validate()?;
+        self.devnet.validate()?;
         self.rpc.validate()?;
-        let limits = &self.limits;
-        in_range(
-            "limits.outbound_queue",
-            limits.outbound_queue as u64,
-            1,
-            1 << 20,
-        )?;
-        in_range("limits.max_batch", limits.max_batch as u64, 1, 100_000)?;
-        in_range(
-            "limits.max_request_bytes",
-            limits.max_request_bytes as u64,
-            1_024,
-            1 << 30,
-        )?;
-        in_range(
-            "limits.ping_interval_secs",
-            limits.ping_interval_secs,
-            1,
-            86_400,
-        )?;
-        in_range(
-            "limits.max_subscriptions_per_connection",
-            limits.max_subscriptions_per_connection as u64,
-            1,
-            1_000_000,
-        )?;
-        in_range(
-            "limits.max_connections_per_key",
-            limits.max_connections_per_key as u64,
-            1,
-            10_000_000,
-        )?;
-        in_range(
-            "limits.requests_per_second_per_key",
-            u64::from(limits.requests_per_second_per_key),
-            1,
-            10_000_000,
-        )?;
-        in_range("filters.max_values", self.filters.max_values, 1, 1_000_000)?;
-        in_range(
-            "filters.max_payload_bytes",
-            self.filters.max_payload_bytes,
-            2,
-            16 << 20,
-        )?;
-        in_range("log.blocks", self.log.blocks as u64, 1, 10_000_000)?;
-        in_range("log.memory_mib", self.log.memory_mib, 1, 1 << 20)?;
-        let devnet = &self.devnet;
-        in_range(
-            "devnet.pending_batches_per_block",
-            u64::from(devnet.pending_batches_per_block),
-            0,
-            1_000,
-        )?;
-        in_range(
-            "devnet.transactions_per_block",
-            u64::from(devnet.transactions_per_block),
-            0,
-            100_000,
-        )?;
-        if let Some(ms) = devnet.block_time_ms {
-            in_range("devnet.block_time_ms", ms, 1, 3_600_000)?;
-        }
-        in_range("devnet.history_blocks", devnet.history_blocks, 0, 1_000_000)?;
-        for spec in &specs {
-            in_range(
-                &format!("chains.{}.window", spec.name),
-                spec.window as u64,
-                1,
-                1_000_000,
-            )?;
-        }
+        self.logging.validate()?;
         if self.role != Role::All {
             self.bus.validate()?;
         }
@@ -428,14 +444,14 @@ impl Config {
                 spec.name
             );
         }
-        if devnet.reorg_every > 0 {
+        if self.devnet.reorg_every > 0 {
             for spec in specs.iter().filter(|s| s.source == SourceConfig::Devnet) {
                 // The tracker must hold the reorg's common ancestor.
                 let most = (spec.window as u64).saturating_sub(1);
-                if devnet.reorg_depth > most {
+                if self.devnet.reorg_depth > most {
                     bail!(
                         "devnet.reorg_depth {} is deeper than chain {}'s window of {} blocks allows (at most {most})",
-                        devnet.reorg_depth,
+                        self.devnet.reorg_depth,
                         spec.name,
                         spec.window
                     );
@@ -469,11 +485,13 @@ impl Config {
                     .chain_id
                     .or(known)
                     .with_context(|| format!("chain \"{name}\" needs a chain_id"))?;
+                let window = chain.window.unwrap_or(DEFAULT_WINDOW);
+                in_range(&format!("chains.{name}.window"), window as u64, 1, 1_000_000)?;
                 Ok(ChainSpec {
                     name: name.clone(),
                     chain_id,
                     source: chain.source.clone(),
-                    window: chain.window.unwrap_or(DEFAULT_WINDOW),
+                    window,
                     price_from_block: chain.price_from_block,
                 })
             })
@@ -521,9 +539,16 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// Reads and checks `text`, as a server's start does.
+    fn load(text: &str) -> anyhow::Result<Config> {
+        let config = Config::from_toml(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
     #[test]
     fn no_config_is_three_devnet_chains_and_the_demo_key() {
-        let config = Config::from_toml("").expect("empty config");
+        let config = load("").expect("empty config");
         assert_eq!(config, Config::default());
         let specs = config.chain_specs().expect("valid");
         let ids: Vec<_> = specs
@@ -538,7 +563,7 @@ mod tests {
 
     #[test]
     fn full_example_parses() {
-        let config = Config::from_toml(
+        let config = load(
             r#"
             listen = "0.0.0.0:9000"
             [auth]
@@ -572,7 +597,7 @@ mod tests {
 
     #[test]
     fn mistakes_are_explained() {
-        let err = |toml: &str| format!("{:#}", Config::from_toml(toml).expect_err("invalid"));
+        let err = |toml: &str| format!("{:#}", load(toml).expect_err("invalid"));
         assert!(
             err("[chains.eth]\nsource = \"http://x\"").contains("must be \"devnet\" or a ws://")
         );
@@ -583,6 +608,8 @@ mod tests {
         assert!(err("[chains.eth]\nsource = \"ws://node:8546\"").contains("demo key only works"));
         assert!(err("listen = 5").contains("listen"));
         assert!(err("[auth]\nkeyz = []").contains("unknown field"));
+        // A node's HTTP endpoint was once read and never used.
+        assert!(err("[chains.eth]\nhttp = \"http://node:8545\"").contains("unknown field `http`"));
     }
 
     /// The roles on the bus: an edge needs keys (it serves node data), an
@@ -590,7 +617,7 @@ mod tests {
     #[test]
     fn roles_on_the_bus() {
         let node = "[chains.eth]\nsource = \"ws://node:8546\"\n";
-        let config = Config::from_toml(&format!(
+        let config = load(&format!(
             "role = \"edge\"\n[auth]\nkeys = [\"k\"]\n[bus]\nurls = [\"nats://10.0.0.1:4222\"]\nprefix = \"prod\"\n{node}"
         ))
         .expect("an edge");
@@ -598,7 +625,7 @@ mod tests {
             (config.role, config.bus.prefix.as_str()),
             (Role::Edge, "prod")
         );
-        let err = |toml: &str| format!("{:#}", Config::from_toml(toml).expect_err("invalid"));
+        let err = |toml: &str| format!("{:#}", load(toml).expect_err("invalid"));
         assert!(err("role = \"edge\"").contains("demo key only works when one process"));
         assert!(
             err("role = \"ingest\"\n[auth]\nkeys = [\"k\"]")
@@ -617,7 +644,7 @@ mod tests {
     /// the key and the range, instead of overflowing or panicking later.
     #[test]
     fn numbers_out_of_range_are_refused() {
-        let err = |toml: &str| format!("{:#}", Config::from_toml(toml).expect_err("invalid"));
+        let err = |toml: &str| format!("{:#}", load(toml).expect_err("invalid"));
         for (toml, expected) in [
             (
                 "[limits]\nping_interval_secs = 18446744073709551615",
@@ -656,6 +683,14 @@ mod tests {
                 "limits.max_connections_per_key must be between 1",
             ),
             (
+                "[filters]\ncall_timeout_ms = 0",
+                "filters.call_timeout_ms must be between 1 and 3600000, got 0",
+            ),
+            (
+                "[filters]\nmemory_limit_mib = 5000",
+                "filters.memory_limit_mib must be between 1 and 4096, got 5000",
+            ),
+            (
                 "[filters]\nmax_values = 0",
                 "filters.max_values must be between 1 and 1000000, got 0",
             ),
@@ -686,14 +721,13 @@ mod tests {
             assert!(message.contains(expected), "{toml}: {message}");
         }
         // The edges themselves are fine.
-        Config::from_toml("[limits]\noutbound_queue = 1\nping_interval_secs = 86400")
-            .expect("valid edges");
-        let logged = Config::from_toml(
+        load("[limits]\noutbound_queue = 1\nping_interval_secs = 86400").expect("valid edges");
+        let logged = load(
             "[logging]\nlevel = \"chainsieve=debug,warn\"\nformat = \"json\"\n[log]\nblocks = 64",
         )
         .expect("a filter, a format and a window");
         assert_eq!(logged.logging.format, LogFormat::Json);
         assert_eq!(logged.log.blocks, 64);
-        assert!(Config::from_toml("[logging]\nformat = \"xml\"").is_err());
+        assert!(load("[logging]\nformat = \"xml\"").is_err());
     }
 }

@@ -1,11 +1,11 @@
 //! The `[rpc]` section: which methods a node-fed chain forwards to its
-//! node, and how long a forwarded call may take (docs/architecture.md,
+//! node, and how long a forwarded call may take (docs/src/architecture.md,
 //! Forwarding).
 
 use std::time::Duration;
 
 use anyhow::bail;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Namespaces forwarded by default: the standard ones.
 const FORWARDED_NAMESPACES: [&str; 3] = ["eth_", "net_", "web3_"];
@@ -28,7 +28,7 @@ fn subscribes(method: &str) -> bool {
     method.ends_with("_subscribe") || method.ends_with("_unsubscribe")
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RpcConfig {
     /// Methods forwarded beyond the defaults: a name (`anvil_mine`) or a

@@ -8,7 +8,7 @@
 //! and the event's [`Notice`] (payload and cursor, made once per event and
 //! shared by every subscriber). The session's writer splices them into its
 //! socket's write buffer, so a notification costs each subscriber two
-//! reference counts and no allocation (docs/architecture.md, Fan-out).
+//! reference counts and no allocation (docs/src/architecture.md, Fan-out).
 //! While the writer waits on an empty queue, a sender writes to the
 //! connection's [`Wire`] itself, and the notification is not queued at all.
 

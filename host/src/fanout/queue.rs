@@ -9,7 +9,7 @@
 //! push (or, while the writer waits, a write to the socket under the lock);
 //! the writer takes a whole round of frames under one lock, and
 //! frames, close and the last sender's drop all wake the one waker the
-//! writer leaves (docs/architecture.md, Fan-out). An idle connection's
+//! writer leaves (docs/src/architecture.md, Fan-out). An idle connection's
 //! queue allocates nothing.
 //!
 //! A queue made with its socket ([`Sink::wired`]) skips itself when it can:
@@ -305,7 +305,7 @@ impl Sink {
 
     /// How many frames may be queued one after another, each while the
     /// queue is at most half full: a replay fills only that half, so live
-    /// frames always find room (docs/architecture.md, The event log).
+    /// frames always find room (docs/src/architecture.md, The event log).
     pub fn room_to_spare(&self) -> usize {
         (self.shared.capacity / 2 + 1).saturating_sub(self.shared.lock().frames.len())
     }

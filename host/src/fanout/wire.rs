@@ -5,7 +5,7 @@
 //! with nothing of its own in flight, writes its frames to the socket
 //! itself ([`super::Sink`]): a notification then costs no queue slot, no
 //! task wakeup and no poll of the writer, which were most of the user time
-//! left per notification in the load benchmark (docs/architecture.md,
+//! left per notification in the load benchmark (docs/src/architecture.md,
 //! Fan-out).
 
 use std::cell::RefCell;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 pub use chainsieve_filter_core::Delivery;
 use chainsieve_filter_core::{Matches, NO_PAYLOAD, Source};
 
-use crate::log::batch::EventBatch;
+use crate::filters::batch::EventBatch;
 
 /// What a component says about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -80,7 +80,7 @@ fn shared_engine(metered: bool) -> anyhow::Result<&'static SharedEngine> {
 fn start_engine(metered: bool) -> anyhow::Result<Engine> {
     let mut config = Config::new();
     config.epoch_interruption(metered);
-    // Measured (docs/architecture.md, Why this shape): component-model
+    // Measured (docs/src/architecture.md, Why this shape (measured)): component-model
     // async support adds ~650 ns to every call, and filters never need it.
     config.concurrency_support(false);
     // Instances come from a pool reserved once: instantiating is a few

@@ -17,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -26,9 +27,9 @@ use serde::{Deserialize, Serialize};
 use super::contract::{Delivery, FilterManifest};
 use super::engine::{FilterEngine, FilterInstance};
 use crate::config::FiltersConfig;
-use crate::ingest::StreamEvent;
-use crate::ingest::upstream::stream_event;
-use crate::log::batch::EventBatch;
+use crate::filters::batch::EventBatch;
+use crate::model::StreamEvent;
+use crate::model::wire::stream_event;
 
 /// Events per `match-batch` call unless set otherwise: the size of a busy
 /// block's transactions.
@@ -191,4 +192,134 @@ pub fn read_events(
             })
         })
         .collect()
+}
+
+/// How a run's matches differ from the expected ones (`chainsieve filter
+/// test --expect`). Matches are compared as a multiset: `event` and
+/// `subscription` equal, and `payload` equal as a JSON value (key order and
+/// whitespace do not matter; a payload that is not JSON compares as text).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Comparison {
+    /// Expected and produced for the same event and subscription, with
+    /// payloads that differ: (expected, got).
+    pub differing: Vec<(Match, Match)>,
+    /// Expected, not produced.
+    pub missing: Vec<Match>,
+    /// Produced, not expected.
+    pub unexpected: Vec<Match>,
+}
+
+impl Comparison {
+    /// Compares `got` against `expected`.
+    pub fn of(expected: &[Match], got: &[Match]) -> Self {
+        let mut expected = by_pair(expected);
+        let mut got = by_pair(got);
+        let pairs: std::collections::BTreeSet<(usize, u64)> =
+            expected.keys().chain(got.keys()).copied().collect();
+        let mut comparison = Self::default();
+        for pair in pairs {
+            let mut wanted = expected.remove(&pair).unwrap_or_default();
+            let mut made = got.remove(&pair).unwrap_or_default();
+            // Equal payloads cancel out, whatever their order.
+            wanted.retain(
+                |(_, payload)| match made.iter().position(|(_, p)| p == payload) {
+                    Some(at) => {
+                        made.remove(at);
+                        false
+                    }
+                    None => true,
+                },
+            );
+            let mut wanted = wanted.into_iter().map(|(m, _)| m.clone());
+            let mut made = made.into_iter().map(|(m, _)| m.clone());
+            loop {
+                match (wanted.next(), made.next()) {
+                    (Some(want), Some(have)) => comparison.differing.push((want, have)),
+                    (Some(want), None) => comparison.missing.push(want),
+                    (None, Some(have)) => comparison.unexpected.push(have),
+                    (None, None) => break,
+                }
+            }
+        }
+        comparison
+    }
+
+    /// Whether the run gave exactly what was expected.
+    pub fn is_equal(&self) -> bool {
+        self.differing.is_empty() && self.missing.is_empty() && self.unexpected.is_empty()
+    }
+}
+
+/// A payload as compared: its JSON value, or its text when it is not JSON.
+type Compared<'a> = Option<Result<serde_json::Value, &'a str>>;
+
+/// `matches` by (event, subscription), each with its payload as compared.
+fn by_pair(matches: &[Match]) -> BTreeMap<(usize, u64), Vec<(&Match, Compared<'_>)>> {
+    let mut pairs: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for m in matches {
+        let payload = m
+            .payload
+            .as_deref()
+            .map(|text| serde_json::from_str(text).map_err(|_| text));
+        pairs
+            .entry((m.event, m.subscription))
+            .or_default()
+            .push((m, payload));
+    }
+    pairs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(event: usize, subscription: u64, payload: Option<&str>) -> Match {
+        Match {
+            event,
+            subscription,
+            payload: payload.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn payloads_compare_as_json_values_in_any_order() {
+        let expected = [
+            at(1, 0, Some(r#"{"token":"0xa0","amount":"5"}"#)),
+            at(0, 0, None),
+        ];
+        let got = [
+            at(0, 0, None),
+            at(1, 0, Some(r#"{ "amount": "5", "token": "0xa0" }"#)),
+        ];
+        let comparison = Comparison::of(&expected, &got);
+        assert!(comparison.is_equal(), "{comparison:?}");
+    }
+
+    /// A payload that differs is one difference naming both sides, not a
+    /// match missing and another unexpected.
+    #[test]
+    fn a_different_payload_is_reported_once_with_both_sides() {
+        let expected = [at(3, 1, Some(r#"{"amount":"5"}"#)), at(4, 1, None)];
+        let got = [at(3, 1, Some(r#"{"amount":"6"}"#)), at(5, 0, None)];
+        assert_eq!(
+            Comparison::of(&expected, &got),
+            Comparison {
+                differing: vec![(expected[0].clone(), got[0].clone())],
+                missing: vec![expected[1].clone()],
+                unexpected: vec![got[1].clone()],
+            }
+        );
+    }
+
+    /// The same match twice is two matches: one of them missing is a
+    /// difference. Text that is not JSON compares as text.
+    #[test]
+    fn repeats_count_and_text_compares_as_text() {
+        let twice = [at(0, 0, Some("not json")), at(0, 0, Some("not json"))];
+        let comparison = Comparison::of(&twice, &twice[..1]);
+        assert_eq!(comparison.missing, vec![twice[0].clone()]);
+        assert!(comparison.differing.is_empty() && comparison.unexpected.is_empty());
+        let comparison = Comparison::of(&twice[..1], &[at(0, 0, Some("not  json"))]);
+        assert_eq!(comparison.differing.len(), 1);
+    }
 }

@@ -10,6 +10,7 @@
 //! ([`crate::chain::reload`]).
 
 pub mod actor;
+pub mod batch;
 pub mod contract;
 pub mod engine;
 pub mod harness;

@@ -2,7 +2,7 @@
 //! subscription's reach, indexed, so a batch is narrowed to the events some
 //! subscription can match before the component is asked, and subscriptions
 //! that take every event are served without asking. Most events concern
-//! no subscriber: they never cross into WASM (docs/architecture.md, Reach).
+//! no subscriber: they never cross into WASM (docs/src/architecture.md, Reach).
 
 use anyhow::bail;
 use chainsieve_filter_core::projection::{KeyFields, Records};

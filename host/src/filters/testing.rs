@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::actor::{FilterHandle, Start, Subscribe};
 use super::{FilterComponent, FilterEngine, FilterRegistry};
 use crate::config::{FiltersConfig, LogConfig};
+use crate::eventlog::EventLog;
 use crate::fanout::{Frames, Sink};
-use crate::log::EventLog;
 
 /// The engine and the built-in component serving `topic`.
 pub fn builtin(topic: &str) -> (Arc<FilterEngine>, FilterComponent) {

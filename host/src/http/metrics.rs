@@ -15,8 +15,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::AppState;
-use crate::ingest::upstream::{self, UpstreamStatus};
+use crate::ingest::upstream::UpstreamStatus;
 use crate::metrics::{ChainLabel, TopicLabels};
+use crate::model::wire;
 
 /// `GET /metrics`.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -51,7 +52,7 @@ fn scrape(state: &AppState) -> Registry {
         closed_slow,
     );
     let skipped = Counter::<u64>::default();
-    skipped.inc_by(upstream::skipped_objects());
+    skipped.inc_by(wire::skipped_objects());
     registry.register(
         "upstream_objects_skipped",
         "Malformed transactions and logs from nodes, skipped instead of stopping the chain",

@@ -1,7 +1,7 @@
 //! The server's TCP sockets. Each accepted socket is shared (an `Arc`), so
 //! that a WebSocket session's writer writes to it directly while its reader
 //! reads through hyper's upgraded connection: the two halves share no lock
-//! (docs/architecture.md, Fan-out). Nagle is off on every socket.
+//! (docs/src/architecture.md, Fan-out). Nagle is off on every socket.
 
 use std::io;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! than by axum's `WebSocketUpgrade`, which hands over one locked stream:
 //! a session reads frames with tungstenite through hyper's upgraded
 //! connection, and writes its own frames straight to the [`Socket`]
-//! (docs/architecture.md, Fan-out).
+//! (docs/src/architecture.md, Fan-out).
 
 use std::io;
 use std::pin::Pin;

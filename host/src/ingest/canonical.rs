@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use alloy_primitives::B256;
 
-use super::events::ChainEvent;
-use super::model::Block;
+use crate::model::Block;
+use crate::model::ChainEvent;
 
 /// Why a block could not be placed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,7 +192,7 @@ mod tests {
     use alloy_consensus::Header;
 
     use super::*;
-    use crate::ingest::model::Transaction;
+    use crate::model::Transaction;
 
     /// A block at `number` on branch `branch`, child of `parent`.
     fn block(number: u64, branch: u8, parent: B256) -> Arc<Block> {

@@ -20,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 use super::indexer::Indexer;
 use super::store::{PriceStore, PriceWrite};
 use crate::contracts::abi::{IUniswapV2Factory, IUniswapV2Pair, IUniswapV3Factory, IUniswapV3Pool};
-use crate::ingest::model::Block;
-use crate::ingest::upstream::{Call, NodeConnection, NodeError, decode, read_logs};
+use crate::model::Block;
+use crate::model::wire::read_logs;
+use crate::node::{Call, NodeConnection, NodeError, decode};
 
 /// Block ranges asked for at first, and at most.
 const FIRST_SPAN: u64 = 1_000;

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::contracts::abi::{IERC20, IPool, IUniswapV2Factory};
 use crate::ingest::devnet;
-use crate::ingest::upstream::{NodeConnection, NodeError};
+use crate::node::{NodeConnection, NodeError};
 
 /// Runs a read-only call at the latest block.
 pub trait ChainCalls: Send + Sync {

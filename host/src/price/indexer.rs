@@ -24,9 +24,9 @@ use super::record::Recorder;
 use super::store::{BlockUpdate, Pool, PoolKind, PriceStore, PriceWrite, Token};
 use crate::contracts::abi::{IERC20, IPool, IUniswapV2Factory, IUniswapV3Factory, IUniswapV3Pool};
 use crate::contracts::catalog::Factory;
-use crate::ingest::ChainEvent;
-use crate::ingest::model::Block;
-use crate::log::Position;
+use crate::eventlog::Position;
+use crate::model::Block;
+use crate::model::ChainEvent;
 
 pub struct Indexer {
     chain: String,
@@ -402,7 +402,7 @@ mod tests {
         events.send(added(last.clone())).expect("open");
         for _ in 0..40 {
             for event in devnet.next_step() {
-                if let crate::ingest::SourceEvent::Block(block) = event {
+                if let crate::model::SourceEvent::Block(block) = event {
                     last = block.clone();
                     events.send(added(block)).expect("open");
                 }
@@ -453,7 +453,7 @@ mod tests {
             .expect("genesis");
         for position in 2..42 {
             for event in devnet.next_step() {
-                if let crate::ingest::SourceEvent::Block(block) = event {
+                if let crate::model::SourceEvent::Block(block) = event {
                     indexer
                         .apply(position, &ChainEvent::Added(block))
                         .await

@@ -17,8 +17,8 @@ use num_traits::{One, Zero};
 /// A non-negative exact price.
 pub type Price = Ratio<BigUint>;
 
-/// Significant digits written by [`to_decimal`] (docs/architecture.md,
-/// `token_price`: at least 15).
+/// Significant digits written by [`to_decimal`] (docs/src/api.md,
+/// token_price: at least 15).
 pub const SIGNIFICANT_DIGITS: usize = 18;
 
 /// A pool whose weight is below the largest one's divided by this is left

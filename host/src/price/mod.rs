@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ChainSpec, PriceConfig, SourceConfig};
-use crate::ingest::upstream::NodeConnection;
+use crate::node::NodeConnection;
 use calls::{ChainCalls, DevnetCalls};
 pub use indexer::Feed;
 use query::{PriceAnswer, PriceError};

@@ -1,7 +1,7 @@
 //! Where the index's writes go: straight into the chain's store, or (on
 //! an ingest that leads the chain) first into the bus's price journal so
 //! that every other server applies the same writes in the same order
-//! (docs/architecture.md, The bus). The index knows neither: it hands
+//! (docs/src/architecture.md, The bus). The index knows neither: it hands
 //! each write to a [`Recorder`].
 
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! Every change is a [`PriceWrite`]: the index makes them, and between
 //! servers the bus's price journal carries them, so a store that applies
 //! the journal's writes in order holds what the writer's holds
-//! (docs/architecture.md, The bus).
+//! (docs/src/architecture.md, The bus).
 
 use std::path::Path;
 
@@ -19,7 +19,7 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 pub use crate::contracts::catalog::PoolKind;
-use crate::log::Position;
+use crate::eventlog::Position;
 
 /// A pool the index prices from: its tokens in the pool's own order and
 /// the factory that created it (on the allow-list).

@@ -1,6 +1,6 @@
 //! What a devnet chain answers for the methods a wallet calls around
 //! `eth_sendRawTransaction`, so ethers' `sendTransaction` then `wait()`
-//! works with no node (docs/architecture.md, Devnet transactions): nonces,
+//! works with no node (docs/src/api.md, Devnet transactions): nonces,
 //! balances and receipts from the devnet's ledger, fees from the window's
 //! base fees, gas for transfers. The devnet runs no
 //! contract code: `eth_call`, and gas estimates of contract calls, say so.
@@ -17,7 +17,7 @@ use super::params::{
 use super::{Call, RpcError, result};
 use crate::chain::Chain;
 use crate::ingest::devnet::{Ledger, Mined, intrinsic, known_pools, known_tokens};
-use crate::ingest::model::Block;
+use crate::model::Block;
 
 /// The priority fee the devnet suggests (it takes any).
 const PRIORITY_FEE: u128 = 1_000_000_000;

@@ -3,18 +3,18 @@
 //! (with the server's own id), and the node's answer handed back unchanged:
 //! its result, or its error with code, message and `data` (a revert's data
 //! byte for byte). Which methods go is the `[rpc]` policy's to say
-//! (docs/architecture.md, Forwarding).
+//! (docs/src/architecture.md, Forwarding).
 
 use serde_json::value::RawValue;
 
 use super::{Call, RpcError};
 use crate::chain::Chain;
-use crate::ingest::upstream::{self, NodeError};
+use crate::node::{self, NodeError};
 
 /// Forwards `call` to `chain`'s node, or says why not.
 pub(super) async fn forward(chain: &Chain, call: &Call) -> Result<Box<RawValue>, RpcError> {
     let method = call.method.as_str();
-    let Some(node) = &chain.node else {
+    let Some(node) = chain.node() else {
         return Err(RpcError::method_not_found(method));
     };
     if !chain.rpc.forwards(method) {
@@ -24,10 +24,7 @@ pub(super) async fn forward(chain: &Chain, call: &Call) -> Result<Box<RawValue>,
              here, over WebSocket), and what [rpc] allow names"
         )));
     }
-    let request = [upstream::Call::named(
-        method.to_string(),
-        call.params.clone(),
-    )];
+    let request = [node::Call::named(method.to_string(), call.params.clone())];
     let timeout = chain.rpc.timeout();
     match node.batch_within(&request, timeout).await {
         Ok(mut results) => results

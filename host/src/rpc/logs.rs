@@ -2,10 +2,12 @@
 //! notifications sent: a devnet chain's history as far back as the log
 //! holds it; on a node chain, a range of block numbers (or a block hash)
 //! the log holds, and anything else (tags included) from the node
-//! ([`Held::Elsewhere`]). geth's filter rules, as the `logs`
-//! topic applies them (README, Semantics).
+//! ([`Held::Elsewhere`]). geth's filter rules: the `logs` topic's own
+//! ([`LogFilter`]; docs/src/api.md, Logs).
 
-use alloy_primitives::{Address, B256};
+use alloy_primitives::B256;
+use chainsieve_filter_core::LogRead;
+use chainsieve_log_rules::LogFilter;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -17,22 +19,20 @@ use crate::chain::Chain;
 /// The most logs one call answers.
 const MAX_LOGS: usize = 10_000;
 
-/// The addresses and topics a log must match; empty: any.
-struct Filter {
-    addresses: Vec<Address>,
-    /// Per position: `None` any, else any of these.
-    topics: Vec<Option<Vec<B256>>>,
-}
+/// A log as geth's filter rules read it.
+struct Read<'a>(&'a alloy_primitives::Log);
 
-impl Filter {
-    fn matches(&self, log: &alloy_primitives::Log) -> bool {
-        (self.addresses.is_empty() || self.addresses.contains(&log.address))
-            && self.topics.len() <= log.topics().len()
-            && self
-                .topics
-                .iter()
-                .zip(log.topics())
-                .all(|(wanted, topic)| wanted.as_ref().is_none_or(|any| any.contains(topic)))
+impl<'a> LogRead<'a> for Read<'a> {
+    fn address(&self) -> &'a [u8; 20] {
+        &self.0.address.0.0
+    }
+
+    fn topic_count(&self) -> usize {
+        self.0.topics().len()
+    }
+
+    fn topic(&self, i: usize) -> Option<&'a [u8; 32]> {
+        self.0.topics().get(i).map(|topic| &topic.0)
     }
 }
 
@@ -43,16 +43,19 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
             "eth_getLogs takes a filter object",
         ));
     };
-    let filter = Filter {
-        addresses: addresses(query.get("address"))?,
-        topics: topics(query.get("topics"))?,
-    };
+    let filter = LogFilter::new(query.get("address"), query.get("topics")).map_err(|refusal| {
+        if refusal.is_limit() {
+            RpcError::limit_exceeded(refusal.to_string())
+        } else {
+            RpcError::invalid_params(refusal.to_string())
+        }
+    })?;
     // The log, not the window: the pipeline appends to the log just after
     // it moves the window.
     let Some((oldest, tip)) = chain.log().canonical_bounds() else {
         return Err(RpcError::generic("no block received yet"));
     };
-    let node = chain.node.is_some();
+    let node = chain.node().is_some();
     let elsewhere = |fallback| Ok(Held::Elsewhere(fallback));
     let (from, to) = match query.get("blockHash") {
         Some(value) => {
@@ -113,7 +116,7 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
     let mut found = Vec::new();
     for block in &blocks {
         for (index, log) in block.logs.iter().enumerate() {
-            if filter.matches(&log.inner) {
+            if filter.matches(&Read(&log.inner)) {
                 if found.len() == MAX_LOGS {
                     let limited = RpcError::limit_exceeded(format!(
                         "more than {MAX_LOGS} logs match; ask for a narrower block range"
@@ -133,35 +136,4 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
         }
     }
     Ok(Held::Answer(result(&found)?))
-}
-
-fn addresses(value: Option<&Value>) -> Result<Vec<Address>, RpcError> {
-    let one = |v: &Value| fixed_value(v, "address");
-    match value {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(list)) => list.iter().map(one).collect(),
-        Some(single) => Ok(vec![one(single)?]),
-    }
-}
-
-fn topics(value: Option<&Value>) -> Result<Vec<Option<Vec<B256>>>, RpcError> {
-    let one = |v: &Value| fixed_value(v, "topic");
-    let list = match value {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(list)) if list.len() <= 4 => list,
-        Some(_) => {
-            return Err(RpcError::invalid_params(
-                "topics must be an array of at most 4 positions",
-            ));
-        }
-    };
-    list.iter()
-        .map(|position| match position {
-            Value::Null => Ok(None),
-            // An empty position, or one that admits null, is any topic.
-            Value::Array(any) if any.is_empty() || any.iter().any(Value::is_null) => Ok(None),
-            Value::Array(any) => any.iter().map(one).collect::<Result<_, _>>().map(Some),
-            single => Ok(Some(vec![one(single)?])),
-        })
-        .collect()
 }

@@ -90,13 +90,13 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
         ),
         "eth_getLogs" => reply(held(ctx, call, logs::get_logs(ctx.chain, &call.params)).await),
         "token_price" => reply(token_price::token_price(ctx.chain, &call.params)),
-        "eth_sendRawTransaction" => match &ctx.chain.submissions {
+        "eth_sendRawTransaction" => match ctx.chain.submissions() {
             Some(submissions) => {
                 reply(submit::send_raw_transaction(ctx.chain, submissions, &call.params).await)
             }
             None => reply(forward::forward(ctx.chain, call).await),
         },
-        _ => match &ctx.chain.ledger {
+        _ => match ctx.chain.ledger() {
             Some(ledger) => reply(devnet::answer(ctx.chain, ledger, call)),
             None => reply(forward::forward(ctx.chain, call).await),
         },
@@ -111,7 +111,7 @@ async fn held(
 ) -> Result<Box<serde_json::value::RawValue>, RpcError> {
     match held? {
         blocks::Held::Answer(answer) => Ok(answer),
-        blocks::Held::Elsewhere(_) if ctx.chain.node.is_some() => {
+        blocks::Held::Elsewhere(_) if ctx.chain.node().is_some() => {
             forward::forward(ctx.chain, call).await
         }
         blocks::Held::Elsewhere(fallback) => fallback,

@@ -1,5 +1,5 @@
 //! The options object `eth_subscribe` may end with: `{"resumeFrom":
-//! "<cursor>"}` or `{"fromBlock": "0x…"}` (docs/architecture.md, The event
+//! "<cursor>"}` or `{"fromBlock": "0x…"}` (docs/src/architecture.md, The event
 //! log). An object whose only members are options is the options object;
 //! the host takes it out, so the filter component never sees it.
 
@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::RpcError;
 use super::params::parse_quantity;
-use crate::log::cursor::{Cursor, ResumeError, ResumeFrom};
+use crate::eventlog::cursor::{Cursor, ResumeError, ResumeFrom};
 
 const RESUME_FROM: &str = "resumeFrom";
 const FROM_BLOCK: &str = "fromBlock";

@@ -1,5 +1,5 @@
 //! `token_price`: validates the request, then asks the chain's price index
-//! (docs/architecture.md, Decided semantics).
+//! (docs/src/api.md, token_price).
 
 use alloy_primitives::Address;
 use serde_json::Value;

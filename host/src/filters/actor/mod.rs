@@ -31,10 +31,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::contract::Delivery;
 use super::engine::FilterComponent;
 use super::instance::{Instance, Instantiate};
+use crate::eventlog::cursor::{Mark, ResumeError, ResumeFrom};
+use crate::eventlog::{EventLog, Position};
 use crate::fanout::{self, Notice, Sink, Via};
-use crate::log::batch::EventBatch;
-use crate::log::cursor::{Mark, ResumeError, ResumeFrom};
-use crate::log::{EventLog, Position};
+use crate::filters::batch::EventBatch;
 use crate::metrics::ActorMetrics;
 use pairs::Pair;
 

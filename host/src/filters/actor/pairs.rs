@@ -2,7 +2,7 @@
 //! by subscriber, each one's events in chain order (which its cursors rely
 //! on). Grouped, the frames one connection gets from a batch are queued
 //! back to back, so its writer takes them in one wake and one write
-//! instead of one per event (docs/architecture.md, Fan-out). An answer
+//! instead of one per event (docs/src/architecture.md, Fan-out). An answer
 //! about a single event (every pending batch of one transaction) is taken
 //! as it is.
 //!
@@ -12,7 +12,7 @@
 use chainsieve_filter_core::Matches;
 
 use crate::fanout::Notice;
-use crate::log::batch::EventBatch;
+use crate::filters::batch::EventBatch;
 
 /// One event going to one subscription.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,8 +88,8 @@ mod tests {
     use chainsieve_filter_core::Source;
 
     use super::*;
-    use crate::ingest::StreamEvent;
-    use crate::ingest::model::Transaction;
+    use crate::model::StreamEvent;
+    use crate::model::Transaction;
 
     /// A batch of `count` pending transactions.
     fn batch(count: u8) -> EventBatch {

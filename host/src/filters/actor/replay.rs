@@ -1,4 +1,4 @@
-//! Resume replay (docs/architecture.md, The event log). A resuming
+//! Resume replay (docs/src/architecture.md, The event log). A resuming
 //! subscription reads the chain's log from its mark, one step per turn
 //! between two commands, matched by an instance of its own that holds only
 //! the subscriptions replaying, so live batches never wait for a whole
@@ -20,11 +20,11 @@ use chainsieve_filter_core::Matches;
 
 use super::pairs::{self, Pair};
 use super::{Actor, Feed};
+use crate::eventlog::cursor::Mark;
+use crate::eventlog::{Position, Step};
 use crate::fanout::Via;
+use crate::filters::batch::EventBatch;
 use crate::filters::instance::Instance;
-use crate::log::batch::EventBatch;
-use crate::log::cursor::Mark;
-use crate::log::{Position, Step};
 
 /// The JSON-RPC error code ending a replay that fell out of the log's
 /// window: EIP-1474's "resource not found", as for a resume older than it.
@@ -32,7 +32,7 @@ const FELL_BEHIND: i64 = -32001;
 
 /// Replayed notifications one actor sends per second at most, and in one
 /// burst: a replay takes a bounded share of the machine, so live
-/// subscribers keep their latency (README, Benchmarks: resume).
+/// subscribers keep their latency (docs/src/benchmarks.md, Resume).
 const REPLAY_RATE: f64 = 50_000.0;
 const REPLAY_BURST: f64 = 1_000.0;
 

@@ -8,14 +8,14 @@ use chainsieve_filter_core::Matches;
 
 use super::*;
 use crate::config::LogConfig;
+use crate::eventlog::cursor::Cursor;
 use crate::fanout::testing::Pipe;
 use crate::fanout::{Frame, Frames, Notice};
 use crate::filters::testing::{builtin, subscribe_all, to_everything};
-use crate::ingest::ChainEvent;
 use crate::ingest::devnet::{Devnet, DevnetSettings};
-use crate::ingest::model::Block;
-use crate::log::cursor::Cursor;
 use crate::metrics::Metrics;
+use crate::model::Block;
+use crate::model::ChainEvent;
 
 /// What the stand-ins do, shared with the test that scripts them.
 #[derive(Default)]
@@ -137,7 +137,7 @@ async fn harness_with(log: LogConfig) -> Harness {
             std::iter::repeat_with(|| devnet.next_step())
                 .flatten()
                 .filter_map(|event| match event {
-                    crate::ingest::SourceEvent::Block(block) => Some(block),
+                    crate::model::SourceEvent::Block(block) => Some(block),
                     _ => None,
                 }),
         )

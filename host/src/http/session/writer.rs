@@ -5,7 +5,7 @@
 //! notification is copied once on its way to the kernel (more if the
 //! socket does not take it at once) and written in one system call with
 //! whatever else was queued. That buffer is the worker thread's, not the
-//! connection's (docs/architecture.md, Fan-out). While it waits on an empty
+//! connection's (docs/src/architecture.md, Fan-out). While it waits on an empty
 //! queue, senders write to the socket themselves; it is woken only for
 //! what they queued, or for the rest of a write the socket took in part.
 

@@ -12,7 +12,7 @@ use alloy_consensus::{
 use alloy_primitives::{Address, B256, Bytes, Log as PrimitiveLog, U256, keccak256, logs_bloom};
 use alloy_rpc_types_eth::Log;
 
-use crate::ingest::model::{Block, Transaction};
+use crate::model::{Block, Transaction};
 
 /// A generated transaction with everything its block needs.
 #[derive(Clone, Debug)]
@@ -163,7 +163,7 @@ mod tests {
     use super::super::testing::{envelope_of, run_steps, settings, stream};
     use super::super::{Devnet, DevnetSettings};
     use super::*;
-    use crate::ingest::SourceEvent;
+    use crate::model::SourceEvent;
 
     #[test]
     fn cadence_and_timestamps() {

@@ -1,5 +1,5 @@
 //! What the devnet knows that its blocks do not carry, for the methods a
-//! wallet calls around `eth_sendRawTransaction` (docs/architecture.md,
+//! wallet calls around `eth_sendRawTransaction` (docs/src/api.md,
 //! Devnet transactions): each sender's nonces, mined and pending, each
 //! account's balance, and the gas each recent transaction used. The devnet's task writes it; RPC
 //! methods read it. A mutex, held for a map lookup or update only.
@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use alloy_primitives::{Address, B256, I256, U256};
 
 use super::block::Generated;
-use crate::ingest::model::{Block, Transaction};
+use crate::model::{Block, Transaction};
 
 /// Where a mined transaction is and the gas it used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,9 +185,9 @@ impl Inner {
 mod tests {
     use super::*;
     use crate::config::DevnetSettings;
-    use crate::ingest::SourceEvent;
     use crate::ingest::canonical::CanonicalChain;
     use crate::ingest::devnet::Devnet;
+    use crate::model::SourceEvent;
 
     /// Through the devnet's blocks and reorgs, the ledger's balances are
     /// the genesis allocations less the fees of the canonical blocks' transactions
@@ -213,7 +213,7 @@ mod tests {
                     let changes = canonical.apply(block).expect("connects");
                     reorged |= changes
                         .iter()
-                        .any(|c| matches!(c, crate::ingest::ChainEvent::Removed(_)));
+                        .any(|c| matches!(c, crate::model::ChainEvent::Removed(_)));
                 }
             }
         }

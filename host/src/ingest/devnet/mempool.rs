@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use super::Devnet;
 use super::block::Generated;
 use super::workload::TRANSFER_GAS;
-use crate::ingest::model::Transaction;
+use crate::model::Transaction;
 
 /// Transactions waiting for a block, beyond which submissions are refused:
 /// a load the blocks cannot carry must not grow the pool without bound.
@@ -145,7 +145,7 @@ mod tests {
     use super::super::testing::{envelope_of, nonces, outside, quiet, run_steps, signed_by};
     use super::super::{DevnetSettings, Job, Step};
     use super::*;
-    use crate::ingest::SourceEvent;
+    use crate::model::SourceEvent;
 
     #[test]
     fn submitted_transactions_are_checked_announced_and_mined() {

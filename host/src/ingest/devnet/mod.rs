@@ -49,8 +49,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::DEFAULT_WINDOW;
-use crate::ingest::SourceEvent;
-use crate::ingest::model::Block;
+use crate::model::Block;
+use crate::model::SourceEvent;
 use block::{BlockJob, BlockTemplate, Built, Generated, block_offset};
 use profile::{Profile, profile};
 use workload::{CREATE_GAS, Pool, Unsigned, gas_limit_for};
@@ -369,7 +369,7 @@ mod tests {
 
     use super::testing::{run_steps, settings, stream};
     use super::*;
-    use crate::ingest::model::Transaction;
+    use crate::model::Transaction;
 
     #[test]
     fn same_seed_same_stream_other_seed_other_stream() {

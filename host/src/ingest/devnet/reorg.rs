@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::Devnet;
 use super::block::Generated;
 use crate::config::DEFAULT_WINDOW;
-use crate::ingest::model::Block;
+use crate::model::Block;
 
 impl Devnet {
     /// The configured reorg depth, capped below the tracker's window.
@@ -65,9 +65,9 @@ mod tests {
     use super::super::DevnetSettings;
     use super::super::testing::settings;
     use super::*;
-    use crate::ingest::SourceEvent;
     use crate::ingest::canonical::CanonicalChain;
-    use crate::ingest::events::ChainEvent;
+    use crate::model::ChainEvent;
+    use crate::model::SourceEvent;
 
     /// Feeds the devnet through the canonical tracker and checks each reorg.
     fn check_reorgs(chain_id: u64, every: u64, depth: u64, steps: usize) -> usize {

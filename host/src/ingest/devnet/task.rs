@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::mempool::Submission;
 use super::{Devnet, Done, Ledger, Step};
-use crate::ingest::SourceEvent;
+use crate::model::SourceEvent;
 
 /// Submissions taken into one pending announcement at most.
 const SUBMISSIONS_PER_BATCH: usize = 1_024;

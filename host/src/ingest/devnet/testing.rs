@@ -8,8 +8,8 @@ use alloy_signer_local::PrivateKeySigner;
 
 use super::workload::sign;
 use super::{Devnet, DevnetSettings};
-use crate::ingest::SourceEvent;
-use crate::ingest::model::{Block, Fees, Transaction};
+use crate::model::SourceEvent;
+use crate::model::{Block, Fees, Transaction};
 
 pub(super) fn settings() -> DevnetSettings {
     DevnetSettings {

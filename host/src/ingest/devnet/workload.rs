@@ -18,7 +18,7 @@ use super::block::Generated;
 use super::profile::{KnownPool, PoolSpec, pool_info, token};
 use crate::contracts::abi::{IERC20, IUniswapV2Pair};
 use crate::contracts::catalog::KnownToken;
-use crate::ingest::model::Transaction;
+use crate::model::Transaction;
 
 /// `units` whole tokens in the token's smallest unit.
 fn whole(token: KnownToken, units: u64) -> U256 {

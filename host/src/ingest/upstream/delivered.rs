@@ -9,7 +9,7 @@ use std::num::NonZeroUsize;
 use alloy_primitives::B256;
 use lru::LruCache;
 
-use crate::ingest::model::Block;
+use crate::model::Block;
 
 /// Transaction hashes remembered; older ones may be announced again, which
 /// only a transaction pending for hours could hit.
@@ -107,7 +107,7 @@ mod tests {
     use alloy_consensus::Header;
 
     use super::*;
-    use crate::ingest::model::Transaction;
+    use crate::model::Transaction;
 
     fn block(number: u64, branch: u8, parent: B256, txs: &[B256]) -> Block {
         let mut hash = [branch; 32];

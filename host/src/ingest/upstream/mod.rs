@@ -11,14 +11,12 @@
 //! A break deeper than the backfill limit is logged and resynchronised
 //! from the head.
 //!
-//! - `client`: the JSON-RPC client over one WebSocket.
-//! - `wire`: the node's JSON read into the model.
 //! - `delivered`: what this source has already sent downstream.
+//!
+//! It talks to the node through [`crate::node`]'s client and reads its
+//! JSON with [`crate::model::wire`].
 
-mod client;
-mod connection;
 mod delivered;
-mod wire;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -32,14 +30,11 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-pub use client::{Call, NodeClient, NodeError, Notification, decode, single};
-pub use connection::NodeConnection;
 use delivered::Delivered;
-use wire::{NodeBlock, NodeTransaction};
-pub use wire::{read_logs, skipped_objects, stream_event};
 
-use super::SourceEvent;
-use super::model::Block;
+use crate::model::wire::{self, NodeBlock, NodeTransaction};
+use crate::model::{Block, SourceEvent};
+use crate::node::{Call, NodeClient, NodeError, Notification, decode};
 
 /// How long the node may stay silent before it is asked whether it is
 /// still there (it fails the session if it does not answer in time).
@@ -82,7 +77,7 @@ pub enum UpstreamStatus {
     /// The last session failed; retrying with backoff.
     Down { reason: String },
     /// An ingest waiting for the chain's lease: another ingest leads and
-    /// reads the node (docs/architecture.md, The bus).
+    /// reads the node (docs/src/architecture.md, The bus).
     Standby,
 }
 
@@ -473,7 +468,7 @@ impl Follower<'_> {
         &mut self,
         queued: Vec<Box<serde_json::value::RawValue>>,
         subs: &Subscriptions,
-    ) -> Result<Vec<Arc<super::model::Transaction>>, NodeError> {
+    ) -> Result<Vec<Arc<crate::model::Transaction>>, NodeError> {
         let objects: Vec<NodeTransaction> = if subs.full_pending {
             wire::readable(&queued, "pending transaction", 0).collect()
         } else {

@@ -49,7 +49,7 @@ async fn a_connection_holds_at_most_its_subscriptions() {
     ws.subscribe(json!(["newHeads"])).await.expect("room again");
 }
 
-/// The caps on the values one filter names (docs/architecture.md, Filter
+/// The caps on the values one filter names (docs/src/api.md, Filter
 /// parameters): over them is a limit (-32005, naming it), not a malformed request, and the connection serves
 /// on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use chainsieve::config::FiltersConfig;
+use chainsieve::filters::batch::EventBatch;
 use chainsieve::filters::harness::{Harness, Match, read_events};
 use chainsieve::filters::registry::{BUILT_FILTERS_DIR, builtin_components};
-use chainsieve::ingest::SourceEvent;
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings, known_tokens};
-use chainsieve::ingest::model::TxPosition;
-use chainsieve::log::batch::EventBatch;
+use chainsieve::model::SourceEvent;
+use chainsieve::model::TxPosition;
 use chainsieve_filter_sdk::projection::{log_fields, tx_fields};
 use chainsieve_filter_sdk::{Filter, Source, match_batch};
 use chainsieve_tests::filters::decoded_transfer;
@@ -308,6 +308,21 @@ fn cli(args: &[&str]) -> std::process::Output {
         .expect("running chainsieve filter test")
 }
 
+/// `chainsieve filter test` of `wasm` with one subscription of `params`
+/// over `events`, against `expect`.
+fn expecting(wasm: &Path, params: &str, events: &Path, expect: &Path) -> std::process::Output {
+    cli(&[
+        "--wasm",
+        wasm.to_str().expect("utf-8"),
+        "--params",
+        params,
+        "--events",
+        events.to_str().expect("utf-8"),
+        "--expect",
+        expect.to_str().expect("utf-8"),
+    ])
+}
+
 /// The example's expected matches are derived here from the fixture (a
 /// USDC `Transfer` with three topics), and must equal the file the example
 /// ships; the CLI must then agree with that file.
@@ -328,18 +343,7 @@ fn the_cli_runs_the_example_filter_against_its_expectations() {
 
     let params = format!(r#"[{{"tokens":["{usdc}"]}}]"#);
     let events = fixtures_dir().join("logs.jsonl");
-    let run = |expect: &Path| {
-        cli(&[
-            "--wasm",
-            example_wasm(EXAMPLE).to_str().expect("utf-8"),
-            "--params",
-            &params,
-            "--events",
-            events.to_str().expect("utf-8"),
-            "--expect",
-            expect.to_str().expect("utf-8"),
-        ])
-    };
+    let run = |expect: &Path| expecting(&example_wasm(EXAMPLE), &params, &events, expect);
     let ok = run(&expected_file);
     assert!(
         ok.status.success(),
@@ -430,6 +434,54 @@ fn the_decoded_transfers_example_writes_each_transfer_decoded() {
         .map(|line| serde_json::from_str(line).expect("a match"))
         .collect();
     assert_eq!(as_json(&lines), expected);
+
+    // `--expect` compares payloads as JSON values: the expected payloads
+    // with their keys in another order (serde_json's sorted map, not the
+    // example's order) pass; one amount changed is one difference naming
+    // both payloads.
+    let expect_file = |payloads: &[Value]| {
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        let text: String = expected
+            .iter()
+            .zip(payloads)
+            .map(|((event, _), payload)| {
+                let payload = serde_json::to_string(payload).expect("JSON");
+                format!(
+                    "{}\n",
+                    serde_json::json!({"event": event, "subscription": 0, "payload": payload})
+                )
+            })
+            .collect();
+        std::fs::write(file.path(), text).expect("write");
+        file
+    };
+    let reordered: Vec<Value> = expected
+        .iter()
+        .map(|(_, payload)| payload.clone())
+        .collect();
+    assert_ne!(
+        serde_json::to_string(&reordered[0]).expect("JSON"),
+        got[0].payload.clone().expect("written"),
+        "the expectation's text differs from the payload's"
+    );
+    let run = |expect: &Path| expecting(&wasm, &params, &events, expect);
+    let same = run(expect_file(&reordered).path());
+    assert!(
+        same.status.success(),
+        "{}",
+        String::from_utf8_lossy(&same.stderr)
+    );
+    let mut changed = reordered.clone();
+    changed[0]["amount"] = Value::from("1");
+    let differs = run(expect_file(&changed).path());
+    assert_eq!(differs.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&differs.stderr);
+    assert_eq!(stderr.matches("differs:").count(), 1, "{stderr}");
+    assert!(
+        !stderr.contains("missing:") && !stderr.contains("unexpected:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(r#""amount":"1""#), "{stderr}");
 }
 
 /// The built-in of `topic` (contract 0.2, batches carrying only `fields`,

@@ -1,7 +1,17 @@
 //! The chain data model every source produces and every consumer reads:
 //! parsed once at ingestion, shared behind `Arc`s, serialized to the wire
-//! shapes docs/architecture.md fixes (Wire shapes: geth's shapes, lowercase
+//! shapes docs/src/api.md fixes (Wire shapes: geth's shapes, lowercase
 //! addresses, canonical hex quantities).
+//!
+//! - [`events`]: what a source produces, the changes the canonical tracker
+//!   orders it into, and one event of one stream.
+//! - [`wire`]: the wire shapes read back into the model (a node's JSON, the
+//!   harness's event files).
+
+pub mod events;
+pub mod wire;
+
+pub use events::{ChainEvent, SourceEvent, StreamEvent};
 
 use std::sync::Arc;
 
@@ -48,7 +58,7 @@ pub struct TxSignature {
 }
 
 /// A signed transaction, independent of where it sits (pending or mined).
-/// Its serde form is what a persisted log stores (docs/architecture.md,
+/// Its serde form is what a persisted log stores (docs/src/architecture.md,
 /// The event log), not a wire shape: see [`Transaction::to_json`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transaction {

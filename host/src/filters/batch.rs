@@ -10,11 +10,11 @@ use chainsieve_filter_core::layout::{BatchWriter, EventWriter, HeadFields, LogFi
 use chainsieve_filter_core::projection::ProjectedWriter;
 use chainsieve_filter_core::{Payload, Source};
 
-use super::cursor::Cursor;
-use super::{Position, Step};
+use crate::eventlog::cursor::Cursor;
+use crate::eventlog::{Position, Step};
 use crate::fanout::Notice;
-use crate::ingest::model::{Block, Transaction};
-use crate::ingest::{ChainEvent, StreamEvent};
+use crate::model::{Block, Transaction};
+use crate::model::{ChainEvent, StreamEvent};
 
 /// The payload kinds, in the order [`EventBatch`] caches them.
 const PAYLOAD_KINDS: [Payload; 3] = [Payload::Hash, Payload::Full, Payload::FullBlockvision];
@@ -234,7 +234,7 @@ impl EventBatch {
 
 /// A block's transactions or logs; a removed block's in reverse, so a
 /// reorg undoes exactly what was delivered, last first
-/// (docs/architecture.md, Decided semantics).
+/// (docs/src/api.md, Semantics).
 fn block_stream(block: &Arc<Block>, source: Source, removed: bool) -> Vec<StreamEvent> {
     let count = match source {
         Source::MinedTransactions => block.transactions.len(),
@@ -286,9 +286,9 @@ fn push_tx(w: &mut impl EventWriter, tx: &Transaction, block_number: u64, remove
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::SourceEvent;
+    use crate::eventlog::EventLog;
     use crate::ingest::devnet::{Devnet, DevnetSettings};
-    use crate::log::EventLog;
+    use crate::model::SourceEvent;
 
     /// Positions in the block of a batch's transactions or logs.
     fn positions(batch: &EventBatch) -> Vec<usize> {

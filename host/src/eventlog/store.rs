@@ -1,7 +1,7 @@
 //! A node-fed chain's log window on disk (`[log] data_dir`), in the
 //! embedded database (redb): one record per step, by position, so a
 //! restart keeps the window and resumes reach across it
-//! (docs/architecture.md, The event log).
+//! (docs/src/architecture.md, The event log).
 //!
 //! The pipeline appends in memory and hands each step to [`write`], a task
 //! that commits what queued up in one transaction, off the pipeline's
@@ -17,7 +17,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::mpsc;
 
 use super::{Position, Step};
-use crate::ingest::ChainEvent;
+use crate::model::ChainEvent;
 
 /// position → the step's change, as serde JSON of [`ChainEvent`].
 const STEPS: TableDefinition<u64, &[u8]> = TableDefinition::new("steps");
@@ -110,9 +110,9 @@ pub async fn write(store: LogStore, chain: Arc<str>, mut steps: mpsc::UnboundedR
 mod tests {
     use super::*;
     use crate::config::LogConfig;
-    use crate::ingest::SourceEvent;
+    use crate::eventlog::EventLog;
     use crate::ingest::devnet::{Devnet, DevnetSettings};
-    use crate::log::EventLog;
+    use crate::model::SourceEvent;
 
     /// Steps written are read back as they were; the ones the window let
     /// go of are deleted.

@@ -38,7 +38,7 @@ fn tx_hash(tx: &Value) -> String {
     tx["hash"].as_str().expect("hash").to_string()
 }
 
-/// Checks a transaction object's shape (docs/architecture.md, Wire shapes).
+/// Checks a transaction object's shape (docs/src/api.md, Wire shapes).
 fn check_transaction(tx: &Value) {
     for field in [
         "hash", "from", "gas", "input", "nonce", "value", "type", "v", "r", "s",

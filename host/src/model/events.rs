@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use chainsieve_filter_core::Payload;
 
-use super::model::{Block, Transaction, TxPosition};
+use super::{Block, Transaction, TxPosition};
 
 /// A change to one chain, in the order subscribers must see it. Its serde
 /// form is a persisted log's record of a step.

@@ -1,4 +1,5 @@
-//! An ingest's chain (docs/architecture.md, The bus): it stands by until it
+//! Role `ingest`: a node to the bus (docs/src/architecture.md, The bus).
+//! It serves no client and runs no filter. It stands by until it
 //! holds the chain's lease, its price store following the bus's price
 //! journal meanwhile, then leads for a term. A term applies the rest of
 //! the journal, restores the log's tail from the bus, reads the node from
@@ -15,39 +16,73 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::SOURCE_QUEUE;
 use super::pipeline::Pipeline;
+use super::{Origin, Parts, SOURCE_QUEUE};
 use crate::bus::lease::Leases;
 use crate::bus::prices::PriceJournal;
-use crate::bus::{ChainLog, ingest, publish};
-use crate::config::ChainSpec;
+use crate::bus::{Bus, ChainLog, ingest, publish};
+use crate::config::{ChainSpec, SourceConfig};
 use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
+use crate::node::NodeConnection;
 use crate::price::PriceIndex;
+
+/// Stands for the chain's lease on `bus` and leads it term by term.
+pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin> {
+    let SourceConfig::Node(url) = &parts.spec.source else {
+        anyhow::bail!(
+            "role ingest reads nodes, but chain {}'s source is the devnet",
+            parts.spec.name
+        );
+    };
+    let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
+    let holder = format!(
+        "ingest pid {} #{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    );
+    let leader = Leader {
+        spec: parts.spec.clone(),
+        pipeline: parts.pipeline(None, None),
+        on_bus: bus.log(&parts.spec.name).await?,
+        leases: bus.leases(&holder).await?,
+        blocks: parts.config.log.blocks,
+        settings: parts.node_settings(url, Vec::new()),
+        status,
+        price: parts.price.clone(),
+        prices: bus.prices(&parts.spec.name).await?,
+    };
+    // A leader runs a pipeline of its own per term.
+    parts.tasks.spawn(leader.run(parts.shutdown.clone()));
+    Ok(Origin::Node {
+        status: Some(watcher),
+        connection: NodeConnection::new(url.clone()),
+    })
+}
 
 /// What every term of one chain's ingest shares.
 #[derive(Debug)]
-pub struct Leader {
-    pub spec: ChainSpec,
+struct Leader {
+    spec: ChainSpec,
     /// The chain's pipeline, copied for each term with a publisher of its
     /// own; the window and the log it writes carry over.
-    pub pipeline: Pipeline,
-    pub on_bus: ChainLog,
-    pub leases: Leases,
+    pipeline: Pipeline,
+    on_bus: ChainLog,
+    leases: Leases,
     /// The tail a term restores: `[log] blocks`.
-    pub blocks: usize,
+    blocks: usize,
     /// The node; each term resumes it from the tail it restored.
-    pub settings: UpstreamSettings,
-    pub status: watch::Sender<UpstreamStatus>,
+    settings: UpstreamSettings,
+    status: watch::Sender<UpstreamStatus>,
     /// The price store every term indexes into, and its journal.
-    pub price: Arc<PriceIndex>,
-    pub prices: PriceJournal,
+    price: Arc<PriceIndex>,
+    prices: PriceJournal,
 }
 
 impl Leader {
     /// Stands by and leads, term after term, until `shutdown`, or until
     /// the price store cannot take the journal (then this ingest stops
     /// standing for the chain, and says why on `/readyz`).
-    pub async fn run(self, shutdown: CancellationToken) {
+    async fn run(self, shutdown: CancellationToken) {
         let chain = self.settings.chain.clone();
         loop {
             self.status.send_replace(UpstreamStatus::Standby);

@@ -1,7 +1,7 @@
 //! A chain's event log: every change the canonical tracker emits — a block
 //! added, a block removed by a reorg, a batch of pending transactions — as
 //! a step at a position, in order, over a bounded window
-//! (docs/architecture.md, The event log).
+//! (docs/src/architecture.md, The event log).
 //!
 //! The pipeline appends; the filter actors get each live step's batches
 //! from the pipeline and read older steps here when a subscription resumes.
@@ -9,7 +9,6 @@
 //! the step's place in the log, counted from 1, not anything of one
 //! process's memory.
 
-pub mod batch;
 pub mod cursor;
 pub mod store;
 
@@ -19,8 +18,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use alloy_primitives::B256;
 
 use crate::config::LogConfig;
-use crate::ingest::ChainEvent;
-use crate::ingest::model::{Block, Transaction};
+use crate::model::ChainEvent;
+use crate::model::{Block, Transaction};
 use cursor::{Cursor, Mark, ResumeError, ResumeFrom};
 
 /// A step's place in its chain's log: 1 for the first step, one more for
@@ -395,7 +394,7 @@ mod tests {
     use super::*;
     use crate::ingest::canonical::CanonicalChain;
     use crate::ingest::devnet::{Devnet, DevnetSettings};
-    use crate::ingest::{SourceEvent, model::Block};
+    use crate::model::{Block, SourceEvent};
 
     fn config(blocks: usize) -> LogConfig {
         LogConfig {

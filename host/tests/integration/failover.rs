@@ -3,7 +3,7 @@
 //! (while no ingest leads, and under a leader):
 //! clients see every log exactly once, in order, on every edge, with the
 //! same cursors; a client of a killed edge resumes on another with its
-//! last cursor and misses nothing (docs/architecture.md, The bus).
+//! last cursor and misses nothing (docs/src/architecture.md, The bus).
 
 use std::path::Path;
 use std::time::Instant;

@@ -1,5 +1,5 @@
 //! A node's JSON objects (blocks, transactions, logs) read straight into the
-//! [`model`](crate::ingest::model) types, each parsed once.
+//! [`model`](crate::model) types, each parsed once.
 //!
 //! Nodes differ: BNB Chain and Polygon add system transactions (no
 //! signature, or type `0x7f` on Polygon) and extra header fields, and new
@@ -22,8 +22,8 @@ use serde_json::value::RawValue;
 
 use chainsieve_filter_core::Source;
 
-use crate::ingest::StreamEvent;
-use crate::ingest::model::{Block, Fees, Transaction, TxSignature};
+use super::StreamEvent;
+use super::{Block, Fees, Transaction, TxSignature};
 
 /// Transactions and logs skipped because they could not be read, by every
 /// node source of the process.
@@ -264,7 +264,7 @@ pub fn read_logs(objects: &[Box<RawValue>]) -> Vec<Log> {
 }
 
 /// Reads each object as `T`, skipping (logged, counted) those that fail.
-pub(super) fn readable<'a, T: serde::de::DeserializeOwned>(
+pub(crate) fn readable<'a, T: serde::de::DeserializeOwned>(
     objects: &'a [Box<RawValue>],
     what: &'static str,
     block: u64,

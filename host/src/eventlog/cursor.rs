@@ -1,5 +1,5 @@
 //! The cursor every notification carries, and what a client may resume
-//! from (docs/architecture.md, The event log).
+//! from (docs/src/architecture.md, The event log).
 //!
 //! A cursor names one event of one step of one chain's log:
 //! `<chain>:<position>:<index>:<tag>`, e.g. `eth:1042:3:9c0f2a41d8e7b655`.

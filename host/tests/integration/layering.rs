@@ -1,6 +1,6 @@
 //! Fails on any import cycle between the source files of this crate.
 //!
-//! Data flows one way (docs/architecture.md, Layering): a file may use the
+//! Data flows one way (docs/src/architecture.md, Layering): a file may use the
 //! files below it, and a parent module may use its own children, but two
 //! files that reach each other, directly or through others, can no longer be
 //! read, tested or moved apart. This test parses `src/` with `syn`, draws an
@@ -261,7 +261,7 @@ fn report(src: &Path, cycles: &[Cycle]) -> String {
     );
     let mut text = format!(
         "{} import cycle(s) between source files. Data flows one way \
-         (docs/architecture.md, Layering): move what the files share below \
+         (docs/src/architecture.md, Layering): move what the files share below \
          all of them, or pass it in from above.\n",
         cycles.len()
     );

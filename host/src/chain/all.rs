@@ -1,0 +1,126 @@
+//! Role `all`: one process reads the chain's devnet or node, keeps its
+//! event log (on disk for a node chain with `[log] data_dir`), indexes its
+//! prices from the pipeline, and serves clients.
+
+use std::sync::Arc;
+
+use alloy_primitives::B256;
+use anyhow::Context;
+use tokio::sync::{mpsc, watch};
+use tokio_util::task::TaskTracker;
+
+use super::pipeline::PipelineState;
+use super::{Origin, Parts, SOURCE_QUEUE};
+use crate::config::{ChainSpec, LogConfig, SourceConfig};
+use crate::eventlog::EventLog;
+use crate::eventlog::store::{self, LogStore, Persist};
+use crate::ingest::devnet::{self, Devnet};
+use crate::ingest::upstream::{self, UpstreamStatus};
+use crate::node::NodeConnection;
+use crate::price::PriceIndex;
+use crate::price::indexer::DRAIN;
+use crate::price::record::InStore;
+
+/// Submitted transactions that may wait for the devnet; past that the
+/// submitting requests wait.
+const SUBMISSION_QUEUE: usize = 4_096;
+
+/// Starts the chain's price indexing, source and pipeline (handing its
+/// steps to `persist`, the log's writer, if any).
+pub(super) fn start(
+    parts: &Parts<'_>,
+    persist: Option<mpsc::UnboundedSender<Persist>>,
+) -> anyhow::Result<Origin> {
+    // The one-process server indexes prices from its pipeline.
+    let recorder = Arc::new(InStore(parts.price.store().clone()));
+    let (indexing, price_feed) =
+        parts
+            .price
+            .indexing(parts.spec, recorder, parts.shutdown.clone(), DRAIN);
+    parts.tasks.spawn(indexing);
+    let (events, source) = mpsc::channel(SOURCE_QUEUE);
+    let origin = match &parts.spec.source {
+        SourceConfig::Devnet => {
+            let devnet = Devnet::new(parts.spec.chain_id, &parts.config.devnet);
+            let ledger = devnet.ledger();
+            ledger.keep(parts.spec.window);
+            let (submissions, submitted) = mpsc::channel(SUBMISSION_QUEUE);
+            parts.tasks.spawn(devnet::run(
+                devnet,
+                events,
+                submitted,
+                parts.shutdown.clone(),
+            ));
+            Origin::Devnet {
+                submissions,
+                ledger,
+            }
+        }
+        SourceConfig::Node(url) => {
+            let settings = parts.node_settings(url, resume_from(parts.state, parts.price)?);
+            let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
+            parts.tasks.spawn(upstream::run(
+                settings,
+                events,
+                status,
+                parts.shutdown.clone(),
+            ));
+            Origin::Node {
+                status: Some(watcher),
+                connection: NodeConnection::new(url.clone()),
+            }
+        }
+    };
+    parts.tasks.spawn(
+        parts
+            .pipeline(Some(price_feed), persist)
+            .run(source, parts.shutdown.clone()),
+    );
+    Ok(origin)
+}
+
+/// The chain's event log: for a node chain with `[log] data_dir`, restored
+/// from its file, with a task (on `tasks`) persisting the steps the
+/// pipeline sends; otherwise in memory only.
+pub(super) fn event_log(
+    spec: &ChainSpec,
+    config: &LogConfig,
+    tasks: &TaskTracker,
+) -> anyhow::Result<(Arc<EventLog>, Option<mpsc::UnboundedSender<Persist>>)> {
+    let dir = match (&spec.source, &config.data_dir) {
+        (SourceConfig::Node(_), Some(dir)) => dir,
+        _ => return Ok((Arc::new(EventLog::new(&spec.name, config)), None)),
+    };
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the log data directory {}", dir.display()))?;
+    let path = dir.join(format!("{}.log.redb", spec.name));
+    let store = LogStore::open(&path).with_context(|| {
+        format!(
+            "opening the log database {} (a file admits one server at a time)",
+            path.display()
+        )
+    })?;
+    let stored = store
+        .load()
+        .with_context(|| format!("reading the log database {}", path.display()))?;
+    let log = Arc::new(EventLog::restored(&spec.name, config, stored));
+    tracing::info!(chain = %spec.name, oldest = log.oldest(), head = log.head(), "event log restored");
+    let (persist, steps) = mpsc::unbounded_channel();
+    tasks.spawn(store::write(store, log.chain().clone(), steps));
+    Ok((log, Some(persist)))
+}
+
+/// Where a node source picks up after a restart: the canonical blocks a
+/// restored log holds (so a reorg that happened meanwhile connects to
+/// them and is undone), else the price index's last block.
+fn resume_from(state: &PipelineState, price: &PriceIndex) -> anyhow::Result<Vec<(u64, B256)>> {
+    let window: Vec<_> = state
+        .window()
+        .blocks()
+        .map(|block| (block.number(), block.hash))
+        .collect();
+    if !window.is_empty() {
+        return Ok(window);
+    }
+    Ok(price.resume_from()?.into_iter().collect())
+}

@@ -1,0 +1,74 @@
+//! Role `edge`: the chain's log and price journal from the bus, into the
+//! pipeline and the price store; clients served. An edge reads no node for
+//! events (forwarded calls still go to the chain's node).
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Origin, Parts, SOURCE_QUEUE};
+use crate::bus::prices::PriceJournal;
+use crate::bus::{self, Bus, ChainLog};
+use crate::config::SourceConfig;
+use crate::model::SourceEvent;
+use crate::node::NodeConnection;
+use crate::price::store::PriceStore;
+
+/// Follows the chain's log and price journal on `bus` into the pipeline
+/// and the price store.
+pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin> {
+    let on_bus = bus.log(&parts.spec.name).await?;
+    let prices = bus.prices(&parts.spec.name).await?;
+    let (events, source) = mpsc::channel(SOURCE_QUEUE);
+    parts.tasks.spawn(follow_bus(
+        on_bus,
+        prices,
+        parts.price.store().clone(),
+        parts.config.log.blocks,
+        events,
+        parts.shutdown.clone(),
+    ));
+    parts.tasks.spawn(
+        parts
+            .pipeline(None, None)
+            .run(source, parts.shutdown.clone()),
+    );
+    Ok(match &parts.spec.source {
+        SourceConfig::Node(url) => Origin::Node {
+            status: None,
+            connection: NodeConnection::new(url.clone()),
+        },
+        SourceConfig::Devnet => Origin::Bus,
+    })
+}
+
+/// An edge's chain from the bus: its price journal applied to `store`,
+/// then (ready once `token_price` answers what the journal held at the
+/// start) its log followed into the pipeline behind `events` while the
+/// journal is followed on, until `shutdown`. A store that cannot take the
+/// journal keeps the chain from ever reporting ready.
+async fn follow_bus(
+    on_bus: ChainLog,
+    prices: PriceJournal,
+    store: Arc<PriceStore>,
+    blocks: usize,
+    events: mpsc::Sender<SourceEvent>,
+    shutdown: CancellationToken,
+) {
+    let refused = |error: anyhow::Error| {
+        tracing::error!(chain = %on_bus.chain(), error = format!("{error:#}"), "the price database cannot take the bus's price journal");
+    };
+    match prices.catch_up(&store, &shutdown).await {
+        Ok(Some(())) => {}
+        Ok(None) => return,
+        Err(error) => return refused(error),
+    }
+    let (followed, ()) = tokio::join!(
+        prices.follow(store, shutdown.clone()),
+        bus::follow::follow(on_bus.clone(), blocks, events, shutdown.clone()),
+    );
+    if let Err(error) = followed {
+        refused(error);
+    }
+}

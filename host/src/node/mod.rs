@@ -1,0 +1,14 @@
+//! A node's JSON-RPC over WebSocket, for every part that asks a node
+//! something: the node source of ingest, the price index's calls and
+//! backfill, and the methods forwarded to the node.
+//!
+//! - [`client`]: the JSON-RPC client over one WebSocket (calls, batches,
+//!   notifications).
+//! - [`connection`]: a connection of its own for requests, opened on first
+//!   use, reopened after a failure, multiplexed by id.
+
+pub mod client;
+pub mod connection;
+
+pub use client::{Call, NodeClient, NodeError, Notification, decode, single};
+pub use connection::NodeConnection;

@@ -1,0 +1,24 @@
+//! End to end, one binary (each file a module, so the whole stack is
+//! linked once): the real server on `127.0.0.1:0` over real sockets,
+//! anvil nodes as upstreams, ethers, viem and web3.py as clients, a real
+//! `nats-server` for the bus.
+
+mod bus;
+mod clients;
+mod custom_filters;
+mod devnet_transactions;
+mod filter_contract_v02;
+mod filter_hot_swap;
+mod filter_isolation;
+mod forward;
+mod limits;
+mod load;
+mod prices;
+mod prices_on_anvil;
+mod reorgs;
+mod resume;
+mod resume_on_anvil;
+mod rpc;
+mod slow_consumer;
+mod subscriptions;
+mod upstream;
