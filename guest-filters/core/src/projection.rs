@@ -691,11 +691,10 @@ mod tests {
         let (whole, old) = (whole.finish(), old.finish());
         let whole = ProjectedBatch::<{ tx_fields::ALL }>::parse(&whole).expect("parses");
         let old = Batch::parse(&old).expect("parses");
-        let pairs = whole
-            .transactions()
-            .expect("transactions")
-            .zip(old.transactions().expect("transactions"));
-        for (new, old) in pairs {
+        let new: Vec<_> = whole.transactions().expect("transactions").collect();
+        let old: Vec<_> = old.transactions().expect("transactions").collect();
+        assert_eq!((new.len(), old.len()), (2, 2), "both read every record");
+        for (new, old) in new.into_iter().zip(old) {
             let old: TxView<'_> = old;
             assert_eq!(new.hash(), old.hash());
             assert_eq!(new.from(), old.from());

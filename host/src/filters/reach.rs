@@ -479,11 +479,18 @@ mod tests {
             .insert(1, Reach::Keys(vec![Key::Emitter(A)]), Delivery::Written)
             .expect("usable");
         reach.insert(1, Reach::Every, KIND).expect("usable");
+        // One log: while 1 reaches every event it is served that log.
+        let mut w = ProjectedWriter::new(Source::Logs, log_fields::ADDRESS, 1);
+        w.push_log(&LogFields::emitted(&A, &[]));
+        let batch = w.finish();
+        let served = |reach: &ReachIndex| {
+            let mut served = Matches::default();
+            reach.serve_every(&batch, &mut served).expect("a batch");
+            (served.events, served.subscriptions)
+        };
+        assert_eq!(served(&reach), (vec![0], vec![1]));
         // Refused again: nothing of 1 is left.
         assert!(reach.insert(1, Reach::Every, Delivery::Written).is_err());
-        let mut served = Matches::default();
-        let batch = ProjectedWriter::new(Source::Logs, log_fields::ADDRESS, 0).finish();
-        reach.serve_every(&batch, &mut served).expect("a batch");
-        assert!(served.is_empty());
+        assert_eq!(served(&reach), (vec![], vec![]));
     }
 }

@@ -462,10 +462,13 @@ mod tests {
             }
         }
         let pools = known_pools(1);
+        assert!(pools.len() > 1, "the devnet trades in several pools");
+        for pool in &pools {
+            let learned = store.pools_of(pool.token0, pool.token1).expect("pools");
+            assert_eq!(learned.len(), 1, "{}'s pool is learned", pool.dex);
+            assert_eq!(learned[0].factory, pool.factory);
+        }
         let pool = pools[0];
-        let learned = store.pools_of(pool.token0, pool.token1).expect("pools");
-        assert_eq!(learned.len(), 1, "the pair's pool is learned");
-        assert_eq!(learned[0].factory, pool.factory);
         let answer = token_price(&store, &[], None, pool.token0, pool.token1).expect("price");
         let token0 = known_tokens(1)
             .iter()

@@ -8,6 +8,7 @@
 //! 2,000 in the test command); the README's figure comes from a run with
 //! 1,000,000.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use chainsieve::config::Config;
@@ -169,8 +170,23 @@ fn check_response(response: &Value) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn check_reply(reply: Option<String>) -> Result<(), TestCaseError> {
-    let Some(text) = reply else { return Ok(()) };
+/// `reply` answers `frame` well formed; only a notification (a request
+/// without an id), or a batch of them, goes unanswered.
+fn check_reply(frame: &[u8], reply: Option<String>) -> Result<(), TestCaseError> {
+    let Some(text) = reply else {
+        let unanswerable = |v: &Value| v.as_object().is_some_and(|r| !r.contains_key("id"));
+        let notifications = match serde_json::from_slice::<Value>(frame) {
+            Ok(Value::Array(items)) => !items.is_empty() && items.iter().all(unanswerable),
+            Ok(single) => unanswerable(&single),
+            Err(_) => false,
+        };
+        prop_assert!(
+            notifications,
+            "no answer to {}",
+            String::from_utf8_lossy(frame)
+        );
+        return Ok(());
+    };
     let value: Value = serde_json::from_str(&text)
         .map_err(|e| TestCaseError::fail(format!("not JSON ({e}): {text}")))?;
     match &value {
@@ -210,14 +226,27 @@ fn the_frame_handler_answers_every_input_well_formed() {
     // the session's business; the handler must still answer.
     let (sink, _frames) = Sink::new(1 << 16);
     let connection = Connection::new(sink);
-    let mut runner = runner();
     for over_websocket in [false, true] {
+        // A runner of its own per transport: a runner counts the cases it
+        // has passed, and a second run on it would run none.
+        let mut runner = runner();
         let ctx = state.rpc_context(&chain, &api_key, over_websocket.then_some(&connection));
+        // The answered frames: most inputs are requests, so most must be.
+        let (cases, answered) = (Cell::new(0), Cell::new(0));
         runner
             .run(&frame(), |bytes| {
-                check_reply(runtime.block_on(process(ctx, &bytes)).response)
+                let reply = runtime.block_on(process(ctx, &bytes)).response;
+                cases.set(cases.get() + 1);
+                answered.set(answered.get() + usize::from(reply.is_some()));
+                check_reply(&bytes, reply)
             })
             .expect("every input answered well formed");
+        assert!(
+            answered.get() * 2 > cases.get(),
+            "{} of {} frames answered",
+            answered.get(),
+            cases.get()
+        );
     }
     state.shutdown.cancel();
 }

@@ -2,6 +2,7 @@
 //! type: the example `erc20Transfers` filter, built by the host's build
 //! into `target/filters`, served by a real server next to the built-ins.
 
+use alloy_primitives::U256;
 use chainsieve::filters::registry::BUILT_FILTERS_DIR;
 use chainsieve_tests::filters::watching;
 use chainsieve_tests::{TestServer, WsClient, assert_exact_filter, hex_address};
@@ -41,16 +42,31 @@ async fn a_new_topic_from_the_filters_directory_is_served() {
         "{refused}"
     );
 
-    let custom = ws
-        .subscribe(json!(["erc20Transfers", {"tokens": [hex_address(&token)], "minAmount": "0x1"}]))
-        .await
-        .expect("the new topic is served");
-    // Same topic, so the control's events reach both in one order.
+    // USDC transfers of at least 1, 100, 1,000 and 10,000 USDC (6
+    // decimals), the first in hex: the devnet's amounts fall on both sides
+    // of some of them.
+    let thresholds: [(&str, u64); 4] = [
+        ("0xf4240", 1_000_000),
+        ("100000000", 100_000_000),
+        ("1000000000", 1_000_000_000),
+        ("10000000000", 10_000_000_000),
+    ];
+    let mut custom = Vec::new();
+    for (given, units) in thresholds {
+        let id = ws
+            .subscribe(
+                json!(["erc20Transfers", {"tokens": [hex_address(&token)], "minAmount": given}]),
+            )
+            .await
+            .expect("the new topic is served");
+        custom.push((id, U256::from(units)));
+    }
+    // Same topic, so the control's events reach all in one order.
     let control = ws
         .subscribe(json!(["erc20Transfers"]))
         .await
         .expect("subscribe");
-    let all = ws.collect_until(&control, 30).await.expect("logs");
+    let all = ws.collect_until(&control, 60).await.expect("logs");
     for (_, log) in all.iter().filter(|(s, _)| *s == control) {
         assert_eq!(
             log["topics"][0],
@@ -58,14 +74,32 @@ async fn a_new_topic_from_the_filters_directory_is_served() {
             "only ERC-20 transfers: {log}"
         );
     }
-    // Every USDC transfer of at least 1 unit the control saw, in order.
+    // Every USDC transfer of at least the threshold the control saw, in
+    // order; and some threshold that let one through and held one back.
     let key = |log: &Value| format!("{}:{}", log["blockHash"], log["logIndex"]);
     let usdc = hex_address(&token);
-    let usdc_of_at_least_one = |log: &Value| {
-        log["address"].as_str() == Some(usdc.as_str())
-            && log["data"]
-                .as_str()
-                .is_some_and(|d| d.trim_start_matches("0x").bytes().any(|b| b != b'0'))
+    let amount = |log: &Value| -> U256 {
+        log["data"]
+            .as_str()
+            .expect("data")
+            .parse()
+            .expect("a uint256")
     };
-    assert!(assert_exact_filter(&all, &custom, &control, key, usdc_of_at_least_one) > 0);
+    let usdc_transfers = all
+        .iter()
+        .filter(|(s, log)| *s == control && log["address"].as_str() == Some(usdc.as_str()))
+        .count();
+    let mut splits = 0;
+    for (id, min) in &custom {
+        let at_least =
+            |log: &Value| log["address"].as_str() == Some(usdc.as_str()) && amount(log) >= *min;
+        let passed = assert_exact_filter(&all, id, &control, key, at_least);
+        if passed > 0 && passed < usdc_transfers {
+            splits += 1;
+        }
+    }
+    assert!(
+        splits > 0,
+        "no threshold split the {usdc_transfers} USDC transfers the control saw"
+    );
 }

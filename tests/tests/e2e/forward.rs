@@ -59,6 +59,9 @@ const REVERTING: &str =
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_answers_what_chainsieve_does_not() {
     let mut anvil = Anvil::start(1).await.expect("anvil");
+    // Blocks before the server starts: its window begins at the node's
+    // head then, so genesis is a block only the node holds.
+    anvil.mine(3).await.expect("mine");
     let server = server(&anvil).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
@@ -145,6 +148,13 @@ async fn the_node_answers_what_chainsieve_does_not() {
     assert_eq!(anvil.block_number().await.expect("number"), before + 1);
 
     // A block the window does not hold comes from the node.
+    assert!(
+        server.state.chains["eth"]
+            .canonical()
+            .by_number(0)
+            .is_none(),
+        "genesis is outside the window"
+    );
     let genesis = client
         .call("eth_getBlockByNumber", json!(["0x0", false]))
         .await
@@ -269,24 +279,39 @@ async fn logs_come_from_the_log_or_the_node() {
     // Its block has reached the server's log once its head is out.
     let (mined, _) = chainsieve_tests::anvil::mined(&mut client, &heads, &anvil, &recent[0]).await;
     let recent_block = mined["blockNumber"].clone();
-    for filter in [
-        json!({ "address": contract, "fromBlock": "0x0" }),
-        json!({ "address": contract, "fromBlock": recent_block, "toBlock": recent_block }),
-    ] {
-        let direct = anvil
-            .answer("eth_getLogs", json!([filter.clone()]))
+    let old = json!({ "address": contract, "fromBlock": "0x0" });
+    let held = json!({ "address": contract, "fromBlock": recent_block, "toBlock": recent_block });
+    let mut direct = Vec::new();
+    for filter in [&old, &held] {
+        let answer = anvil
+            .answer("eth_getLogs", json!([filter]))
             .await
             .expect("anvil");
         let served = client
-            .call("eth_getLogs", json!([filter.clone()]))
+            .call("eth_getLogs", json!([filter]))
             .await
             .expect("answered");
-        assert_eq!(served["result"], direct["result"], "{filter}: {served}");
+        assert_eq!(served["result"], answer["result"], "{filter}: {served}");
         assert!(
             !served["result"].as_array().is_none_or(Vec::is_empty),
             "{served}"
         );
+        direct.push(answer);
     }
+    // Which answered: with the node down, the range the log holds is
+    // answered the same from the log, and the older one cannot be.
+    let mut anvil = anvil;
+    anvil.stop().await.expect("anvil stops");
+    let served = client
+        .call("eth_getLogs", json!([held]))
+        .await
+        .expect("answered");
+    assert_eq!(served["result"], direct[1]["result"], "{served}");
+    let old_range = client
+        .call("eth_getLogs", json!([old]))
+        .await
+        .expect("answered");
+    assert_eq!(old_range["error"]["code"], -32002, "{old_range}");
 }
 
 /// A node that stops answering but keeps its socket open (`SIGSTOP`): a

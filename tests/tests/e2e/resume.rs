@@ -312,7 +312,11 @@ async fn from_block_replays_heads_from_that_block_then_goes_live() {
         }
     }
     assert_eq!(numbers[..4], [now - 3, now - 2, now - 1, now]);
-    assert!(numbers[4..].iter().all(|n| *n > now - 3), "{numbers:?}");
+    // Then live, from the next block: no gap and no repeat at the seam.
+    assert!(
+        numbers.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "{numbers:?}"
+    );
 }
 
 /// Every refusal is a JSON-RPC error with the right code and a message

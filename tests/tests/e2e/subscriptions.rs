@@ -206,13 +206,21 @@ async fn bv_pending_transactions_filter_by_sender_or_receiver() {
     for (chain, chain_id) in CHAINS {
         let accounts = server.devnet(chain_id).accounts();
         let senders: Vec<Address> = accounts.iter().step_by(2).copied().collect();
-        let receiver = accounts[1];
+        // An account and a token: the token's transfers from the other
+        // half of the accounts match by their receiver alone.
+        let receivers = [
+            accounts[1],
+            chainsieve::ingest::devnet::known_tokens(chain_id)[0].address,
+        ];
         let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
             .await
             .expect("connect");
         let filter = json!({
             "fromAddress": senders.iter().map(|a| a.to_checksum(None)).collect::<Vec<_>>(),
-            "toAddress": [hex_address(&receiver).to_uppercase().replace("0X", "0x")],
+            "toAddress": receivers
+                .iter()
+                .map(|r| hex_address(r).to_uppercase().replace("0X", "0x"))
+                .collect::<Vec<_>>(),
         });
         let filtered = ws
             .subscribe(json!(["bvPendingTransactions", filter]))
@@ -226,15 +234,43 @@ async fn bv_pending_transactions_filter_by_sender_or_receiver() {
             .subscribe(json!(["bvPendingTransactions"]))
             .await
             .expect("subscribe");
-        let all = ws.collect_until(&control, 40).await.expect("pending");
+        let from = |tx: &Value| -> Address {
+            tx["from"].as_str().expect("from").parse().expect("address")
+        };
+        let to = |tx: &Value| -> Option<Address> {
+            tx["to"].as_str().map(|t| t.parse().expect("address"))
+        };
+        // Until the control has seen a transaction of each kind: one that
+        // matches by its sender, one by its receiver alone.
+        let mut all = Vec::new();
+        let (mut by_sender, mut by_receiver_only) = (0, 0);
+        for _ in 0..25 {
+            all.extend(ws.collect_until(&control, 20).await.expect("pending"));
+            let control_txs = of(&all, &control);
+            by_sender = control_txs
+                .iter()
+                .filter(|tx| senders.contains(&from(tx)))
+                .count();
+            by_receiver_only = control_txs
+                .iter()
+                .filter(|tx| {
+                    !senders.contains(&from(tx)) && to(tx).is_some_and(|t| receivers.contains(&t))
+                })
+                .count();
+            if by_sender > 0 && by_receiver_only > 0 {
+                break;
+            }
+        }
+        assert!(
+            by_sender > 0 && by_receiver_only > 0,
+            "{chain}: in 500 transactions, {by_sender} from a listed sender and {by_receiver_only} to a listed receiver alone"
+        );
         assert!(
             of(&all, &nothing).is_empty(),
             "{chain}: a filter for an unused sender matched"
         );
         let matches = |tx: &&Value| {
-            let from: Address = tx["from"].as_str().expect("from").parse().expect("address");
-            let to: Option<Address> = tx["to"].as_str().map(|t| t.parse().expect("address"));
-            senders.contains(&from) || to == Some(receiver)
+            senders.contains(&from(tx)) || to(tx).is_some_and(|t| receivers.contains(&t))
         };
         let control_txs = of(&all, &control);
         let filtered_txs = of(&all, &filtered);
@@ -249,10 +285,7 @@ async fn bv_pending_transactions_filter_by_sender_or_receiver() {
             }
         }
         let matched = assert_exact_filter(&all, &filtered, &control, tx_hash, |tx| matches(&tx));
-        assert!(
-            matched > 0,
-            "{chain}: half the senders matched nothing in 40 transactions"
-        );
+        assert_eq!(matched, by_sender + by_receiver_only, "{chain}");
     }
 }
 
