@@ -196,6 +196,33 @@ impl TestServer {
         };
         (status, value)
     }
+
+    /// Mines `chain`'s next block now (`evm_mine` over HTTP with `key`), as
+    /// a test that steps a devnet block by block does: with a long block
+    /// time, only the blocks it asks for come.
+    pub async fn mine(&self, chain: &str, key: &str) {
+        let (status, answer) = self
+            .post(
+                chain,
+                key,
+                r#"{"jsonrpc":"2.0","id":1,"method":"evm_mine"}"#,
+            )
+            .await;
+        assert_eq!(
+            (status, &answer["result"]),
+            (200, &json!("0x0")),
+            "{answer}"
+        );
+    }
+}
+
+/// A devnet whose blocks come only when a test mines them
+/// ([`TestServer::mine`]): an hour between blocks otherwise.
+pub fn stepped_devnet() -> DevnetSettings {
+    DevnetSettings {
+        block_time_ms: Some(3_600_000),
+        ..fast_devnet()
+    }
 }
 
 impl Drop for TestServer {

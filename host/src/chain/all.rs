@@ -25,6 +25,10 @@ use crate::price::record::InStore;
 /// submitting requests wait.
 const SUBMISSION_QUEUE: usize = 4_096;
 
+/// `evm_mine` requests that may wait for the devnet; past that the
+/// requests wait.
+const MINE_QUEUE: usize = 64;
+
 /// Starts the chain's price indexing, source and pipeline (handing its
 /// steps to `persist`, the log's writer, if any).
 pub(super) fn start(
@@ -45,15 +49,18 @@ pub(super) fn start(
             let ledger = devnet.ledger();
             ledger.keep(parts.spec.window);
             let (submissions, submitted) = mpsc::channel(SUBMISSION_QUEUE);
+            let (miner, mines) = mpsc::channel(MINE_QUEUE);
             parts.tasks.spawn(devnet::run(
                 devnet,
                 events,
                 submitted,
+                mines,
                 parts.shutdown.clone(),
             ));
             Origin::Devnet {
                 submissions,
                 ledger,
+                miner,
             }
         }
         SourceConfig::Node(url) => {

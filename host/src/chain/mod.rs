@@ -26,7 +26,7 @@ use crate::eventlog::EventLog;
 use crate::eventlog::store::Persist;
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::ingest::canonical::CanonicalChain;
-use crate::ingest::devnet::{Ledger, Submission};
+use crate::ingest::devnet::{Ledger, MineRequest, Submission};
 use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
 use crate::metrics::Metrics;
 use crate::node::NodeConnection;
@@ -65,6 +65,8 @@ pub enum Origin {
         submissions: mpsc::Sender<Submission>,
         /// Nonces, gas and balances, for the methods wallets call.
         ledger: Arc<Ledger>,
+        /// The door for `evm_mine`: the next block, now.
+        miner: mpsc::Sender<MineRequest>,
     },
     /// A node.
     Node {
@@ -197,6 +199,14 @@ impl Chain {
     pub fn ledger(&self) -> Option<&Arc<Ledger>> {
         match &self.origin {
             Origin::Devnet { ledger, .. } => Some(ledger),
+            Origin::Node { .. } | Origin::Bus => None,
+        }
+    }
+
+    /// A devnet chain's door for `evm_mine`.
+    pub fn miner(&self) -> Option<&mpsc::Sender<MineRequest>> {
+        match &self.origin {
+            Origin::Devnet { miner, .. } => Some(miner),
             Origin::Node { .. } | Origin::Bus => None,
         }
     }

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use alloy_primitives::{Address, B256, Bloom, U64, U128};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
 
 use super::params::{
     fixed_param, fixed_value, parse_bytes, parse_quantity, positional, require_positional,
 };
 use super::{Call, RpcError, result};
 use crate::chain::Chain;
-use crate::ingest::devnet::{Ledger, Mined, intrinsic, known_pools, known_tokens};
+use crate::ingest::devnet::{Ledger, MineRequest, Mined, intrinsic, known_pools, known_tokens};
 use crate::model::Block;
 
 /// The priority fee the devnet suggests (it takes any).
@@ -43,6 +44,32 @@ pub(super) fn answer(
         "eth_call" => Err(runs_no_code(chain, "eth_call")),
         other => Err(RpcError::method_not_found(other)),
     }
+}
+
+/// `evm_mine` (anvil's and hardhat's): the devnet mines its next block now,
+/// after the block's pending batches, and answers `"0x0"` once the block
+/// has been sent on to the chain's pipeline. With a long `block_time_ms`,
+/// a test (or a client's) steps the chain block by block this way.
+pub(super) async fn mine(
+    chain: &Chain,
+    miner: &mpsc::Sender<MineRequest>,
+    params: &Value,
+) -> Result<Box<RawValue>, RpcError> {
+    let none = match params {
+        Value::Null => true,
+        Value::Array(items) => items.is_empty(),
+        _ => false,
+    };
+    if !none {
+        return Err(RpcError::invalid_params(
+            "evm_mine on the devnet takes no parameters (it mines the next block now)",
+        ));
+    }
+    let stopped = || RpcError::internal(format!("the {} devnet has stopped", chain.name));
+    let (request, mined) = oneshot::channel();
+    miner.send(request).await.map_err(|_| stopped())?;
+    mined.await.map_err(|_| stopped())?;
+    result(&"0x0")
 }
 
 fn runs_no_code(chain: &Chain, what: &str) -> RpcError {

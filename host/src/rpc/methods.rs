@@ -96,6 +96,10 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
             }
             None => reply(forward::forward(ctx.chain, call).await),
         },
+        "evm_mine" => match ctx.chain.miner() {
+            Some(miner) => reply(devnet::mine(ctx.chain, miner, &call.params).await),
+            None => reply(forward::forward(ctx.chain, call).await),
+        },
         _ => match ctx.chain.ledger() {
             Some(ledger) => reply(devnet::answer(ctx.chain, ledger, call)),
             None => reply(forward::forward(ctx.chain, call).await),

@@ -1,4 +1,5 @@
-//! Devnet reorgs through the canonical tracker, as subscribers see them:
+//! Devnet reorgs through the canonical tracker, as subscribers see them
+//! (the devnet stepped block by block with `evm_mine`):
 //! `newHeads` re-emits the new branch, `logs` re-sends orphaned logs with
 //! `removed: true`, and `bvMinedTransactions` re-sends orphaned
 //! transactions with `"removed": true` before they are re-mined; removals
@@ -8,7 +9,7 @@ use std::collections::HashMap;
 
 use chainsieve::config::Config;
 use chainsieve::ingest::devnet::DevnetSettings;
-use chainsieve_tests::{TestServer, WsClient, fast_devnet};
+use chainsieve_tests::{TestServer, WsClient, stepped_devnet};
 use serde_json::{Value, json};
 
 fn number(value: &Value) -> u64 {
@@ -25,7 +26,7 @@ async fn reorgs_remove_then_re_emit() {
         devnet: DevnetSettings {
             reorg_every: 3,
             reorg_depth: 2,
-            ..fast_devnet()
+            ..stepped_devnet()
         },
         ..Config::default()
     };
@@ -69,79 +70,87 @@ async fn reorgs_remove_then_re_emit() {
         || checked_remines == 0
         || !awaiting_remine.is_empty()
     {
-        let (subscription, result) = ws.next_notification().await.expect("events keep coming");
-        if subscription == heads {
-            let n = number(&result["number"]);
-            if let Some(last) = last_head
-                && n <= last
-            {
-                reorgs += 1;
-                let parent = result["parentHash"].as_str().expect("parent");
-                if first_head.is_some_and(|first| n > first) {
-                    assert_eq!(
-                        head_hashes.get(parent),
-                        Some(&(n - 1)),
-                        "a reorg head's parent is an earlier head"
+        // One block (or a reorg's branch), then what it was notified as, up
+        // to a head at least; a branch's further heads come in the next
+        // round, each subscription's notifications in their order.
+        server.mine("bsc", "demo").await;
+        let mut head_seen = false;
+        while !head_seen {
+            let (subscription, result) = ws.next_notification().await.expect("events keep coming");
+            if subscription == heads {
+                head_seen = true;
+                let n = number(&result["number"]);
+                if let Some(last) = last_head
+                    && n <= last
+                {
+                    reorgs += 1;
+                    let parent = result["parentHash"].as_str().expect("parent");
+                    if first_head.is_some_and(|first| n > first) {
+                        assert_eq!(
+                            head_hashes.get(parent),
+                            Some(&(n - 1)),
+                            "a reorg head's parent is an earlier head"
+                        );
+                        checked_parents += 1;
+                    }
+                } else if let Some(last) = last_head {
+                    assert_eq!(n, last + 1, "heads ascend by one between reorgs");
+                }
+                last_head = Some(n);
+                first_head.get_or_insert(n);
+                head_hashes.insert(result["hash"].as_str().expect("hash").to_string(), n);
+            } else if subscription == logs {
+                let key = format!("{}:{}", result["blockHash"], result["logIndex"]);
+                let block = number(&result["blockNumber"]);
+                if result["removed"] == json!(true) {
+                    if first_log_block.is_some_and(|first| block >= first) {
+                        assert_eq!(
+                            delivered_logs.pop().as_ref(),
+                            Some(&key),
+                            "a removed log undoes the last delivered one: {result}"
+                        );
+                        checked_log_removals += 1;
+                    }
+                } else {
+                    assert_eq!(result["removed"], json!(false));
+                    first_log_block.get_or_insert(block);
+                    assert!(
+                        !delivered_logs.contains(&key),
+                        "a log delivered twice: {result}"
                     );
-                    checked_parents += 1;
+                    delivered_logs.push(key);
                 }
-            } else if let Some(last) = last_head {
-                assert_eq!(n, last + 1, "heads ascend by one between reorgs");
-            }
-            last_head = Some(n);
-            first_head.get_or_insert(n);
-            head_hashes.insert(result["hash"].as_str().expect("hash").to_string(), n);
-        } else if subscription == logs {
-            let key = format!("{}:{}", result["blockHash"], result["logIndex"]);
-            let block = number(&result["blockNumber"]);
-            if result["removed"] == json!(true) {
-                if first_log_block.is_some_and(|first| block >= first) {
-                    assert_eq!(
-                        delivered_logs.pop().as_ref(),
-                        Some(&key),
-                        "a removed log undoes the last delivered one: {result}"
+            } else if subscription == mined {
+                let hash = result["hash"].as_str().expect("hash").to_string();
+                let block = result["blockHash"]
+                    .as_str()
+                    .expect("block hash")
+                    .to_string();
+                let height = number(&result["blockNumber"]);
+                if result["removed"] == json!(true) {
+                    if first_tx_block.is_some_and(|first| height >= first) {
+                        assert_eq!(
+                            delivered_txs.pop(),
+                            Some((hash.clone(), block.clone())),
+                            "a removed transaction undoes the last delivered one"
+                        );
+                        checked_tx_removals += 1;
+                    }
+                    awaiting_remine.insert(hash, block);
+                } else {
+                    assert!(result.get("removed").is_none());
+                    first_tx_block.get_or_insert(height);
+                    if let Some(orphaned_in) = awaiting_remine.remove(&hash) {
+                        assert_ne!(orphaned_in, block, "re-mined in a block of the new branch");
+                        checked_remines += 1;
+                    }
+                    let delivered = (hash, block);
+                    assert!(
+                        !delivered_txs.contains(&delivered),
+                        "a transaction delivered twice in one block"
                     );
-                    checked_log_removals += 1;
+                    delivered_txs.push(delivered);
                 }
-            } else {
-                assert_eq!(result["removed"], json!(false));
-                first_log_block.get_or_insert(block);
-                assert!(
-                    !delivered_logs.contains(&key),
-                    "a log delivered twice: {result}"
-                );
-                delivered_logs.push(key);
-            }
-        } else if subscription == mined {
-            let hash = result["hash"].as_str().expect("hash").to_string();
-            let block = result["blockHash"]
-                .as_str()
-                .expect("block hash")
-                .to_string();
-            let height = number(&result["blockNumber"]);
-            if result["removed"] == json!(true) {
-                if first_tx_block.is_some_and(|first| height >= first) {
-                    assert_eq!(
-                        delivered_txs.pop(),
-                        Some((hash.clone(), block.clone())),
-                        "a removed transaction undoes the last delivered one"
-                    );
-                    checked_tx_removals += 1;
-                }
-                awaiting_remine.insert(hash, block);
-            } else {
-                assert!(result.get("removed").is_none());
-                first_tx_block.get_or_insert(height);
-                if let Some(orphaned_in) = awaiting_remine.remove(&hash) {
-                    assert_ne!(orphaned_in, block, "re-mined in a block of the new branch");
-                    checked_remines += 1;
-                }
-                let delivered = (hash, block);
-                assert!(
-                    !delivered_txs.contains(&delivered),
-                    "a transaction delivered twice in one block"
-                );
-                delivered_txs.push(delivered);
             }
         }
     }

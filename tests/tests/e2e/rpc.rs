@@ -472,3 +472,32 @@ async fn a_chain_that_cannot_start_is_named() {
         "{error}"
     );
 }
+
+/// `evm_mine` steps a devnet block by block: with an hour between blocks,
+/// each call brings exactly one, answered once it is on its way; it takes
+/// no parameters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evm_mine_steps_the_devnet_block_by_block() {
+    let config = Config {
+        devnet: chainsieve_tests::stepped_devnet(),
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let mut ws = WsClient::connect(&server.ws_url("polygon", "demo"))
+        .await
+        .expect("connect");
+    let heads = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
+    let mut numbers = Vec::new();
+    for _ in 0..3 {
+        server.mine("polygon", "demo").await;
+        let head = ws.collect_until(&heads, 1).await.expect("the mined head");
+        let (_, head) = head.last().expect("a head");
+        numbers.push(head["number"].as_str().expect("a number").to_string());
+    }
+    assert_eq!(numbers, ["0x1", "0x2", "0x3"]);
+    let refused = ws.call("evm_mine", json!([1])).await.expect("answered");
+    assert_eq!(error_code(&refused), -32602, "{refused}");
+    assert!(error_message(&refused).contains("takes no parameters"));
+    let number = ws.call("eth_blockNumber", json!([])).await.expect("call");
+    assert_eq!(number["result"], json!("0x3"), "no block came unasked");
+}

@@ -291,7 +291,14 @@ async fn bv_pending_transactions_filter_by_sender_or_receiver() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bv_mined_transactions_filter_by_receiver_and_method() {
-    let server = TestServer::default().await;
+    // Stepped: the blocks the test needs come at once, not at the clock's
+    // pace.
+    let server = TestServer::start(chainsieve::Config {
+        devnet: chainsieve_tests::stepped_devnet(),
+        ..chainsieve::Config::default()
+    })
+    .await
+    .expect("server");
     for (chain, chain_id) in CHAINS {
         let token = chainsieve::ingest::devnet::known_tokens(chain_id)[0].address;
         let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
@@ -309,6 +316,10 @@ async fn bv_mined_transactions_filter_by_receiver_and_method() {
             .subscribe(json!(["bvMinedTransactions", {}]))
             .await
             .expect("subscribe");
+        // Twelve transactions a block: 20 blocks hold the 150 read here.
+        for _ in 0..20 {
+            server.mine(chain, "demo").await;
+        }
         let all = ws.collect_until(&control, 150).await.expect("mined");
         assert!(
             of(&all, &wrong_method).is_empty(),

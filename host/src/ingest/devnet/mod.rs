@@ -60,7 +60,7 @@ pub use crate::contracts::catalog::KnownToken;
 pub use ledger::{Ledger, Mined};
 pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission, intrinsic};
 pub use profile::{KnownPool, known_pools, known_tokens};
-pub use task::run;
+pub use task::{MineRequest, run};
 
 /// How many funded accounts send transactions.
 const ACCOUNTS: usize = 16;

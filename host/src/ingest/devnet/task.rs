@@ -1,10 +1,11 @@
 //! The devnet's task: [`run`] drives a [`Devnet`] in real time, builds
-//! blocks and signs its own pending batches on the blocking pool, and
-//! announces submissions as they come.
+//! blocks and signs its own pending batches on the blocking pool,
+//! announces submissions as they come, and mines the next block at once
+//! when asked (`evm_mine`).
 
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -16,16 +17,24 @@ use crate::model::SourceEvent;
 /// Submissions taken into one pending announcement at most.
 const SUBMISSIONS_PER_BATCH: usize = 1_024;
 
+/// A request to mine the next block now (`evm_mine`), answered once the
+/// block has been sent on.
+pub type MineRequest = oneshot::Sender<()>;
+
 /// Drives `devnet` in real time until `shutdown` is cancelled or the
 /// receiver is gone: genesis first, then one step per
 /// `block_time / (pending_batches_per_block + 1)`, so a block's pending
 /// batches and the block itself share the block time evenly. Submitted
 /// transactions are announced as they come: what arrived together is one
-/// pending batch, with no waiting for more.
+/// pending batch, with no waiting for more. A request on `mines` runs the
+/// steps up to the next block back to back, without waiting for ticks (a
+/// test, or a client's, way to step the chain block by block: with a long
+/// block time, only requested blocks come).
 pub async fn run(
     mut devnet: Devnet,
     out: mpsc::Sender<SourceEvent>,
     mut submissions: mpsc::Receiver<Submission>,
+    mut mines: mpsc::Receiver<MineRequest>,
     shutdown: CancellationToken,
 ) {
     let ledger = devnet.ledger();
@@ -67,6 +76,10 @@ pub async fn run(
     let mut open = true;
     // A tick's work on the blocking pool; ticks wait for it.
     let mut working: Option<JoinHandle<Done>> = None;
+    // Requests to mine, oldest first: each is answered by a block of its
+    // own.
+    let mut mining: Vec<MineRequest> = Vec::new();
+    let mut mines_open = true;
     loop {
         let events = tokio::select! {
             biased;
@@ -81,13 +94,25 @@ pub async fn run(
                     }
                 }
             }
-            _ = ticks.tick(), if working.is_none() => match devnet.step() {
-                Step::Announce(events) => events,
-                Step::Work(job) => {
-                    working = Some(tokio::task::spawn_blocking(move || job.run()));
-                    continue;
+            // Asked to mine: the block's steps back to back.
+            () = std::future::ready(()), if working.is_none() && !mining.is_empty() => {
+                match begin(&mut devnet, &mut working) {
+                    Some(events) => events,
+                    None => continue,
                 }
+            }
+            _ = ticks.tick(), if working.is_none() => match begin(&mut devnet, &mut working) {
+                Some(events) => events,
+                None => continue,
             },
+            request = mines.recv(), if mines_open => {
+                match request {
+                    Some(request) => mining.push(request),
+                    // Closed: the chain is no longer asked to mine.
+                    None => mines_open = false,
+                }
+                continue;
+            }
             received = submissions.recv_many(&mut arrived, SUBMISSIONS_PER_BATCH), if open => {
                 // Closed: the chain no longer takes submissions.
                 open = received > 0;
@@ -112,10 +137,27 @@ pub async fn run(
                 continue;
             }
         };
+        let mined = events.iter().any(|e| matches!(e, SourceEvent::Block(_)));
         for event in events {
             if !send(&out, &shutdown, &ledger, event).await {
                 return;
             }
+        }
+        if mined && !mining.is_empty() {
+            // Whoever asked may have given up waiting.
+            let _ = mining.remove(0).send(());
+        }
+    }
+}
+
+/// Takes `devnet`'s next step: its events if they are ready, or `None`
+/// with its work started on the blocking pool (`working`).
+fn begin(devnet: &mut Devnet, working: &mut Option<JoinHandle<Done>>) -> Option<Vec<SourceEvent>> {
+    match devnet.step() {
+        Step::Announce(events) => Some(events),
+        Step::Work(job) => {
+            *working = Some(tokio::task::spawn_blocking(move || job.run()));
+            None
         }
     }
 }
@@ -163,6 +205,61 @@ mod tests {
         mpsc::channel(1).1
     }
 
+    /// Mine requests nobody sends.
+    fn no_mines() -> mpsc::Receiver<MineRequest> {
+        mpsc::channel(1).1
+    }
+
+    /// With an hour between blocks, each request mines a block of its own
+    /// at once, after the block's pending batches, and is answered once the
+    /// block is sent on.
+    #[tokio::test]
+    async fn each_mine_request_mines_the_next_block_at_once() {
+        let hourly = DevnetSettings {
+            block_time_ms: Some(3_600_000),
+            history_blocks: 0,
+            ..settings()
+        };
+        let (out, mut events) = mpsc::channel(64);
+        let (mine, mines) = mpsc::channel(4);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(
+            Devnet::new(1, &hourly),
+            out,
+            closed(),
+            mines,
+            shutdown.clone(),
+        ));
+        let mut answers = Vec::new();
+        for _ in 0..2 {
+            let (request, answer) = oneshot::channel();
+            mine.send(request).await.expect("the devnet runs");
+            answers.push(answer);
+        }
+        let mut blocks = Vec::new();
+        let mut pending_before_block = 0;
+        while blocks.len() < 3 {
+            match next_event(&mut events, "a requested block comes at once").await {
+                SourceEvent::Block(block) => blocks.push(block.number()),
+                SourceEvent::Pending(_) if blocks.len() == 2 => pending_before_block += 1,
+                _ => {}
+            }
+        }
+        // Genesis, then one block per request.
+        assert_eq!(blocks, [0, 1, 2]);
+        assert!(
+            pending_before_block > 0,
+            "the second block's batches came first"
+        );
+        for answer in answers {
+            tokio::time::timeout(Duration::from_secs(30), answer)
+                .await
+                .expect("answered in time")
+                .expect("answered once mined");
+        }
+        shutdown.cancel();
+    }
+
     /// Submissions are announced as they arrive, without waiting for a
     /// tick, and every sender hears back, refused or not.
     #[tokio::test]
@@ -175,7 +272,13 @@ mod tests {
         let (out, mut events) = mpsc::channel(16);
         let (submit, submitted) = mpsc::channel(16);
         let shutdown = CancellationToken::new();
-        tokio::spawn(run(Devnet::new(1, &slow), out, submitted, shutdown.clone()));
+        tokio::spawn(run(
+            Devnet::new(1, &slow),
+            out,
+            submitted,
+            no_mines(),
+            shutdown.clone(),
+        ));
         let mut answers = Vec::new();
         for nonce in [0, 1, 1] {
             let (envelope, from) = outside(nonce, 21_000, &[]);
@@ -230,7 +333,7 @@ mod tests {
         let genesis_time = devnet.genesis().header.timestamp;
         let (out, mut events) = mpsc::channel(64);
         let shutdown = CancellationToken::new();
-        tokio::spawn(run(devnet, out, closed(), shutdown.clone()));
+        tokio::spawn(run(devnet, out, closed(), no_mines(), shutdown.clone()));
         let mut blocks = Vec::new();
         loop {
             match next_event(&mut events, "history arrives at once").await {
@@ -271,7 +374,7 @@ mod tests {
         let genesis = devnet.genesis().hash;
         let (out, mut events) = mpsc::channel(16);
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(devnet, out, closed(), shutdown.clone()));
+        let task = tokio::spawn(run(devnet, out, closed(), no_mines(), shutdown.clone()));
         let SourceEvent::Block(first) = next_event(&mut events, "events keep coming").await else {
             panic!("genesis comes first");
         };
@@ -299,7 +402,13 @@ mod tests {
         let (out, _unread) = mpsc::channel(1);
         let full = out.clone();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(Devnet::new(1, &fast), out, closed(), shutdown.clone()));
+        let task = tokio::spawn(run(
+            Devnet::new(1, &fast),
+            out,
+            closed(),
+            no_mines(),
+            shutdown.clone(),
+        ));
         // Blocked once the one slot is taken and it waits for another.
         tokio::time::timeout(Duration::from_secs(30), async {
             while full.capacity() > 0 {
@@ -323,6 +432,7 @@ mod tests {
                 Devnet::new(1, &fast),
                 out,
                 closed(),
+                no_mines(),
                 CancellationToken::new(),
             ),
         )
