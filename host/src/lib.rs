@@ -16,8 +16,10 @@
 //!   key; on a node chain, what it does not answer goes to the node, on a
 //!   devnet chain what a wallet calls answers from the devnet's ledger.
 //! - [`chain`] — per chain, the [`chain::pipeline`] (any ordered stream of
-//!   source events → canonical tracker → stream batches → filter actors) and
-//!   the hot swap of filter components ([`chain::reload`]).
+//!   source events → canonical tracker → stream batches → filter actors),
+//!   its wiring for each role ([`chain::all`], [`chain::ingest`],
+//!   [`chain::edge`]) and the hot swap of filter components
+//!   ([`chain::reload`]).
 //! - [`filters`] — the wasmtime engine, one bindings module per filter
 //!   contract version (0.1.0, 0.2.0), the loaded components, each
 //!   subscription's reach (what a 0.2 component is asked about), and the

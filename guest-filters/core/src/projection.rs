@@ -856,6 +856,18 @@ mod tests {
     fn offsets_match_the_documented_layout() {
         let doc = include_str!("../../../wit/BATCH_LAYOUT.md");
         assert!(doc.contains("# Layout version 2"));
+        // The sizes as the document states them, read from it.
+        let all_declared =
+            |source, fields| format!("All declared: 1 + {} bytes", record_len(source, fields) - 1);
+        for stated in [
+            all_declared(Source::MinedTransactions, tx_fields::ALL),
+            all_declared(Source::Logs, log_fields::ALL),
+        ] {
+            assert!(
+                doc.contains(&stated),
+                "BATCH_LAYOUT.md does not say {stated:?}"
+            );
+        }
         assert_eq!(
             record_len(Source::MinedTransactions, tx_fields::ALL),
             1 + 141
