@@ -14,12 +14,12 @@ use super::{Origin, Parts, SOURCE_QUEUE};
 use crate::config::{ChainSpec, LogConfig, SourceConfig};
 use crate::eventlog::EventLog;
 use crate::eventlog::store::{self, LogStore, Persist};
-use crate::ingest::devnet::{self, Devnet};
+use crate::ingest::devnet::{self, Devnet, DevnetCalls};
 use crate::ingest::upstream::{self, UpstreamStatus};
 use crate::node::NodeConnection;
-use crate::price::PriceIndex;
 use crate::price::indexer::DRAIN;
 use crate::price::record::InStore;
+use crate::price::{Calls, PriceIndex};
 
 /// Submitted transactions that may wait for the devnet; past that the
 /// submitting requests wait.
@@ -37,10 +37,14 @@ pub(super) fn start(
 ) -> anyhow::Result<Origin> {
     // The one-process server indexes prices from its pipeline.
     let recorder = Arc::new(InStore(parts.price.store().clone()));
+    let calls = match &parts.spec.source {
+        SourceConfig::Devnet => Calls::Own(Arc::new(DevnetCalls::new(parts.spec.chain_id))),
+        SourceConfig::Node(url) => Calls::Node(Arc::new(NodeConnection::new(url.clone()))),
+    };
     let (indexing, price_feed) =
         parts
             .price
-            .indexing(parts.spec, recorder, parts.shutdown.clone(), DRAIN);
+            .indexing(parts.spec, calls, recorder, parts.shutdown.clone(), DRAIN);
     parts.tasks.spawn(indexing);
     let (events, source) = mpsc::channel(SOURCE_QUEUE);
     let origin = match &parts.spec.source {

@@ -24,7 +24,7 @@ use crate::bus::{Bus, ChainLog, ingest, publish};
 use crate::config::{ChainSpec, SourceConfig};
 use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
 use crate::node::NodeConnection;
-use crate::price::PriceIndex;
+use crate::price::{Calls, PriceIndex};
 
 /// Stands for the chain's lease on `bus` and leads it term by term.
 pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin> {
@@ -143,9 +143,13 @@ impl Leader {
         };
         // The index ends with the term: the next leader indexes on from
         // the journal.
-        let (indexing, index) =
-            self.price
-                .indexing(&self.spec, Arc::new(recorder), term.clone(), Duration::ZERO);
+        let (indexing, index) = self.price.indexing(
+            &self.spec,
+            Calls::Node(Arc::new(NodeConnection::new(self.settings.url.clone()))),
+            Arc::new(recorder),
+            term.clone(),
+            Duration::ZERO,
+        );
         let (published, published_steps) = mpsc::unbounded_channel();
         let (events, source) = mpsc::channel(SOURCE_QUEUE);
         let (publish, steps) = mpsc::unbounded_channel();

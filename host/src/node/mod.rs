@@ -6,9 +6,13 @@
 //!   notifications).
 //! - [`connection`]: a connection of its own for requests, opened on first
 //!   use, reopened after a failure, multiplexed by id.
+//! - [`calls`]: read-only contract calls, as the price index makes them,
+//!   whoever answers them.
 
+pub mod calls;
 pub mod client;
 pub mod connection;
 
+pub use calls::ChainCalls;
 pub use client::{Call, NodeClient, NodeError, Notification, decode, single};
 pub use connection::NodeConnection;

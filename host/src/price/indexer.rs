@@ -18,7 +18,6 @@ use anyhow::Context;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::calls::ChainCalls;
 use super::dex::{self, PoolEvent};
 use super::record::Recorder;
 use super::store::{BlockUpdate, Pool, PoolKind, PriceStore, PriceWrite, Token};
@@ -27,6 +26,7 @@ use crate::contracts::catalog::Factory;
 use crate::eventlog::Position;
 use crate::model::Block;
 use crate::model::ChainEvent;
+use crate::node::ChainCalls;
 
 pub struct Indexer {
     chain: String,
@@ -370,8 +370,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::devnet::{Devnet, DevnetSettings, known_pools, known_tokens};
-    use crate::price::calls::DevnetCalls;
+    use crate::ingest::devnet::{Devnet, DevnetCalls, DevnetSettings, known_pools, known_tokens};
     use crate::price::dex::default_factories;
     use crate::price::query::token_price;
     use crate::price::record::InStore;

@@ -9,7 +9,6 @@
 //! - [`record`]: where the index's writes go (the store, or the bus first).
 //! - [`store`]: the price history in an embedded database.
 pub mod backfill;
-pub mod calls;
 pub mod dex;
 pub mod indexer;
 pub mod math;
@@ -26,8 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ChainSpec, PriceConfig, SourceConfig};
-use crate::node::NodeConnection;
-use calls::{ChainCalls, DevnetCalls};
+use crate::node::{ChainCalls, NodeConnection};
 pub use indexer::Feed;
 use query::{PriceAnswer, PriceError};
 use record::Recorder;
@@ -41,6 +39,15 @@ use store::PriceStore;
 pub struct PriceIndex {
     store: Arc<PriceStore>,
     base_tokens: &'static [Address],
+}
+
+/// Who answers the index's contract calls.
+pub enum Calls {
+    /// The chain's node: over `eth_call`, and the backfill's `eth_getLogs`.
+    Node(Arc<NodeConnection>),
+    /// A chain that answers for its own contracts (the devnet); there is
+    /// nothing to backfill from.
+    Own(Arc<dyn ChainCalls>),
 }
 
 impl PriceIndex {
@@ -81,8 +88,9 @@ impl PriceIndex {
         &self.store
     }
 
-    /// The chain's indexer, and from `price_from_block` on a node chain its
-    /// backfill, writing through `recorder`: the future that runs them
+    /// The chain's indexer, its contract calls answered by `calls`, and
+    /// from `price_from_block` on a node chain its backfill, writing
+    /// through `recorder`: the future that runs them
     /// until `shutdown` (and then for `drain`), and the sender that takes
     /// the chain's changes in canonical order. Unbounded so the pipeline
     /// never waits on the contract calls the indexer makes: the backlog is
@@ -90,6 +98,7 @@ impl PriceIndex {
     pub fn indexing(
         &self,
         spec: &ChainSpec,
+        calls: Calls,
         recorder: Arc<dyn Recorder>,
         shutdown: CancellationToken,
         drain: Duration,
@@ -106,10 +115,9 @@ impl PriceIndex {
                 dex::default_factories(spec.chain_id).to_vec(),
             )
         };
-        let (calls, backfill): (Arc<dyn ChainCalls>, _) = match &spec.source {
-            SourceConfig::Devnet => (Arc::new(DevnetCalls::new(spec.chain_id)), None),
-            SourceConfig::Node(url) => {
-                let node = Arc::new(NodeConnection::new(url.clone()));
+        let (calls, backfill): (Arc<dyn ChainCalls>, _) = match calls {
+            Calls::Own(calls) => (calls, None),
+            Calls::Node(node) => {
                 let backfill = spec.price_from_block.map(|from| {
                     backfill::run(
                         spec.name.clone(),

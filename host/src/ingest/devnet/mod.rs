@@ -29,6 +29,7 @@
 //! `reorg` and `task` (the real-time loop).
 
 mod block;
+mod calls;
 mod ledger;
 mod mempool;
 mod profile;
@@ -57,6 +58,7 @@ use workload::{CREATE_GAS, Pool, Unsigned, gas_limit_for};
 
 pub use crate::config::DevnetSettings;
 pub use crate::contracts::catalog::KnownToken;
+pub use calls::DevnetCalls;
 pub use ledger::{Ledger, Mined};
 pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission, intrinsic};
 pub use profile::{KnownPool, known_pools, known_tokens};

@@ -1,58 +1,33 @@
-//! The contract calls the index makes (identify a pool, read a token),
-//! answered by the chain's source: a node over `eth_call`, or the devnet,
-//! which knows its own contracts.
+//! The devnet's answers to the price index's contract calls: its tokens'
+//! `decimals()` and `name()`, its pairs' tokens and factory, and the
+//! factories' `getPair`, from the chain's profile, as its contracts would
+//! answer on a real chain.
 
 use std::collections::HashMap;
 
 use alloy_primitives::{Address, Bytes};
 use alloy_sol_types::SolCall;
 use futures_util::future::BoxFuture;
-use serde_json::json;
 
+use super::{KnownPool, KnownToken, known_pools, known_tokens};
 use crate::contracts::abi::{IERC20, IPool, IUniswapV2Factory};
-use crate::ingest::devnet;
-use crate::node::{NodeConnection, NodeError};
-
-/// Runs a read-only call at the latest block.
-pub trait ChainCalls: Send + Sync {
-    /// The call's return data; `None` when it reverts (or `to` has no code).
-    fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>>;
-}
-
-impl ChainCalls for NodeConnection {
-    fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>> {
-        Box::pin(async move {
-            match NodeConnection::call::<Bytes>(
-                self,
-                "eth_call",
-                json!([{ "to": to, "data": data }, "latest"]),
-            )
-            .await
-            {
-                Ok(result) => Ok(Some(result)),
-                // The contract refused: not a pool or token of the kind asked.
-                Err(NodeError::Rpc { .. }) => Ok(None),
-                Err(other) => Err(other.into()),
-            }
-        })
-    }
-}
+use crate::node::ChainCalls;
 
 /// The devnet's contracts: its tokens and its V2 pairs and factories.
 #[derive(Debug)]
 pub struct DevnetCalls {
-    tokens: HashMap<Address, devnet::KnownToken>,
-    pools: Vec<devnet::KnownPool>,
+    tokens: HashMap<Address, KnownToken>,
+    pools: Vec<KnownPool>,
 }
 
 impl DevnetCalls {
     pub fn new(chain_id: u64) -> Self {
         Self {
-            tokens: devnet::known_tokens(chain_id)
+            tokens: known_tokens(chain_id)
                 .iter()
                 .map(|t| (t.address, *t))
                 .collect(),
-            pools: devnet::known_pools(chain_id),
+            pools: known_pools(chain_id),
         }
     }
 
