@@ -24,12 +24,11 @@ use crate::rpc::subscriptions::Subscriptions;
 /// Loads the filters and starts every chain; the server then serves the
 /// returned state ([`crate::http::serve`]).
 pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<AppState>> {
-    config.validate()?;
+    let specs = config.validate()?;
     let bus = match config.role {
         Role::All => None,
         role => Some(Bus::connect(&config.bus, &format!("chainsieve {}", role.name())).await?),
     };
-    let specs = config.chain_specs()?;
     let keys = config.keys()?.into_iter().collect();
     let engine = FilterEngine::new(&config.filters)?;
     let registry = FilterRegistry::load(&engine, &config.filters.dir)?;

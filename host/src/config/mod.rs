@@ -421,8 +421,9 @@ impl Config {
     /// each section checks its own keys, then what spans sections (chains
     /// against the role and the devnet, keys against the sources). An
     /// out-of-range value is refused here, naming the key and the range,
-    /// rather than overflowing or panicking later.
-    pub fn validate(&self) -> anyhow::Result<()> {
+    /// rather than overflowing or panicking later. Answers the chains as
+    /// they will run.
+    pub fn validate(&self) -> anyhow::Result<Vec<ChainSpec>> {
         let specs = self.chain_specs()?;
         self.keys()?;
         self.auth.validate()?;
@@ -458,7 +459,7 @@ impl Config {
                 }
             }
         }
-        Ok(())
+        Ok(specs)
     }
 
     /// The chains with defaults resolved, validated.

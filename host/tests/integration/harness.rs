@@ -222,7 +222,7 @@ fn transaction_filters_answer_as_natively_over_the_fixtures() {
 
 /// Every one of `subscriptions` matched something: a rule that matches
 /// nothing on both sides would otherwise pass unnoticed.
-fn each_matched(matches: &[Match], subscriptions: usize, topic: &str) {
+pub(crate) fn each_matched(matches: &[Match], subscriptions: usize, topic: &str) {
     for subscription in 0..subscriptions as u64 {
         assert!(
             matches.iter().any(|m| m.subscription == subscription),
