@@ -189,10 +189,7 @@ impl CanonicalChain {
 
 #[cfg(test)]
 mod tests {
-    use alloy_consensus::Header;
-
     use super::*;
-    use crate::model::Transaction;
 
     /// A block at `number` on branch `branch`, child of `parent`.
     fn block(number: u64, branch: u8, parent: B256) -> Arc<Block> {
@@ -201,21 +198,7 @@ mod tests {
 
     /// The same, holding transactions `txs`.
     fn block_with(number: u64, branch: u8, parent: B256, txs: &[B256]) -> Arc<Block> {
-        let mut hash = [branch; 32];
-        hash[..8].copy_from_slice(&number.to_be_bytes());
-        Arc::new(Block {
-            hash: B256::from(hash),
-            header: Header {
-                number,
-                parent_hash: parent,
-                ..Default::default()
-            },
-            transactions: txs
-                .iter()
-                .map(|hash| Arc::new(Transaction::fixture(*hash)))
-                .collect(),
-            logs: Vec::new(),
-        })
+        Arc::new(Block::fixture(number, branch, parent, txs))
     }
 
     fn chain(len: u64, window: usize) -> (CanonicalChain, Vec<Arc<Block>>) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use chainsieve_filter_core::Payload;
 
-use super::{Block, Transaction, TxPosition};
+use super::{Block, Transaction, TxPosition, TxShape};
 
 /// A change to one chain, in the order subscribers must see it. Its serde
 /// form is a persisted log's record of a step.
@@ -45,9 +45,11 @@ impl StreamEvent {
         let quoted = |hash: &alloy_primitives::B256| format!("\"{hash}\"");
         match (self, kind) {
             (StreamEvent::Pending(tx), Payload::Hash) => quoted(&tx.hash),
-            (StreamEvent::Pending(tx), Payload::Full) => tx.to_json(TxPosition::Pending, false),
+            (StreamEvent::Pending(tx), Payload::Full) => {
+                tx.to_json(TxShape::Geth, TxPosition::Pending, false)
+            }
             (StreamEvent::Pending(tx), Payload::FullBlockvision) => {
-                tx.to_json(TxPosition::PendingBlockvision, false)
+                tx.to_json(TxShape::Blockvision, TxPosition::Pending, false)
             }
             (StreamEvent::Mined { block, index, .. }, Payload::Hash) => {
                 quoted(&block.transactions[*index].hash)
@@ -58,8 +60,16 @@ impl StreamEvent {
                     index,
                     removed,
                 },
-                _,
-            ) => block.transaction_json(*index, *removed),
+                Payload::Full,
+            ) => block.transaction_json(*index, TxShape::Geth, *removed),
+            (
+                StreamEvent::Mined {
+                    block,
+                    index,
+                    removed,
+                },
+                Payload::FullBlockvision,
+            ) => block.transaction_json(*index, TxShape::Blockvision, *removed),
             (StreamEvent::Head(block), Payload::Hash) => quoted(&block.hash),
             (StreamEvent::Head(block), _) => block.header_json(),
             (StreamEvent::Log { block, index, .. }, Payload::Hash) => {

@@ -3,27 +3,31 @@
 //!
 //! Nodes differ: BNB Chain and Polygon add system transactions (no
 //! signature, or type `0x7f` on Polygon) and extra header fields, and new
-//! transaction types appear. Nothing here refuses a block for that: every
-//! field the filters and the wire shapes need is read, absent signature
-//! parts read as zero, an unknown type keeps its number, and fields this
-//! server does not serve are skipped. A transaction or log that cannot be
+//! transaction types appear. Nothing here refuses a block for that, and
+//! nothing the node says is lost: every field of types 0–4 is read, absent
+//! signature parts read as zero, an unknown type keeps its number, members
+//! the model has no field for are kept as the node's text, and a block's
+//! own members are kept for block lookups. A transaction or log that cannot be
 //! read at all (a malformed object) is skipped alone, logged and counted
 //! ([`skipped_objects`], exported on `/metrics`), rather than stopping the
 //! chain.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloy_eips::eip2930::AccessList;
+use alloy_eips::eip7702::SignedAuthorization;
 use alloy_primitives::{Address, B256, Bytes, U64, U128, U256};
 use alloy_rpc_types_eth::Log;
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 use chainsieve_filter_core::Source;
 
 use super::StreamEvent;
-use super::{Block, Fees, Transaction, TxSignature};
+use super::{BlobFields, Block, Fees, OtherFields, Transaction, TxSignature};
 
 /// Transactions and logs skipped because they could not be read, by every
 /// node source of the process.
@@ -34,17 +38,39 @@ pub fn skipped_objects() -> u64 {
     SKIPPED.load(Ordering::Relaxed)
 }
 
-/// `eth_getBlockBy*` with full transactions. The header fields are read by
-/// alloy's RPC header type; each transaction is kept as raw text and read
-/// into [`NodeTransaction`] alone, so one bad object costs only itself.
-#[derive(Debug, Deserialize)]
+/// `eth_getBlockBy*` with full transactions, read member by member: the
+/// header by alloy's RPC header type, each transaction kept as raw text and
+/// read into [`NodeTransaction`] alone (so one bad object costs only
+/// itself), and every other member kept as the node's text, which block
+/// lookups answer with ([`Block::lookup`]).
+#[derive(Debug)]
 pub struct NodeBlock {
-    transactions: Vec<Box<RawValue>>,
-    #[serde(flatten)]
     pub header: alloy_rpc_types_eth::Header,
+    transactions: Vec<Box<RawValue>>,
+    /// The node's members but `transactions`, as a JSON object.
+    lookup: Box<str>,
 }
 
-/// A transaction object, pending or mined.
+impl<'de> Deserialize<'de> for NodeBlock {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut members = BTreeMap::<String, Box<RawValue>>::deserialize(deserializer)?;
+        let transactions = match members.remove("transactions") {
+            Some(list) => serde_json::from_str(list.get()).map_err(D::Error::custom)?,
+            None => Vec::new(),
+        };
+        let lookup = serde_json::to_string(&members).map_err(D::Error::custom)?;
+        let header = serde_json::from_str(&lookup).map_err(D::Error::custom)?;
+        Ok(Self {
+            header,
+            transactions,
+            lookup: lookup.into(),
+        })
+    }
+}
+
+/// A transaction object, pending or mined: every field of types 0–4 read
+/// into the model, every other member kept as it came ([`OtherFields`]).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeTransaction {
@@ -66,11 +92,17 @@ pub struct NodeTransaction {
     max_fee_per_gas: Option<U128>,
     #[serde(default)]
     max_priority_fee_per_gas: Option<U128>,
+    #[serde(default)]
+    max_fee_per_blob_gas: Option<U128>,
     /// `data` on a few old nodes.
     #[serde(alias = "data")]
     input: Bytes,
     #[serde(default)]
     access_list: Option<AccessList>,
+    #[serde(default)]
+    blob_versioned_hashes: Option<Vec<B256>>,
+    #[serde(default)]
+    authorization_list: Option<Vec<SignedAuthorization>>,
     #[serde(default)]
     v: Option<U64>,
     #[serde(default)]
@@ -80,6 +112,22 @@ pub struct NodeTransaction {
     r: U256,
     #[serde(default)]
     s: U256,
+    /// Where the transaction sits, and the price it paid: the wire shapes
+    /// write these from the block (docs/src/api.md, Wire shapes), so they
+    /// are read past here, not kept.
+    #[serde(default, rename = "blockHash")]
+    _block_hash: IgnoredAny,
+    #[serde(default, rename = "blockNumber")]
+    _block_number: IgnoredAny,
+    #[serde(default, rename = "blockTimestamp")]
+    _block_timestamp: IgnoredAny,
+    #[serde(default, rename = "transactionIndex")]
+    _transaction_index: IgnoredAny,
+    #[serde(default, rename = "removed")]
+    _removed: IgnoredAny,
+    /// Every member not named above.
+    #[serde(flatten)]
+    other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A log object (`eth_getLogs`).
@@ -117,10 +165,18 @@ impl NodeTransaction {
             (Some(max), Some(priority)) => Fees::Dynamic {
                 max_fee_per_gas: max.to(),
                 max_priority_fee_per_gas: priority.to(),
+                stated_price: self.gas_price.map(|p| p.to()),
             },
             _ => Fees::GasPrice(self.gas_price.map_or(0, |p| p.to())),
         };
         let v = self.v.or(self.y_parity).map_or(0, |v| v.to());
+        let blob = match (self.max_fee_per_blob_gas, self.blob_versioned_hashes) {
+            (None, None) => None,
+            (max_fee, hashes) => Some(BlobFields {
+                max_fee_per_blob_gas: max_fee.map_or(0, |m| m.to()),
+                versioned_hashes: hashes.unwrap_or_default(),
+            }),
+        };
         Transaction {
             hash: self.hash,
             tx_type,
@@ -133,11 +189,15 @@ impl NodeTransaction {
             fees,
             input: self.input,
             access_list: self.access_list,
+            blob,
+            authorization_list: self.authorization_list,
             signature: TxSignature {
                 v,
                 r: self.r,
                 s: self.s,
+                y_parity: self.y_parity.map(|parity| parity != U64::ZERO),
             },
+            other: OtherFields::from_members(&self.other),
         }
     }
 }
@@ -179,6 +239,7 @@ impl NodeBlock {
             header: self.header.inner,
             transactions,
             logs,
+            lookup: Some(self.lookup),
         })
     }
 }
@@ -209,6 +270,7 @@ pub fn stream_event(source: Source, json: &str) -> Result<StreamEvent, serde_jso
             },
             transactions,
             logs,
+            lookup: None,
         })
     };
     Ok(match source {
@@ -231,6 +293,7 @@ pub fn stream_event(source: Source, json: &str) -> Result<StreamEvent, serde_jso
                 header: header.inner,
                 transactions: Vec::new(),
                 logs: Vec::new(),
+                lookup: None,
             }))
         }
         Source::Logs => {
@@ -350,10 +413,10 @@ mod tests {
                 2,
                 json!({ "type": "0x2", "chainId": "0x1", "maxFeePerGas": "0x77359400", "maxPriorityFeePerGas": "0x1", "accessList": [], "v": "0x1", "yParity": "0x1", "r": "0x1", "s": "0x2" })
             ),
-            // A blob transaction: its blob fields are not served, not fatal.
+            // A blob transaction keeps its blob fields.
             tx(
                 3,
-                json!({ "type": "0x3", "chainId": "0x1", "maxFeePerGas": "0x2", "maxPriorityFeePerGas": "0x1", "maxFeePerBlobGas": "0x1", "blobVersionedHashes": ["0x01aa"], "accessList": [], "yParity": "0x0", "r": "0x1", "s": "0x2" })
+                json!({ "type": "0x3", "chainId": "0x1", "maxFeePerGas": "0x2", "maxPriorityFeePerGas": "0x1", "maxFeePerBlobGas": "0x1", "blobVersionedHashes": [format!("0x01{}", "aa".repeat(31))], "accessList": [], "yParity": "0x0", "r": "0x1", "s": "0x2" })
             ),
             // A system transaction: no signature, no type field, gas price 0.
             tx(4, json!({ "gasPrice": "0x0" })),
@@ -392,7 +455,8 @@ mod tests {
             block.transactions[1].fees,
             Fees::Dynamic {
                 max_fee_per_gas: 2_000_000_000,
-                max_priority_fee_per_gas: 1
+                max_priority_fee_per_gas: 1,
+                stated_price: None,
             }
         );
         assert_eq!(block.transactions[1].signature.v, 1);
@@ -401,6 +465,31 @@ mod tests {
             block.transactions[4].input.as_ref(),
             &[0xa9, 0x05, 0x9c, 0xbb]
         );
+        let blob = block.transactions[2].blob.as_ref().expect("blob fields");
+        assert_eq!(blob.max_fee_per_blob_gas, 1);
+        assert_eq!(blob.versioned_hashes[0][0], 1);
+        // Members of an unknown type come back as the node sent them; the
+        // block fields are the wire shape's to write.
+        let unknown: serde_json::Value = serde_json::from_str(&block.transactions[4].to_json(
+            crate::model::TxShape::Geth,
+            crate::model::TxPosition::Pending,
+            false,
+        ))
+        .expect("json");
+        assert_eq!(
+            (&unknown["sourceHash"], &unknown["mint"]),
+            (&json!("0x01"), &json!("0x0"))
+        );
+        assert!(
+            block.transactions[0].other.is_empty(),
+            "no member of type 0 is unknown"
+        );
+        // The block's own members answer lookups, the node's `size` with them.
+        let lookup: serde_json::Value =
+            serde_json::from_str(block.block_json(false).expect("lookup").get()).expect("json");
+        assert_eq!(lookup["size"], json!("0x220"));
+        assert_eq!(lookup["milliTimestamp"], json!("0x18bce5a4000"));
+        assert_eq!(lookup["transactions"].as_array().map(Vec::len), Some(5));
 
         assert_eq!(block.logs.len(), 1, "the unreadable log is skipped");
         let log = &block.logs[0];

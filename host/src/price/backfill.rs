@@ -130,6 +130,7 @@ async fn fill(
                 },
                 transactions: Vec::new(),
                 logs,
+                lookup: None,
             };
             indexer.add(&block, None).await?;
         }

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use super::params::{fixed_param, parse_quantity, positional, require_positional};
 use super::{RpcError, result};
 use crate::chain::Chain;
+use crate::model::{Block, TxShape};
 
 pub(super) fn block_number(chain: &Chain) -> Result<Box<RawValue>, RpcError> {
     let tip = chain.canonical().tip().map(|b| b.number());
@@ -75,15 +76,19 @@ pub(super) fn block_by_number(chain: &Chain, params: &Value) -> Result<Held, Rpc
     let selector = block_selector(positional(params, 0))?;
     let full = full_flag(params)?;
     let canonical = chain.canonical();
-    let tip = || match canonical.tip() {
-        Some(block) => Ok(block.block_json(full)),
-        None => result(&Value::Null),
-    };
     Ok(match selector {
-        Selector::Latest => Held::Answer(tip()?),
-        Selector::NodeTag => Held::Elsewhere(tip()),
+        Selector::Latest => match canonical.tip() {
+            Some(block) => lookup(block, full),
+            None => Held::Answer(result(&Value::Null)?),
+        },
+        Selector::NodeTag => Held::Elsewhere(
+            match canonical.tip().and_then(|block| block.block_json(full)) {
+                Some(answer) => Ok(answer),
+                None => result(&Value::Null),
+            },
+        ),
         Selector::Number(number) => match canonical.by_number(number) {
-            Some(block) => Held::Answer(block.block_json(full)),
+            Some(block) => lookup(block, full),
             None => Held::Elsewhere(match (canonical.oldest(), canonical.tip()) {
                 (Some(oldest), Some(_)) if number < oldest.number() => {
                     Err(RpcError::not_found(format!(
@@ -101,9 +106,18 @@ pub(super) fn block_by_hash(chain: &Chain, params: &Value) -> Result<Held, RpcEr
     let hash: B256 = fixed_param(params, 0, "eth_getBlockByHash", "the block hash")?;
     let full = full_flag(params)?;
     Ok(match chain.canonical().by_hash(&hash) {
-        Some(block) => Held::Answer(block.block_json(full)),
+        Some(block) => lookup(block, full),
         None => Held::Elsewhere(result(&Value::Null)),
     })
+}
+
+/// The window's block as its source gave it, or the node's answer where the
+/// window holds no lookup members for it (docs/src/api.md, Wire shapes).
+fn lookup(block: &Block, full: bool) -> Held {
+    match block.block_json(full) {
+        Some(answer) => Held::Answer(answer),
+        None => Held::Elsewhere(result(&Value::Null)),
+    }
 }
 
 /// A mined transaction, while its block is canonical and in the window
@@ -117,7 +131,7 @@ pub(super) fn transaction_by_hash(chain: &Chain, params: &Value) -> Result<Held,
     )?;
     Ok(match chain.canonical().transaction(&hash) {
         Some((block, index)) => Held::Answer(
-            RawValue::from_string(block.transaction_json(index, false))
+            RawValue::from_string(block.transaction_json(index, TxShape::Geth, false))
                 .map_err(|e| RpcError::internal(e.to_string()))?,
         ),
         None => Held::Elsewhere(result(&Value::Null)),

@@ -139,7 +139,7 @@ fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValu
         }
     }
     let effective = tx.fees.effective(base_fee(block));
-    result(&json!({
+    let mut receipt = json!({
         "transactionHash": tx.hash,
         "transactionIndex": U64::from(mined.index),
         "blockHash": block.hash,
@@ -154,7 +154,13 @@ fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValu
         "logsBloom": bloom,
         "status": "0x1",
         "type": U64::from(tx.tx_type),
-    }))
+    });
+    // geth's receipt of a blob transaction adds what its blobs cost.
+    if tx.blob.is_some() {
+        receipt["blobGasUsed"] = json!(U64::from(tx.blob_gas()));
+        receipt["blobGasPrice"] = json!(U128::from(block.blob_gas_price().unwrap_or(0)));
+    }
+    result(&receipt)
 }
 
 /// Where the ledger saw `hash` mined, while that block is canonical and in

@@ -14,7 +14,7 @@ use chainsieve::filters::harness::{Harness, Match, read_events};
 use chainsieve::filters::registry::{BUILT_FILTERS_DIR, builtin_components};
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings, known_tokens};
 use chainsieve::model::SourceEvent;
-use chainsieve::model::TxPosition;
+use chainsieve::model::{TxPosition, TxShape};
 use chainsieve_filter_sdk::projection::{log_fields, tx_fields};
 use chainsieve_filter_sdk::{Filter, Source, match_batch};
 use chainsieve_tests::filters::decoded_transfer;
@@ -52,13 +52,13 @@ fn generate() -> [String; 4] {
             match event {
                 SourceEvent::Pending(txs) => {
                     for tx in txs {
-                        line(0, tx.to_json(TxPosition::Pending, false));
+                        line(0, tx.to_json(TxShape::Geth, TxPosition::Pending, false));
                     }
                 }
                 SourceEvent::Block(block) => {
                     blocks += 1;
                     for index in 0..block.transactions.len() {
-                        line(1, block.transaction_json(index, false));
+                        line(1, block.transaction_json(index, TxShape::Geth, false));
                     }
                     line(2, block.header_json());
                     for index in 0..block.logs.len() {

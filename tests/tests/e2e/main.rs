@@ -13,6 +13,7 @@ mod filter_isolation;
 mod forward;
 mod limits;
 mod load;
+mod node_parity;
 mod prices;
 mod prices_on_anvil;
 mod reorgs;

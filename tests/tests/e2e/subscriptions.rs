@@ -38,8 +38,15 @@ fn tx_hash(tx: &Value) -> String {
     tx["hash"].as_str().expect("hash").to_string()
 }
 
+/// Whose rules a transaction object follows (docs/src/api.md, Wire shapes).
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    Geth,
+    Blockvision,
+}
+
 /// Checks a transaction object's shape (docs/src/api.md, Wire shapes).
-fn check_transaction(tx: &Value) {
+fn check_transaction(tx: &Value, shape: Shape) {
     for field in [
         "hash", "from", "gas", "input", "nonce", "value", "type", "v", "r", "s",
     ] {
@@ -54,24 +61,43 @@ fn check_transaction(tx: &Value) {
             "{field} is not a canonical quantity: {tx}"
         );
     }
+    let typed = tx["type"] != json!("0x0");
+    assert_eq!(
+        typed,
+        tx.get("yParity").is_some(),
+        "yParity on typed ones: {tx}"
+    );
+    assert_eq!(
+        typed,
+        tx["accessList"].is_array(),
+        "access lists on typed ones: {tx}"
+    );
     match tx["type"].as_str() {
-        Some("0x0") => {
+        Some("0x0" | "0x1") => {
             assert!(
-                is_quantity(&tx["gasPrice"])
-                    && tx.get("maxFeePerGas").is_none()
-                    && tx.get("yParity").is_none(),
+                is_quantity(&tx["gasPrice"]) && tx.get("maxFeePerGas").is_none(),
                 "{tx}"
             )
         }
-        Some("0x2") => {
-            assert!(tx.get("gasPrice").is_none(), "{tx}");
+        Some(fee_capped @ ("0x2" | "0x3" | "0x4")) => {
+            assert_eq!(
+                tx.get("gasPrice").is_some(),
+                shape == Shape::Geth,
+                "gasPrice in geth's shape only: {tx}"
+            );
             assert!(
                 is_quantity(&tx["maxFeePerGas"]) && is_quantity(&tx["maxPriorityFeePerGas"]),
                 "{tx}"
             );
-            assert!(
-                is_quantity(&tx["yParity"]) && tx["accessList"].is_array(),
-                "{tx}"
+            assert_eq!(
+                fee_capped == "0x3",
+                tx["blobVersionedHashes"].is_array() && is_quantity(&tx["maxFeePerBlobGas"]),
+                "blob fields on blob transactions: {tx}"
+            );
+            assert_eq!(
+                fee_capped == "0x4",
+                tx["authorizationList"].is_array(),
+                "authorizations on set-code transactions: {tx}"
             );
         }
         other => panic!("unexpected transaction type {other:?}"),
@@ -177,7 +203,7 @@ async fn new_pending_transactions_as_hashes_or_full_objects() {
             .collect();
         assert!(plain_hashes.iter().all(|h| is_hex(&json!(h), 64)));
         for tx in &full_txs {
-            check_transaction(tx);
+            check_transaction(tx, Shape::Geth);
             for field in ["blockHash", "blockNumber", "transactionIndex"] {
                 assert_eq!(
                     tx[field],
@@ -275,7 +301,7 @@ async fn bv_pending_transactions_filter_by_sender_or_receiver() {
         let control_txs = of(&all, &control);
         let filtered_txs = of(&all, &filtered);
         for tx in control_txs.iter().chain(&filtered_txs) {
-            check_transaction(tx);
+            check_transaction(tx, Shape::Blockvision);
             for field in ["blockHash", "blockNumber", "transactionIndex"] {
                 assert_eq!(
                     tx[field],
@@ -327,7 +353,7 @@ async fn bv_mined_transactions_filter_by_receiver_and_method() {
         );
         let control_txs = of(&all, &control);
         for tx in &control_txs {
-            check_transaction(tx);
+            check_transaction(tx, Shape::Blockvision);
             assert!(
                 is_hex(&tx["blockHash"], 64)
                     && is_quantity(&tx["blockNumber"])

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use alloy_consensus::proofs::{calculate_receipt_root, calculate_transaction_root};
 use alloy_consensus::{
-    EMPTY_OMMER_ROOT_HASH, EMPTY_ROOT_HASH, Eip658Value, Header, Receipt, ReceiptEnvelope,
-    ReceiptWithBloom, TxEnvelope,
+    BlockBody, EMPTY_OMMER_ROOT_HASH, EMPTY_ROOT_HASH, Eip658Value, Header, Receipt,
+    ReceiptEnvelope, ReceiptWithBloom, TxEnvelope,
 };
+use alloy_eips::eip4895::Withdrawals;
 use alloy_primitives::{Address, B256, Bytes, Log as PrimitiveLog, U256, keccak256, logs_bloom};
 use alloy_rpc_types_eth::Log;
 
@@ -113,13 +114,22 @@ impl BlockTemplate {
             nonce: Default::default(),
             base_fee_per_gas: Some(self.base_fee),
             withdrawals_root: Some(EMPTY_ROOT_HASH),
-            blob_gas_used: Some(0),
+            blob_gas_used: Some(content.iter().map(|g| g.tx.blob_gas()).sum()),
             excess_blob_gas: Some(0),
             parent_beacon_block_root: Some(B256::ZERO),
             // Later forks' fields (requests, access lists, slots) stay unset.
             ..Header::default()
         };
         let hash = header.hash_slow();
+        let size = alloy_consensus::Block::rlp_length_for(
+            &header,
+            &BlockBody {
+                transactions: envelopes,
+                ommers: Vec::new(),
+                withdrawals: Some(Withdrawals::default()),
+            },
+        );
+        let timestamp = header.timestamp;
         let logs = content
             .iter()
             .enumerate()
@@ -129,7 +139,7 @@ impl BlockTemplate {
                 inner: log.clone(),
                 block_hash: Some(hash),
                 block_number: Some(number),
-                block_timestamp: None,
+                block_timestamp: Some(timestamp),
                 transaction_hash: Some(tx_hash),
                 transaction_index: Some(tx_index as u64),
                 log_index: Some(log_index as u64),
@@ -138,6 +148,7 @@ impl BlockTemplate {
             .collect();
         Arc::new(Block {
             hash,
+            lookup: Some(Block::devnet_lookup(hash, &header, size)),
             header,
             transactions: content.iter().map(|g| g.tx.clone()).collect(),
             logs,
@@ -219,6 +230,23 @@ mod tests {
                 .map(|tx| envelope_of(tx))
                 .collect();
             assert_eq!(h.transactions_root, calculate_transaction_root(&envelopes));
+            let blob_gas: u64 = block.transactions.iter().map(|tx| tx.blob_gas()).sum();
+            assert_eq!(h.blob_gas_used, Some(blob_gas));
+            // The lookup's size is the whole block's encoding.
+            let lookup: serde_json::Value =
+                serde_json::from_str(block.lookup.as_deref().expect("lookup")).expect("json");
+            let body = BlockBody {
+                transactions: envelopes,
+                ommers: Vec::new(),
+                withdrawals: Some(Withdrawals::default()),
+            };
+            let mut encoded = Vec::new();
+            alloy_consensus::Block::rlp_encode_from_parts(h, &body, &mut encoded);
+            assert_eq!(
+                lookup["size"],
+                serde_json::json!(format!("{:#x}", encoded.len()))
+            );
+            assert_eq!(lookup["hash"], serde_json::json!(block.hash.to_string()));
             if block.transactions.is_empty() {
                 assert_eq!(h.receipts_root, EMPTY_ROOT_HASH);
             } else {

@@ -106,8 +106,8 @@ impl Ledger {
     /// transactions are mined again on the new branch).
     pub(super) fn orphaned(&self, block: &Block, content: &[Generated]) {
         let mut inner = self.inner();
-        for generated in content {
-            inner.transfer(block, generated, false);
+        for (index, generated) in content.iter().enumerate() {
+            inner.transfer(block, index, generated, false);
             if inner
                 .mined
                 .get(&generated.tx.hash)
@@ -125,7 +125,7 @@ impl Ledger {
         let mut cumulative = 0;
         let mut hashes = Vec::with_capacity(content.len());
         for (index, generated) in content.iter().enumerate() {
-            inner.transfer(block, generated, true);
+            inner.transfer(block, index, generated, true);
             let tx = &generated.tx;
             cumulative += generated.gas_used;
             let entry = inner.nonces.entry(tx.from).or_default();
@@ -161,11 +161,11 @@ impl Ledger {
 }
 
 impl Inner {
-    /// Moves `generated`'s value and fee (`mined`), or moves them back.
-    fn transfer(&mut self, block: &Block, generated: &Generated, mined: bool) {
+    /// Moves `generated`'s value and fee (`mined`: transaction `index` of
+    /// `block`), or moves them back.
+    fn transfer(&mut self, block: &Block, index: usize, generated: &Generated, mined: bool) {
         let tx = &generated.tx;
-        let base_fee = u128::from(block.header.base_fee_per_gas.unwrap_or(0));
-        let fee = U256::from(generated.gas_used) * U256::from(tx.fees.effective(base_fee));
+        let fee = block.fee(index, generated.gas_used);
         let sign = |amount: U256| {
             let amount = I256::from_raw(amount);
             if mined { amount } else { -amount }
@@ -221,16 +221,13 @@ mod tests {
         let mut fees = I256::ZERO;
         let mut last_nonce: HashMap<Address, u64> = HashMap::new();
         for block in canonical.blocks() {
-            let base_fee = u128::from(block.header.base_fee_per_gas.unwrap_or(0));
             let mut cumulative = 0;
             for (index, tx) in block.transactions.iter().enumerate() {
                 let mined = ledger.mined(&tx.hash).expect("remembered");
                 assert_eq!((mined.block, mined.index), (block.hash, index));
                 cumulative += mined.gas_used;
                 assert_eq!(mined.cumulative_gas_used, cumulative);
-                fees += I256::from_raw(
-                    U256::from(mined.gas_used) * U256::from(tx.fees.effective(base_fee)),
-                );
+                fees += I256::from_raw(block.fee(index, mined.gas_used));
                 last_nonce.insert(tx.from, tx.nonce);
             }
             assert_eq!(

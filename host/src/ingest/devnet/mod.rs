@@ -81,6 +81,9 @@ pub struct Devnet {
     nonces: Vec<u64>,
     pools: Vec<Pool>,
     validator: Address,
+    /// What the set-code transactions delegate new accounts to (an address
+    /// of its own: the devnet keeps no code).
+    wallet_implementation: Address,
     /// Block 0, kept apart from `recent`, which forgets old blocks.
     genesis: Arc<Block>,
     /// Announced, not yet mined, in the order blocks take them.
@@ -144,12 +147,14 @@ impl Devnet {
             now.saturating_sub(block_offset(settings.history_blocks, block_ms))
         });
         let validator = Address::from_slice(&derive("validator")[12..]);
+        let wallet_implementation = Address::from_slice(&derive("wallet")[12..]);
         // The block template reads the devnet; genesis replaces this right after.
         let placeholder = Arc::new(Block {
             hash: B256::ZERO,
             header: Header::default(),
             transactions: Vec::new(),
             logs: Vec::new(),
+            lookup: None,
         });
         let ledger = Arc::new(Ledger::new(
             DEFAULT_WINDOW,
@@ -166,6 +171,7 @@ impl Devnet {
             signers,
             pools,
             validator,
+            wallet_implementation,
             genesis: placeholder,
             pending: VecDeque::new(),
             submitted_nonces: HashMap::new(),

@@ -38,6 +38,9 @@ pub(super) struct Profile {
     /// The typical priority fee (EIP-1559) or premium over the base fee
     /// (legacy); each transaction pays 1–3 times it.
     pub(super) tip: u128,
+    /// Whether the chain takes EIP-4844 blob transactions (Polygon PoS
+    /// does not).
+    pub(super) blobs: bool,
     pub(super) tokens: &'static [KnownToken],
     pub(super) pools: &'static [PoolSpec],
 }
@@ -50,6 +53,7 @@ pub(super) fn profile(chain_id: u64) -> Profile {
             gas_limit: 140_000_000,
             base_fee: 0,
             tip: 1_000_000_000,
+            blobs: true,
             tokens: catalog::BSC.tokens,
             pools: &[PoolSpec {
                 factory: &bsc::PANCAKESWAP_V2,
@@ -64,6 +68,7 @@ pub(super) fn profile(chain_id: u64) -> Profile {
             gas_limit: 45_000_000,
             base_fee: 30_000_000_000,
             tip: 30_000_000_000,
+            blobs: false,
             tokens: catalog::POLYGON.tokens,
             pools: &[PoolSpec {
                 factory: &polygon::QUICKSWAP,
@@ -78,6 +83,7 @@ pub(super) fn profile(chain_id: u64) -> Profile {
             gas_limit: 30_000_000,
             base_fee: 12_000_000_000,
             tip: 1_000_000_000,
+            blobs: true,
             tokens: catalog::ETHEREUM.tokens,
             pools: &[
                 PoolSpec {

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope, TxLegacy};
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
 use alloy_primitives::{Address, Bytes, Signature, TxKind, U256, keccak256};
+use alloy_rpc_types_eth::TransactionRequest;
 use alloy_signer_local::PrivateKeySigner;
 
 use super::workload::sign;
@@ -91,51 +92,48 @@ pub(super) fn signed_by(
 }
 
 /// Rebuilds the signed envelope from the model's fields alone, so the
-/// checks below prove the model carries everything a node would report.
+/// checks below prove the model carries everything a node would report:
+/// the fields a type has pick the type, as a wallet's request does.
 pub(super) fn envelope_of(tx: &Transaction) -> TxEnvelope {
     let chain_id = tx.chain_id.expect("devnet transactions name their chain");
-    let to = tx.to.map_or(TxKind::Create, TxKind::Call);
     let parity = if tx.tx_type == 0 {
         tx.signature
             .v
             .checked_sub(chain_id * 2 + 35)
             .expect("EIP-155 v")
     } else {
+        assert_eq!(tx.signature.y_parity, Some(tx.signature.v == 1));
         tx.signature.v
     };
     assert!(parity <= 1, "v {} of type {}", tx.signature.v, tx.tx_type);
     let signature = Signature::new(tx.signature.r, tx.signature.s, parity == 1);
+    let mut request = TransactionRequest {
+        to: Some(tx.to.map_or(TxKind::Create, TxKind::Call)),
+        gas: Some(tx.gas),
+        value: Some(tx.value),
+        input: tx.input.clone().into(),
+        nonce: Some(tx.nonce),
+        chain_id: Some(chain_id),
+        access_list: tx.access_list.clone(),
+        blob_versioned_hashes: tx.blob.as_ref().map(|b| b.versioned_hashes.clone()),
+        max_fee_per_blob_gas: tx.blob.as_ref().map(|b| b.max_fee_per_blob_gas),
+        authorization_list: tx.authorization_list.clone(),
+        ..Default::default()
+    };
     match tx.fees {
-        Fees::GasPrice(gas_price) => {
-            assert_eq!(tx.tx_type, 0);
-            let unsigned = TxLegacy {
-                chain_id: Some(chain_id),
-                nonce: tx.nonce,
-                gas_price,
-                gas_limit: tx.gas,
-                to,
-                value: tx.value,
-                input: tx.input.clone(),
-            };
-            unsigned.into_signed(signature).into()
-        }
+        Fees::GasPrice(price) => request.gas_price = Some(price),
         Fees::Dynamic {
             max_fee_per_gas,
             max_priority_fee_per_gas,
+            ..
         } => {
-            assert_eq!(tx.tx_type, 2);
-            let unsigned = TxEip1559 {
-                chain_id,
-                nonce: tx.nonce,
-                gas_limit: tx.gas,
-                max_fee_per_gas,
-                max_priority_fee_per_gas,
-                to,
-                value: tx.value,
-                access_list: tx.access_list.clone().expect("typed"),
-                input: tx.input.clone(),
-            };
-            unsigned.into_signed(signature).into()
+            request.max_fee_per_gas = Some(max_fee_per_gas);
+            request.max_priority_fee_per_gas = Some(max_priority_fee_per_gas);
         }
     }
+    let unsigned = request
+        .build_consensus_tx()
+        .expect("a complete transaction");
+    assert_eq!(unsigned.tx_type() as u8, tx.tx_type);
+    TxEnvelope::from(unsigned.into_signed(signature))
 }

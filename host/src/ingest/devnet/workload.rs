@@ -1,13 +1,20 @@
 //! What the devnet's own accounts do: native transfers, ERC-20 transfers
-//! and V2 swaps in the catalog's tokens and pairs, and contract creations,
-//! each with the logs it would emit; made here, signed by
+//! and V2 swaps in the catalog's tokens and pairs, contract creations and
+//! set-code delegations, each with the logs it would emit, as every
+//! transaction type a chain of 2026 carries (legacy, EIP-2930, EIP-1559,
+//! blob where the chain takes blobs, EIP-7702); made here, signed by
 //! [`Unsigned::sign`].
 
 use std::sync::Arc;
 
-use alloy_consensus::{SignableTransaction, Signed, TxEip1559, TxEnvelope, TxLegacy};
+use alloy_consensus::{
+    SignableTransaction, Signed, TxEip1559, TxEip2930, TxEip4844, TxEip7702, TxEnvelope, TxLegacy,
+};
+use alloy_eips::eip2930::{AccessList, AccessListItem};
+use alloy_eips::eip4844::kzg_to_versioned_hash;
+use alloy_eips::eip7702::Authorization;
 use alloy_primitives::aliases::U112;
-use alloy_primitives::{Address, Bytes, Log as PrimitiveLog, Signature, TxKind, U256};
+use alloy_primitives::{Address, B256, Bytes, Log as PrimitiveLog, Signature, TxKind, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{SolCall, SolEvent};
@@ -73,11 +80,34 @@ struct Effects {
     logs: Vec<PrimitiveLog>,
 }
 
+/// What a blob transaction bids per blob gas (the blob base fee stays at
+/// its floor, 1 wei, on the devnet: it keeps no blob market).
+const MAX_FEE_PER_BLOB_GAS: u128 = 1_000_000_000;
+
 /// Gas used by each kind of transaction (typical mainnet figures).
 pub(super) const TRANSFER_GAS: u64 = 21_000;
 const TOKEN_TRANSFER_GAS: u64 = 51_000;
 const SWAP_GAS: u64 = 110_000;
 pub(super) const CREATE_GAS: u64 = 180_000;
+/// What an EIP-2930 access list adds per address and per storage key.
+const ACCESS_LIST_ADDRESS_GAS: u64 = 2_400;
+const ACCESS_LIST_KEY_GAS: u64 = 1_900;
+/// What an EIP-7702 authorization of a new account costs.
+const AUTHORIZATION_GAS: u64 = 25_000;
+
+/// The KZG commitment of the blob of zeros: the point at infinity. The
+/// devnet's blob transactions carry that blob (the devnet keeps no blob
+/// data), so their versioned hashes are real ones.
+const EMPTY_BLOB_COMMITMENT: [u8; 48] = {
+    let mut point = [0u8; 48];
+    point[0] = 0xc0;
+    point
+};
+
+/// The versioned hash of the blob of zeros (see [`EMPTY_BLOB_COMMITMENT`]).
+pub(super) fn empty_blob_hash() -> B256 {
+    kzg_to_versioned_hash(&EMPTY_BLOB_COMMITMENT)
+}
 
 /// The gas limit a transaction of `gas_used` asks for: 20% headroom, as
 /// wallets' estimates add.
@@ -99,14 +129,39 @@ pub(super) struct Unsigned {
 
 enum UnsignedTx {
     Legacy(TxLegacy),
+    Eip2930(TxEip2930),
     Eip1559(TxEip1559),
+    Eip4844(TxEip4844),
+    Eip7702(Box<SetCode>),
+}
+
+/// A set-code transaction whose one authorization `authority` signs with
+/// the transaction.
+struct SetCode {
+    tx: TxEip7702,
+    authority: PrivateKeySigner,
+    authorization: Authorization,
 }
 
 impl Unsigned {
     pub(super) fn sign(self) -> Generated {
         let envelope = match self.tx {
             UnsignedTx::Legacy(tx) => TxEnvelope::from(sign(&self.signer, tx)),
+            UnsignedTx::Eip2930(tx) => TxEnvelope::from(sign(&self.signer, tx)),
             UnsignedTx::Eip1559(tx) => TxEnvelope::from(sign(&self.signer, tx)),
+            UnsignedTx::Eip4844(tx) => TxEnvelope::from(sign(&self.signer, tx)),
+            UnsignedTx::Eip7702(set_code) => {
+                let SetCode {
+                    mut tx,
+                    authority,
+                    authorization,
+                } = *set_code;
+                let signature = authority
+                    .sign_hash_sync(&authorization.signature_hash())
+                    .expect("signing with a local key cannot fail");
+                tx.authorization_list = vec![authorization.into_signed(signature)];
+                TxEnvelope::from(sign(&self.signer, tx))
+            }
         };
         let tx = Transaction::from_envelope(&envelope, self.signer.address());
         Generated {
@@ -120,15 +175,16 @@ impl Unsigned {
 
 impl Devnet {
     /// A new transaction from a random account, with its effects, to sign:
-    /// 40% native transfers, 30% token transfers, 25% swaps, 5% creations.
+    /// 38% native transfers, 30% token transfers, 25% swaps, 5% creations,
+    /// 2% set-code delegations.
     pub(super) fn generate(&mut self) -> Unsigned {
         let sender = self.rng.random_range(0..self.signers.len());
         let from = self.signers[sender].address();
         let other = self.signers
             [(sender + self.rng.random_range(1..self.signers.len())) % self.signers.len()]
         .address();
-        let effects = match self.rng.random_range(0..20) {
-            0..=7 => {
+        let effects = match self.rng.random_range(0..100) {
+            0..=37 => {
                 // 0.000001 to 5 of the native coin.
                 let wei = U256::from(self.rng.random_range(1u64..5_000_000))
                     * U256::from(1_000_000_000_000u64);
@@ -140,8 +196,9 @@ impl Devnet {
                     logs: Vec::new(),
                 }
             }
-            8..=13 => self.token_transfer(from, other),
-            14..=18 => self.swap(from),
+            38..=39 => return self.set_code(sender),
+            40..=69 => self.token_transfer(from, other),
+            70..=94 => self.swap(from),
             _ => {
                 let salt: [u8; 8] = self.rng.random();
                 let mut code = INIT_CODE_PREFIX.to_vec();
@@ -159,7 +216,9 @@ impl Devnet {
     }
 
     /// The call `effects` describes as the next transaction of `sender`: a
-    /// third legacy (EIP-155), the rest EIP-1559.
+    /// quarter legacy (EIP-155), 5% EIP-2930 (the callee's first slot
+    /// listed), 5% of calls a blob transaction where the chain takes blobs,
+    /// the rest EIP-1559.
     fn unsigned(&mut self, sender: usize, effects: Effects) -> Unsigned {
         let Effects {
             to,
@@ -169,42 +228,133 @@ impl Devnet {
             logs,
         } = effects;
         let kind = to.map_or(TxKind::Create, TxKind::Call);
-        let gas = gas_limit_for(gas_used);
-        let nonce = self.nonces[sender];
-        self.nonces[sender] += 1;
-        let legacy = self.rng.random_range(0..3) == 0;
+        let nonce = self.nonce(sender);
+        let chain_id = self.chain_id;
         let tip = self.profile.tip * self.rng.random_range(100..=300) / 100;
         let base_fee = u128::from(self.profile.base_fee);
-        let tx = if legacy {
-            UnsignedTx::Legacy(TxLegacy {
-                chain_id: Some(self.chain_id),
-                nonce,
-                gas_price: base_fee + tip,
-                gas_limit: gas,
-                to: kind,
-                value,
-                input,
-            })
-        } else {
-            UnsignedTx::Eip1559(TxEip1559 {
-                chain_id: self.chain_id,
-                nonce,
-                gas_limit: gas,
-                // Wallets cap at twice the base fee plus the tip.
-                max_fee_per_gas: 2 * base_fee + tip,
-                max_priority_fee_per_gas: tip,
-                to: kind,
-                value,
-                access_list: Default::default(),
-                input,
-            })
+        // Wallets cap at twice the base fee plus the tip.
+        let max_fee_per_gas = 2 * base_fee + tip;
+        let (tx, gas_used) = match (self.rng.random_range(0..100), to) {
+            (0..=24, _) => {
+                let gas_limit = gas_limit_for(gas_used);
+                let tx = TxLegacy {
+                    chain_id: Some(chain_id),
+                    nonce,
+                    gas_price: base_fee + tip,
+                    gas_limit,
+                    to: kind,
+                    value,
+                    input,
+                };
+                (UnsignedTx::Legacy(tx), gas_used)
+            }
+            (25..=29, _) => {
+                let listed = to.unwrap_or_else(|| self.signers[sender].address().create(nonce));
+                let access_list = AccessList(vec![AccessListItem {
+                    address: listed,
+                    storage_keys: vec![B256::ZERO],
+                }]);
+                let gas_used = gas_used + ACCESS_LIST_ADDRESS_GAS + ACCESS_LIST_KEY_GAS;
+                let tx = TxEip2930 {
+                    chain_id,
+                    nonce,
+                    gas_price: base_fee + tip,
+                    gas_limit: gas_limit_for(gas_used),
+                    to: kind,
+                    value,
+                    access_list,
+                    input,
+                };
+                (UnsignedTx::Eip2930(tx), gas_used)
+            }
+            (30..=34, Some(to)) if self.profile.blobs => {
+                let tx = TxEip4844 {
+                    chain_id,
+                    nonce,
+                    gas_limit: gas_limit_for(gas_used),
+                    max_fee_per_gas,
+                    max_priority_fee_per_gas: tip,
+                    to,
+                    value,
+                    access_list: AccessList::default(),
+                    blob_versioned_hashes: vec![empty_blob_hash()],
+                    max_fee_per_blob_gas: MAX_FEE_PER_BLOB_GAS,
+                    input,
+                };
+                (UnsignedTx::Eip4844(tx), gas_used)
+            }
+            _ => {
+                let tx = TxEip1559 {
+                    chain_id,
+                    nonce,
+                    gas_limit: gas_limit_for(gas_used),
+                    max_fee_per_gas,
+                    max_priority_fee_per_gas: tip,
+                    to: kind,
+                    value,
+                    access_list: AccessList::default(),
+                    input,
+                };
+                (UnsignedTx::Eip1559(tx), gas_used)
+            }
         };
         Unsigned {
             signer: self.signers[sender].clone(),
             tx,
-            gas,
+            gas: gas_limit_for(gas_used),
             gas_used,
             logs,
+        }
+    }
+
+    /// `sender`'s next nonce, taken.
+    fn nonce(&mut self, sender: usize) -> u64 {
+        let nonce = self.nonces[sender];
+        self.nonces[sender] += 1;
+        nonce
+    }
+
+    /// An EIP-7702 transaction of `sender` that sets up a new account: a
+    /// fresh key authorises delegating it to the devnet's wallet
+    /// implementation, and the transaction calls it.
+    fn set_code(&mut self, sender: usize) -> Unsigned {
+        let authority = loop {
+            // A random 32 bytes is a valid key but for odds of 2^-128.
+            if let Ok(key) =
+                PrivateKeySigner::from_bytes(&B256::from(self.rng.random::<[u8; 32]>()))
+            {
+                break key;
+            }
+        };
+        let tip = self.profile.tip * self.rng.random_range(100..=300) / 100;
+        let gas_used = TRANSFER_GAS + AUTHORIZATION_GAS;
+        let tx = TxEip7702 {
+            chain_id: self.chain_id,
+            nonce: self.nonce(sender),
+            gas_limit: gas_limit_for(gas_used),
+            max_fee_per_gas: 2 * u128::from(self.profile.base_fee) + tip,
+            max_priority_fee_per_gas: tip,
+            to: authority.address(),
+            value: U256::ZERO,
+            access_list: AccessList::default(),
+            authorization_list: Vec::new(),
+            input: Bytes::new(),
+        };
+        let authorization = Authorization {
+            chain_id: U256::from(self.chain_id),
+            address: self.wallet_implementation,
+            nonce: 0,
+        };
+        Unsigned {
+            signer: self.signers[sender].clone(),
+            tx: UnsignedTx::Eip7702(Box::new(SetCode {
+                tx,
+                authority,
+                authorization,
+            })),
+            gas: gas_limit_for(gas_used),
+            gas_used,
+            logs: Vec::new(),
         }
     }
 
@@ -363,7 +513,7 @@ mod tests {
             let devnet = &mut Devnet::new(chain, &settings());
             let accounts: HashSet<Address> = devnet.accounts().into_iter().collect();
             assert_eq!(accounts.len(), ACCOUNTS);
-            let (_, pending) = run_steps(devnet, 40);
+            let (_, pending) = run_steps(devnet, 200);
             let mut types = HashSet::new();
             let mut nonces: HashMap<Address, Vec<u64>> = HashMap::new();
             for tx in &pending {
@@ -382,12 +532,22 @@ mod tests {
                     "from recovers from the signature"
                 );
                 nonces.entry(tx.from).or_default().push(tx.nonce);
+                if let Some(blob) = &tx.blob {
+                    assert_eq!(blob.versioned_hashes, [empty_blob_hash()]);
+                    assert!(tx.to.is_some(), "a blob transaction calls");
+                }
+                if let Some(authorizations) = &tx.authorization_list {
+                    let authority = authorizations[0].recover_authority().expect("recovers");
+                    assert_eq!(Some(authority), tx.to, "it calls the account it sets up");
+                    assert_eq!(authorizations[0].chain_id, U256::from(chain));
+                }
             }
-            assert_eq!(
-                types,
-                HashSet::from([0, 2]),
-                "legacy and EIP-1559 both appear"
-            );
+            let every: HashSet<u8> = if chain == 137 {
+                HashSet::from([0, 1, 2, 4])
+            } else {
+                HashSet::from([0, 1, 2, 3, 4])
+            };
+            assert_eq!(types, every, "every type the chain takes appears");
             for sequence in nonces.values() {
                 assert_eq!(
                     *sequence,
@@ -418,10 +578,19 @@ mod tests {
                     assert!(!tx.input.is_empty() && logs.is_empty());
                     continue;
                 };
-                if tx.input.is_empty() {
+                if tx.tx_type == 4 {
+                    kinds.insert("set-code");
+                    assert!(tx.value.is_zero() && tx.input.is_empty() && logs.is_empty());
+                    assert_eq!(tx.gas, gas_limit_for(TRANSFER_GAS + AUTHORIZATION_GAS));
+                } else if tx.input.is_empty() {
                     kinds.insert("native");
                     assert!(tx.value > U256::ZERO && logs.is_empty());
-                    assert_eq!(tx.gas, gas_limit_for(TRANSFER_GAS));
+                    let listed = if tx.tx_type == 1 {
+                        ACCESS_LIST_ADDRESS_GAS + ACCESS_LIST_KEY_GAS
+                    } else {
+                        0
+                    };
+                    assert_eq!(tx.gas, gas_limit_for(TRANSFER_GAS + listed));
                 } else if selector == Some(&IERC20::transferCall::SELECTOR[..]) {
                     kinds.insert("erc20");
                     transfers += 1;
@@ -449,7 +618,7 @@ mod tests {
             }
         }
         assert!(transfers > 10);
-        assert_eq!(kinds.len(), 4, "every kind appears: {kinds:?}");
+        assert_eq!(kinds.len(), 5, "every kind appears: {kinds:?}");
     }
 
     #[test]

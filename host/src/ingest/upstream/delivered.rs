@@ -102,29 +102,10 @@ impl Delivered {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use alloy_consensus::Header;
-
     use super::*;
-    use crate::model::Transaction;
 
     fn block(number: u64, branch: u8, parent: B256, txs: &[B256]) -> Block {
-        let mut hash = [branch; 32];
-        hash[..8].copy_from_slice(&number.to_be_bytes());
-        Block {
-            hash: B256::from(hash),
-            header: Header {
-                number,
-                parent_hash: parent,
-                ..Default::default()
-            },
-            transactions: txs
-                .iter()
-                .map(|h| Arc::new(Transaction::fixture(*h)))
-                .collect(),
-            logs: Vec::new(),
-        }
+        Block::fixture(number, branch, parent, txs)
     }
 
     #[test]
