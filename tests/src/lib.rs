@@ -11,6 +11,7 @@ pub mod load;
 pub mod nats;
 pub mod process;
 pub mod scripts;
+pub mod typed;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -100,7 +100,10 @@ pub(super) fn event_log(
 ) -> anyhow::Result<(Arc<EventLog>, Option<mpsc::UnboundedSender<Persist>>)> {
     let dir = match (&spec.source, &config.data_dir) {
         (SourceConfig::Node(_), Some(dir)) => dir,
-        _ => return Ok((Arc::new(EventLog::new(&spec.name, config)), None)),
+        _ => {
+            let log = EventLog::new(&spec.name, spec.log_blocks, config.memory_mib);
+            return Ok((Arc::new(log), None));
+        }
     };
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the log data directory {}", dir.display()))?;
@@ -114,7 +117,12 @@ pub(super) fn event_log(
     let stored = store
         .load()
         .with_context(|| format!("reading the log database {}", path.display()))?;
-    let log = Arc::new(EventLog::restored(&spec.name, config, stored));
+    let log = Arc::new(EventLog::restored(
+        &spec.name,
+        spec.log_blocks,
+        config.memory_mib,
+        stored,
+    ));
     tracing::info!(chain = %spec.name, oldest = log.oldest(), head = log.head(), "event log restored");
     let (persist, steps) = mpsc::unbounded_channel();
     tasks.spawn(store::write(store, log.chain().clone(), steps));

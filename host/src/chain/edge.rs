@@ -25,7 +25,7 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
         on_bus,
         prices,
         parts.price.store().clone(),
-        parts.config.log.blocks,
+        parts.spec.log_blocks,
         events,
         parts.shutdown.clone(),
     ));

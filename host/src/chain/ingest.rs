@@ -45,7 +45,7 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
         pipeline: parts.pipeline(None, None),
         on_bus: bus.log(&parts.spec.name).await?,
         leases: bus.leases(&holder).await?,
-        blocks: parts.config.log.blocks,
+        blocks: parts.spec.log_blocks,
         settings: parts.node_settings(url, Vec::new()),
         status,
         price: parts.price.clone(),

@@ -142,7 +142,14 @@ impl Chain {
         let (log, persist) = match role {
             Role::All => all::event_log(spec, &config.log, tasks)?,
             // The bus keeps the log between processes.
-            Role::Ingest | Role::Edge => (Arc::new(EventLog::new(&spec.name, &config.log)), None),
+            Role::Ingest | Role::Edge => (
+                Arc::new(EventLog::new(
+                    &spec.name,
+                    spec.log_blocks,
+                    config.log.memory_mib,
+                )),
+                None,
+            ),
         };
         let topics = match role {
             // An ingest runs no filters.

@@ -14,13 +14,23 @@ use serde::{Deserialize, Serialize};
 mod bus;
 mod devnet;
 mod rpc;
+mod span;
 pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
 pub use rpc::RpcConfig;
+use span::duration_text;
+pub use span::{Span, cadence};
 
-/// Recent blocks a chain keeps by default (`chains.<name>.window`); deeper
-/// reorgs resynchronise.
-pub const DEFAULT_WINDOW: usize = 128;
+/// How far back a chain keeps its recent blocks by default
+/// (`chains.<name>.window`): a quarter of an hour on every chain (75
+/// blocks of Ethereum, 450 of Polygon, 2,000 of BNB Chain); deeper reorgs
+/// resynchronise.
+pub const DEFAULT_WINDOW: Span = Span::Time(Duration::from_secs(15 * 60));
+
+/// How far back each chain's event log reaches by default (`log.window`):
+/// an hour on every chain (300 blocks of Ethereum, 1,800 of Polygon, 8,000
+/// of BNB Chain), within `log.memory_mib`.
+pub const DEFAULT_LOG_WINDOW: Span = Span::Time(Duration::from_secs(60 * 60));
 
 /// The key that works when no keys are configured and every chain runs on
 /// the devnet. Never accepted when any chain reads a real node.
@@ -57,9 +67,12 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
-    /// Blocks added that each chain's window keeps, with every step between
-    /// them (pending batches, removals).
-    pub blocks: usize,
+    /// How far back each chain's log reaches, with every step in it
+    /// (pending batches, removals): blocks added, or a span of time each
+    /// chain turns into blocks at its cadence. `blocks` is the key's
+    /// earlier name.
+    #[serde(alias = "blocks")]
+    pub window: Span,
     /// The most memory, roughly, one chain's window holds; past it the
     /// oldest steps go first, whatever `blocks` says.
     pub memory_mib: u64,
@@ -74,7 +87,7 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
-            blocks: 1_024,
+            window: DEFAULT_LOG_WINDOW,
             memory_mib: 256,
             data_dir: None,
         }
@@ -101,7 +114,6 @@ impl Default for LoggingConfig {
 
 impl LogConfig {
     fn validate(&self) -> anyhow::Result<()> {
-        in_range("log.blocks", self.blocks as u64, 1, 10_000_000)?;
         in_range("log.memory_mib", self.memory_mib, 1, 1 << 20)
     }
 }
@@ -306,8 +318,9 @@ pub struct ChainConfig {
     /// Required for chains other than eth (1), bsc (56) and polygon (137).
     pub chain_id: Option<u64>,
     pub source: SourceConfig,
-    /// Blocks kept for reorg handling and block lookups.
-    pub window: Option<usize>,
+    /// How far back recent blocks are kept for reorg handling and block
+    /// lookups: blocks, or a span of time at the chain's cadence.
+    pub window: Option<Span>,
     /// Node chains: fill `token_price` history from this block up to where
     /// the index starts, by `eth_getLogs` (resumed after a restart).
     pub price_from_block: Option<u64>,
@@ -391,13 +404,32 @@ impl LimitsConfig {
     }
 }
 
+/// The blocks `span` (the value of `key`) holds at `block_time`, between 1
+/// and `most`.
+fn blocks_in(key: &str, span: Span, block_time: Duration, most: u64) -> anyhow::Result<usize> {
+    let blocks = span.blocks(block_time);
+    if !(1..=most).contains(&blocks) {
+        bail!(
+            "{key} must hold between 1 and {most} blocks, got {span} ({blocks} blocks of {})",
+            duration_text(block_time)
+        );
+    }
+    Ok(usize::try_from(blocks).unwrap_or(usize::MAX))
+}
+
 /// A chain as the server runs it: config with defaults resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChainSpec {
     pub name: String,
     pub chain_id: u64,
     pub source: SourceConfig,
+    /// How often the chain makes a block: the devnet's setting, else the
+    /// chain's [`cadence`].
+    pub block_time: Duration,
+    /// Recent blocks kept (`chains.<name>.window` at `block_time`).
     pub window: usize,
+    /// Blocks the event log keeps (`log.window` at `block_time`).
+    pub log_blocks: usize,
     pub price_from_block: Option<u64>,
 }
 
@@ -486,13 +518,29 @@ impl Config {
                     .chain_id
                     .or(known)
                     .with_context(|| format!("chain \"{name}\" needs a chain_id"))?;
-                let window = chain.window.unwrap_or(DEFAULT_WINDOW);
-                in_range(&format!("chains.{name}.window"), window as u64, 1, 1_000_000)?;
+                let block_time = match (&chain.source, self.devnet.block_time_ms) {
+                    (SourceConfig::Devnet, Some(ms)) => Duration::from_millis(ms.max(1)),
+                    _ => cadence(chain_id),
+                };
+                let window = blocks_in(
+                    &format!("chains.{name}.window"),
+                    chain.window.unwrap_or(DEFAULT_WINDOW),
+                    block_time,
+                    1_000_000,
+                )?;
+                let log_blocks = blocks_in(
+                    &format!("log.window (on chain {name})"),
+                    self.log.window,
+                    block_time,
+                    10_000_000,
+                )?;
                 Ok(ChainSpec {
                     name: name.clone(),
                     chain_id,
                     source: chain.source.clone(),
+                    block_time,
                     window,
+                    log_blocks,
                     price_from_block: chain.price_from_block,
                 })
             })
@@ -703,7 +751,14 @@ mod tests {
                 "[log]\nlevel = \"debug\"",
                 "[log] level moved to [logging] level",
             ),
-            ("[log]\nblocks = 0", "log.blocks must be between 1"),
+            (
+                "[log]\nblocks = 0",
+                "log.window (on chain bsc) must hold between 1 and 10000000 blocks, got 0",
+            ),
+            (
+                "[log]\nwindow = \"2000h\"",
+                "log.window (on chain bsc) must hold between 1 and 10000000 blocks, got \"2000h\" (16000000 blocks of 450ms)",
+            ),
             ("[log]\nmemory_mib = 0", "log.memory_mib must be between 1"),
             (
                 "[auth]\nadmin_token = \"short\"",
@@ -711,7 +766,7 @@ mod tests {
             ),
             (
                 "[chains.eth]\nwindow = 0",
-                "chains.eth.window must be between 1 and 1000000, got 0",
+                "chains.eth.window must hold between 1 and 1000000 blocks, got 0",
             ),
             (
                 "[devnet]\nreorg_every = 5\nreorg_depth = 8\n[chains.eth]\nwindow = 8",
@@ -728,7 +783,22 @@ mod tests {
         )
         .expect("a filter, a format and a window");
         assert_eq!(logged.logging.format, LogFormat::Json);
-        assert_eq!(logged.log.blocks, 64);
+        assert_eq!(
+            logged.log.window,
+            Span::Blocks(64),
+            "the key's earlier name"
+        );
+        let specs = load("[chains.eth]\nwindow = \"1m\"\n[chains.bsc]\n[log]\nwindow = \"2m\"")
+            .expect("durations")
+            .validate()
+            .expect("valid");
+        let blocks: Vec<(u64, usize, usize)> = specs
+            .iter()
+            .map(|s| (s.block_time.as_millis() as u64, s.window, s.log_blocks))
+            .collect();
+        // bsc: the default quarter of an hour, and two minutes of log;
+        // eth: a minute or two is fewer than a duration's least.
+        assert_eq!(blocks, vec![(450, 2_000, 267), (12_000, 64, 64)]);
         assert!(load("[logging]\nformat = \"xml\"").is_err());
     }
 }

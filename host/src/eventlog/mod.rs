@@ -17,7 +17,6 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use alloy_primitives::B256;
 
-use crate::config::LogConfig;
 use crate::model::ChainEvent;
 use crate::model::{Block, Transaction};
 use cursor::{Cursor, Mark, ResumeError, ResumeFrom};
@@ -125,13 +124,14 @@ impl Steps {
 }
 
 impl EventLog {
-    /// An empty log for `chain`, bounded as `config` says.
-    pub fn new(chain: &str, config: &LogConfig) -> Self {
+    /// An empty log for `chain`, holding the steps of `blocks` blocks
+    /// within `memory_mib` (`log.window` resolved at the chain's cadence,
+    /// and `log.memory_mib`).
+    pub fn new(chain: &str, blocks: usize, memory_mib: u64) -> Self {
         Self {
             chain: chain.into(),
-            max_blocks: config.blocks.max(1),
-            max_bytes: usize::try_from(config.memory_mib.saturating_mul(1 << 20))
-                .unwrap_or(usize::MAX),
+            max_blocks: blocks.max(1),
+            max_bytes: usize::try_from(memory_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
             steps: RwLock::new(Steps {
                 next: 1,
                 ..Steps::default()
@@ -145,14 +145,15 @@ impl EventLog {
     }
 
     /// The log of `chain` holding `stored` (a persisted window, oldest
-    /// first) within the bounds `config` sets now. A gap in the positions
-    /// (only a damaged file has one) keeps what follows it.
+    /// first) within the bounds set now (as [`EventLog::new`]). A gap in
+    /// the positions (only a damaged file has one) keeps what follows it.
     pub fn restored(
         chain: &str,
-        config: &LogConfig,
+        blocks: usize,
+        memory_mib: u64,
         stored: impl IntoIterator<Item = (Position, ChainEvent)>,
     ) -> Self {
-        let log = Self::new(chain, config);
+        let log = Self::new(chain, blocks, memory_mib);
         for (position, change) in stored {
             log.append_at(position, change);
         }
@@ -392,15 +393,14 @@ impl EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::LogConfig;
     use crate::ingest::canonical::CanonicalChain;
     use crate::ingest::devnet::{Devnet, DevnetSettings};
     use crate::model::{Block, SourceEvent};
 
-    fn config(blocks: usize) -> LogConfig {
-        LogConfig {
-            blocks,
-            ..LogConfig::default()
-        }
+    /// A log of `blocks` blocks within the default memory.
+    fn log_of(blocks: usize) -> EventLog {
+        EventLog::new("eth", blocks, LogConfig::default().memory_mib)
     }
 
     /// The devnet's next `count` blocks.
@@ -420,7 +420,7 @@ mod tests {
 
     /// A log of `count` devnet blocks, each through the canonical tracker.
     fn filled(count: usize, log_blocks: usize) -> (EventLog, Vec<Arc<Block>>) {
-        let log = EventLog::new("eth", &config(log_blocks));
+        let log = log_of(log_blocks);
         let mut tracker = CanonicalChain::new(128);
         let mut devnet = Devnet::new(1, &DevnetSettings::default());
         let blocks = blocks(&mut devnet, count);
@@ -521,7 +521,7 @@ mod tests {
 
     #[test]
     fn a_reorg_moves_from_block_to_the_new_branch() {
-        let log = EventLog::new("eth", &config(64));
+        let log = log_of(64);
         let mut tracker = CanonicalChain::new(128);
         let mut devnet = Devnet::new(
             1,
@@ -559,7 +559,7 @@ mod tests {
         let stored: Vec<(Position, ChainEvent)> = (log.oldest()..=log.head())
             .map(|p| (p, log.get(p).expect("held").change.clone()))
             .collect();
-        let restored = EventLog::restored("eth", &config(4), stored);
+        let restored = EventLog::restored("eth", 4, LogConfig::default().memory_mib, stored);
         assert_eq!((restored.oldest(), restored.head()), (7, 10));
         let hashes = |blocks: Vec<Arc<Block>>| blocks.iter().map(|b| b.hash).collect::<Vec<_>>();
         assert_eq!(
@@ -591,13 +591,7 @@ mod tests {
 
     #[test]
     fn the_byte_bound_drops_steps_too() {
-        let log = EventLog::new(
-            "eth",
-            &LogConfig {
-                memory_mib: 0,
-                ..LogConfig::default()
-            },
-        );
+        let log = EventLog::new("eth", 1_024, 0);
         let mut devnet = Devnet::new(1, &DevnetSettings::default());
         for block in blocks(&mut devnet, 3) {
             log.append(ChainEvent::Added(block));

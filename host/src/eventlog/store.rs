@@ -120,13 +120,7 @@ mod tests {
     fn steps_round_trip_and_the_window_bounds_the_file() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("eth.log.redb");
-        let log = EventLog::new(
-            "eth",
-            &LogConfig {
-                blocks: 3,
-                ..LogConfig::default()
-            },
-        );
+        let log = EventLog::new("eth", 3, LogConfig::default().memory_mib);
         let mut devnet = Devnet::new(1, &DevnetSettings::default());
         let mut written = Vec::new();
         {

@@ -316,7 +316,7 @@ mod tests {
                 _ => None,
             })
             .expect("the devnet mines busy blocks");
-        let log = EventLog::new("eth", &crate::config::LogConfig::default());
+        let log = EventLog::new("eth", 1_024, 256);
         let stream = |event: ChainEvent, source: Source| {
             let step = log.append(event);
             EventBatch::stream_of(&step, log.chain(), source).expect("a batch of that stream")

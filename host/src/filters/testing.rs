@@ -24,7 +24,7 @@ pub fn builtin(topic: &str) -> (Arc<FilterEngine>, FilterComponent) {
 
 /// An empty log of chain `eth`, bounded by the defaults.
 pub fn log() -> Arc<EventLog> {
-    Arc::new(EventLog::new("eth", &LogConfig::default()))
+    Arc::new(EventLog::new("eth", 1_024, LogConfig::default().memory_mib))
 }
 
 /// Subscribes `key` with no parameters (everything); returns its frames.

@@ -3,8 +3,8 @@
 //! here, on the caller's task, so the devnet's own task only orders it.
 //! A node chain forwards them to its node ([`super::forward`]).
 
-use alloy_consensus::TxEnvelope;
 use alloy_consensus::transaction::SignerRecoverable;
+use alloy_consensus::{Signed, TxEip4844Variant, TxEnvelope};
 use alloy_eips::eip2718::Decodable2718;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -73,6 +73,21 @@ fn decode(params: &Value) -> Result<TxEnvelope, RpcError> {
             "the raw transaction must be a 0x-prefixed string of hex digit pairs",
         )
     })?;
-    TxEnvelope::decode_2718_exact(&bytes)
-        .map_err(|error| RpcError::invalid_params(format!("invalid raw transaction: {error}")))
+    let envelope = TxEnvelope::decode_2718_exact(&bytes)
+        .map_err(|error| RpcError::invalid_params(format!("invalid raw transaction: {error}")))?;
+    Ok(without_sidecar(envelope))
+}
+
+/// A blob transaction as a block carries it: its blobs, commitments and
+/// proofs (the network form's sidecar) dropped, its hash and signature
+/// kept, so the block's size and transactions root are a real block's.
+fn without_sidecar(envelope: TxEnvelope) -> TxEnvelope {
+    match envelope {
+        TxEnvelope::Eip4844(signed) => {
+            let (variant, signature, hash) = signed.into_parts();
+            let bare = TxEip4844Variant::TxEip4844(variant.tx().clone());
+            TxEnvelope::Eip4844(Signed::new_unchecked(bare, signature, hash))
+        }
+        other => other,
+    }
 }

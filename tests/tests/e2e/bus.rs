@@ -184,7 +184,7 @@ async fn the_stream_is_one_linear_log() {
     let nats = Nats::start().await.expect("nats-server");
     let bus = connected(&nats).await;
     let on_bus = bus.log("eth").await.expect("the stream");
-    let log = EventLog::new("eth", &LogConfig::default());
+    let log = EventLog::new("eth", 1_024, LogConfig::default().memory_mib);
     let mut devnet = Devnet::new(1, &DevnetSettings::default());
     let mut steps = vec![log.append(ChainEvent::Added(devnet.genesis()))];
     while steps.len() < 12 {
@@ -203,7 +203,7 @@ async fn the_stream_is_one_linear_log() {
     let last = steps.last().expect("steps");
     on_bus.append(last).await.expect("a retry is a duplicate");
     // Another writer's step at the same position.
-    let other = EventLog::new("eth", &LogConfig::default());
+    let other = EventLog::new("eth", 1_024, LogConfig::default().memory_mib);
     other.continue_after(last.position - 1);
     let rival = other.append(ChainEvent::Pending(Vec::new()));
     assert!(matches!(

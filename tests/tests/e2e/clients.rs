@@ -4,6 +4,7 @@
 
 use alloy_primitives::{Address, keccak256};
 use alloy_signer_local::PrivateKeySigner;
+use chainsieve::config::Span;
 use chainsieve_tests::scripts::{SCRIPT_TIMEOUT, run_script};
 use chainsieve_tests::{TestServer, WsClient, hex_address, test_config};
 use serde_json::{Value, json};
@@ -14,10 +15,8 @@ use serde_json::{Value, json};
 /// notifications carry cursors, as a raw client sees first.
 async fn start_server() -> TestServer {
     let mut config = test_config();
-    let block_time = config.devnet.block_time_ms.expect("the test devnet's pace");
-    let blocks = SCRIPT_TIMEOUT.as_millis() / u128::from(block_time);
     config.chains.get_mut("eth").expect("an eth chain").window =
-        Some(usize::try_from(blocks * 2).expect("a window"));
+        Some(Span::Time(SCRIPT_TIMEOUT * 2));
     let server = TestServer::start(config).await.expect("server starts");
     let mut raw = WsClient::connect(&server.ws_url("eth", "demo"))
         .await

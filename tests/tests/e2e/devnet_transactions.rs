@@ -7,10 +7,11 @@
 
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope, TxLegacy};
 use alloy_eips::Encodable2718;
-use alloy_primitives::{Address, Signature, TxKind, U256, hex, keccak256};
+use alloy_primitives::{Address, Bytes, Signature, TxKind, U256, hex, keccak256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use chainsieve_tests::scripts::run_script;
+use chainsieve_tests::typed::{blob_transaction, empty_blob_hash, set_code_transaction};
 use chainsieve_tests::{TestServer, WsClient, hex_address, of, quantity};
 use serde_json::{Value, json};
 
@@ -55,18 +56,8 @@ fn error(response: &Value) -> (i64, String) {
 #[tokio::test]
 async fn a_sent_transaction_is_pending_at_once_then_mined() {
     let server = TestServer::default().await;
-    let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
-        .await
-        .expect("connect");
+    let (mut client, pending, mined) = watching_sender(&server).await;
     let from = hex_address(&sender().address());
-    let pending = client
-        .subscribe(json!(["bvPendingTransactions", {"fromAddress": [from]}]))
-        .await
-        .expect("pending subscription");
-    let mined = client
-        .subscribe(json!(["bvMinedTransactions", {"fromAddress": [from]}]))
-        .await
-        .expect("mined subscription");
 
     let first = transfer(1, 0);
     let response = client
@@ -138,6 +129,105 @@ async fn a_sent_transaction_is_pending_at_once_then_mined() {
             .collect();
         assert_eq!(told, [&json!(next_hash)], "{later:?}");
     }
+}
+
+/// A blob transaction sent in its network form (with its sidecar) and a
+/// set-code transaction are taken, announced and mined like any other; the
+/// block keeps the blob transaction without its sidecar, counts its blob
+/// gas, and its lookups show every type's own fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blob_and_set_code_transactions_are_taken_and_mined() {
+    let server = TestServer::default().await;
+    let (mut client, pending, mined) = watching_sender(&server).await;
+    let authority = PrivateKeySigner::from_bytes(&keccak256("a new account")).expect("a key");
+    let sent = [
+        blob_transaction(&sender(), 1, 0, RECEIVER),
+        set_code_transaction(&sender(), &authority, 1, 1, RECEIVER),
+    ];
+    let mut hashes = Vec::new();
+    for raw in &sent {
+        let response = client
+            .call(
+                "eth_sendRawTransaction",
+                json!([Bytes::copy_from_slice(raw)]),
+            )
+            .await
+            .expect("answered");
+        let hash = response["result"].as_str().expect("a hash").to_string();
+        hashes.push(hash);
+    }
+    // Both are told of in one stream of notifications: read until each
+    // has been announced and mined.
+    let mut all = Vec::new();
+    while hashes.iter().any(|hash| {
+        with_hash(&all, &pending, hash).is_empty() || with_hash(&all, &mined, hash).is_empty()
+    }) {
+        all.push(client.next_notification().await.expect("a notification"));
+    }
+    let (blob, set_code) = (
+        with_hash(&all, &pending, &hashes[0])[0],
+        with_hash(&all, &pending, &hashes[1])[0],
+    );
+    assert_eq!(blob["type"], json!("0x3"));
+    assert_eq!(blob["blobVersionedHashes"], json!([empty_blob_hash()]));
+    assert_eq!(blob["maxFeePerBlobGas"], json!("0xa"));
+    assert!(blob.get("blobs").is_none(), "no sidecar: {blob}");
+    assert_eq!(set_code["type"], json!("0x4"));
+    let authorization = &set_code["authorizationList"][0];
+    assert_eq!(authorization["address"], json!(hex_address(&RECEIVER)));
+    assert_eq!(set_code["to"], json!(hex_address(&authority.address())));
+
+    for hash in &hashes {
+        let receipt = client
+            .call("eth_getTransactionReceipt", json!([hash]))
+            .await
+            .expect("receipt")["result"]
+            .clone();
+        let looked_up = client
+            .call("eth_getTransactionByHash", json!([hash]))
+            .await
+            .expect("transaction")["result"]
+            .clone();
+        assert_eq!(looked_up["hash"], json!(hash));
+        assert_eq!(looked_up["blockNumber"], receipt["blockNumber"]);
+        if hash == &hashes[0] {
+            assert_eq!(receipt["blobGasUsed"], json!("0x20000"), "{receipt}");
+            assert_eq!(receipt["blobGasPrice"], json!("0x1"), "{receipt}");
+            let block = client
+                .call(
+                    "eth_getBlockByNumber",
+                    json!([receipt["blockNumber"], false]),
+                )
+                .await
+                .expect("block")["result"]
+                .clone();
+            assert_eq!(block["blobGasUsed"], json!("0x20000"), "{block}");
+            // A block of a few transactions, not of a 128 KiB blob.
+            assert!(quantity(&block["size"]) < 10_000, "{block}");
+        } else {
+            assert!(receipt.get("blobGasUsed").is_none(), "{receipt}");
+            // The authorization's 25,000 gas is intrinsic.
+            assert_eq!(quantity(&receipt["gasUsed"]), 46_000, "{receipt}");
+        }
+    }
+}
+
+/// A client on `eth` subscribed to [`sender`]'s pending and mined
+/// transactions: (client, pending subscription, mined subscription).
+async fn watching_sender(server: &TestServer) -> (WsClient, String, String) {
+    let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let from = hex_address(&sender().address());
+    let pending = client
+        .subscribe(json!(["bvPendingTransactions", {"fromAddress": [from]}]))
+        .await
+        .expect("pending subscription");
+    let mined = client
+        .subscribe(json!(["bvMinedTransactions", {"fromAddress": [from]}]))
+        .await
+        .expect("mined subscription");
+    (client, pending, mined)
 }
 
 /// Notifications of `subscription` among `all` for the transaction `hash`.

@@ -8,18 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use alloy_consensus::{
-    SignableTransaction, Signed, TxEip4844, TxEip4844Variant, TxEip4844WithSidecar, TxEip7702,
-    TxEnvelope,
-};
-use alloy_eips::eip2718::Encodable2718;
-use alloy_eips::eip4844::{Blob, BlobTransactionSidecar, Bytes48, kzg_to_versioned_hash};
-use alloy_eips::eip7594::BlobTransactionSidecarVariant;
-use alloy_eips::eip7702::Authorization;
-use alloy_primitives::{Address, Bytes, Signature, U256};
-use alloy_signer::SignerSync;
+use alloy_primitives::Bytes;
 use alloy_signer_local::PrivateKeySigner;
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, mined, ping_contract};
+use chainsieve_tests::typed::{blob_transaction, set_code_transaction};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
 
@@ -38,74 +30,6 @@ const ANVIL_HEAD_EXTRAS: [&str; 5] = [
     "withdrawals",
     "totalDifficulty",
 ];
-
-fn sign<T: SignableTransaction<Signature>>(signer: &PrivateKeySigner, tx: T) -> Signed<T> {
-    let signature = signer.sign_hash_sync(&tx.signature_hash()).expect("signs");
-    tx.into_signed(signature)
-}
-
-/// A blob transaction carrying one blob of zeros, whose KZG commitment and
-/// proof are both the point at infinity: a real, verifiable sidecar.
-fn blob_transaction(signer: &PrivateKeySigner, chain_id: u64, nonce: u64) -> Vec<u8> {
-    let mut infinity = [0u8; 48];
-    infinity[0] = 0xc0;
-    let commitment = Bytes48::from(infinity);
-    let tx = TxEip4844 {
-        chain_id,
-        nonce,
-        gas_limit: 50_000,
-        max_fee_per_gas: 20_000_000_000,
-        max_priority_fee_per_gas: 1_000_000_000,
-        to: DEV_ACCOUNT.parse().expect("address"),
-        value: U256::from(3),
-        access_list: Default::default(),
-        blob_versioned_hashes: vec![kzg_to_versioned_hash(commitment.as_slice())],
-        max_fee_per_blob_gas: 10,
-        input: Bytes::from_static(&[0xde, 0xad]),
-    };
-    let sidecar = BlobTransactionSidecar {
-        blobs: vec![Blob::ZERO],
-        commitments: vec![commitment],
-        proofs: vec![commitment],
-    };
-    let with_sidecar =
-        TxEip4844Variant::TxEip4844WithSidecar(TxEip4844WithSidecar::from_tx_and_sidecar(
-            tx,
-            BlobTransactionSidecarVariant::Eip4844(sidecar),
-        ));
-    TxEnvelope::from(sign(signer, with_sidecar)).encoded_2718()
-}
-
-/// A set-code transaction delegating `authority` to `delegate`.
-fn set_code_transaction(
-    signer: &PrivateKeySigner,
-    authority: &PrivateKeySigner,
-    chain_id: u64,
-    nonce: u64,
-    delegate: Address,
-) -> Vec<u8> {
-    let authorization = Authorization {
-        chain_id: U256::from(chain_id),
-        address: delegate,
-        nonce: 0,
-    };
-    let signature = authority
-        .sign_hash_sync(&authorization.signature_hash())
-        .expect("signs");
-    let tx = TxEip7702 {
-        chain_id,
-        nonce,
-        gas_limit: 100_000,
-        max_fee_per_gas: 20_000_000_000,
-        max_priority_fee_per_gas: 2_000_000_000,
-        to: authority.address(),
-        value: U256::ZERO,
-        access_list: Default::default(),
-        authorization_list: vec![authorization.into_signed(signature)],
-        input: Bytes::new(),
-    };
-    TxEnvelope::from(sign(signer, tx)).encoded_2718()
-}
 
 /// Where `ours` differs from `node`, member by member (long values cut).
 fn differences(ours: &Value, node: &Value) -> Vec<String> {
@@ -220,7 +144,7 @@ async fn every_transaction_type_reads_as_the_node_gives_it() {
         hashes.push(anvil.send(tx).await.expect("sent"));
     }
     for raw in [
-        blob_transaction(&signer, 1, 0),
+        blob_transaction(&signer, 1, 0, DEV_ACCOUNT.parse().expect("address")),
         set_code_transaction(&signer, &authority, 1, 1, ping.parse().expect("address")),
     ] {
         let hash = anvil

@@ -85,26 +85,26 @@ async fn devnet_prices_follow_the_pool_reserves() {
         .await
         .expect("logs");
     let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
-    // The first block with a Sync of the pair, and its last Sync (a block
-    // may swap in the pool more than once; the index keeps the last state):
-    // known once a Sync of a later block arrives, as one subscription's
-    // logs come in order.
-    let mut block_syncs: Vec<Value> = Vec::new();
+    // The second of the first block with a Sync of the pair, and the last
+    // Sync of that second (blocks share a second at sub-second cadences,
+    // and a block may swap in the pool more than once; a price at a time
+    // is the last state of that time): known once a Sync of a later
+    // second arrives, as one subscription's logs come in order.
+    let mut second: Option<u64> = None;
+    let mut syncs_of_second: Vec<Value> = Vec::new();
     loop {
         let (sub, result) = client.next_notification().await.expect("notification");
         if sub != syncs {
             continue;
         }
-        let number = quantity(&result["blockNumber"]);
-        if block_syncs
-            .first()
-            .is_some_and(|first| number > quantity(&first["blockNumber"]))
-        {
+        let time = quantity(&result["blockTimestamp"]);
+        if time > *second.get_or_insert(time) {
             break;
         }
-        block_syncs.push(result);
+        syncs_of_second.push(result);
     }
-    let sync = block_syncs.last().expect("a Sync");
+    let timestamp = second.expect("a second");
+    let sync = syncs_of_second.last().expect("a Sync");
     let data = sync["data"].as_str().expect("data");
     let (reserve0, reserve1) = (hex_u128(&data[2..66]), hex_u128(&data[66..130]));
     let number = quantity(&sync["blockNumber"]);
@@ -113,14 +113,11 @@ async fn devnet_prices_follow_the_pool_reserves() {
         .call("eth_getBlockByNumber", json!([block, false]))
         .await
         .expect("block");
-    let timestamp = u64::from_str_radix(
-        header["result"]["timestamp"]
-            .as_str()
-            .expect("timestamp")
-            .trim_start_matches("0x"),
-        16,
-    )
-    .expect("hex");
+    assert_eq!(
+        quantity(&header["result"]["timestamp"]),
+        timestamp,
+        "the log's blockTimestamp is its block's"
+    );
     let (r_usdc, r_weth) = if pool.token0 == usdc.address {
         (reserve0, reserve1)
     } else {
@@ -171,6 +168,9 @@ async fn devnet_history_answers_past_timestamps() {
     config.devnet.history_blocks = 60;
     config.devnet.transactions_per_block = 30;
     let genesis = config.devnet.genesis_timestamp.expect("fixed genesis");
+    let block_ms = config.devnet.block_time_ms.expect("the test devnet's pace");
+    // Whole seconds from genesis to block `n` (a header counts seconds).
+    let offset = |n: u64| n * block_ms / 1_000;
     let server = TestServer::start(config).await.expect("server");
     let tokens = known_tokens(1);
     let usdc = tokens.iter().find(|t| t.symbol == "USDC").expect("USDC");
@@ -178,10 +178,9 @@ async fn devnet_history_answers_past_timestamps() {
     let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
-    // Fast devnet blocks are one second apart: block 30's time. The
-    // server is ready once its past is indexed, so the first call answers
-    // from it: no waiting for live blocks.
-    let past = genesis + 30;
+    // Block 30's time. The server is ready once its past is indexed, so
+    // the first call answers from it: no waiting for live blocks.
+    let past = genesis + offset(30);
     let answered = client
         .call(
             "token_price",
@@ -193,6 +192,11 @@ async fn devnet_history_answers_past_timestamps() {
     assert!(answer.is_object(), "answered from the history: {answered}");
     let blocks = blocks_of(&answer);
     assert!(!blocks.is_empty(), "{answer}");
-    assert!(blocks.iter().all(|&b| b <= 30), "{answer}");
+    assert!(
+        blocks
+            .iter()
+            .all(|&b| genesis + offset(b) <= past && b < 60),
+        "states of that time, from the history: {answer}"
+    );
     assert!(answer["timestamp"].as_u64().expect("time") <= past);
 }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{Config, LogConfig};
+use chainsieve::config::{Config, LogConfig, Span};
 use chainsieve::ingest::devnet::DevnetSettings;
 use chainsieve_tests::filters::{built, place, watching};
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient, fast_devnet, hex_address, quantity};
@@ -149,7 +149,7 @@ async fn server(blocks: usize, reorg_every: u64) -> (TestServer, tempfile::TempD
             ..fast_devnet()
         },
         log: LogConfig {
-            blocks,
+            window: Span::Blocks(blocks as u64),
             ..LogConfig::default()
         },
         ..watching(dir.path())

@@ -2,7 +2,7 @@
 //! every error code, the block methods, `token_price` validation, and
 //! unsubscribing from either transport.
 
-use chainsieve::config::{ChainConfig, Config};
+use chainsieve::config::{ChainConfig, Config, Span};
 use chainsieve_tests::{TestServer, WsClient, test_config};
 use serde_json::{Value, json};
 
@@ -203,7 +203,7 @@ async fn block_methods_answer_from_recent_blocks() {
     config.chains.insert(
         "eth".into(),
         ChainConfig {
-            window: Some(4),
+            window: Some(Span::Blocks(4)),
             ..ChainConfig::default()
         },
     );

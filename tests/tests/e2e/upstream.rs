@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig, Span};
 use chainsieve::ingest::upstream::UpstreamStatus;
 use chainsieve_tests::anvil::{
     Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, deploy_ping, mined, ping_contract, ping_topic,
@@ -411,13 +411,13 @@ async fn reconnect_backfills_without_gap_or_duplicate() {
 }
 
 /// A server reading the node at `url` as Ethereum.
-async fn eth_server(url: String, window: Option<usize>) -> TestServer {
+async fn eth_server(url: String, window: Option<u64>) -> TestServer {
     TestServer::start(keyed(BTreeMap::from([(
         "eth".to_string(),
         ChainConfig {
             chain_id: Some(1),
             source: SourceConfig::Node(url),
-            window,
+            window: window.map(Span::Blocks),
             ..Default::default()
         },
     )])))

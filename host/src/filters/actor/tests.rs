@@ -114,15 +114,19 @@ struct Harness {
 
 /// A newHeads actor on stand-ins, with subscription 1 to everything.
 async fn harness() -> Harness {
-    harness_with(LogConfig::default()).await
+    harness_with(1_024).await
 }
 
-/// [`harness`] over a log bounded by `log`.
-async fn harness_with(log: LogConfig) -> Harness {
+/// [`harness`] over a log of `blocks` blocks.
+async fn harness_with(blocks: usize) -> Harness {
     let (_, component) = builtin("newHeads");
     let stand_ins = StandIns::default();
     let metrics = Metrics::default().actor("eth", "newHeads");
-    let log = Arc::new(EventLog::new("eth", &log));
+    let log = Arc::new(EventLog::new(
+        "eth",
+        blocks,
+        LogConfig::default().memory_mib,
+    ));
     let handle = FilterHandle::spawn(
         Arc::new(stand_ins.clone()),
         component.clone(),
@@ -397,11 +401,7 @@ async fn a_resume_replays_the_log_then_joins_live_with_no_gap_or_duplicate() {
 /// older than the window, is refused with a message naming the window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_block_replays_from_that_block_and_refusals_name_the_window() {
-    let mut h = harness_with(LogConfig {
-        blocks: 4,
-        ..LogConfig::default()
-    })
-    .await;
+    let mut h = harness_with(4).await;
     for n in 0..8 {
         h.log_only(n);
     }
@@ -450,11 +450,7 @@ async fn a_replay_larger_than_the_queue_is_paced_not_closed() {
 /// gets an error notification saying so, not a silent gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_that_falls_out_of_the_window_ends_with_an_error() {
-    let mut h = harness_with(LogConfig {
-        blocks: 4,
-        ..LogConfig::default()
-    })
-    .await;
+    let mut h = harness_with(4).await;
     for n in 0..4 {
         h.log_only(n);
     }

@@ -156,15 +156,11 @@ impl BlockTemplate {
     }
 }
 
-/// Seconds from genesis to block `number` at `block_ms` per block: whole
-/// seconds, at least one per block (a header has no finer unit and a child
-/// must be younger than its parent).
+/// Whole seconds from genesis to block `number` at `block_ms` per block. A
+/// header counts seconds, so at sub-second cadences consecutive blocks may
+/// share one, as on BNB Chain since its blocks went under a second.
 pub(super) fn block_offset(number: u64, block_ms: u64) -> u64 {
-    if block_ms >= 1_000 {
-        u64::try_from(u128::from(number) * u128::from(block_ms) / 1_000).unwrap_or(u64::MAX)
-    } else {
-        number
-    }
+    u64::try_from(u128::from(number) * u128::from(block_ms) / 1_000).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -199,10 +195,13 @@ mod tests {
             at(1, None),
             (Duration::from_secs(12), vec![0, 12, 24, 36, 48, 60])
         );
-        assert_eq!(at(56, None).0, Duration::from_secs(3));
+        assert_eq!(
+            at(56, None),
+            (Duration::from_millis(450), vec![0, 0, 0, 1, 1, 2])
+        );
         assert_eq!(at(137, None).0, Duration::from_secs(2));
         assert_eq!(at(1, Some(1_500)).1, vec![0, 1, 3, 4, 6, 7]);
-        assert_eq!(at(1, Some(150)).1, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(at(1, Some(150)).1, vec![0, 0, 0, 0, 0, 0]);
     }
 
     #[test]
@@ -261,7 +260,7 @@ mod tests {
                 "gas used follows the transactions"
             );
             assert_eq!(h.withdrawals_root, Some(EMPTY_ROOT_HASH));
-            assert_eq!(h.base_fee_per_gas, Some(12_000_000_000));
+            assert_eq!(h.base_fee_per_gas, Some(500_000_000));
             for (i, log) in block.logs.iter().enumerate() {
                 let tx_index = log.transaction_index.expect("index") as usize;
                 assert_eq!(

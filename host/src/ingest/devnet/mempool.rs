@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::Devnet;
 use super::block::Generated;
-use super::workload::TRANSFER_GAS;
+use super::workload::{AUTHORIZATION_GAS, TRANSFER_GAS};
 use crate::model::Transaction;
 
 /// Transactions waiting for a block, beyond which submissions are refused:
@@ -53,11 +53,12 @@ pub enum Refusal {
 /// intrinsic gas): all a devnet transaction uses, as the devnet runs none.
 fn intrinsic_gas(envelope: &TxEnvelope) -> u64 {
     use alloy_consensus::Transaction as _;
+    let authorizations = envelope.authorization_list().map_or(0, <[_]>::len) as u64;
     intrinsic(
         envelope.input(),
         envelope.is_create(),
         envelope.access_list(),
-    )
+    ) + authorizations * AUTHORIZATION_GAS
 }
 
 /// [`intrinsic_gas`] of a transaction's parts.
@@ -186,10 +187,10 @@ mod tests {
                 },
             ),
             (
-                outside(1, 30_000_001, &[]).0,
+                outside(1, 60_000_001, &[]).0,
                 Refusal::GasLimit {
-                    gas: 30_000_001,
-                    limit: 30_000_000,
+                    gas: 60_000_001,
+                    limit: 60_000_000,
                 },
             ),
         ];

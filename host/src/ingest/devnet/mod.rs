@@ -49,7 +49,7 @@ use alloy_signer_local::PrivateKeySigner;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::config::DEFAULT_WINDOW;
+use crate::config::cadence;
 use crate::model::Block;
 use crate::model::SourceEvent;
 use block::{BlockJob, BlockTemplate, Built, Generated, block_offset};
@@ -142,7 +142,7 @@ impl Devnet {
                 .unwrap_or_default();
             let block_ms = settings
                 .block_time_ms
-                .unwrap_or(profile.block_time_ms)
+                .unwrap_or_else(|| cadence(chain_id).as_millis() as u64)
                 .max(1);
             now.saturating_sub(block_offset(settings.history_blocks, block_ms))
         });
@@ -156,8 +156,9 @@ impl Devnet {
             logs: Vec::new(),
             lookup: None,
         });
+        // Blocks the ledger remembers until the chain sets its window.
         let ledger = Arc::new(Ledger::new(
-            DEFAULT_WINDOW,
+            reorg::MAX_REORG_DEPTH + 1,
             signers.iter().map(|s| s.address()),
             alloy_primitives::U256::from(FUNDED_ETHER * 10u128.pow(18)),
         ));
@@ -203,12 +204,10 @@ impl Devnet {
 
     /// The configured block time, else the chain's own.
     pub fn block_time(&self) -> Duration {
-        Duration::from_millis(
-            self.settings
-                .block_time_ms
-                .unwrap_or(self.profile.block_time_ms)
-                .max(1),
-        )
+        match self.settings.block_time_ms {
+            Some(ms) => Duration::from_millis(ms.max(1)),
+            None => cadence(self.chain_id),
+        }
     }
 
     /// The configured block gas limit, else the chain's own.

@@ -27,13 +27,14 @@ pub(super) struct PoolSpec {
     pub(super) units_b: u64,
 }
 
-/// How one chain looks: cadence, gas, fees, tokens and pools.
+/// How one chain looks, as it runs in 2026: gas, fees, tokens and pools
+/// (its cadence is [`crate::config::cadence`]).
 pub(super) struct Profile {
-    pub(super) block_time_ms: u64,
     pub(super) gas_limit: u64,
     /// Base fee per gas in wei, kept fixed: at devnet loads (far below the
     /// gas target) the EIP-1559 rule would sink it to a few wei within a few
-    /// hundred blocks, which no real chain shows. BNB Chain's is 0.
+    /// hundred blocks, which no real chain shows. BNB Chain's is 0 (its
+    /// validators' 0.05 gwei minimum gas price is the tip).
     pub(super) base_fee: u64,
     /// The typical priority fee (EIP-1559) or premium over the base fee
     /// (legacy); each transaction pays 1–3 times it.
@@ -48,11 +49,11 @@ pub(super) struct Profile {
 /// The profile of `chain_id`; an unknown id gets Ethereum's.
 pub(super) fn profile(chain_id: u64) -> Profile {
     match chain_id {
+        // BEP-619 (Fermi, January 2026): 0.45 s blocks of 45 M gas.
         56 => Profile {
-            block_time_ms: 3_000,
-            gas_limit: 140_000_000,
+            gas_limit: 45_000_000,
             base_fee: 0,
-            tip: 1_000_000_000,
+            tip: 50_000_000,
             blobs: true,
             tokens: catalog::BSC.tokens,
             pools: &[PoolSpec {
@@ -63,9 +64,10 @@ pub(super) fn profile(chain_id: u64) -> Profile {
                 units_b: 12_000_000,
             }],
         },
+        // Rio (October 2025): 60 M gas; tips from 25 gwei, base fees of
+        // tens of gwei.
         137 => Profile {
-            block_time_ms: 2_000,
-            gas_limit: 45_000_000,
+            gas_limit: 60_000_000,
             base_fee: 30_000_000_000,
             tip: 30_000_000_000,
             blobs: false,
@@ -78,11 +80,11 @@ pub(super) fn profile(chain_id: u64) -> Profile {
                 units_b: 2_500_000,
             }],
         },
+        // 60 M gas since November 2025; base fees well under a gwei.
         _ => Profile {
-            block_time_ms: 12_000,
-            gas_limit: 30_000_000,
-            base_fee: 12_000_000_000,
-            tip: 1_000_000_000,
+            gas_limit: 60_000_000,
+            base_fee: 500_000_000,
+            tip: 100_000_000,
             blobs: true,
             tokens: catalog::ETHEREUM.tokens,
             pools: &[

@@ -5,15 +5,18 @@ use std::sync::Arc;
 
 use super::Devnet;
 use super::block::Generated;
-use crate::config::DEFAULT_WINDOW;
 use crate::model::Block;
 
+/// The deepest reorg the devnet makes (deeper settings are capped): real
+/// chains reorganise a few blocks at most.
+pub(super) const MAX_REORG_DEPTH: usize = 127;
+
 impl Devnet {
-    /// The configured reorg depth, capped below the tracker's window.
+    /// The configured reorg depth, capped at [`MAX_REORG_DEPTH`].
     pub(super) fn reorg_depth(&self) -> usize {
         usize::try_from(self.settings.reorg_depth)
             .unwrap_or(usize::MAX)
-            .min(DEFAULT_WINDOW - 1)
+            .min(MAX_REORG_DEPTH)
     }
 
     /// Drops the last `depth` blocks for a new branch that re-mines their
@@ -79,7 +82,7 @@ mod tests {
                 ..settings()
             },
         );
-        let mut chain = CanonicalChain::new(DEFAULT_WINDOW);
+        let mut chain = CanonicalChain::new(MAX_REORG_DEPTH + 1);
         chain.apply(devnet.genesis()).expect("genesis");
         let mut seen = HashSet::from([devnet.genesis().hash]);
         let mut reorgs = 0;
@@ -203,6 +206,6 @@ mod tests {
             reorg_depth: u64::MAX,
             ..settings()
         };
-        assert_eq!(Devnet::new(1, &deep).reorg_depth(), DEFAULT_WINDOW - 1);
+        assert_eq!(Devnet::new(1, &deep).reorg_depth(), MAX_REORG_DEPTH);
     }
 }

@@ -93,7 +93,7 @@ pub(super) const CREATE_GAS: u64 = 180_000;
 const ACCESS_LIST_ADDRESS_GAS: u64 = 2_400;
 const ACCESS_LIST_KEY_GAS: u64 = 1_900;
 /// What an EIP-7702 authorization of a new account costs.
-const AUTHORIZATION_GAS: u64 = 25_000;
+pub(super) const AUTHORIZATION_GAS: u64 = 25_000;
 
 /// The KZG commitment of the blob of zeros: the point at infinity. The
 /// devnet's blob transactions carry that blob (the devnet keeps no blob
