@@ -17,11 +17,10 @@ use super::params::{
 };
 use super::{Call, RpcError, result};
 use crate::chain::Chain;
-use crate::ingest::devnet::{Ledger, MineRequest, Mined, intrinsic, known_pools, known_tokens};
+use crate::ingest::devnet::{
+    Ledger, MineRequest, Mined, intrinsic, known_pools, known_tokens, typical_tip,
+};
 use crate::model::Block;
-
-/// The priority fee the devnet suggests (it takes any).
-const PRIORITY_FEE: u128 = 1_000_000_000;
 
 /// The most blocks `eth_feeHistory` reports.
 const FEE_HISTORY_BLOCKS: usize = 1_024;
@@ -37,8 +36,11 @@ pub(super) fn answer(
         "eth_getTransactionCount" => transaction_count(ledger, params),
         "eth_getBalance" => balance(ledger, params),
         "eth_getTransactionReceipt" => receipt(chain, ledger, params),
-        "eth_gasPrice" => result(&U128::from(base_fee(tip(chain)?.as_ref()) + PRIORITY_FEE)),
-        "eth_maxPriorityFeePerGas" => result(&U128::from(PRIORITY_FEE)),
+        // The chain's typical tip, suggested (the devnet takes any).
+        "eth_gasPrice" => result(&U128::from(
+            base_fee(tip(chain)?.as_ref()) + typical_tip(chain.chain_id),
+        )),
+        "eth_maxPriorityFeePerGas" => result(&U128::from(typical_tip(chain.chain_id))),
         "eth_feeHistory" => fee_history(chain, params),
         "eth_estimateGas" => estimate_gas(chain, params),
         "eth_call" => Err(runs_no_code(chain, "eth_call")),
@@ -221,7 +223,8 @@ fn fee_history(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError>
         "gasUsedRatio": ratios,
     });
     if percentiles > 0 {
-        answer["reward"] = json!(vec![vec![U128::from(PRIORITY_FEE); percentiles]; count]);
+        let reward = U128::from(typical_tip(chain.chain_id));
+        answer["reward"] = json!(vec![vec![reward; percentiles]; count]);
     }
     result(&answer)
 }

@@ -61,7 +61,7 @@ pub use crate::contracts::catalog::KnownToken;
 pub use calls::DevnetCalls;
 pub use ledger::{Ledger, Mined};
 pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission, intrinsic};
-pub use profile::{KnownPool, known_pools, known_tokens};
+pub use profile::{KnownPool, known_pools, known_tokens, typical_tip};
 pub use task::{MineRequest, run};
 
 /// How many funded accounts send transactions.

@@ -107,6 +107,12 @@ pub(super) fn profile(chain_id: u64) -> Profile {
     }
 }
 
+/// The tip a wallet pays on `chain_id` today (Ethereum's for unknown ids):
+/// what the devnet's transactions pay at least, and suggests.
+pub fn typical_tip(chain_id: u64) -> u128 {
+    profile(chain_id).tip
+}
+
 /// The tokens the devnet of `chain_id` trades (Ethereum's for unknown ids,
 /// as the devnet then behaves like Ethereum).
 pub fn known_tokens(chain_id: u64) -> &'static [KnownToken] {
