@@ -1,5 +1,5 @@
 //! What the node says, chainsieve says: every transaction type sent to
-//! anvil (legacy, EIP-2930, EIP-1559, a contract creation, logging calls,
+//! anvil at Ethereum's current fork, Osaka (legacy, EIP-2930, EIP-1559, a contract creation, logging calls,
 //! an EIP-4844 blob transaction and an EIP-7702 set-code transaction, all
 //! really signed), subscribed to on the node and on chainsieve side by
 //! side, and the standard calls asked of both, compared field by field.
@@ -97,7 +97,7 @@ async fn subscribe_all(client: &mut WsClient) -> [String; 3] {
 
 #[tokio::test]
 async fn every_transaction_type_reads_as_the_node_gives_it() {
-    let mut anvil = Anvil::start_with(1, 0, &["--hardfork", "prague", "--no-mining"])
+    let mut anvil = Anvil::start_with(1, 0, &["--hardfork", "osaka", "--no-mining"])
         .await
         .expect("anvil");
     let server = TestServer::start(anvil.config(KEY)).await.expect("server");
@@ -248,5 +248,8 @@ async fn every_transaction_type_reads_as_the_node_gives_it() {
             "{method} {params}"
         );
     }
+    // Gone, rather than left unread through the server's closing
+    // handshake.
+    drop((ours, node));
     server.stop().await;
 }
