@@ -59,9 +59,10 @@ mod tests {
     fn changes() -> Vec<ChainEvent> {
         let mut devnet = Devnet::new(1, &DevnetSettings::default());
         let mut changes = vec![ChainEvent::Added(devnet.genesis())];
+        // Enough steps for every transaction type the devnet makes.
         for event in std::iter::repeat_with(|| devnet.next_step())
             .flatten()
-            .take(12)
+            .take(200)
         {
             match event {
                 SourceEvent::Block(block) => {
@@ -86,6 +87,15 @@ mod tests {
                 .iter()
                 .any(|c| matches!(c, ChainEvent::Pending(t) if !t.is_empty()))
         );
+        let types: std::collections::BTreeSet<u8> = changes
+            .iter()
+            .filter_map(|c| match c {
+                ChainEvent::Added(block) => Some(block.transactions.iter().map(|tx| tx.tx_type)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(types, (0..=4).collect(), "every type crosses the bus");
         for change in &changes {
             let bytes = encode(change);
             let back: ChainEvent = decode(&bytes).expect("decodes");
@@ -94,11 +104,14 @@ mod tests {
                 serde_json::to_string(change).expect("json")
             );
             if let (ChainEvent::Added(a), ChainEvent::Added(b)) = (change, &back) {
-                assert!(!a.logs.is_empty() || a.transactions.is_empty());
                 for index in 0..a.logs.len() {
                     assert_eq!(a.log_json(index, false), b.log_json(index, false));
                 }
                 assert_eq!(a.header_json(), b.header_json());
+                assert_eq!(
+                    a.block_json(true).map(|j| j.get().to_string()),
+                    b.block_json(true).map(|j| j.get().to_string())
+                );
             }
             let json = serde_json::to_vec(change).expect("json").len();
             assert!(

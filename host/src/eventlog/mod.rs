@@ -63,15 +63,17 @@ fn tag(change: &ChainEvent) -> u64 {
 }
 
 /// Heap bytes a step keeps alive, roughly: fixed sizes per header,
-/// transaction and log plus their variable data.
+/// transaction and log plus their variable data (a block's lookup members
+/// among it).
 fn approximate_bytes(change: &ChainEvent) -> usize {
-    let transaction = |tx: &Transaction| 256 + tx.input.len();
+    let transaction = |tx: &Transaction| 256 + tx.variable_bytes();
     let block = |block: &Block| {
-        768 + block
-            .transactions
-            .iter()
-            .map(|tx| transaction(tx))
-            .sum::<usize>()
+        768 + block.lookup.as_deref().map_or(0, str::len)
+            + block
+                .transactions
+                .iter()
+                .map(|tx| transaction(tx))
+                .sum::<usize>()
             + block
                 .logs
                 .iter()

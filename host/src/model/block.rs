@@ -85,13 +85,14 @@ impl Block {
 
     /// The object of `eth_getBlockByNumber`/`ByHash`: transaction hashes,
     /// or full transactions when `full`; `None` without
-    /// [`lookup`](Self::lookup) members.
+    /// [`lookup`](Self::lookup) members, or where stored text (read back
+    /// from a file or the bus) is not JSON.
     pub fn block_json(&self, full: bool) -> Option<Box<RawValue>> {
         let lookup = self.lookup.as_deref()?;
         let transactions = if full {
             let objects: Vec<Box<RawValue>> = (0..self.transactions.len())
-                .map(|i| raw(self.transaction_json(i, TxShape::Geth, false)))
-                .collect();
+                .map(|i| RawValue::from_string(self.transaction_json(i, TxShape::Geth, false)).ok())
+                .collect::<Option<_>>()?;
             serde_json::to_string(&objects)
         } else {
             let hashes: Vec<B256> = self.transactions.iter().map(|tx| tx.hash).collect();
@@ -101,9 +102,10 @@ impl Block {
         // `{…}` with `"transactions":[…]` added before its brace.
         let members = lookup.strip_suffix('}')?;
         let separator = if members.ends_with('{') { "" } else { "," };
-        Some(raw(format!(
+        RawValue::from_string(format!(
             "{members}{separator}\"transactions\":{transactions}}}"
-        )))
+        ))
+        .ok()
     }
 
     /// What a blob gas cost in this block (EIP-4844's price for its excess
@@ -178,10 +180,6 @@ impl Block {
     }
 }
 
-fn raw(json: String) -> Box<RawValue> {
-    RawValue::from_string(json).expect("serde_json wrote valid JSON")
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
@@ -230,6 +228,12 @@ mod tests {
             (&json!("0x5"), &json!("0x9"), &json!("0x0"))
         );
         assert!(self::block(None).block_json(false).is_none());
+        assert!(
+            self::block(Some("{\"hash\": damaged".into()))
+                .block_json(true)
+                .is_none(),
+            "damaged stored text is no answer, not a panic"
+        );
     }
 
     #[test]

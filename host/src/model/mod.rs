@@ -19,5 +19,6 @@ pub mod wire;
 pub use block::Block;
 pub use events::{ChainEvent, SourceEvent, StreamEvent};
 pub use transaction::{
-    BlobFields, Fees, OtherFields, Transaction, TxPosition, TxShape, TxSignature,
+    BlobFields, Fees, OtherFields, SetCodeAuthorization, Transaction, TxPosition, TxShape,
+    TxSignature,
 };

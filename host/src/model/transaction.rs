@@ -7,6 +7,7 @@ use alloy_consensus::{Transaction as _, TxEnvelope};
 use alloy_eips::eip2930::AccessList;
 use alloy_eips::eip4844::DATA_GAS_PER_BLOB;
 use alloy_eips::eip7702::SignedAuthorization;
+use alloy_primitives::aliases::U8;
 use alloy_primitives::{Address, B256, Bytes, U64, U128, U256};
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -51,6 +52,46 @@ pub struct BlobFields {
     pub versioned_hashes: Vec<B256>,
 }
 
+/// One signed EIP-7702 authorization, in geth's JSON (`chainId`,
+/// `address`, `nonce`, `yParity`, `r`, `s`). A type of the model's own:
+/// alloy's flattens its fields, and a flattened struct does not read back
+/// from MessagePack (the bus).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetCodeAuthorization {
+    pub chain_id: U256,
+    pub address: Address,
+    pub nonce: U64,
+    pub y_parity: U8,
+    pub r: U256,
+    pub s: U256,
+}
+
+impl SetCodeAuthorization {
+    /// alloy's form, to recover its authority or rebuild its transaction.
+    pub fn signed(&self) -> SignedAuthorization {
+        let inner = alloy_eips::eip7702::Authorization {
+            chain_id: self.chain_id,
+            address: self.address,
+            nonce: self.nonce.to(),
+        };
+        SignedAuthorization::new_unchecked(inner, self.y_parity.to(), self.r, self.s)
+    }
+}
+
+impl From<&SignedAuthorization> for SetCodeAuthorization {
+    fn from(signed: &SignedAuthorization) -> Self {
+        Self {
+            chain_id: signed.chain_id,
+            address: signed.address,
+            nonce: U64::from(signed.nonce),
+            y_parity: U8::from(signed.y_parity()),
+            r: signed.r(),
+            s: signed.s(),
+        }
+    }
+}
+
 /// A transaction's signature as the RPC shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxSignature {
@@ -86,6 +127,11 @@ impl OtherFields {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_none()
+    }
+
+    /// The members' text length.
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |members| members.len())
     }
 
     /// Adds the members to `object`, the text of a JSON object.
@@ -130,8 +176,13 @@ pub struct Transaction {
     pub blob: Option<BlobFields>,
     /// Present on set-code transactions (type 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub authorization_list: Option<Vec<SignedAuthorization>>,
+    pub authorization_list: Option<Vec<SetCodeAuthorization>>,
     pub signature: TxSignature,
+    /// Whether geth's shape of it pending writes `"blockTimestamp": null`,
+    /// as its source does: geth (and so the devnet) writes it, anvil leaves
+    /// the member out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending_timestamp_null: bool,
     #[serde(default, skip_serializing_if = "OtherFields::is_empty")]
     pub other: OtherFields,
 }
@@ -201,7 +252,7 @@ struct TransactionJson<'a> {
     block_hash: BlockField<B256>,
     block_number: BlockField<U64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    block_timestamp: Option<U64>,
+    block_timestamp: Option<BlockField<U64>>,
     from: Address,
     gas: U64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -227,7 +278,7 @@ struct TransactionJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     blob_versioned_hashes: Option<&'a [B256]>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    authorization_list: Option<&'a [SignedAuthorization]>,
+    authorization_list: Option<&'a [SetCodeAuthorization]>,
     v: U64,
     r: U256,
     s: U256,
@@ -274,15 +325,36 @@ impl Transaction {
             input: envelope.input().clone(),
             access_list: typed.then(|| envelope.access_list().cloned().unwrap_or_default()),
             blob,
-            authorization_list: envelope.authorization_list().map(<[_]>::to_vec),
+            authorization_list: envelope
+                .authorization_list()
+                .map(|list| list.iter().map(SetCodeAuthorization::from).collect()),
             signature: TxSignature {
                 v,
                 r: signature.r(),
                 s: signature.s(),
                 y_parity: typed.then(|| signature.v()),
             },
+            pending_timestamp_null: true,
             other: OtherFields::default(),
         }
+    }
+
+    /// Heap bytes its variable fields hold, roughly: what a log's memory
+    /// bound counts beyond a fixed size per transaction.
+    pub fn variable_bytes(&self) -> usize {
+        let listed = self.access_list.as_ref().map_or(0, |list| {
+            list.iter()
+                .map(|item| 52 + 32 * item.storage_keys.len())
+                .sum()
+        });
+        let blobs = self
+            .blob
+            .as_ref()
+            .map_or(0, |b| 32 * b.versioned_hashes.len());
+        let authorizations = self.authorization_list.as_ref().map_or(0, |list| {
+            list.len() * std::mem::size_of::<SetCodeAuthorization>()
+        });
+        self.input.len() + listed + blobs + authorizations + self.other.len()
     }
 
     /// The blob gas it uses: [`DATA_GAS_PER_BLOB`] per blob it carries.
@@ -301,7 +373,7 @@ impl Transaction {
                 BlockField::pending(shape),
                 BlockField::pending(shape),
                 BlockField::pending(shape),
-                None,
+                self.pending_timestamp_null.then_some(BlockField::Null),
                 None,
             ),
             TxPosition::Mined {
@@ -314,7 +386,7 @@ impl Transaction {
                 BlockField::Value(block_hash),
                 BlockField::Value(U64::from(block_number)),
                 BlockField::Value(U64::from(index)),
-                Some(U64::from(timestamp)),
+                Some(BlockField::Value(U64::from(timestamp))),
                 base_fee,
             ),
         };
@@ -406,6 +478,7 @@ impl Transaction {
                 s: U256::ZERO,
                 y_parity: None,
             },
+            pending_timestamp_null: false,
             other: OtherFields::default(),
         }
     }
@@ -443,6 +516,7 @@ mod tests {
                 s: U256::from(1),
                 y_parity: Some(true),
             },
+            pending_timestamp_null: false,
             other: OtherFields::default(),
         }
     }
@@ -493,6 +567,72 @@ mod tests {
         for v in [&geth, &bv] {
             assert!(v.get("removed").is_none() && v.get("blockTimestamp").is_none());
         }
+    }
+
+    #[test]
+    fn a_pending_timestamp_is_null_where_the_source_writes_it() {
+        let anvil_like = eip1559();
+        let geth_like = Transaction {
+            pending_timestamp_null: true,
+            ..eip1559()
+        };
+        let pending = |tx: &Transaction, shape| object(tx, shape, TxPosition::Pending, false);
+        assert_eq!(
+            pending(&geth_like, TxShape::Geth).get("blockTimestamp"),
+            Some(&Value::Null)
+        );
+        assert!(
+            pending(&anvil_like, TxShape::Geth)
+                .get("blockTimestamp")
+                .is_none()
+        );
+        assert!(
+            pending(&geth_like, TxShape::Blockvision)
+                .get("blockTimestamp")
+                .is_none()
+        );
+    }
+
+    /// The serde form (the persisted log's, and the bus's in MessagePack)
+    /// reads back whole, every type's fields included.
+    #[test]
+    fn every_field_round_trips_through_json_and_message_pack() {
+        let mut members = serde_json::Map::new();
+        members.insert("sourceHash".into(), json!("0x01"));
+        let full = Transaction {
+            tx_type: 4,
+            fees: Fees::Dynamic {
+                max_fee_per_gas: 9,
+                max_priority_fee_per_gas: 2,
+                stated_price: Some(5),
+            },
+            blob: Some(BlobFields {
+                max_fee_per_blob_gas: 3,
+                versioned_hashes: vec![B256::repeat_byte(1)],
+            }),
+            authorization_list: Some(vec![SetCodeAuthorization {
+                chain_id: U256::from(1),
+                address: Address::repeat_byte(0xaa),
+                nonce: U64::from(7),
+                y_parity: U8::from(1),
+                r: U256::from(2),
+                s: U256::MAX,
+            }]),
+            pending_timestamp_null: true,
+            other: OtherFields::from_members(&members),
+            ..eip1559()
+        };
+        let json: Transaction =
+            serde_json::from_str(&serde_json::to_string(&full).expect("json")).expect("reads");
+        assert_eq!(json, full);
+        let packed = rmp_serde::to_vec_named(&full).expect("packs");
+        let unpacked: Transaction = rmp_serde::from_slice(&packed).expect("unpacks");
+        assert_eq!(unpacked, full);
+        // What the log's memory bound counts grows with every list.
+        assert_eq!(
+            full.variable_bytes() - eip1559().variable_bytes(),
+            32 + std::mem::size_of::<SetCodeAuthorization>() + full.other.len()
+        );
     }
 
     #[test]
@@ -559,7 +699,7 @@ mod tests {
             "r": "0x2",
             "s": "0x3",
         });
-        let authorization: SignedAuthorization =
+        let authorization: SetCodeAuthorization =
             serde_json::from_value(authorization_json.clone()).expect("authorization");
         let blob = Transaction {
             tx_type: 3,

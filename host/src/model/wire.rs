@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloy_eips::eip2930::AccessList;
-use alloy_eips::eip7702::SignedAuthorization;
 use alloy_primitives::{Address, B256, Bytes, U64, U128, U256};
 use alloy_rpc_types_eth::Log;
 use serde::Deserialize;
@@ -27,7 +26,7 @@ use serde_json::value::RawValue;
 use chainsieve_filter_core::Source;
 
 use super::StreamEvent;
-use super::{BlobFields, Block, Fees, OtherFields, Transaction, TxSignature};
+use super::{BlobFields, Block, Fees, OtherFields, SetCodeAuthorization, Transaction, TxSignature};
 
 /// Transactions and logs skipped because they could not be read, by every
 /// node source of the process.
@@ -55,10 +54,12 @@ impl<'de> Deserialize<'de> for NodeBlock {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         let mut members = BTreeMap::<String, Box<RawValue>>::deserialize(deserializer)?;
-        let transactions = match members.remove("transactions") {
-            Some(list) => serde_json::from_str(list.get()).map_err(D::Error::custom)?,
-            None => Vec::new(),
-        };
+        // A block without its list is a truncated answer, not an empty
+        // block: refused, so the block is asked for again.
+        let list = members
+            .remove("transactions")
+            .ok_or_else(|| D::Error::missing_field("transactions"))?;
+        let transactions = serde_json::from_str(list.get()).map_err(D::Error::custom)?;
         let lookup = serde_json::to_string(&members).map_err(D::Error::custom)?;
         let header = serde_json::from_str(&lookup).map_err(D::Error::custom)?;
         Ok(Self {
@@ -102,7 +103,7 @@ pub struct NodeTransaction {
     #[serde(default)]
     blob_versioned_hashes: Option<Vec<B256>>,
     #[serde(default)]
-    authorization_list: Option<Vec<SignedAuthorization>>,
+    authorization_list: Option<Vec<SetCodeAuthorization>>,
     #[serde(default)]
     v: Option<U64>,
     #[serde(default)]
@@ -119,8 +120,9 @@ pub struct NodeTransaction {
     _block_hash: IgnoredAny,
     #[serde(default, rename = "blockNumber")]
     _block_number: IgnoredAny,
-    #[serde(default, rename = "blockTimestamp")]
-    _block_timestamp: IgnoredAny,
+    /// Present (and `null`) on a pending one from geth.
+    #[serde(default, deserialize_with = "present")]
+    block_timestamp: Option<Option<U64>>,
     #[serde(default, rename = "transactionIndex")]
     _transaction_index: IgnoredAny,
     #[serde(default, rename = "removed")]
@@ -197,6 +199,7 @@ impl NodeTransaction {
                 s: self.s,
                 y_parity: self.y_parity.map(|parity| parity != U64::ZERO),
             },
+            pending_timestamp_null: self.block_timestamp == Some(None),
             other: OtherFields::from_members(&self.other),
         }
     }
@@ -324,6 +327,14 @@ pub fn read_logs(objects: &[Box<RawValue>]) -> Vec<Log> {
             Some(log.into_model(hash, number, 0))
         })
         .collect()
+}
+
+/// A member that may be `null`: `Some(None)` when it is, `None` (by
+/// `default`) when it is absent.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
 }
 
 /// Reads each object as `T`, skipping (logged, counted) those that fail.
@@ -504,5 +515,20 @@ mod tests {
         block.as_object_mut().expect("object").remove("parentHash");
         block["transactions"] = json!([]);
         assert!(serde_json::from_value::<NodeBlock>(block).is_err());
+        let truncated = header();
+        let error = serde_json::from_value::<NodeBlock>(truncated).expect_err("no list");
+        assert!(error.to_string().contains("transactions"), "{error}");
+    }
+
+    #[test]
+    fn a_pending_timestamp_is_kept_as_the_node_writes_it() {
+        let pending = |extra| {
+            serde_json::from_value::<NodeTransaction>(tx(1, extra))
+                .expect("reads")
+                .into_model()
+        };
+        assert!(pending(json!({ "blockTimestamp": null })).pending_timestamp_null);
+        assert!(!pending(json!({})).pending_timestamp_null);
+        assert!(pending(json!({ "blockTimestamp": "0x5" })).other.is_empty());
     }
 }

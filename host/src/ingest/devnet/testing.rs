@@ -117,7 +117,10 @@ pub(super) fn envelope_of(tx: &Transaction) -> TxEnvelope {
         access_list: tx.access_list.clone(),
         blob_versioned_hashes: tx.blob.as_ref().map(|b| b.versioned_hashes.clone()),
         max_fee_per_blob_gas: tx.blob.as_ref().map(|b| b.max_fee_per_blob_gas),
-        authorization_list: tx.authorization_list.clone(),
+        authorization_list: tx
+            .authorization_list
+            .as_ref()
+            .map(|list| list.iter().map(|a| a.signed()).collect()),
         ..Default::default()
     };
     match tx.fees {

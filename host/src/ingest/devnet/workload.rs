@@ -537,7 +537,10 @@ mod tests {
                     assert!(tx.to.is_some(), "a blob transaction calls");
                 }
                 if let Some(authorizations) = &tx.authorization_list {
-                    let authority = authorizations[0].recover_authority().expect("recovers");
+                    let authority = authorizations[0]
+                        .signed()
+                        .recover_authority()
+                        .expect("recovers");
                     assert_eq!(Some(authority), tx.to, "it calls the account it sets up");
                     assert_eq!(authorizations[0].chain_id, U256::from(chain));
                 }
