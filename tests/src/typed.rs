@@ -7,29 +7,23 @@ use alloy_consensus::{
     TxEnvelope,
 };
 use alloy_eips::eip2718::Encodable2718;
-use alloy_eips::eip4844::{Blob, BlobTransactionSidecar, Bytes48, kzg_to_versioned_hash};
+use alloy_eips::eip4844::{Blob, BlobTransactionSidecar, Bytes48};
 use alloy_eips::eip7594::BlobTransactionSidecarVariant;
 use alloy_eips::eip7702::Authorization;
-use alloy_primitives::{Address, B256, Bytes, Signature, U256};
+use alloy_primitives::{Address, Bytes, Signature, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
+use chainsieve::ingest::devnet::{EMPTY_BLOB_COMMITMENT, empty_blob_hash};
 
 fn sign<T: SignableTransaction<Signature>>(signer: &PrivateKeySigner, tx: T) -> Signed<T> {
     let signature = signer.sign_hash_sync(&tx.signature_hash()).expect("signs");
     tx.into_signed(signature)
 }
 
-/// The KZG commitment (and proof) of the blob of zeros: the point at
-/// infinity, so a sidecar of that blob verifies.
+/// The KZG commitment (and proof) of the blob of zeros, the devnet's own:
+/// the point at infinity, so a sidecar of that blob verifies.
 fn infinity() -> Bytes48 {
-    let mut point = [0u8; 48];
-    point[0] = 0xc0;
-    Bytes48::from(point)
-}
-
-/// The versioned hash of the blob of zeros.
-pub fn empty_blob_hash() -> B256 {
-    kzg_to_versioned_hash(infinity().as_slice())
+    Bytes48::from(EMPTY_BLOB_COMMITMENT)
 }
 
 /// A blob transaction from `signer` to `to` carrying one blob of zeros,

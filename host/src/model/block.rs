@@ -108,6 +108,11 @@ impl Block {
         .ok()
     }
 
+    /// The block's base fee per gas (0 before EIP-1559).
+    pub fn base_fee(&self) -> u128 {
+        u128::from(self.header.base_fee_per_gas.unwrap_or(0))
+    }
+
     /// What a blob gas cost in this block (EIP-4844's price for its excess
     /// blob gas); `None` before blobs.
     pub fn blob_gas_price(&self) -> Option<u128> {
@@ -119,9 +124,8 @@ impl Block {
     /// What transaction `index` paid for `gas_used` gas and its blobs.
     pub fn fee(&self, index: usize, gas_used: u64) -> U256 {
         let tx = &self.transactions[index];
-        let base_fee = u128::from(self.header.base_fee_per_gas.unwrap_or(0));
         let blob_fee = U256::from(tx.blob_gas()) * U256::from(self.blob_gas_price().unwrap_or(0));
-        U256::from(gas_used) * U256::from(tx.fees.effective(base_fee)) + blob_fee
+        U256::from(gas_used) * U256::from(tx.fees.effective(self.base_fee())) + blob_fee
     }
 
     /// Where transaction `index` of this block sits.

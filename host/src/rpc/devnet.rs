@@ -38,7 +38,7 @@ pub(super) fn answer(
         "eth_getTransactionReceipt" => receipt(chain, ledger, params),
         // The chain's typical tip, suggested (the devnet takes any).
         "eth_gasPrice" => result(&U128::from(
-            base_fee(tip(chain)?.as_ref()) + typical_tip(chain.chain_id),
+            tip(chain)?.base_fee() + typical_tip(chain.chain_id),
         )),
         "eth_maxPriorityFeePerGas" => result(&U128::from(typical_tip(chain.chain_id))),
         "eth_feeHistory" => fee_history(chain, params),
@@ -90,10 +90,6 @@ fn tip(chain: &Chain) -> Result<Arc<Block>, RpcError> {
         .ok_or_else(|| RpcError::generic("no block received yet"))
 }
 
-fn base_fee(block: &Block) -> u128 {
-    u128::from(block.header.base_fee_per_gas.unwrap_or(0))
-}
-
 /// `[address, block]`: every block but `pending` reads the latest count
 /// (the devnet keeps no state per block).
 fn transaction_count(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
@@ -140,7 +136,7 @@ fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValu
             logs.push(RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string()))?);
         }
     }
-    let effective = tx.fees.effective(base_fee(block));
+    let effective = tx.fees.effective(block.base_fee());
     let mut receipt = json!({
         "transactionHash": tx.hash,
         "transactionIndex": U64::from(mined.index),
@@ -209,9 +205,9 @@ fn fee_history(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError>
         return Err(RpcError::generic("no block received yet"));
     };
     let chosen = &blocks[blocks.len() - count..];
-    let mut base_fees: Vec<U128> = chosen.iter().map(|b| U128::from(base_fee(b))).collect();
+    let mut base_fees: Vec<U128> = chosen.iter().map(|b| U128::from(b.base_fee())).collect();
     // The next block's: the devnet's base fee does not move.
-    base_fees.push(U128::from(base_fee(tip)));
+    base_fees.push(U128::from(tip.base_fee()));
     let ratios: Vec<f64> = chosen
         .iter()
         .map(|b| b.header.gas_used as f64 / b.header.gas_limit.max(1) as f64)

@@ -10,8 +10,9 @@ use alloy_eips::Encodable2718;
 use alloy_primitives::{Address, Bytes, Signature, TxKind, U256, hex, keccak256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
+use chainsieve::ingest::devnet::empty_blob_hash;
 use chainsieve_tests::scripts::run_script;
-use chainsieve_tests::typed::{blob_transaction, empty_blob_hash, set_code_transaction};
+use chainsieve_tests::typed::{blob_transaction, set_code_transaction};
 use chainsieve_tests::{TestServer, WsClient, hex_address, of, quantity};
 use serde_json::{Value, json};
 

@@ -5,6 +5,7 @@
 //! matches are exactly the control's events that satisfy the filter.
 
 use alloy_primitives::Address;
+use chainsieve::model::TxShape;
 use chainsieve_tests::{TestServer, WsClient, assert_exact_filter, hex_address, of};
 use serde_json::{Value, json};
 
@@ -38,15 +39,8 @@ fn tx_hash(tx: &Value) -> String {
     tx["hash"].as_str().expect("hash").to_string()
 }
 
-/// Whose rules a transaction object follows (docs/src/api.md, Wire shapes).
-#[derive(Clone, Copy, PartialEq)]
-enum Shape {
-    Geth,
-    Blockvision,
-}
-
 /// Checks a transaction object's shape (docs/src/api.md, Wire shapes).
-fn check_transaction(tx: &Value, shape: Shape) {
+fn check_transaction(tx: &Value, shape: TxShape) {
     for field in [
         "hash", "from", "gas", "input", "nonce", "value", "type", "v", "r", "s",
     ] {
@@ -82,7 +76,7 @@ fn check_transaction(tx: &Value, shape: Shape) {
         Some(fee_capped @ ("0x2" | "0x3" | "0x4")) => {
             assert_eq!(
                 tx.get("gasPrice").is_some(),
-                shape == Shape::Geth,
+                shape == TxShape::Geth,
                 "gasPrice in geth's shape only: {tx}"
             );
             assert!(
@@ -203,7 +197,7 @@ async fn new_pending_transactions_as_hashes_or_full_objects() {
             .collect();
         assert!(plain_hashes.iter().all(|h| is_hex(&json!(h), 64)));
         for tx in &full_txs {
-            check_transaction(tx, Shape::Geth);
+            check_transaction(tx, TxShape::Geth);
             for field in ["blockHash", "blockNumber", "transactionIndex"] {
                 assert_eq!(
                     tx[field],
@@ -301,7 +295,7 @@ async fn bv_pending_transactions_filter_by_sender_or_receiver() {
         let control_txs = of(&all, &control);
         let filtered_txs = of(&all, &filtered);
         for tx in control_txs.iter().chain(&filtered_txs) {
-            check_transaction(tx, Shape::Blockvision);
+            check_transaction(tx, TxShape::Blockvision);
             for field in ["blockHash", "blockNumber", "transactionIndex"] {
                 assert_eq!(
                     tx[field],
@@ -353,7 +347,7 @@ async fn bv_mined_transactions_filter_by_receiver_and_method() {
         );
         let control_txs = of(&all, &control);
         for tx in &control_txs {
-            check_transaction(tx, Shape::Blockvision);
+            check_transaction(tx, TxShape::Blockvision);
             assert!(
                 is_hex(&tx["blockHash"], 64)
                     && is_quantity(&tx["blockNumber"])

@@ -63,6 +63,7 @@ pub use ledger::{Ledger, Mined};
 pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission, intrinsic};
 pub use profile::{KnownPool, known_pools, known_tokens, typical_tip};
 pub use task::{MineRequest, run};
+pub use workload::{EMPTY_BLOB_COMMITMENT, empty_blob_hash};
 
 /// How many funded accounts send transactions.
 const ACCOUNTS: usize = 16;

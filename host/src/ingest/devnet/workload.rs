@@ -98,14 +98,14 @@ pub(super) const AUTHORIZATION_GAS: u64 = 25_000;
 /// The KZG commitment of the blob of zeros: the point at infinity. The
 /// devnet's blob transactions carry that blob (the devnet keeps no blob
 /// data), so their versioned hashes are real ones.
-const EMPTY_BLOB_COMMITMENT: [u8; 48] = {
+pub const EMPTY_BLOB_COMMITMENT: [u8; 48] = {
     let mut point = [0u8; 48];
     point[0] = 0xc0;
     point
 };
 
 /// The versioned hash of the blob of zeros (see [`EMPTY_BLOB_COMMITMENT`]).
-pub(super) fn empty_blob_hash() -> B256 {
+pub fn empty_blob_hash() -> B256 {
     kzg_to_versioned_hash(&EMPTY_BLOB_COMMITMENT)
 }
 
@@ -230,48 +230,47 @@ impl Devnet {
         let kind = to.map_or(TxKind::Create, TxKind::Call);
         let nonce = self.nonce(sender);
         let chain_id = self.chain_id;
-        let tip = self.profile.tip * self.rng.random_range(100..=300) / 100;
-        let base_fee = u128::from(self.profile.base_fee);
-        // Wallets cap at twice the base fee plus the tip.
-        let max_fee_per_gas = 2 * base_fee + tip;
-        let (tx, gas_used) = match (self.rng.random_range(0..100), to) {
-            (0..=24, _) => {
-                let gas_limit = gas_limit_for(gas_used);
-                let tx = TxLegacy {
-                    chain_id: Some(chain_id),
+        let (tip, max_fee_per_gas) = self.fees();
+        let gas_price = u128::from(self.profile.base_fee) + tip;
+        let pick = self.rng.random_range(0..100);
+        let listed = (25..=29).contains(&pick);
+        let gas_used = if listed {
+            gas_used + ACCESS_LIST_ADDRESS_GAS + ACCESS_LIST_KEY_GAS
+        } else {
+            gas_used
+        };
+        let gas_limit = gas_limit_for(gas_used);
+        let tx = match (pick, to) {
+            (0..=24, _) => UnsignedTx::Legacy(TxLegacy {
+                chain_id: Some(chain_id),
+                nonce,
+                gas_price,
+                gas_limit,
+                to: kind,
+                value,
+                input,
+            }),
+            (25..=29, _) => {
+                let listed = to.unwrap_or_else(|| self.signers[sender].address().create(nonce));
+                UnsignedTx::Eip2930(TxEip2930 {
+                    chain_id,
                     nonce,
-                    gas_price: base_fee + tip,
+                    gas_price,
                     gas_limit,
                     to: kind,
                     value,
+                    access_list: AccessList(vec![AccessListItem {
+                        address: listed,
+                        storage_keys: vec![B256::ZERO],
+                    }]),
                     input,
-                };
-                (UnsignedTx::Legacy(tx), gas_used)
-            }
-            (25..=29, _) => {
-                let listed = to.unwrap_or_else(|| self.signers[sender].address().create(nonce));
-                let access_list = AccessList(vec![AccessListItem {
-                    address: listed,
-                    storage_keys: vec![B256::ZERO],
-                }]);
-                let gas_used = gas_used + ACCESS_LIST_ADDRESS_GAS + ACCESS_LIST_KEY_GAS;
-                let tx = TxEip2930 {
-                    chain_id,
-                    nonce,
-                    gas_price: base_fee + tip,
-                    gas_limit: gas_limit_for(gas_used),
-                    to: kind,
-                    value,
-                    access_list,
-                    input,
-                };
-                (UnsignedTx::Eip2930(tx), gas_used)
+                })
             }
             (30..=34, Some(to)) if self.profile.blobs => {
                 let tx = TxEip4844 {
                     chain_id,
                     nonce,
-                    gas_limit: gas_limit_for(gas_used),
+                    gas_limit,
                     max_fee_per_gas,
                     max_priority_fee_per_gas: tip,
                     to,
@@ -281,30 +280,34 @@ impl Devnet {
                     max_fee_per_blob_gas: MAX_FEE_PER_BLOB_GAS,
                     input,
                 };
-                (UnsignedTx::Eip4844(tx), gas_used)
+                UnsignedTx::Eip4844(tx)
             }
-            _ => {
-                let tx = TxEip1559 {
-                    chain_id,
-                    nonce,
-                    gas_limit: gas_limit_for(gas_used),
-                    max_fee_per_gas,
-                    max_priority_fee_per_gas: tip,
-                    to: kind,
-                    value,
-                    access_list: AccessList::default(),
-                    input,
-                };
-                (UnsignedTx::Eip1559(tx), gas_used)
-            }
+            _ => UnsignedTx::Eip1559(TxEip1559 {
+                chain_id,
+                nonce,
+                gas_limit,
+                max_fee_per_gas,
+                max_priority_fee_per_gas: tip,
+                to: kind,
+                value,
+                access_list: AccessList::default(),
+                input,
+            }),
         };
         Unsigned {
             signer: self.signers[sender].clone(),
             tx,
-            gas: gas_limit_for(gas_used),
+            gas: gas_limit,
             gas_used,
             logs,
         }
+    }
+
+    /// A tip of 1–3 times the chain's typical one, and the fee cap wallets
+    /// set with it: twice the base fee plus the tip.
+    fn fees(&mut self) -> (u128, u128) {
+        let tip = self.profile.tip * self.rng.random_range(100..=300) / 100;
+        (tip, 2 * u128::from(self.profile.base_fee) + tip)
     }
 
     /// `sender`'s next nonce, taken.
@@ -326,13 +329,13 @@ impl Devnet {
                 break key;
             }
         };
-        let tip = self.profile.tip * self.rng.random_range(100..=300) / 100;
+        let (tip, max_fee_per_gas) = self.fees();
         let gas_used = TRANSFER_GAS + AUTHORIZATION_GAS;
         let tx = TxEip7702 {
             chain_id: self.chain_id,
             nonce: self.nonce(sender),
             gas_limit: gas_limit_for(gas_used),
-            max_fee_per_gas: 2 * u128::from(self.profile.base_fee) + tip,
+            max_fee_per_gas,
             max_priority_fee_per_gas: tip,
             to: authority.address(),
             value: U256::ZERO,
