@@ -14,12 +14,14 @@ use super::{RpcError, result};
 use crate::chain::Chain;
 use crate::model::{Block, TxShape};
 
-pub(super) fn block_number(chain: &Chain) -> Result<Box<RawValue>, RpcError> {
+/// The window's tip; before the first block arrives a node chain asks its
+/// node, so a client that connects during startup is answered all the same.
+pub(super) fn block_number(chain: &Chain) -> Result<Held, RpcError> {
     let tip = chain.canonical().tip().map(|b| b.number());
-    match tip {
-        Some(number) => result(&U64::from(number)),
-        None => Err(RpcError::generic("no block received yet")),
-    }
+    Ok(match tip {
+        Some(number) => Held::Answer(result(&U64::from(number))?),
+        None => Held::Elsewhere(Err(RpcError::generic("no block received yet"))),
+    })
 }
 
 /// What the window says of a block asked for.

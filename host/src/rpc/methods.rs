@@ -73,7 +73,7 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
         "net_listening" => reply(result(&true)),
         "eth_syncing" => reply(result(&false)),
         "web3_clientVersion" => reply(result(&CLIENT_VERSION)),
-        "eth_blockNumber" => reply(blocks::block_number(ctx.chain)),
+        "eth_blockNumber" => reply(held(ctx, call, blocks::block_number(ctx.chain)).await),
         "eth_getBlockByNumber" => {
             reply(held(ctx, call, blocks::block_by_number(ctx.chain, &call.params)).await)
         }
