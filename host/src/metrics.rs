@@ -28,11 +28,22 @@ pub struct TopicLabels {
     pub topic: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub chain: String,
+    pub node: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// `match-batch` call times: 1 µs to ~0.5 s.
 fn batch_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-6, 2.0, 20))
+}
+
+/// Node request times: 100 µs to ~6.5 s.
+fn node_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 2.0, 17))
 }
 
 /// The server's counted metrics; cloning a family shares it.
@@ -42,6 +53,10 @@ pub struct Metrics {
     batch_seconds: HistogramFamily<TopicLabels>,
     notifications: Family<TopicLabels, Counter>,
     connections: Family<ChainLabel, Gauge>,
+    node_seconds: HistogramFamily<NodeLabels>,
+    node_errors: Family<NodeLabels, Counter>,
+    node_wrong_blocks: Family<NodeLabels, Counter>,
+    unverified_blocks: Family<ChainLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -51,6 +66,10 @@ impl Default for Metrics {
             batch_seconds: Family::new_with_constructor(batch_histogram),
             notifications: Family::default(),
             connections: Family::default(),
+            node_seconds: Family::new_with_constructor(node_histogram),
+            node_errors: Family::default(),
+            node_wrong_blocks: Family::default(),
+            unverified_blocks: Family::default(),
         }
     }
 }
@@ -60,6 +79,18 @@ impl Default for Metrics {
 pub struct ActorMetrics {
     pub batch_seconds: Histogram,
     pub notifications: Counter,
+}
+
+/// The counters one node of a chain adds to.
+#[derive(Clone, Debug)]
+pub struct NodeMetrics {
+    /// Seconds per answered request batch.
+    pub latency: Histogram,
+    /// Requests that failed at the transport, timed out or could not be
+    /// read (not the node's own error answers).
+    pub errors: Counter,
+    /// Blocks it served that failed verification.
+    pub wrong_blocks: Counter,
 }
 
 impl Metrics {
@@ -82,6 +113,28 @@ impl Metrics {
             batch_seconds: self.batch_seconds.get_or_create(&labels).clone(),
             notifications: self.notifications.get_or_create(&labels).clone(),
         }
+    }
+
+    pub fn node(&self, chain: &str, node: &str) -> NodeMetrics {
+        let labels = NodeLabels {
+            chain: chain.into(),
+            node: node.into(),
+        };
+        NodeMetrics {
+            latency: self.node_seconds.get_or_create(&labels).clone(),
+            errors: self.node_errors.get_or_create(&labels).clone(),
+            wrong_blocks: self.node_wrong_blocks.get_or_create(&labels).clone(),
+        }
+    }
+
+    /// Blocks of `chain` that went out unverified, every node having
+    /// served them failing the same check.
+    pub fn unverified_blocks(&self, chain: &str) -> Counter {
+        self.unverified_blocks
+            .get_or_create(&ChainLabel {
+                chain: chain.into(),
+            })
+            .clone()
     }
 
     /// Open WebSocket connections on `chain`; the caller adds and removes.
@@ -114,6 +167,26 @@ impl Metrics {
             "connections",
             "Open WebSocket connections",
             self.connections.clone(),
+        );
+        registry.register(
+            "node_request_seconds",
+            "Time of one answered request batch to a node",
+            self.node_seconds.clone(),
+        );
+        registry.register(
+            "node_errors",
+            "Requests to a node that failed at the transport, timed out or could not be read",
+            self.node_errors.clone(),
+        );
+        registry.register(
+            "node_wrong_blocks",
+            "Blocks a node served that failed verification",
+            self.node_wrong_blocks.clone(),
+        );
+        registry.register(
+            "unverified_blocks",
+            "Blocks that went out unverified: every node served them failing the same check",
+            self.unverified_blocks.clone(),
         );
     }
 }

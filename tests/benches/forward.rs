@@ -99,7 +99,7 @@ const CALLS: [&str; 2] = ["direct", "forwarded"];
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(node) = &args.serve {
-        let source = SourceConfig::Node(node.clone());
+        let source = SourceConfig::node(node.clone());
         return bench::serve_child(load::unlimited(load::chainsieve_config(source))).await;
     }
     bench::raise_file_limit();

@@ -448,7 +448,7 @@ async fn serve(source: &str, args: &Args) -> anyhow::Result<()> {
     let source = if source == "devnet" {
         SourceConfig::Devnet
     } else {
-        SourceConfig::Node(source.to_string())
+        SourceConfig::node(source.to_string())
     };
     let mut config = load::unlimited(load::chainsieve_config(source));
     config.role = args.role.parse()?;

@@ -94,7 +94,7 @@ impl Anvil {
                 "eth".to_string(),
                 ChainConfig {
                     chain_id: Some(self.chain_id),
-                    source: SourceConfig::Node(self.ws_url()),
+                    source: SourceConfig::node(self.ws_url()),
                     ..Default::default()
                 },
             )]),

@@ -15,6 +15,7 @@ use crate::eventlog::EventLog;
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
 use crate::model::SourceEvent;
+use crate::node::NodePool;
 
 /// Places `tail` (the log's on the bus) in the pipeline behind `out` (and
 /// `log`, the pipeline's), then reads the node `settings` names from the
@@ -23,6 +24,7 @@ pub async fn run(
     tail: Tail,
     log: Arc<EventLog>,
     mut settings: UpstreamSettings,
+    pool: Arc<NodePool>,
     out: mpsc::Sender<SourceEvent>,
     status: watch::Sender<UpstreamStatus>,
     shutdown: CancellationToken,
@@ -42,5 +44,5 @@ pub async fn run(
     if tail.place(&out).await.is_none() {
         return;
     }
-    upstream::run(settings, out, status, shutdown).await;
+    upstream::run(settings, pool, out, status, shutdown).await;
 }

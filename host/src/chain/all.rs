@@ -11,12 +11,11 @@ use tokio_util::task::TaskTracker;
 
 use super::pipeline::PipelineState;
 use super::{Origin, Parts, SOURCE_QUEUE};
-use crate::config::{ChainSpec, LogConfig, SourceConfig};
+use crate::config::{ChainSpec, LogConfig, Source};
 use crate::eventlog::EventLog;
 use crate::eventlog::store::{self, LogStore, Persist};
 use crate::ingest::devnet::{self, Devnet, DevnetCalls};
 use crate::ingest::upstream::{self, UpstreamStatus};
-use crate::node::NodeConnection;
 use crate::price::indexer::DRAIN;
 use crate::price::record::InStore;
 use crate::price::{Calls, PriceIndex};
@@ -37,9 +36,10 @@ pub(super) fn start(
 ) -> anyhow::Result<Origin> {
     // The one-process server indexes prices from its pipeline.
     let recorder = Arc::new(InStore(parts.price.store().clone()));
-    let calls = match &parts.spec.source {
-        SourceConfig::Devnet => Calls::Own(Arc::new(DevnetCalls::new(parts.spec.chain_id))),
-        SourceConfig::Node(url) => Calls::Node(Arc::new(NodeConnection::new(url.clone()))),
+    let pool = parts.pool();
+    let calls = match &pool {
+        None => Calls::Own(Arc::new(DevnetCalls::new(parts.spec.chain_id))),
+        Some(pool) => Calls::Node(pool.clone()),
     };
     let (indexing, price_feed) =
         parts
@@ -47,8 +47,23 @@ pub(super) fn start(
             .indexing(parts.spec, calls, recorder, parts.shutdown.clone(), DRAIN);
     parts.tasks.spawn(indexing);
     let (events, source) = mpsc::channel(SOURCE_QUEUE);
-    let origin = match &parts.spec.source {
-        SourceConfig::Devnet => {
+    let origin = match (&parts.spec.source, pool) {
+        (Source::Nodes(nodes), Some(pool)) => {
+            let settings = parts.node_settings(nodes, resume_from(parts.state, parts.price)?);
+            let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
+            parts.tasks.spawn(upstream::run(
+                settings,
+                pool.clone(),
+                events,
+                status,
+                parts.shutdown.clone(),
+            ));
+            Origin::Node {
+                status: Some(watcher),
+                pool,
+            }
+        }
+        _ => {
             let devnet = Devnet::new(parts.spec.chain_id, &parts.config.devnet);
             let ledger = devnet.ledger();
             ledger.keep(parts.spec.window);
@@ -65,20 +80,6 @@ pub(super) fn start(
                 submissions,
                 ledger,
                 miner,
-            }
-        }
-        SourceConfig::Node(url) => {
-            let settings = parts.node_settings(url, resume_from(parts.state, parts.price)?);
-            let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
-            parts.tasks.spawn(upstream::run(
-                settings,
-                events,
-                status,
-                parts.shutdown.clone(),
-            ));
-            Origin::Node {
-                status: Some(watcher),
-                connection: NodeConnection::new(url.clone()),
             }
         }
     };
@@ -99,7 +100,7 @@ pub(super) fn event_log(
     tasks: &TaskTracker,
 ) -> anyhow::Result<(Arc<EventLog>, Option<mpsc::UnboundedSender<Persist>>)> {
     let dir = match (&spec.source, &config.data_dir) {
-        (SourceConfig::Node(_), Some(dir)) => dir,
+        (Source::Nodes(_), Some(dir)) => dir,
         _ => {
             let log = EventLog::new(&spec.name, spec.log_blocks, config.memory_mib);
             return Ok((Arc::new(log), None));

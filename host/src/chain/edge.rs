@@ -10,9 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Origin, Parts, SOURCE_QUEUE};
 use crate::bus::prices::PriceJournal;
 use crate::bus::{self, Bus, ChainLog};
-use crate::config::SourceConfig;
 use crate::model::SourceEvent;
-use crate::node::NodeConnection;
 use crate::price::store::PriceStore;
 
 /// Follows the chain's log and price journal on `bus` into the pipeline
@@ -34,12 +32,9 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
             .pipeline(None, None)
             .run(source, parts.shutdown.clone()),
     );
-    Ok(match &parts.spec.source {
-        SourceConfig::Node(url) => Origin::Node {
-            status: None,
-            connection: NodeConnection::new(url.clone()),
-        },
-        SourceConfig::Devnet => Origin::Bus,
+    Ok(match parts.pool() {
+        Some(pool) => Origin::Node { status: None, pool },
+        None => Origin::Bus,
     })
 }
 

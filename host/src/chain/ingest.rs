@@ -21,14 +21,14 @@ use super::{Origin, Parts, SOURCE_QUEUE};
 use crate::bus::lease::Leases;
 use crate::bus::prices::PriceJournal;
 use crate::bus::{Bus, ChainLog, ingest, publish};
-use crate::config::{ChainSpec, SourceConfig};
+use crate::config::{ChainSpec, Source};
 use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
-use crate::node::NodeConnection;
+use crate::node::NodePool;
 use crate::price::{Calls, PriceIndex};
 
 /// Stands for the chain's lease on `bus` and leads it term by term.
 pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin> {
-    let SourceConfig::Node(url) = &parts.spec.source else {
+    let (Source::Nodes(nodes), Some(pool)) = (&parts.spec.source, parts.pool()) else {
         anyhow::bail!(
             "role ingest reads nodes, but chain {}'s source is the devnet",
             parts.spec.name
@@ -46,7 +46,8 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
         on_bus: bus.log(&parts.spec.name).await?,
         leases: bus.leases(&holder).await?,
         blocks: parts.spec.log_blocks,
-        settings: parts.node_settings(url, Vec::new()),
+        settings: parts.node_settings(nodes, Vec::new()),
+        pool: pool.clone(),
         status,
         price: parts.price.clone(),
         prices: bus.prices(&parts.spec.name).await?,
@@ -55,7 +56,7 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
     parts.tasks.spawn(leader.run(parts.shutdown.clone()));
     Ok(Origin::Node {
         status: Some(watcher),
-        connection: NodeConnection::new(url.clone()),
+        pool,
     })
 }
 
@@ -70,8 +71,11 @@ struct Leader {
     leases: Leases,
     /// The tail a term restores: `[log] blocks`.
     blocks: usize,
-    /// The node; each term resumes it from the tail it restored.
+    /// What the source follows; each term resumes it from the tail it
+    /// restored.
     settings: UpstreamSettings,
+    /// The chain's nodes, shared with the forwarded calls.
+    pool: Arc<NodePool>,
     status: watch::Sender<UpstreamStatus>,
     /// The price store every term indexes into, and its journal.
     price: Arc<PriceIndex>,
@@ -145,7 +149,7 @@ impl Leader {
         // the journal.
         let (indexing, index) = self.price.indexing(
             &self.spec,
-            Calls::Node(Arc::new(NodeConnection::new(self.settings.url.clone()))),
+            Calls::Node(self.pool.clone()),
             Arc::new(recorder),
             term.clone(),
             Duration::ZERO,
@@ -167,6 +171,7 @@ impl Leader {
                     tail,
                     self.pipeline.state().log().clone(),
                     self.settings.clone(),
+                    self.pool.clone(),
                     events,
                     self.status.clone(),
                     term.clone(),

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
-use crate::config::{ChainSpec, Config, Role, RpcConfig};
+use crate::config::{ChainSpec, Config, NodesSpec, Role, RpcConfig};
 use crate::eventlog::EventLog;
 use crate::eventlog::store::Persist;
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
@@ -29,7 +29,7 @@ use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{Ledger, MineRequest, Submission};
 use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
 use crate::metrics::Metrics;
-use crate::node::NodeConnection;
+use crate::node::{NodePool, Rules};
 use crate::price::PriceIndex;
 use pipeline::{Pipeline, PipelineState};
 
@@ -68,15 +68,15 @@ pub enum Origin {
         /// The door for `evm_mine`: the next block, now.
         miner: mpsc::Sender<MineRequest>,
     },
-    /// A node.
+    /// Nodes.
     Node {
-        /// The state of this process's source reading it, published by
+        /// The state of this process's source reading them, published by
         /// the source (role `all`, or an ingest's terms); `None` on an
         /// edge, which reads the bus.
         status: Option<watch::Receiver<UpstreamStatus>>,
-        /// The connection forwarded methods go over: one multiplexed
-        /// socket for every client.
-        connection: NodeConnection,
+        /// The nodes forwarded methods go to, each over one multiplexed
+        /// socket for every client, with their health.
+        pool: Arc<NodePool>,
     },
     /// An edge's chain of no node: what the bus carries, nothing more.
     Bus,
@@ -110,16 +110,23 @@ impl Parts<'_> {
         )
     }
 
-    /// What a node source of this chain at `url` follows, resuming from
-    /// `resume_from`.
-    fn node_settings(&self, url: &str, resume_from: Vec<(u64, B256)>) -> UpstreamSettings {
+    /// What the node source of this chain (reading `nodes`) follows,
+    /// resuming from `resume_from`.
+    fn node_settings(&self, nodes: &NodesSpec, resume_from: Vec<(u64, B256)>) -> UpstreamSettings {
         UpstreamSettings {
             chain: self.spec.name.clone(),
-            url: url.to_string(),
             chain_id: self.spec.chain_id,
             backfill_limit: self.spec.window as u64,
             resume_from,
+            quorum: nodes.quorum,
+            rules: Rules::from(nodes),
         }
+    }
+
+    /// The chain's nodes, if it reads any.
+    fn pool(&self) -> Option<Arc<NodePool>> {
+        let nodes = self.spec.source.nodes();
+        (!nodes.is_empty()).then(|| Arc::new(NodePool::new(&self.spec.name, nodes, self.metrics)))
     }
 }
 
@@ -218,10 +225,10 @@ impl Chain {
         }
     }
 
-    /// A node chain's connection for the methods forwarded to its node.
-    pub fn node(&self) -> Option<&NodeConnection> {
+    /// A node chain's nodes, for the methods forwarded to them.
+    pub fn node(&self) -> Option<&Arc<NodePool>> {
         match &self.origin {
-            Origin::Node { connection, .. } => Some(connection),
+            Origin::Node { pool, .. } => Some(pool),
             Origin::Devnet { .. } | Origin::Bus => None,
         }
     }

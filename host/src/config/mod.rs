@@ -13,10 +13,12 @@ use serde::{Deserialize, Serialize};
 
 mod bus;
 mod devnet;
+mod nodes;
 mod rpc;
 mod span;
 pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
+pub use nodes::{Agreement, MIN_STALL, NodeConfig, NodeSpec, NodesSpec, Source, SourceConfig};
 pub use rpc::RpcConfig;
 use span::duration_text;
 pub use span::{Span, cadence};
@@ -278,52 +280,50 @@ impl FiltersConfig {
     }
 }
 
-/// Where a chain's data comes from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum SourceConfig {
-    /// The embedded devnet generator.
-    #[default]
-    Devnet,
-    /// A node's WebSocket JSON-RPC endpoint.
-    Node(String),
-}
-
-impl Serialize for SourceConfig {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            SourceConfig::Devnet => s.serialize_str("devnet"),
-            SourceConfig::Node(url) => s.serialize_str(url),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for SourceConfig {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if text == "devnet" {
-            Ok(SourceConfig::Devnet)
-        } else if text.starts_with("ws://") || text.starts_with("wss://") {
-            Ok(SourceConfig::Node(text))
-        } else {
-            Err(serde::de::Error::custom(format!(
-                "source must be \"devnet\" or a ws:// or wss:// URL, got \"{text}\""
-            )))
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChainConfig {
     /// Required for chains other than eth (1), bsc (56) and polygon (137).
     pub chain_id: Option<u64>,
     pub source: SourceConfig,
+    /// The nodes as tables (`[[chains.<name>.nodes]]`), instead of URLs in
+    /// `source`, when a node needs a setting of its own.
+    pub nodes: Vec<NodeConfig>,
+    /// How several nodes agree on a block before it goes out.
+    pub agreement: Agreement,
+    /// With `agreement = "quorum"`: the nodes that must have a block;
+    /// unset: a majority of them.
+    pub quorum: Option<u64>,
+    /// A node further behind the chain than this many blocks is lagging.
+    pub lag_blocks: u64,
+    /// A node with no new head for this many block times is stalled.
+    pub stall_blocks: u32,
+    /// Heads in a row, each at or past the chain's, that a node set aside
+    /// announces before it counts again.
+    pub rejoin_heads: u32,
     /// How far back recent blocks are kept for reorg handling and block
     /// lookups: blocks, or a span of time at the chain's cadence.
     pub window: Option<Span>,
     /// Node chains: fill `token_price` history from this block up to where
     /// the index starts, by `eth_getLogs` (resumed after a restart).
     pub price_from_block: Option<u64>,
+}
+
+impl Default for ChainConfig {
+    fn default() -> Self {
+        Self {
+            chain_id: None,
+            source: SourceConfig::Devnet,
+            nodes: Vec::new(),
+            agreement: Agreement::First,
+            quorum: None,
+            lag_blocks: nodes::DEFAULT_LAG_BLOCKS,
+            stall_blocks: nodes::DEFAULT_STALL_BLOCKS,
+            rejoin_heads: nodes::DEFAULT_REJOIN_HEADS,
+            window: None,
+            price_from_block: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -422,7 +422,7 @@ fn blocks_in(key: &str, span: Span, block_time: Duration, most: u64) -> anyhow::
 pub struct ChainSpec {
     pub name: String,
     pub chain_id: u64,
-    pub source: SourceConfig,
+    pub source: Source,
     /// How often the chain makes a block: the devnet's setting, else the
     /// chain's [`cadence`].
     pub block_time: Duration,
@@ -469,7 +469,7 @@ impl Config {
             self.bus.validate()?;
         }
         if self.role == Role::Ingest
-            && let Some(spec) = specs.iter().find(|s| s.source == SourceConfig::Devnet)
+            && let Some(spec) = specs.iter().find(|s| s.source == Source::Devnet)
         {
             bail!(
                 "role ingest reads nodes, but chain {}'s source is the devnet (which generates its history afresh at every start, so it cannot continue a log on the bus): set chains.{}.source to a node's ws:// URL",
@@ -478,7 +478,7 @@ impl Config {
             );
         }
         if self.devnet.reorg_every > 0 {
-            for spec in specs.iter().filter(|s| s.source == SourceConfig::Devnet) {
+            for spec in specs.iter().filter(|s| s.source == Source::Devnet) {
                 // The tracker must hold the reorg's common ancestor.
                 let most = (spec.window as u64).saturating_sub(1);
                 if self.devnet.reorg_depth > most {
@@ -518,10 +518,12 @@ impl Config {
                     .chain_id
                     .or(known)
                     .with_context(|| format!("chain \"{name}\" needs a chain_id"))?;
-                let block_time = match (&chain.source, self.devnet.block_time_ms) {
-                    (SourceConfig::Devnet, Some(ms)) => Duration::from_millis(ms.max(1)),
+                let on_devnet = chain.source == SourceConfig::Devnet && chain.nodes.is_empty();
+                let block_time = match self.devnet.block_time_ms {
+                    Some(ms) if on_devnet => Duration::from_millis(ms.max(1)),
                     _ => cadence(chain_id),
                 };
+                let source = nodes::source(name, chain, block_time)?;
                 let window = blocks_in(
                     &format!("chains.{name}.window"),
                     chain.window.unwrap_or(DEFAULT_WINDOW),
@@ -537,7 +539,7 @@ impl Config {
                 Ok(ChainSpec {
                     name: name.clone(),
                     chain_id,
-                    source: chain.source.clone(),
+                    source,
                     block_time,
                     window,
                     log_blocks,
@@ -565,7 +567,7 @@ impl Config {
             && self
                 .chains
                 .values()
-                .all(|c| c.source == SourceConfig::Devnet)
+                .all(|c| c.source == SourceConfig::Devnet && c.nodes.is_empty())
         {
             Ok(vec![DEMO_KEY.to_string()])
         } else {
@@ -635,7 +637,7 @@ mod tests {
         .expect("valid config");
         assert_eq!(
             config.chains["eth"].source,
-            SourceConfig::Node("ws://127.0.0.1:8546".into())
+            SourceConfig::node("ws://127.0.0.1:8546")
         );
         assert_eq!(config.keys().expect("keys"), vec!["k1", "k2"]);
         assert_eq!(config.limits.outbound_queue, 16);

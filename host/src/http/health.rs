@@ -2,7 +2,9 @@
 //! `/readyz` answers 200 only when every chain's source is live (the
 //! devnet once its history is in place; a node source once subscribed; an
 //! edge once the log's tail is in place), else 503 with each chain's state
-//! (a standby ingest's: `standby`).
+//! (a standby ingest's: `standby`). A chain this process reads nodes for
+//! lists each node's state, head and lag behind the chain
+//! (docs/src/nodes.md, Node health).
 
 use std::sync::Arc;
 
@@ -26,13 +28,31 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         let status = chain.source_status();
         let synced = chain.is_synced();
         ready &= synced && status == UpstreamStatus::Live;
-        let entry = match status {
+        let mut entry = match status {
             UpstreamStatus::Live if !synced => json!({"state": "syncing"}),
             UpstreamStatus::Live => json!({"state": "live"}),
             UpstreamStatus::Connecting => json!({"state": "connecting"}),
             UpstreamStatus::Down { reason } => json!({"state": "down", "reason": reason}),
             UpstreamStatus::Standby => json!({"state": "standby"}),
         };
+        if let (Some(pool), Some(_)) = (chain.node(), chain.node_status()) {
+            let tip = chain.canonical().tip().map(|b| b.number());
+            let nodes: Vec<Value> = pool
+                .states()
+                .into_iter()
+                .map(|(name, state, head)| {
+                    let mut node = json!({"name": name, "state": state.name(), "head": head});
+                    if let (Some(tip), Some(head)) = (tip, head) {
+                        node["lag"] = json!(tip.saturating_sub(head));
+                    }
+                    if let Some(reason) = state.reason() {
+                        node["reason"] = json!(reason);
+                    }
+                    node
+                })
+                .collect();
+            entry["nodes"] = Value::Array(nodes);
+        }
         chains.insert(name.clone(), entry);
     }
     let code = if ready {

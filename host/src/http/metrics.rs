@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -16,7 +17,15 @@ use prometheus_client::registry::Registry;
 
 use super::AppState;
 use crate::ingest::upstream::UpstreamStatus;
-use crate::metrics::{ChainLabel, TopicLabels};
+use crate::metrics::{ChainLabel, NodeLabels, TopicLabels};
+use crate::node::NodeState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeStateLabels {
+    chain: String,
+    node: String,
+    state: String,
+}
 use crate::model::wire;
 
 /// `GET /metrics`.
@@ -62,7 +71,31 @@ fn scrape(state: &AppState) -> Registry {
     let failures = Family::<TopicLabels, Gauge>::default();
     let disabled = Family::<TopicLabels, Gauge>::default();
     let live = Family::<ChainLabel, Gauge>::default();
+    let node_states = Family::<NodeStateLabels, Gauge>::default();
+    let node_lag = Family::<NodeLabels, Gauge>::default();
     for (chain, served) in &state.chains {
+        if let (Some(pool), Some(_)) = (served.node(), served.node_status()) {
+            let tip = served.canonical().tip().map(|b| b.number());
+            for (node, state, head) in pool.states() {
+                for name in NodeState::NAMES {
+                    node_states
+                        .get_or_create(&NodeStateLabels {
+                            chain: chain.clone(),
+                            node: node.clone(),
+                            state: name.to_string(),
+                        })
+                        .set(i64::from(state.name() == name));
+                }
+                if let (Some(tip), Some(head)) = (tip, head) {
+                    node_lag
+                        .get_or_create(&NodeLabels {
+                            chain: chain.clone(),
+                            node,
+                        })
+                        .set(i64::try_from(tip.saturating_sub(head)).unwrap_or(i64::MAX));
+                }
+            }
+        }
         live.get_or_create(&ChainLabel {
             chain: chain.clone(),
         })
@@ -103,6 +136,16 @@ fn scrape(state: &AppState) -> Registry {
         "source_live",
         "1 when the chain's source (devnet or node) is live",
         live,
+    );
+    registry.register(
+        "node_state",
+        "1 for each node's current state (connecting, live, lagging, stalled, down, excluded)",
+        node_states,
+    );
+    registry.register(
+        "node_head_lag_blocks",
+        "How many blocks a node's head is behind the chain's",
+        node_lag,
     );
     registry
 }

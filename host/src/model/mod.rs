@@ -14,6 +14,7 @@
 pub mod block;
 pub mod events;
 pub mod transaction;
+pub mod verify;
 pub mod wire;
 
 pub use block::Block;

@@ -1,5 +1,5 @@
 //! Read-only contract calls at the latest block, as the price index makes
-//! them (identify a pool, read a token): a node answers them over
+//! them (identify a pool, read a token): the chain's nodes answer them over
 //! `eth_call`; a chain without one (the devnet) answers for its own
 //! contracts with an implementation of its own.
 
@@ -7,7 +7,7 @@ use alloy_primitives::{Address, Bytes};
 use futures_util::future::BoxFuture;
 use serde_json::json;
 
-use super::{NodeConnection, NodeError};
+use super::{NodeError, NodePool};
 
 /// Runs a read-only call at the latest block.
 pub trait ChainCalls: Send + Sync {
@@ -15,10 +15,10 @@ pub trait ChainCalls: Send + Sync {
     fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>>;
 }
 
-impl ChainCalls for NodeConnection {
+impl ChainCalls for NodePool {
     fn call(&self, to: Address, data: Bytes) -> BoxFuture<'_, anyhow::Result<Option<Bytes>>> {
         Box::pin(async move {
-            match NodeConnection::call::<Bytes>(
+            match NodePool::call::<Bytes>(
                 self,
                 "eth_call",
                 json!([{ "to": to, "data": data }, "latest"]),

@@ -6,13 +6,19 @@
 //!   notifications).
 //! - [`connection`]: a connection of its own for requests, opened on first
 //!   use, reopened after a failure, multiplexed by id.
+//! - [`pool`]: a chain's nodes, their health and which one a call goes to.
+//! - [`health`]: one node's health, as its chain judges it.
 //! - [`calls`]: read-only contract calls, as the price index makes them,
 //!   whoever answers them.
 
 pub mod calls;
 pub mod client;
 pub mod connection;
+pub mod health;
+pub mod pool;
 
 pub use calls::ChainCalls;
 pub use client::{Call, NodeClient, NodeError, Notification, decode, single};
 pub use connection::NodeConnection;
+pub use health::{Health, NodeState, Rules};
+pub use pool::{NodePool, PoolNode};

@@ -22,7 +22,7 @@ use super::store::{PriceStore, PriceWrite};
 use crate::contracts::abi::{IUniswapV2Factory, IUniswapV2Pair, IUniswapV3Factory, IUniswapV3Pool};
 use crate::model::Block;
 use crate::model::wire::read_logs;
-use crate::node::{Call, NodeConnection, NodeError, decode};
+use crate::node::{Call, NodeError, NodePool, decode};
 
 /// Block ranges asked for at first, and at most.
 const FIRST_SPAN: u64 = 1_000;
@@ -43,7 +43,7 @@ struct HeaderFields {
 /// error is logged and ends the run (the next start resumes).
 pub async fn run(
     chain: String,
-    node: Arc<NodeConnection>,
+    node: Arc<NodePool>,
     store: Arc<PriceStore>,
     mut indexer: Indexer,
     from: u64,
@@ -61,7 +61,7 @@ pub async fn run(
 
 async fn fill(
     chain: &str,
-    node: &NodeConnection,
+    node: &NodePool,
     store: &PriceStore,
     indexer: &mut Indexer,
     from: u64,
@@ -150,7 +150,7 @@ async fn fill(
 
 /// The headers of `numbers`, in one batched round trip.
 async fn headers(
-    node: &NodeConnection,
+    node: &NodePool,
     numbers: impl Iterator<Item = u64>,
 ) -> anyhow::Result<Vec<HeaderFields>> {
     let calls: Vec<Call> = numbers

@@ -24,8 +24,8 @@ use anyhow::Context;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ChainSpec, PriceConfig, SourceConfig};
-use crate::node::{ChainCalls, NodeConnection};
+use crate::config::{ChainSpec, PriceConfig, Source};
+use crate::node::{ChainCalls, NodePool};
 pub use indexer::Feed;
 use query::{PriceAnswer, PriceError};
 use record::Recorder;
@@ -44,7 +44,7 @@ pub struct PriceIndex {
 /// Who answers the index's contract calls.
 pub enum Calls {
     /// The chain's node: over `eth_call`, and the backfill's `eth_getLogs`.
-    Node(Arc<NodeConnection>),
+    Node(Arc<NodePool>),
     /// A chain that answers for its own contracts (the devnet); there is
     /// nothing to backfill from.
     Own(Arc<dyn ChainCalls>),
@@ -56,7 +56,7 @@ impl PriceIndex {
     /// history at every start).
     pub fn open(spec: &ChainSpec, config: &PriceConfig) -> anyhow::Result<Arc<Self>> {
         let store = match (&spec.source, &config.data_dir) {
-            (SourceConfig::Node(_), Some(dir)) => {
+            (Source::Nodes(_), Some(dir)) => {
                 std::fs::create_dir_all(dir).with_context(|| {
                     format!("creating the price data directory {}", dir.display())
                 })?;
@@ -68,14 +68,14 @@ impl PriceIndex {
                     )
                 })?
             }
-            (SourceConfig::Node(_), None) => {
+            (Source::Nodes(_), None) => {
                 tracing::warn!(
                     chain = %spec.name,
                     "price history is kept in memory; set [price] data_dir to keep it across restarts"
                 );
                 PriceStore::in_memory()?
             }
-            (SourceConfig::Devnet, _) => PriceStore::in_memory()?,
+            (Source::Devnet, _) => PriceStore::in_memory()?,
         };
         Ok(Arc::new(Self {
             store: Arc::new(store),

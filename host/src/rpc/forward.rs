@@ -14,7 +14,7 @@ use crate::node::{self, NodeError};
 /// Forwards `call` to `chain`'s node, or says why not.
 pub(super) async fn forward(chain: &Chain, call: &Call) -> Result<Box<RawValue>, RpcError> {
     let method = call.method.as_str();
-    let Some(node) = chain.node() else {
+    let Some(nodes) = chain.node() else {
         return Err(RpcError::method_not_found(method));
     };
     if !chain.rpc.forwards(method) {
@@ -26,7 +26,7 @@ pub(super) async fn forward(chain: &Chain, call: &Call) -> Result<Box<RawValue>,
     }
     let request = [node::Call::named(method.to_string(), call.params.clone())];
     let timeout = chain.rpc.timeout();
-    match node.batch_within(&request, timeout).await {
+    match nodes.batch_at(&request, None, timeout).await {
         Ok(mut results) => results
             .pop()
             .ok_or_else(|| RpcError::internal(format!("{}'s node answered nothing", chain.name))),

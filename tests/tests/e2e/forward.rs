@@ -30,7 +30,7 @@ fn config(anvil: &Anvil) -> Config {
             "eth".to_string(),
             ChainConfig {
                 chain_id: Some(anvil.chain_id),
-                source: SourceConfig::Node(anvil.ws_url()),
+                source: SourceConfig::node(anvil.ws_url()),
                 ..Default::default()
             },
         ),

@@ -161,7 +161,7 @@ async fn health_and_readiness() {
         "eth".into(),
         ChainConfig {
             chain_id: Some(1),
-            source: SourceConfig::Node(format!("ws://127.0.0.1:{unreachable}")),
+            source: SourceConfig::node(format!("ws://127.0.0.1:{unreachable}")),
             ..ChainConfig::default()
         },
     );

@@ -58,7 +58,7 @@ async fn both_targets_deliver_the_whole_stream() {
 
     let anvil = workload.start_node().await.expect("anvil");
     let node = anvil.ws_url();
-    let server = TestServer::start(load::chainsieve_config(SourceConfig::Node(node.clone())))
+    let server = TestServer::start(load::chainsieve_config(SourceConfig::node(node.clone())))
         .await
         .expect("server");
     // Subscribed to the node before any transaction is sent: what anvil

@@ -26,7 +26,7 @@ fn node_config(anvil: &Anvil, data_dir: &std::path::Path, from_block: Option<u64
             "eth".to_string(),
             ChainConfig {
                 chain_id: Some(1),
-                source: SourceConfig::Node(anvil.ws_url()),
+                source: SourceConfig::node(anvil.ws_url()),
                 price_from_block: from_block,
                 ..Default::default()
             },

@@ -458,7 +458,7 @@ async fn a_chain_that_cannot_start_is_named() {
     config.chains.insert(
         "polygon".into(),
         ChainConfig {
-            source: chainsieve::config::SourceConfig::Node("ws://127.0.0.1:9".into()),
+            source: chainsieve::config::SourceConfig::node("ws://127.0.0.1:9"),
             ..ChainConfig::default()
         },
     );

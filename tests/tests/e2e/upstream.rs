@@ -23,7 +23,7 @@ async fn server(nodes: &[(&str, &Anvil)]) -> TestServer {
                 name.to_string(),
                 ChainConfig {
                     chain_id: Some(anvil.chain_id),
-                    source: SourceConfig::Node(anvil.ws_url()),
+                    source: SourceConfig::node(anvil.ws_url()),
                     ..Default::default()
                 },
             )
@@ -416,7 +416,7 @@ async fn eth_server(url: String, window: Option<u64>) -> TestServer {
         "eth".to_string(),
         ChainConfig {
             chain_id: Some(1),
-            source: SourceConfig::Node(url),
+            source: SourceConfig::node(url),
             window: window.map(Span::Blocks),
             ..Default::default()
         },
@@ -434,10 +434,14 @@ async fn a_node_on_the_wrong_chain_is_refused() {
     let seen = server
         .upstream_status("eth", |s| matches!(s, UpstreamStatus::Down { .. }))
         .await;
+    // The node is named by its host and port.
+    let node = bsc.ws_url().trim_start_matches("ws://").to_string();
     assert_eq!(
         seen,
         UpstreamStatus::Down {
-            reason: "the node reports chain id 56, but this chain is configured with 1".into()
+            reason: format!(
+                "{node}: down (the node reports chain id 56, but this chain is configured with 1)"
+            )
         }
     );
 }
@@ -521,7 +525,7 @@ async fn an_unreachable_node_is_reported_and_joined_when_it_appears() {
         unreachable!("waited for Down");
     };
     assert!(
-        reason.starts_with(&format!("connecting to {url}: ")),
+        reason.starts_with(&format!("127.0.0.1:{port}: down (connecting to {url}: ")),
         "{reason}"
     );
     // The server answers meanwhile.

@@ -1,60 +1,63 @@
-//! A node as a chain's source: any node speaking Ethereum JSON-RPC over
-//! WebSocket (geth, reth, erigon, bsc, bor, anvil).
+//! Nodes as a chain's source: one node or several, any speaking Ethereum
+//! JSON-RPC over WebSocket (geth, reth, erigon, bsc, bor, anvil), made
+//! into one canonical chain (docs/src/nodes.md, Several nodes per chain).
 //!
-//! One session per connection: check `eth_chainId`, subscribe to heads and
-//! pending transactions, catch up from the last block delivered to the
-//! node's head, then follow. For every head the full block and its logs are
-//! fetched in one batched round trip. A head whose parent was not delivered
-//! is connected by walking back by parent hash (a reorg) or forward by
-//! number (a gap after a reconnect), so the canonical tracker downstream
-//! always receives linked blocks in ascending order: no gap, no duplicate.
-//! A break deeper than the backfill limit is logged and resynchronised
-//! from the head.
+//! Each node is watched by a task of its own ([`watcher`]) that passes on
+//! its heads and pending transactions. This module's one task decides:
+//! every head updates the node's health and its vote, [`choice`] says
+//! which block the chain should be at, and that block is fetched from a
+//! node that has it, verified ([`fetch`]), and connected to what was
+//! delivered by walking back by parent hash (a reorg) or forward by number
+//! (a gap after a reconnect or a node switch), so the canonical tracker
+//! downstream always receives linked blocks in ascending order: no gap, no
+//! duplicate, whichever node serves them. A break deeper than the backfill
+//! limit is logged and resynchronised from the head. Pending transactions
+//! from every node are announced once.
 //!
 //! - `delivered`: what this source has already sent downstream.
 //!
-//! It talks to the node through [`crate::node`]'s client and reads its
+//! It talks to the nodes through [`crate::node`]'s pool and reads their
 //! JSON with [`crate::model::wire`].
 
+mod choice;
 mod delivered;
+mod fetch;
+mod watcher;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use alloy_primitives::{B256, U64};
-use backon::{BackoffBuilder, ExponentialBuilder};
-use serde::Deserialize;
+use alloy_primitives::B256;
 use serde_json::json;
-use serde_json::value::RawValue;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use choice::Choice;
 use delivered::Delivered;
+use fetch::{FETCH_TIMEOUT, Fetched};
+use watcher::{HeadRef, NodeEvent, Watched};
 
-use crate::model::wire::{self, NodeBlock, NodeTransaction};
-use crate::model::{Block, SourceEvent};
-use crate::node::{Call, NodeClient, NodeError, Notification, decode};
-
-/// How long the node may stay silent before it is asked whether it is
-/// still there (it fails the session if it does not answer in time).
-const IDLE_PROBE: Duration = Duration::from_secs(30);
+use crate::model::wire::{self, NodeTransaction};
+use crate::model::{Block, SourceEvent, Transaction};
+use crate::node::{Call, NodePool, NodeState, Rules, decode};
 
 /// Blocks fetched per round trip while filling a gap.
 const GAP_CHUNK: u64 = 32;
 
-/// The first delay before reconnecting; it doubles (with jitter) per
-/// failed attempt up to [`MAX_RETRY`].
-const MIN_RETRY: Duration = Duration::from_millis(250);
-const MAX_RETRY: Duration = Duration::from_secs(30);
+/// How often the nodes' health is checked against the clock (a stall is
+/// the absence of heads, so no event announces it).
+const HEALTH_TICK: Duration = Duration::from_millis(250);
+
+/// What the node watchers may have queued for the deciding task.
+const EVENT_QUEUE: usize = 1_024;
 
 /// Where and what to follow.
 #[derive(Clone, Debug)]
 pub struct UpstreamSettings {
     /// The chain's name, for logs.
     pub chain: String,
-    pub url: String,
-    /// The chain id the node must report.
+    /// The chain id the nodes must report.
     pub chain_id: u64,
     /// The most blocks fetched to connect a new head to the last one
     /// delivered (reorg depth or reconnect gap); past it, resynchronise.
@@ -64,294 +67,346 @@ pub struct UpstreamSettings {
     /// a restart: the first catch-up fills the gap from them, within the
     /// limit, and undoes those a reorg replaced meanwhile.
     pub resume_from: Vec<(u64, B256)>,
+    /// Nodes that must have a block before it goes out.
+    pub quorum: usize,
+    pub rules: Rules,
 }
 
-/// Where a node source stands; the latest value is kept for readiness
+/// Where a chain's source stands; the latest value is kept for readiness
 /// checks and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpstreamStatus {
     /// Not connected yet.
     Connecting,
-    /// Subscribed and following the node.
+    /// At least one node's heads count.
     Live,
-    /// The last session failed; retrying with backoff.
+    /// No node's heads count; why, node by node.
     Down { reason: String },
     /// An ingest waiting for the chain's lease: another ingest leads and
-    /// reads the node (docs/src/architecture.md, The bus).
+    /// reads the nodes (docs/src/architecture.md, The bus).
     Standby,
 }
 
-/// Why a session ended.
-#[derive(Debug, thiserror::Error)]
-enum SessionError {
-    #[error(transparent)]
-    Node(#[from] NodeError),
-    #[error("the node reports chain id {found}, but this chain is configured with {expected}")]
-    WrongChain { expected: u64, found: u64 },
-    /// The receiver is gone: the server is stopping.
-    #[error("the server is stopping")]
-    Stopping,
-}
-
-/// Follows the node until `shutdown`, reconnecting with backoff. State
-/// changes are logged once, not per retry, and published on `status`.
+/// Follows the chain's nodes until `shutdown`. State changes are logged
+/// once, not per retry, and published on `status`.
 pub async fn run(
     settings: UpstreamSettings,
+    pool: Arc<NodePool>,
     out: mpsc::Sender<SourceEvent>,
     status: watch::Sender<UpstreamStatus>,
     shutdown: CancellationToken,
 ) {
-    // A node has no past to replay before it is followed: what it catches
-    // up on after a reconnect is delivered, as subscribers missed it.
+    // Nodes have no past to replay before they are followed: what is
+    // caught up on after a reconnect is delivered, as subscribers missed it.
     if out.send(SourceEvent::Synced).await.is_err() {
         return;
     }
+    let (announce, events) = mpsc::channel(EVENT_QUEUE);
+    for (index, node) in pool.nodes().iter().enumerate() {
+        let watched = Watched {
+            node: index,
+            name: node.spec.name.clone(),
+            url: node.spec.url.clone(),
+            chain: settings.chain.clone(),
+            chain_id: settings.chain_id,
+        };
+        tokio::spawn(watcher::watch(
+            watched,
+            announce.clone(),
+            shutdown.child_token(),
+        ));
+    }
+    drop(announce);
     let mut delivered = Delivered::new(settings.backfill_limit);
     delivered.resume(&settings.resume_from);
-    let mut retries = retry_delays();
-    let mut down_since: Option<String> = None;
-    loop {
-        let mut live = false;
-        let result = tokio::select! {
-            () = shutdown.cancelled() => return,
-            result = session(&settings, &mut delivered, &out, &status, &mut live) => result,
-        };
-        let error = match result {
-            Err(SessionError::Stopping) => return,
-            Err(error) => error,
-        };
-        if live {
-            retries = retry_delays();
-        }
-        let reason = error.to_string();
-        if down_since.as_deref() != Some(reason.as_str()) || live {
-            tracing::warn!(chain = %settings.chain, url = %settings.url, %reason, "upstream down; reconnecting");
-            status.send_replace(UpstreamStatus::Down {
-                reason: reason.clone(),
-            });
-            down_since = Some(reason);
-        } else {
-            tracing::debug!(chain = %settings.chain, %reason, "upstream still down");
-        }
-        let delay = retries.next().unwrap_or(MAX_RETRY);
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(delay) => {}
-        }
-    }
-}
-
-fn retry_delays() -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(MIN_RETRY)
-        .with_max_delay(MAX_RETRY)
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
-
-/// The subscriptions of one session.
-struct Subscriptions {
-    heads: String,
-    pending: String,
-    /// The node sends full transactions; otherwise only hashes.
-    full_pending: bool,
-}
-
-/// One connection, from connect to failure. Sets `live` once subscribed.
-async fn session(
-    settings: &UpstreamSettings,
-    delivered: &mut Delivered,
-    out: &mpsc::Sender<SourceEvent>,
-    status: &watch::Sender<UpstreamStatus>,
-    live: &mut bool,
-) -> Result<std::convert::Infallible, SessionError> {
-    let (client, mut notifications) = NodeClient::connect(&settings.url).await?;
-    let found: U64 = client.call("eth_chainId", json!([])).await?;
-    if found.to::<u64>() != settings.chain_id {
-        return Err(SessionError::WrongChain {
-            expected: settings.chain_id,
-            found: found.to(),
-        });
-    }
-    let subs = subscribe(&client).await?;
-    *live = true;
-    status.send_replace(UpstreamStatus::Live);
-    tracing::info!(
-        chain = %settings.chain, url = %settings.url,
-        full_pending = subs.full_pending, "upstream live"
-    );
-    let mut follower = Follower {
-        client: &client,
+    let nodes = pool.nodes().len();
+    let ingest = Ingest {
+        settings: &settings,
+        pool: &pool,
+        out: &out,
+        status: &status,
+        choice: Choice::new(nodes),
         delivered,
-        out,
-        limit: settings.backfill_limit,
-        chain: &settings.chain,
+        heads: vec![None; nodes],
+        full_pending: vec![false; nodes],
+        backlog: VecDeque::new(),
     };
-    // Catch up now rather than at the next head: after a reconnect the gap
-    // is filled before anything new is followed.
-    let latest: Option<NodeBlock> = client
-        .call("eth_getBlockByNumber", json!(["latest", true]))
-        .await?;
-    if let Some(latest) = latest {
-        let logs = follower.logs_of(latest.hash()).await?;
-        follower.head(latest.into_model(&logs)).await?;
-    }
-    loop {
-        let first = match tokio::time::timeout(IDLE_PROBE, notifications.recv()).await {
-            Ok(Some(first)) => first,
-            Ok(None) => return Err(NodeError::Closed.into()),
-            // A connection that died without closing looks just like a
-            // quiet node: ask something, and fail if nothing answers.
-            Err(_) => {
-                client.call::<U64>("eth_chainId", json!([])).await?;
-                continue;
-            }
-        };
-        // Take everything already queued: pending transactions go down as
-        // one batch, in order with the heads between them. Heads that
-        // arrive while a block is fetched wait in `backlog`.
-        let mut pending = Vec::new();
-        let mut backlog = VecDeque::new();
-        let mut next = Some(first);
-        while let Some(notification) = next.take() {
-            if notification.subscription == subs.heads {
-                follower.flush_pending(&mut pending, &subs).await?;
-                let head: HeadRef = decode("newHeads", &notification.result)?;
-                follower
-                    .head_by_hash(head, &mut notifications, &subs, &mut backlog)
-                    .await?;
-            } else if notification.subscription == subs.pending {
-                pending.push(notification.result);
-            }
-            next = backlog
-                .pop_front()
-                .or_else(|| notifications.try_recv().ok());
-        }
-        follower.flush_pending(&mut pending, &subs).await?;
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = ingest.run(events) => {}
     }
 }
 
-/// Subscribes to heads and pending transactions, full objects if the node
-/// offers them, hashes otherwise.
-async fn subscribe(client: &NodeClient) -> Result<Subscriptions, SessionError> {
-    let heads: String = client.call("eth_subscribe", json!(["newHeads"])).await?;
-    let (pending, full_pending) = match client
-        .call::<String>("eth_subscribe", json!(["newPendingTransactions", true]))
-        .await
-    {
-        Ok(id) => (id, true),
-        Err(NodeError::Rpc { .. }) => (
-            client
-                .call("eth_subscribe", json!(["newPendingTransactions"]))
-                .await?,
-            false,
-        ),
-        Err(other) => return Err(other.into()),
-    };
-    Ok(Subscriptions {
-        heads,
-        pending,
-        full_pending,
-    })
-}
+/// The receiver is gone: the server is stopping.
+struct Stopping;
 
-/// The part of a `newHeads` notification needed to fetch the block.
-#[derive(Deserialize)]
-struct HeadRef {
-    hash: B256,
-    number: U64,
-}
-
-/// Turns heads and pending transactions into linked source events.
-struct Follower<'a> {
-    client: &'a NodeClient,
-    delivered: &'a mut Delivered,
+/// The deciding task's state.
+struct Ingest<'a> {
+    settings: &'a UpstreamSettings,
+    pool: &'a NodePool,
     out: &'a mpsc::Sender<SourceEvent>,
-    limit: u64,
-    chain: &'a str,
+    status: &'a watch::Sender<UpstreamStatus>,
+    choice: Choice,
+    delivered: Delivered,
+    /// Each node's latest head, to restore its vote when it counts again.
+    heads: Vec<Option<HeadRef>>,
+    /// Whether each node sends whole pending transactions.
+    full_pending: Vec<bool>,
+    /// Events that arrived while a block was fetched, in order.
+    backlog: VecDeque<NodeEvent>,
 }
 
-impl Follower<'_> {
-    /// Fetches the block of `head` and delivers it with any missing
-    /// ancestors. While the block is fetched (a large block takes the node
-    /// tens of milliseconds), pending transactions that arrive are
-    /// forwarded at once instead of waiting behind it; other notifications
-    /// are kept in `backlog`, in order.
-    async fn head_by_hash(
-        &mut self,
-        head: HeadRef,
-        notifications: &mut mpsc::UnboundedReceiver<Notification>,
-        subs: &Subscriptions,
-        backlog: &mut VecDeque<Notification>,
-    ) -> Result<(), SessionError> {
-        let (hash, number) = (head.hash, head.number.to::<u64>());
-        if self.delivered.contains(&hash) || self.is_stale(number) {
-            return Ok(());
-        }
-        let fetch = block_by_hash(self.client, hash);
-        tokio::pin!(fetch);
-        let block = loop {
-            tokio::select! {
-                biased;
-                block = &mut fetch => break block?,
-                notification = notifications.recv() => {
-                    // Pending transactions up to the next head go down as
-                    // one batch; behind a head they keep their place.
-                    let mut next = Some(notification.ok_or(NodeError::Closed)?);
-                    let mut pending = Vec::new();
-                    while let Some(notification) = next.take() {
-                        if notification.subscription == subs.pending && backlog.is_empty() {
-                            pending.push(notification.result);
-                        } else {
-                            backlog.push_back(notification);
-                        }
-                        next = notifications.try_recv().ok();
+impl Ingest<'_> {
+    async fn run(mut self, mut events: mpsc::Receiver<NodeEvent>) {
+        let mut tick = tokio::time::interval(HEALTH_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let handled = match self.backlog.pop_front() {
+                Some(event) => self.on_event(event).await,
+                None => tokio::select! {
+                    event = events.recv() => match event {
+                        Some(event) => self.on_event(event).await,
+                        None => return,
+                    },
+                    _ = tick.tick() => {
+                        self.on_tip(Instant::now());
+                        Ok(())
                     }
-                    self.flush_pending(&mut pending, subs).await?;
-                }
+                },
+            };
+            if handled.is_err() || self.advance(&mut events).await.is_err() {
+                return;
             }
-        };
-        match block {
-            Some(block) => self.head(block).await,
-            // Reorged away before we asked; the next head supersedes it.
-            None => Ok(()),
         }
     }
 
-    async fn logs_of(&self, hash: B256) -> Result<Vec<Box<RawValue>>, NodeError> {
-        self.client
-            .call("eth_getLogs", json!([{ "blockHash": hash }]))
-            .await
-    }
-
-    /// A head below every delivered block was announced before the block
-    /// this session caught up to (the node queues heads while the latest
-    /// block is fetched); delivering it would repeat blocks. A real reorg
-    /// that deep (and shorter) shows with the node's next head.
-    fn is_stale(&self, number: u64) -> bool {
-        !self.delivered.is_empty() && number < self.delivered.bottom_number()
-    }
-
-    /// Connects `head` to what was delivered and sends the missing blocks
-    /// in ascending order.
-    async fn head(&mut self, head: Arc<Block>) -> Result<(), SessionError> {
-        if self.delivered.contains(&head.hash) {
-            return Ok(());
-        }
-        let branch = self.connect(head).await?;
-        for block in branch.into_iter().rev() {
-            self.delivered.push(&block);
-            if self.out.send(SourceEvent::Block(block)).await.is_err() {
-                return Err(SessionError::Stopping);
+    async fn on_event(&mut self, event: NodeEvent) -> Result<(), Stopping> {
+        match event {
+            NodeEvent::Up { node, full_pending } => {
+                self.full_pending[node] = full_pending;
+                tracing::info!(chain = %self.settings.chain, node = %self.pool.node(node).spec.name, full_pending, "node connected");
+            }
+            NodeEvent::Head { node, head } => self.on_head(node, head).await,
+            NodeEvent::Pending { node, announced } => {
+                self.flush_pending(node, announced).await?;
+            }
+            NodeEvent::Down { node, reason } => {
+                let changed = self.pool.node(node).health().on_down(reason);
+                self.changed(node, changed);
             }
         }
         Ok(())
     }
 
+    async fn on_head(&mut self, node: usize, head: HeadRef) {
+        let number = head.number.to::<u64>();
+        if !self.choice.links(number, &head.parent_hash) {
+            self.link(node, head).await;
+        }
+        self.choice.insert(head.hash, number, head.parent_hash);
+        self.heads[node] = Some(head);
+        let tip = (!self.delivered.is_empty()).then(|| self.delivered.tip_number());
+        let others_count = self
+            .pool
+            .nodes()
+            .iter()
+            .enumerate()
+            .any(|(i, n)| i != node && n.health().state().counts());
+        let rules = self.settings.rules;
+        let changed = self.pool.node(node).health().on_head(
+            number,
+            tip,
+            others_count,
+            &rules,
+            Instant::now(),
+        );
+        self.changed(node, changed);
+        if self.pool.node(node).health().state().counts() {
+            self.choice.vote(node, Some(head.hash));
+        }
+    }
+
+    /// Fetches from `node` the headers between `head` and the tree (the
+    /// node skipped announcing them), so its vote counts where it belongs.
+    async fn link(&mut self, node: usize, head: HeadRef) {
+        let mut parent = (head.number.to::<u64>(), head.parent_hash);
+        for _ in 0..choice::DEPTH {
+            let (number, hash) = parent;
+            if self.choice.links(number, &hash) {
+                return;
+            }
+            let calls = [Call::new("eth_getBlockByHash", json!([hash, false]))];
+            let answer = self
+                .pool
+                .node(node)
+                .batch_within(&calls, FETCH_TIMEOUT)
+                .await;
+            // Unanswered, the vote counts where it can: nothing is lost.
+            let header = answer.ok().and_then(|raw| {
+                let raw = raw.first()?;
+                decode::<Option<HeadRef>>("eth_getBlockByHash", raw).ok()?
+            });
+            let Some(header) = header else { return };
+            let number = header.number.to::<u64>();
+            self.choice.insert(header.hash, number, header.parent_hash);
+            parent = (number, header.parent_hash);
+        }
+    }
+
+    /// The chain's tip may have moved, or time passed: nodes may now be
+    /// lagging or stalled.
+    fn on_tip(&mut self, now: Instant) {
+        if self.delivered.is_empty() {
+            return;
+        }
+        let tip = self.delivered.tip_number();
+        let rules = self.settings.rules;
+        for node in 0..self.heads.len() {
+            let changed = self.pool.node(node).health().on_tip(tip, &rules, now);
+            self.changed(node, changed);
+        }
+    }
+
+    /// A node's state changed (if `changed`): logged, its vote follows, and
+    /// the chain's status.
+    fn changed(&mut self, node: usize, changed: Option<NodeState>) {
+        let Some(state) = changed else { return };
+        let name = &self.pool.node(node).spec.name;
+        let chain = &self.settings.chain;
+        match state.reason() {
+            None => tracing::info!(%chain, node = %name, state = state.name(), "node state"),
+            Some(reason) => {
+                tracing::warn!(%chain, node = %name, state = state.name(), %reason, "node state");
+            }
+        }
+        let vote = state
+            .counts()
+            .then(|| self.heads[node].map(|h| h.hash))
+            .flatten();
+        self.choice.vote(node, vote);
+        let status = if self.pool.any_counts() {
+            UpstreamStatus::Live
+        } else {
+            let reasons: Vec<String> = self
+                .pool
+                .states()
+                .into_iter()
+                .map(|(name, state, _)| match state.reason() {
+                    Some(reason) => format!("{name}: {} ({reason})", state.name()),
+                    None => format!("{name}: {}", state.name()),
+                })
+                .collect();
+            UpstreamStatus::Down {
+                reason: reasons.join("; "),
+            }
+        };
+        self.status.send_if_modified(|current| {
+            let news = *current != status;
+            *current = status;
+            news
+        });
+    }
+
+    /// Goes to the block the nodes agree on, as far as it can now.
+    async fn advance(&mut self, events: &mut mpsc::Receiver<NodeEvent>) -> Result<(), Stopping> {
+        loop {
+            let Some(target) = self
+                .choice
+                .target(self.settings.quorum, |hash| self.delivered.contains(hash))
+            else {
+                return Ok(());
+            };
+            if self.delivered.contains(&target) || !self.deliver(target, events).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The nodes to ask for `hash`: those whose head is on it, then those
+    /// that count, then the rest but the down ones.
+    fn order(&self, hash: &B256) -> Vec<usize> {
+        let has = |node: usize| {
+            let mut at = self.heads[node].map(|h| h.hash);
+            while let Some(current) = at {
+                if current == *hash {
+                    return true;
+                }
+                at = self.choice.parent(&current);
+            }
+            false
+        };
+        let mut order: Vec<usize> = (0..self.heads.len()).collect();
+        order.retain(|&n| !matches!(self.pool.node(n).health().state(), NodeState::Down { .. }));
+        order.sort_by_key(|&n| (!has(n), !self.pool.node(n).health().state().counts()));
+        order
+    }
+
+    /// Fetches `target` and the blocks between it and what was delivered,
+    /// and sends them; false if it could not now. Pending transactions
+    /// announced while the target is fetched go out at once; other events
+    /// wait in the backlog.
+    async fn deliver(
+        &mut self,
+        target: B256,
+        events: &mut mpsc::Receiver<NodeEvent>,
+    ) -> Result<bool, Stopping> {
+        let order = self.order(&target);
+        let pool = self.pool;
+        let fetch = fetch::by_hash(pool, &order, target);
+        tokio::pin!(fetch);
+        let fetched = loop {
+            tokio::select! {
+                biased;
+                fetched = &mut fetch => break fetched,
+                event = events.recv() => match event {
+                    None => return Err(Stopping),
+                    Some(NodeEvent::Pending { node, announced }) if self.backlog.is_empty() => {
+                        self.flush_pending(node, announced).await?;
+                    }
+                    Some(other) => self.backlog.push_back(other),
+                },
+            }
+        };
+        let (block, served_by) = match fetched {
+            Fetched::Block(block, node) => (block, node),
+            // Reorged away before it was asked for; the votes will move.
+            Fetched::Missing => return Ok(false),
+            Fetched::Failed(reasons) => {
+                tracing::warn!(chain = %self.settings.chain, block = %target, %reasons, "no node served the block; retrying as the nodes move");
+                return Ok(false);
+            }
+        };
+        if !self.delivered.is_empty() && block.number() < self.delivered.bottom_number() {
+            // Older than anything that could still link: stale.
+            return Ok(false);
+        }
+        let branch = match self.connect(block, served_by, &order).await {
+            Ok(branch) => branch,
+            Err(reason) => {
+                tracing::warn!(chain = %self.settings.chain, block = %target, %reason, "could not connect the block to the chain; retrying as the nodes move");
+                return Ok(false);
+            }
+        };
+        for block in branch.into_iter().rev() {
+            self.delivered.push(&block);
+            self.choice
+                .insert(block.hash, block.number(), block.parent_hash());
+            if self.out.send(SourceEvent::Block(block)).await.is_err() {
+                return Err(Stopping);
+            }
+        }
+        self.on_tip(Instant::now());
+        Ok(true)
+    }
+
     /// The blocks from `head` down to the first whose parent was delivered,
     /// newest first; only `head` when that is further than the limit.
-    async fn connect(&self, head: Arc<Block>) -> Result<Vec<Arc<Block>>, NodeError> {
+    async fn connect(
+        &self,
+        head: Arc<Block>,
+        served_by: usize,
+        order: &[usize],
+    ) -> Result<Vec<Arc<Block>>, String> {
         let mut branch = vec![head];
         loop {
             let oldest = branch.last().expect("branch starts with the head");
@@ -362,96 +417,64 @@ impl Follower<'_> {
             // The parent can only be among the delivered blocks if its
             // height is; below them, or past the limit, nothing will link.
             let reachable = oldest_number > self.delivered.bottom_number();
-            if !reachable || branch.len() as u64 > self.limit {
+            if !reachable || branch.len() as u64 > self.settings.backfill_limit {
                 let head = branch.swap_remove(0);
                 tracing::error!(
-                    chain = %self.chain, head = head.number(), limit = self.limit,
+                    chain = %self.settings.chain, head = head.number(), limit = self.settings.backfill_limit,
                     "the new head does not connect to the delivered blocks within the backfill limit (a deeper reorg or a longer outage); resynchronising from it"
                 );
                 return Ok(vec![head]);
             }
-            let tip = self.delivered.tip_number();
-            let gap_bottom = tip.saturating_add(1);
+            let gap_bottom = self.delivered.tip_number().saturating_add(1);
             if oldest_number > gap_bottom {
-                // A gap: fetch the blocks below `oldest` by number, a chunk
-                // per round trip, and keep them while they link.
+                // A gap: the blocks below `oldest` by number from the node
+                // that served the head, a chunk per round trip, kept while
+                // they link.
                 let top = oldest_number - 1;
                 let bottom = top.saturating_sub(GAP_CHUNK - 1).max(gap_bottom);
-                let fetched = self.blocks_by_number(bottom, top).await?;
-                let before = branch.len();
-                for block in fetched.into_iter().rev() {
-                    let expected = branch.last().expect("non-empty").parent_hash();
-                    if block.hash != expected {
-                        break;
+                match fetch::range(self.pool, served_by, bottom, top).await {
+                    Ok(fetched) => {
+                        let before = branch.len();
+                        for block in fetched.into_iter().rev() {
+                            let expected = branch.last().expect("non-empty").parent_hash();
+                            if block.hash != expected {
+                                break;
+                            }
+                            branch.push(block);
+                        }
+                        if branch.len() > before {
+                            continue;
+                        }
                     }
-                    branch.push(block);
-                }
-                if branch.len() > before {
-                    continue;
+                    Err(reason) => {
+                        tracing::debug!(chain = %self.settings.chain, %reason, "filling the gap by number failed; walking back by hash");
+                    }
                 }
             }
             // A reorg (or a gap that moved under us): walk back by hash.
-            match block_by_hash(self.client, parent).await? {
-                Some(block) => branch.push(block),
-                None => {
-                    return Err(NodeError::Decode {
-                        method: "eth_getBlockByHash".into(),
-                        reason: format!(
-                            "the node does not have block {parent}, parent of block {oldest_number}"
-                        ),
-                    });
+            match fetch::by_hash(self.pool, order, parent).await {
+                Fetched::Block(block, _) => branch.push(block),
+                Fetched::Missing => {
+                    return Err(format!(
+                        "no node has block {parent}, parent of block {oldest_number}"
+                    ));
                 }
+                Fetched::Failed(reasons) => return Err(reasons),
             }
         }
     }
 
-    /// Blocks `bottom..=top` with their logs, in two round trips.
-    async fn blocks_by_number(&self, bottom: u64, top: u64) -> Result<Vec<Arc<Block>>, NodeError> {
-        let calls: Vec<Call> = (bottom..=top)
-            .map(|n| Call::new("eth_getBlockByNumber", json!([U64::from(n), true])))
-            .collect();
-        let mut blocks = Vec::with_capacity(calls.len());
-        for raw in self.client.batch(&calls).await? {
-            let Some(block): Option<NodeBlock> = decode("eth_getBlockByNumber", &raw)? else {
-                break;
-            };
-            blocks.push(block);
-        }
-        if blocks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let log_calls: Vec<Call> = blocks
-            .iter()
-            .map(|b| Call::new("eth_getLogs", json!([{ "blockHash": b.hash() }])))
-            .collect();
-        let logs = self.client.batch(&log_calls).await?;
-        blocks
-            .into_iter()
-            .zip(logs)
-            .map(|(block, raw)| {
-                let logs: Vec<Box<RawValue>> = decode("eth_getLogs", &raw)?;
-                Ok(block.into_model(&logs))
-            })
-            .collect()
-    }
-
-    /// Sends the queued pending transactions as one batch, skipping those
-    /// already announced or already mined.
+    /// Sends the pending transactions `node` announced, skipping those
+    /// already announced (by any node) or already mined.
     async fn flush_pending(
         &mut self,
-        queued: &mut Vec<Box<serde_json::value::RawValue>>,
-        subs: &Subscriptions,
-    ) -> Result<(), SessionError> {
-        if queued.is_empty() {
-            return Ok(());
-        }
-        let txs = match self
-            .pending_transactions(std::mem::take(queued), subs)
-            .await
-        {
+        node: usize,
+        announced: Vec<Box<serde_json::value::RawValue>>,
+    ) -> Result<(), Stopping> {
+        let txs = match self.pending_transactions(node, announced).await {
             Ok(txs) => txs,
             Err(error) => {
-                tracing::warn!(chain = %self.chain, %error, "pending transactions dropped");
+                tracing::warn!(chain = %self.settings.chain, node = %self.pool.node(node).spec.name, %error, "pending transactions dropped");
                 return Ok(());
             }
         };
@@ -461,18 +484,18 @@ impl Follower<'_> {
         self.out
             .send(SourceEvent::Pending(txs))
             .await
-            .map_err(|_| SessionError::Stopping)
+            .map_err(|_| Stopping)
     }
 
     async fn pending_transactions(
         &mut self,
-        queued: Vec<Box<serde_json::value::RawValue>>,
-        subs: &Subscriptions,
-    ) -> Result<Vec<Arc<crate::model::Transaction>>, NodeError> {
-        let objects: Vec<NodeTransaction> = if subs.full_pending {
-            wire::readable(&queued, "pending transaction", 0).collect()
+        node: usize,
+        announced: Vec<Box<serde_json::value::RawValue>>,
+    ) -> Result<Vec<Arc<Transaction>>, crate::node::NodeError> {
+        let objects: Vec<NodeTransaction> = if self.full_pending[node] {
+            wire::readable(&announced, "pending transaction", 0).collect()
         } else {
-            let hashes: Vec<B256> = queued
+            let hashes: Vec<B256> = announced
                 .iter()
                 .map(|raw| decode("newPendingTransactions", raw))
                 .collect::<Result<Vec<B256>, _>>()?
@@ -487,7 +510,12 @@ impl Follower<'_> {
                 .map(|h| Call::new("eth_getTransactionByHash", json!([h])))
                 .collect();
             let mut objects = Vec::with_capacity(calls.len());
-            for raw in self.client.batch(&calls).await? {
+            let answers = self
+                .pool
+                .node(node)
+                .batch_within(&calls, FETCH_TIMEOUT)
+                .await?;
+            for raw in answers {
                 // Mined or dropped since it was announced.
                 if let Some(tx) =
                     decode::<Option<NodeTransaction>>("eth_getTransactionByHash", &raw)?
@@ -505,20 +533,6 @@ impl Follower<'_> {
     }
 }
 
-/// Fetches the block `hash` with its logs; `None` if the node no longer has
-/// it.
-async fn block_by_hash(client: &NodeClient, hash: B256) -> Result<Option<Arc<Block>>, NodeError> {
-    let results = client
-        .batch(&[
-            Call::new("eth_getBlockByHash", json!([hash, true])),
-            Call::new("eth_getLogs", json!([{ "blockHash": hash }])),
-        ])
-        .await?;
-    let block: Option<NodeBlock> = decode("eth_getBlockByHash", &results[0])?;
-    let logs: Vec<Box<RawValue>> = decode("eth_getLogs", &results[1])?;
-    Ok(block.map(|b| b.into_model(&logs)))
-}
-
 #[cfg(test)]
 mod tests {
     use futures_util::{SinkExt, StreamExt};
@@ -527,6 +541,7 @@ mod tests {
     use tokio_tungstenite::tungstenite::Message;
 
     use super::*;
+    use crate::config::NodeSpec;
 
     fn pending_tx(hash: &str) -> Value {
         json!({
@@ -567,37 +582,47 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("ws://{}", listener.local_addr().expect("addr"));
         tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.expect("accept");
-            let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
-            let mut silent = false;
-            while let Some(Ok(Message::Text(text))) = ws.next().await {
-                if silent {
-                    continue;
-                }
-                let request: Value = serde_json::from_str(&text).expect("JSON");
-                ws.send(Message::text(answer(&request).to_string()))
-                    .await
-                    .expect("send");
-                if request["method"] == "eth_getBlockByNumber" {
-                    for note in &after_catch_up {
-                        ws.send(Message::text(note.to_string()))
+            // The source's subscription, and the pool's request connection.
+            while let Ok((tcp, _)) = listener.accept().await {
+                let after_catch_up = after_catch_up.clone();
+                tokio::spawn(async move {
+                    let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
+                    let mut silent = false;
+                    while let Some(Ok(Message::Text(text))) = ws.next().await {
+                        if silent {
+                            continue;
+                        }
+                        let request: Value = serde_json::from_str(&text).expect("JSON");
+                        ws.send(Message::text(answer(&request).to_string()))
                             .await
-                            .expect("notify");
+                            .expect("send");
+                        if request["method"] == "eth_getBlockByNumber" {
+                            for note in &after_catch_up {
+                                ws.send(Message::text(note.to_string()))
+                                    .await
+                                    .expect("notify");
+                            }
+                            silent = then_silent;
+                        }
                     }
-                    silent = then_silent;
-                }
+                });
             }
         });
         url
     }
 
-    fn settings(url: String) -> UpstreamSettings {
+    fn settings() -> UpstreamSettings {
         UpstreamSettings {
             chain: "polygon".into(),
-            url,
             chain_id: 137,
             backfill_limit: 16,
             resume_from: Vec::new(),
+            quorum: 1,
+            rules: Rules {
+                lag_blocks: 3,
+                stall_after: Duration::from_secs(6),
+                rejoin_heads: 3,
+            },
         }
     }
 
@@ -615,7 +640,7 @@ mod tests {
         assert_eq!(
             down,
             UpstreamStatus::Down {
-                reason: "eth_chainId got no answer within 30s".into()
+                reason: "scripted: down (eth_chainId got no answer within 30s)".into()
             }
         );
         shutdown.cancel();
@@ -638,7 +663,9 @@ mod tests {
         let (out, mut events) = mpsc::channel(16);
         let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
         let shutdown = CancellationToken::new();
-        tokio::spawn(run(settings(url), out, status, shutdown.clone()));
+        let specs = [NodeSpec::new("scripted", url)];
+        let pool = Arc::new(NodePool::new("polygon", &specs, &Default::default()));
+        tokio::spawn(run(settings(), pool, out, status, shutdown.clone()));
         let first = tokio::time::timeout(Duration::from_secs(30), events.recv()).await;
         assert!(
             matches!(first, Ok(Some(SourceEvent::Synced))),
@@ -656,28 +683,49 @@ mod tests {
         let url = format!("ws://{}", listener.local_addr().expect("addr"));
         let tx = format!("0x{}", "cc".repeat(32));
         let announced = tx.clone();
+        // Notifications go to every connection (the source's subscription
+        // reads them; the pool's request connection drops them).
+        let (notes, _) = tokio::sync::broadcast::channel::<String>(16);
         tokio::spawn(async move {
-            let (tcp, _) = listener.accept().await.expect("accept");
-            let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
-            while let Some(Ok(Message::Text(text))) = ws.next().await {
-                let request: Value = serde_json::from_str(&text).expect("JSON");
-                let method =
-                    request.as_array().map_or(&request, |batch| &batch[0])["method"].clone();
-                if method == "eth_getBlockByHash" {
-                    // Withheld; a pending transaction arrives meanwhile.
-                    let note = notification("0xpending", json!(announced));
-                    ws.send(Message::text(note.to_string()))
-                        .await
-                        .expect("notify");
-                    continue;
-                }
-                let answered = Message::text(answer(&request).to_string());
-                ws.send(answered).await.expect("send");
-                if method == "eth_getBlockByNumber" {
-                    let head = json!({ "hash": format!("0x{}", "dd".repeat(32)), "number": "0x5" });
-                    let note = notification("0xheads", head).to_string();
-                    ws.send(Message::text(note)).await.expect("notify");
-                }
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (notes, announced) = (notes.clone(), announced.clone());
+                let mut heard = notes.subscribe();
+                tokio::spawn(async move {
+                    let mut ws = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
+                    loop {
+                        let text = tokio::select! {
+                            frame = ws.next() => match frame {
+                                Some(Ok(Message::Text(text))) => text,
+                                _ => return,
+                            },
+                            note = heard.recv() => {
+                                let Ok(note) = note else { return };
+                                ws.send(Message::text(note)).await.expect("notify");
+                                continue;
+                            }
+                        };
+                        let request: Value = serde_json::from_str(&text).expect("JSON");
+                        let method =
+                            request.as_array().map_or(&request, |batch| &batch[0])["method"]
+                                .clone();
+                        if method == "eth_getBlockByHash" {
+                            // Withheld; a pending transaction arrives meanwhile.
+                            let _ =
+                                notes.send(notification("0xpending", json!(announced)).to_string());
+                            continue;
+                        }
+                        let answered = Message::text(answer(&request).to_string());
+                        ws.send(answered).await.expect("send");
+                        if method == "eth_getBlockByNumber" {
+                            let head = json!({
+                                "hash": format!("0x{}", "dd".repeat(32)),
+                                "parentHash": format!("0x{}", "de".repeat(32)),
+                                "number": "0x5",
+                            });
+                            let _ = notes.send(notification("0xheads", head).to_string());
+                        }
+                    }
+                });
             }
         });
         let (mut events, _watcher, shutdown) = follow(url).await;
@@ -720,7 +768,8 @@ mod tests {
             announced.extend(txs.iter().map(|tx| tx.hash.to_string()));
         }
         assert_eq!(announced, vec![a, b], "each once, in order");
-        assert_eq!(*watcher.borrow_and_update(), UpstreamStatus::Live);
+        // The node has no block yet: connected, never down.
+        assert_eq!(*watcher.borrow_and_update(), UpstreamStatus::Connecting);
         shutdown.cancel();
     }
 }

@@ -1,0 +1,238 @@
+//! Which block a chain of several nodes goes to (docs/src/nodes.md, How
+//! nodes agree): the headers the nodes announced, as a tree by parent
+//! hash, and each counting node's vote, its latest head. From the roots
+//! down, the walk takes the child with the most votes in its subtree (a
+//! tie keeps the branch already delivered, then the one seen first) for
+//! as long as that child has at least `quorum` votes. With a quorum of 1
+//! (`first`) that is any node's newest block, unless more nodes build on
+//! another branch; with a quorum of k, the highest block k nodes have.
+//!
+//! The tree holds the last [`DEPTH`] heights; a fork deeper than that
+//! shows as two roots, and they compete the same way.
+
+use std::collections::HashMap;
+
+use alloy_primitives::B256;
+
+/// Heights the tree holds below its highest header.
+pub const DEPTH: u64 = 128;
+
+#[derive(Debug)]
+struct Header {
+    number: u64,
+    parent: B256,
+    /// Order first seen, for ties.
+    seen: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Choice {
+    headers: HashMap<B256, Header>,
+    children: HashMap<B256, Vec<B256>>,
+    /// Each node's latest head, if its heads count.
+    votes: Vec<Option<B256>>,
+    seen: u64,
+    highest: u64,
+}
+
+impl Choice {
+    pub fn new(nodes: usize) -> Self {
+        Self {
+            votes: vec![None; nodes],
+            ..Self::default()
+        }
+    }
+
+    /// The parent of `hash`, if held.
+    pub fn parent(&self, hash: &B256) -> Option<B256> {
+        self.headers.get(hash).map(|h| h.parent)
+    }
+
+    /// Whether a header at `number` with parent `parent` links to the
+    /// tree, or lies below it (nothing held to link to).
+    pub fn links(&self, number: u64, parent: &B256) -> bool {
+        self.headers.is_empty()
+            || self.headers.contains_key(parent)
+            || number <= self.lowest().saturating_add(1)
+    }
+
+    fn lowest(&self) -> u64 {
+        self.highest.saturating_sub(DEPTH)
+    }
+
+    /// Adds a header; older heights than the tree holds are let go.
+    pub fn insert(&mut self, hash: B256, number: u64, parent: B256) {
+        if self.headers.contains_key(&hash) || number < self.lowest() {
+            return;
+        }
+        self.seen += 1;
+        self.headers.insert(
+            hash,
+            Header {
+                number,
+                parent,
+                seen: self.seen,
+            },
+        );
+        self.children.entry(parent).or_default().push(hash);
+        if number > self.highest {
+            self.highest = number;
+            self.prune();
+        }
+    }
+
+    fn prune(&mut self) {
+        let lowest = self.lowest();
+        let old: Vec<B256> = self
+            .headers
+            .iter()
+            .filter(|(_, h)| h.number < lowest)
+            .map(|(hash, _)| *hash)
+            .collect();
+        for hash in old {
+            if let Some(header) = self.headers.remove(&hash) {
+                self.children.remove(&header.parent);
+            }
+        }
+    }
+
+    /// Node `node`'s vote: its latest head, or `None` when its heads do not
+    /// count.
+    pub fn vote(&mut self, node: usize, head: Option<B256>) {
+        self.votes[node] = head;
+    }
+
+    /// The block the chain should be at: see the module's doc. `delivered`
+    /// says whether a block was delivered (and is still canonical).
+    pub fn target(&self, quorum: usize, delivered: impl Fn(&B256) -> bool) -> Option<B256> {
+        let weights = self.weights();
+        let weight = |hash: &B256| weights.get(hash).copied().unwrap_or(0);
+        let best = |candidates: &mut dyn Iterator<Item = &B256>| -> Option<B256> {
+            candidates
+                .filter(|hash| self.headers.contains_key(*hash))
+                .max_by_key(|hash| {
+                    let seen = self.headers.get(*hash).map_or(u64::MAX, |h| h.seen);
+                    (weight(hash), delivered(hash), std::cmp::Reverse(seen))
+                })
+                .copied()
+                .filter(|hash| weight(hash) >= quorum)
+        };
+        let mut roots = self
+            .headers
+            .iter()
+            .filter(|(_, h)| !self.headers.contains_key(&h.parent))
+            .map(|(hash, _)| hash);
+        let mut at = best(&mut roots)?;
+        while let Some(next) = self
+            .children
+            .get(&at)
+            .and_then(|children| best(&mut children.iter()))
+        {
+            at = next;
+        }
+        Some(at)
+    }
+
+    /// Votes in each header's subtree.
+    fn weights(&self) -> HashMap<B256, usize> {
+        let mut weights = HashMap::new();
+        for vote in self.votes.iter().flatten() {
+            let mut at = *vote;
+            while let Some(header) = self.headers.get(&at) {
+                *weights.entry(at).or_default() += 1;
+                at = header.parent;
+            }
+        }
+        weights
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(branch: u8, number: u64) -> B256 {
+        let mut bytes = [branch; 32];
+        bytes[..8].copy_from_slice(&number.to_be_bytes());
+        B256::from(bytes)
+    }
+
+    /// Blocks 1..=top of `branch` on top of `base` (block `from - 1`).
+    fn chain(choice: &mut Choice, branch: u8, base: B256, from: u64, top: u64) {
+        let mut parent = base;
+        for n in from..=top {
+            choice.insert(hash(branch, n), n, parent);
+            parent = hash(branch, n);
+        }
+    }
+
+    #[test]
+    fn first_goes_to_any_nodes_newest_block() {
+        let mut choice = Choice::new(3);
+        chain(&mut choice, 0, B256::ZERO, 1, 5);
+        choice.vote(0, Some(hash(0, 5)));
+        choice.vote(1, Some(hash(0, 4)));
+        assert_eq!(choice.target(1, |_| false), Some(hash(0, 5)));
+        assert_eq!(choice.target(2, |_| false), Some(hash(0, 4)));
+        assert_eq!(choice.target(3, |_| false), None);
+    }
+
+    #[test]
+    fn a_minority_fork_goes_out_first_and_is_replaced_when_most_nodes_build_elsewhere() {
+        let mut choice = Choice::new(3);
+        chain(&mut choice, 0, B256::ZERO, 1, 4);
+        for node in 0..3 {
+            choice.vote(node, Some(hash(0, 4)));
+        }
+        // Node 0 announces its own block 5 first.
+        chain(&mut choice, 1, hash(0, 4), 5, 5);
+        choice.vote(0, Some(hash(1, 5)));
+        assert_eq!(choice.target(1, |_| false), Some(hash(1, 5)));
+        assert_eq!(choice.target(2, |_| false), Some(hash(0, 4)), "outvoted");
+        // Node 1 announces another block 5: a tie keeps what went out.
+        chain(&mut choice, 2, hash(0, 4), 5, 5);
+        choice.vote(1, Some(hash(2, 5)));
+        let delivered = |h: &B256| *h == hash(1, 5);
+        assert_eq!(choice.target(1, delivered), Some(hash(1, 5)));
+        // Node 2 joins node 1: most nodes build there.
+        choice.vote(2, Some(hash(2, 5)));
+        assert_eq!(choice.target(1, delivered), Some(hash(2, 5)));
+        assert_eq!(choice.target(2, delivered), Some(hash(2, 5)));
+        // Node 0 extends its fork: still two against one.
+        chain(&mut choice, 1, hash(1, 5), 6, 6);
+        choice.vote(0, Some(hash(1, 6)));
+        assert_eq!(choice.target(1, delivered), Some(hash(2, 5)));
+    }
+
+    #[test]
+    fn a_node_that_stops_counting_takes_its_vote_along() {
+        let mut choice = Choice::new(2);
+        chain(&mut choice, 0, B256::ZERO, 1, 3);
+        chain(&mut choice, 1, hash(0, 2), 3, 3);
+        choice.vote(0, Some(hash(0, 3)));
+        choice.vote(1, Some(hash(1, 3)));
+        let delivered = |h: &B256| *h == hash(0, 3);
+        assert_eq!(choice.target(1, delivered), Some(hash(0, 3)));
+        choice.vote(0, None);
+        assert_eq!(choice.target(1, delivered), Some(hash(1, 3)));
+    }
+
+    #[test]
+    fn unlinked_heads_compete_as_roots_and_old_heights_are_let_go() {
+        let mut choice = Choice::new(3);
+        chain(&mut choice, 0, B256::ZERO, 1, 3);
+        choice.vote(0, Some(hash(0, 3)));
+        // Two nodes on a branch whose start was never seen.
+        chain(&mut choice, 7, B256::repeat_byte(0xee), 10, 11);
+        assert!(!choice.links(10, &B256::repeat_byte(0xee)));
+        choice.vote(1, Some(hash(7, 11)));
+        let delivered = |h: &B256| h[31] == 0;
+        assert_eq!(choice.target(1, delivered), Some(hash(0, 3)), "a tie");
+        choice.vote(2, Some(hash(7, 10)));
+        assert_eq!(choice.target(1, delivered), Some(hash(7, 11)));
+        assert_eq!(choice.target(2, delivered), Some(hash(7, 10)));
+        chain(&mut choice, 7, hash(7, 11), 12, 12 + DEPTH);
+        assert!(choice.parent(&hash(7, 11)).is_none() && choice.parent(&hash(7, 12)).is_some());
+        assert!(choice.links(5, &B256::ZERO), "below the tree");
+    }
+}

@@ -1,0 +1,213 @@
+//! A block's body and logs, fetched from the chain's nodes with failover
+//! and verified before it goes anywhere (docs/src/nodes.md, Verified
+//! blocks): the nodes are asked one after another, those known to hold
+//! the block first; an error, a timeout, a malformed answer or a block
+//! that fails verification moves on to the next. A node whose block fails
+//! verification while another's passes is set aside. When every node that
+//! answered serves a block that fails the same way, the check is what is
+//! wrong (a new header field, a chain's own encoding): the block goes
+//! out, and that is logged and counted loudly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::{B256, U64};
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use crate::model::Block;
+use crate::model::verify::{self, VerifyError};
+use crate::model::wire::NodeBlock;
+use crate::node::{Call, NodeError, NodePool, decode};
+
+/// How long one node may take to answer a block before the next is asked.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What fetching a block came to.
+#[derive(Debug)]
+pub enum Fetched {
+    /// The block, and the node that served it.
+    Block(Arc<Block>, usize),
+    /// No node that answered has it (reorged away, or not imported yet).
+    Missing,
+    /// No node answered with a block that could go out.
+    Failed(String),
+}
+
+/// A node's answer for one block.
+enum Answer {
+    Good(Arc<Block>),
+    Missing,
+    Wrong(Arc<Block>, VerifyError),
+    Failed(NodeError),
+}
+
+/// Fetches block `hash` from the nodes in `order`.
+pub async fn by_hash(pool: &NodePool, order: &[usize], hash: B256) -> Fetched {
+    let mut wrong: Vec<(usize, Arc<Block>, VerifyError)> = Vec::new();
+    let mut failures = Vec::new();
+    let mut missing = false;
+    for &node in order {
+        match ask(pool, node, hash).await {
+            Answer::Good(block) => {
+                set_aside(pool, &wrong);
+                return Fetched::Block(block, node);
+            }
+            Answer::Missing => missing = true,
+            Answer::Wrong(block, error) => wrong.push((node, block, error)),
+            Answer::Failed(error) => {
+                failures.push(format!("{}: {error}", pool.node(node).spec.name));
+            }
+        }
+    }
+    if let Some(agreed) = agreed(&wrong) {
+        let (node, block, error) = &wrong[0];
+        tracing::error!(
+            chain = %pool.chain(), block = block.number(), %hash, %error,
+            nodes = wrong.len(),
+            "every node that answered served this block failing the same check: the check is taken to be wrong and the block goes out unverified"
+        );
+        pool.unverified_blocks.inc();
+        return Fetched::Block(agreed, *node);
+    }
+    set_aside(pool, &wrong);
+    if missing && wrong.is_empty() {
+        return Fetched::Missing;
+    }
+    let mut reasons = failures;
+    reasons.extend(
+        wrong
+            .iter()
+            .map(|(node, _, error)| format!("{}: {error}", pool.node(*node).spec.name)),
+    );
+    Fetched::Failed(reasons.join("; "))
+}
+
+/// The block every wrong answer agrees on, if they all fail the same check
+/// with the same content. (Rare, so compared by what it serializes to.)
+fn agreed(wrong: &[(usize, Arc<Block>, VerifyError)]) -> Option<Arc<Block>> {
+    let (_, first, error) = wrong.first()?;
+    let content = |block: &Block| serde_json::to_string(block).ok();
+    let expected = content(first)?;
+    wrong
+        .iter()
+        .all(|(_, block, e)| {
+            std::mem::discriminant(e) == std::mem::discriminant(error)
+                && content(block).as_ref() == Some(&expected)
+        })
+        .then(|| first.clone())
+}
+
+/// Sets aside the nodes that served a wrong block.
+fn set_aside(pool: &NodePool, wrong: &[(usize, Arc<Block>, VerifyError)]) {
+    for (node, block, error) in wrong {
+        let node = pool.node(*node);
+        node.metrics.wrong_blocks.inc();
+        let reason = format!(
+            "served block {} failing verification: {error}",
+            block.number()
+        );
+        if node.health().on_excluded(reason.clone()).is_some() {
+            tracing::warn!(chain = %pool.chain(), node = %node.spec.name, %reason, "node excluded");
+        }
+    }
+}
+
+async fn ask(pool: &NodePool, node: usize, hash: B256) -> Answer {
+    let calls = [
+        Call::new("eth_getBlockByHash", json!([hash, true])),
+        Call::new("eth_getLogs", json!([{ "blockHash": hash }])),
+    ];
+    let results = match pool.node(node).batch_within(&calls, FETCH_TIMEOUT).await {
+        Ok(results) => results,
+        Err(error) => return Answer::Failed(error),
+    };
+    match read(&results) {
+        Ok(Some(block)) => match check(block) {
+            Ok(block) => Answer::Good(block),
+            Err((block, error)) => Answer::Wrong(block, error),
+        },
+        Ok(None) => Answer::Missing,
+        Err(error) => {
+            pool.node(node).metrics.errors.inc();
+            Answer::Failed(error)
+        }
+    }
+}
+
+/// Block `hash`'s answer: the block, and its logs.
+fn read(results: &[Box<RawValue>]) -> Result<Option<Arc<Block>>, NodeError> {
+    let [block, logs] = results else {
+        return Err(NodeError::Decode {
+            method: "eth_getBlockByHash".into(),
+            reason: format!("{} answers to 2 calls", results.len()),
+        });
+    };
+    let block: Option<NodeBlock> = decode("eth_getBlockByHash", block)?;
+    let logs: Vec<Box<RawValue>> = decode("eth_getLogs", logs)?;
+    Ok(block.map(|b| b.into_model(&logs)))
+}
+
+/// The block if it passes verification (or cannot be verified: a
+/// transaction type the model does not encode), else why not.
+fn check(block: Arc<Block>) -> Result<Arc<Block>, (Arc<Block>, VerifyError)> {
+    match verify::verify(&block) {
+        Ok(()) | Err(VerifyError::Unverifiable { .. }) => Ok(block),
+        Err(error) => Err((block, error)),
+    }
+}
+
+/// Blocks `bottom..=top` from one node, verified, with their logs, in two
+/// round trips; they stop at the first the node does not have. An error
+/// or a block that fails verification fails the whole range (the caller
+/// walks back by hash instead, with failover).
+pub async fn range(
+    pool: &NodePool,
+    node: usize,
+    bottom: u64,
+    top: u64,
+) -> Result<Vec<Arc<Block>>, String> {
+    let node = pool.node(node);
+    let failed = |error: NodeError| format!("{}: {error}", node.spec.name);
+    let calls: Vec<Call> = (bottom..=top)
+        .map(|n| Call::new("eth_getBlockByNumber", json!([U64::from(n), true])))
+        .collect();
+    let mut blocks = Vec::with_capacity(calls.len());
+    for raw in node
+        .batch_within(&calls, FETCH_TIMEOUT)
+        .await
+        .map_err(failed)?
+    {
+        let Some(block): Option<NodeBlock> =
+            decode("eth_getBlockByNumber", &raw).map_err(failed)?
+        else {
+            break;
+        };
+        blocks.push(block);
+    }
+    if blocks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let log_calls: Vec<Call> = blocks
+        .iter()
+        .map(|b| Call::new("eth_getLogs", json!([{ "blockHash": b.hash() }])))
+        .collect();
+    let logs = node
+        .batch_within(&log_calls, FETCH_TIMEOUT)
+        .await
+        .map_err(failed)?;
+    blocks
+        .into_iter()
+        .zip(logs)
+        .map(|(block, raw)| {
+            let logs: Vec<Box<RawValue>> = decode("eth_getLogs", &raw).map_err(failed)?;
+            check(block.into_model(&logs)).map_err(|(block, error)| {
+                format!(
+                    "{}: block {} failed verification: {error}",
+                    node.spec.name,
+                    block.number()
+                )
+            })
+        })
+        .collect()
+}
