@@ -6,6 +6,7 @@ pub mod anvil;
 pub mod bench;
 pub mod calls;
 pub mod dex;
+pub mod faulty;
 pub mod filters;
 pub mod load;
 pub mod nats;

@@ -7,6 +7,7 @@ mod bus;
 mod clients;
 mod custom_filters;
 mod devnet_transactions;
+mod faulty_node;
 mod filter_contract_v02;
 mod filter_hot_swap;
 mod filter_isolation;
