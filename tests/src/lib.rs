@@ -154,6 +154,23 @@ impl TestServer {
             .clone()
     }
 
+    /// Waits until node `index` of `chain` is in state `state` (`live`,
+    /// `down`, …, as `/readyz` names them), within [`TIMEOUT`].
+    pub async fn node_state(&self, chain: &str, index: usize, state: &str) {
+        let pool = self.state.chains[chain].node().expect("a node chain");
+        let mut changes = pool.changes();
+        let reached = || pool.states()[index].1.name() == state;
+        tokio::time::timeout(TIMEOUT, changes.wait_for(|_| reached()))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{chain}'s node {index} {state} in time: {:?}",
+                    pool.states()
+                )
+            })
+            .expect("the pool lives");
+    }
+
     /// Waits until `chain`'s node source is subscribed and following: what
     /// the node announces from then on reaches the subscribers (synced
     /// alone does not say so for a node chain, which has no past to place).

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::counter::Counter;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
+use tokio::sync::watch;
 
 use super::client::CALL_TIMEOUT;
 use super::health::{Health, NodeState};
@@ -87,6 +88,9 @@ pub struct NodePool {
     /// Blocks that went out unverified: every node served them failing the
     /// same check.
     pub unverified_blocks: Counter,
+    /// Counts the nodes' state changes, so a watcher (a test, an operator
+    /// view) wakes on each instead of polling.
+    changes: watch::Sender<u64>,
 }
 
 impl NodePool {
@@ -98,7 +102,18 @@ impl NodePool {
                 .map(|spec| PoolNode::new(spec.clone(), metrics.node(chain, &spec.name)))
                 .collect(),
             unverified_blocks: metrics.unverified_blocks(chain),
+            changes: watch::Sender::new(0),
         }
+    }
+
+    /// Says a node's state changed (see [`NodePool::changes`]).
+    pub fn changed(&self) {
+        self.changes.send_modify(|count| *count += 1);
+    }
+
+    /// Wakes on every change of a node's state.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     pub fn chain(&self) -> &str {

@@ -21,6 +21,7 @@ mod reorgs;
 mod resume;
 mod resume_on_anvil;
 mod rpc;
+mod several_nodes;
 mod slow_consumer;
 mod subscriptions;
 mod upstream;

@@ -46,21 +46,29 @@ enum Answer {
 pub async fn by_hash(pool: &NodePool, order: &[usize], hash: B256) -> Fetched {
     let mut wrong: Vec<(usize, Arc<Block>, VerifyError)> = Vec::new();
     let mut failures = Vec::new();
-    let mut missing = false;
+    let mut missing = Vec::new();
     for &node in order {
         match ask(pool, node, hash).await {
             Answer::Good(block) => {
                 set_aside(pool, &wrong);
                 return Fetched::Block(block, node);
             }
-            Answer::Missing => missing = true,
+            Answer::Missing => missing.push(node),
             Answer::Wrong(block, error) => wrong.push((node, block, error)),
             Answer::Failed(error) => {
-                failures.push(format!("{}: {error}", pool.node(node).spec.name));
+                failures.push((node, format!("{}: {error}", pool.node(node).spec.name)));
             }
         }
     }
-    if let Some(agreed) = agreed(&wrong) {
+    // Only when every node whose heads count served the block, and the
+    // same wrong way, is the check taken for what is wrong: a node that
+    // has not imported the block yet, or did not answer, may serve it
+    // right later.
+    let counting_elsewhere = missing
+        .iter()
+        .chain(failures.iter().map(|(node, _)| node))
+        .any(|&node| pool.node(node).health().state().counts());
+    if !counting_elsewhere && let Some(agreed) = agreed(&wrong) {
         let (node, block, error) = &wrong[0];
         tracing::error!(
             chain = %pool.chain(), block = block.number(), %hash, %error,
@@ -71,14 +79,19 @@ pub async fn by_hash(pool: &NodePool, order: &[usize], hash: B256) -> Fetched {
         return Fetched::Block(agreed, *node);
     }
     set_aside(pool, &wrong);
-    if missing && wrong.is_empty() {
+    if !missing.is_empty() && wrong.is_empty() && failures.is_empty() {
         return Fetched::Missing;
     }
-    let mut reasons = failures;
+    let mut reasons: Vec<String> = failures.into_iter().map(|(_, reason)| reason).collect();
     reasons.extend(
         wrong
             .iter()
             .map(|(node, _, error)| format!("{}: {error}", pool.node(*node).spec.name)),
+    );
+    reasons.extend(
+        missing
+            .iter()
+            .map(|&node| format!("{}: does not have it", pool.node(node).spec.name)),
     );
     Fetched::Failed(reasons.join("; "))
 }
@@ -109,6 +122,7 @@ fn set_aside(pool: &NodePool, wrong: &[(usize, Arc<Block>, VerifyError)]) {
         );
         if node.health().on_excluded(reason.clone()).is_some() {
             tracing::warn!(chain = %pool.chain(), node = %node.spec.name, %reason, "node excluded");
+            pool.changed();
         }
     }
 }

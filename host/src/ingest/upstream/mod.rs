@@ -271,6 +271,7 @@ impl Ingest<'_> {
     /// the chain's status.
     fn changed(&mut self, node: usize, changed: Option<NodeState>) {
         let Some(state) = changed else { return };
+        self.pool.changed();
         let name = &self.pool.node(node).spec.name;
         let chain = &self.settings.chain;
         match state.reason() {

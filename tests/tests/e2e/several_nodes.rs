@@ -1,0 +1,404 @@
+//! Several nodes per chain (docs/src/nodes.md, Several nodes per chain):
+//! a chain reads three nodes, each a [`FaultyNode`] in front of one real
+//! anvil, while a second chain reads the same anvil directly. One after
+//! another a node is killed, stalls, lags, serves corrupt blocks, and comes
+//! back; the subscribers of the three-node chain see exactly what those of
+//! the healthy single-node chain see, every topic, in order.
+
+use std::collections::BTreeMap;
+
+use chainsieve::config::{Agreement, AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy_ping};
+use chainsieve_tests::faulty::FaultyNode;
+use chainsieve_tests::{TestServer, WsClient, quantity};
+use serde_json::{Value, json};
+
+const KEY: &str = "several-nodes-test";
+
+/// `eth` reads `nodes`; `direct` reads `anvil` itself.
+async fn server(anvil: &Anvil, nodes: &[&FaultyNode]) -> TestServer {
+    let chain = |source| ChainConfig {
+        chain_id: Some(anvil.chain_id),
+        source,
+        ..Default::default()
+    };
+    let urls = nodes.iter().map(|n| n.ws_url()).collect();
+    let config = Config {
+        chains: BTreeMap::from([
+            ("eth".to_string(), chain(SourceConfig::Nodes(urls))),
+            (
+                "direct".to_string(),
+                chain(SourceConfig::node(anvil.ws_url())),
+            ),
+        ]),
+        auth: AuthConfig {
+            keys: vec![KEY.to_string()],
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    TestServer::start(config).await.expect("server starts")
+}
+
+/// One client's subscriptions to every mined topic, and what they got.
+struct Watcher {
+    client: WsClient,
+    /// Subscription id → topic.
+    topics: BTreeMap<String, &'static str>,
+    heads: String,
+    /// What each topic received, in order.
+    seen: BTreeMap<&'static str, Vec<Value>>,
+    newest: u64,
+}
+
+impl Watcher {
+    async fn start(server: &TestServer, chain: &str, contract: &str) -> Self {
+        let mut client = WsClient::connect(&server.ws_url(chain, KEY))
+            .await
+            .expect("connect");
+        let mut topics = BTreeMap::new();
+        let mut heads = String::new();
+        for (topic, params) in [
+            ("newHeads", json!(["newHeads"])),
+            ("logs", json!(["logs", { "address": contract }])),
+            (
+                "bvMinedTransactions",
+                json!(["bvMinedTransactions", { "fromAddress": [DEV_ACCOUNT] }]),
+            ),
+        ] {
+            let id = client.subscribe(params).await.expect("subscribed");
+            if topic == "newHeads" {
+                heads = id.clone();
+            }
+            topics.insert(id, topic);
+        }
+        Self {
+            client,
+            topics,
+            heads,
+            seen: BTreeMap::new(),
+            newest: 0,
+        }
+    }
+
+    /// Reads until the head `number` has arrived.
+    async fn through(&mut self, number: u64) {
+        while self.newest < number {
+            let (id, result) = self.client.next_notification().await.expect("in time");
+            if id == self.heads {
+                self.newest = quantity(&result["number"]);
+            }
+            let topic = self.topics[&id];
+            self.seen.entry(topic).or_default().push(result);
+        }
+    }
+}
+
+/// Calls the contract (a block with a log and a transaction, automined)
+/// `count` times, and reads both chains' subscribers through the last one.
+async fn calls(anvil: &Anvil, contract: &str, count: usize, both: &mut [&mut Watcher]) -> u64 {
+    anvil.ping(contract, count).await;
+    let head = anvil.block_number().await.expect("head");
+    for watcher in both.iter_mut() {
+        watcher.through(head).await;
+    }
+    head
+}
+
+/// Calls, a block at a time, until node `index` of `eth` counts again (a
+/// node set aside rejoins after heads in a row at the chain's tip).
+async fn until_live(
+    server: &TestServer,
+    anvil: &Anvil,
+    contract: &str,
+    index: usize,
+    both: &mut [&mut Watcher],
+) {
+    let pool = server.state.chains["eth"].node().expect("nodes");
+    for _ in 0..200 {
+        if pool.states()[index].1.name() == "live" {
+            return;
+        }
+        calls(anvil, contract, 1, both).await;
+    }
+    panic!("node {index} never rejoined: {:?}", pool.states());
+}
+
+/// What `/readyz` says of each of `chain`'s nodes: (name, state).
+async fn node_states(server: &TestServer, chain: &str) -> Vec<(String, String)> {
+    let ready: Value = reqwest::get(format!("http://{}/readyz", server.addr))
+        .await
+        .expect("readyz")
+        .json()
+        .await
+        .expect("JSON");
+    ready["chains"][chain]["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{ready}"))
+        .iter()
+        .map(|node| {
+            let text = |key: &str| node[key].as_str().unwrap_or_default().to_string();
+            (text("name"), text("state"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_of_three_nodes_see_what_one_healthy_node_gives_while_nodes_fail() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let upstream = anvil.ws_url();
+    let (a, b, c) = tokio::try_join!(
+        FaultyNode::start(&upstream),
+        FaultyNode::start(&upstream),
+        FaultyNode::start(&upstream),
+    )
+    .expect("three nodes");
+    let server = server(&anvil, &[&a, &b, &c]).await;
+    server.wait_live("eth").await;
+    server.wait_live("direct").await;
+    let mut setup = WsClient::connect(&server.ws_url("direct", KEY))
+        .await
+        .expect("connect");
+    let heads = setup.subscribe(json!(["newHeads"])).await.expect("heads");
+    let contract = deploy_ping(&mut setup, &heads, &anvil).await;
+    let mut eth = Watcher::start(&server, "eth", &contract).await;
+    let mut direct = Watcher::start(&server, "direct", &contract).await;
+    let mut both = [&mut eth, &mut direct];
+
+    calls(&anvil, &contract, 2, &mut both).await;
+
+    // Killed: the port closes under the connections.
+    a.kill().await;
+    server.node_state("eth", 0, "down").await;
+    calls(&anvil, &contract, 3, &mut both).await;
+    a.revive().await.expect("revive");
+    until_live(&server, &anvil, &contract, 0, &mut both).await;
+
+    // Hung: connections open, nothing answered.
+    b.stall();
+    calls(&anvil, &contract, 3, &mut both).await;
+    b.heal();
+    calls(&anvil, &contract, 2, &mut both).await;
+
+    // Five blocks behind.
+    c.lag(5);
+    calls(&anvil, &contract, 7, &mut both).await;
+    c.heal();
+    calls(&anvil, &contract, 2, &mut both).await;
+
+    // Corrupt bodies from the node that announces first, the other two a
+    // block behind: the corrupt node alone has block `x` when it is due.
+    // It is caught and excluded, and `x` comes from the others once they
+    // have it (when `x + 1` is mined).
+    a.corrupt_bodies(true);
+    b.lag(1);
+    c.lag(1);
+    anvil.ping(&contract, 2).await;
+    let head = anvil.block_number().await.expect("head");
+    direct.through(head).await;
+    eth.through(head - 1).await;
+    let states = node_states(&server, "eth").await;
+    assert_eq!(states[0].1, "excluded", "{states:?}");
+    a.corrupt_bodies(false);
+    b.heal();
+    c.heal();
+    let mut both = [&mut eth, &mut direct];
+    until_live(&server, &anvil, &contract, 0, &mut both).await;
+    calls(&anvil, &contract, 2, &mut both).await;
+    let states = node_states(&server, "eth").await;
+    assert!(
+        states.iter().all(|(_, state)| state == "live"),
+        "{states:?}"
+    );
+
+    for topic in ["newHeads", "logs", "bvMinedTransactions"] {
+        let (three, one) = (&eth.seen[topic], &direct.seen[topic]);
+        assert!(!one.is_empty(), "{topic}");
+        assert_eq!(three.len(), one.len(), "{topic}: {three:#?}\n{one:#?}");
+        for (got, expected) in three.iter().zip(one) {
+            assert_eq!(got, expected, "{topic}");
+        }
+    }
+}
+
+/// Two anvils with the same chain id sharing their blocks up to a fork
+/// point: two nodes (proxies) in front of `majority`, one on `minority`.
+struct Fork {
+    majority: Anvil,
+    minority: Anvil,
+    /// The two nodes on `majority` (distinct URLs for one anvil).
+    a: FaultyNode,
+    b: FaultyNode,
+    /// The Ping contract, deployed before the fork: on both branches.
+    contract: String,
+}
+
+impl Fork {
+    async fn start() -> Self {
+        let majority = Anvil::start_with(1, 0, &["--no-mining"])
+            .await
+            .expect("anvil");
+        let deploy = majority
+            .send(json!({ "from": DEV_ACCOUNT, "data": chainsieve_tests::anvil::ping_contract() }))
+            .await
+            .expect("deploy");
+        majority.mine(1).await.expect("mine");
+        let receipt = majority
+            .rpc("eth_getTransactionReceipt", json!([deploy]))
+            .await
+            .expect("receipt");
+        let contract = receipt["contractAddress"]
+            .as_str()
+            .expect("a contract")
+            .to_string();
+        let parent = format!("http://127.0.0.1:{}", majority.port);
+        let minority = Anvil::start_with(1, 0, &["--no-mining", "--fork-url", &parent])
+            .await
+            .expect("forked anvil");
+        let upstream = majority.ws_url();
+        let (a, b) = tokio::try_join!(FaultyNode::start(&upstream), FaultyNode::start(&upstream))
+            .expect("two nodes");
+        Self {
+            majority,
+            minority,
+            a,
+            b,
+            contract,
+        }
+    }
+
+    async fn server(&self, agreement: Agreement, quorum: Option<u64>) -> TestServer {
+        let chain = ChainConfig {
+            chain_id: Some(1),
+            source: SourceConfig::Nodes(vec![
+                self.a.ws_url(),
+                self.b.ws_url(),
+                self.minority.ws_url(),
+            ]),
+            agreement,
+            quorum,
+            ..Default::default()
+        };
+        let config = Config {
+            chains: BTreeMap::from([("eth".to_string(), chain)]),
+            auth: AuthConfig {
+                keys: vec![KEY.to_string()],
+                ..Default::default()
+            },
+            ..Config::default()
+        };
+        let server = TestServer::start(config).await.expect("server starts");
+        for node in 0..3 {
+            server.node_state("eth", node, "live").await;
+        }
+        server
+    }
+
+    /// Runs the fork under `agreement` and answers what a subscriber saw:
+    /// (newHeads, logs, bvMinedTransactions), and the hashes of the
+    /// minority's block and the majority's blocks.
+    async fn run(&self, agreement: Agreement, quorum: Option<u64>) -> Seen {
+        let server = self.server(agreement, quorum).await;
+        let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+            .await
+            .expect("connect");
+        let mut subscriptions = BTreeMap::new();
+        for (topic, params) in [
+            ("newHeads", json!(["newHeads"])),
+            ("logs", json!(["logs", { "address": self.contract }])),
+            (
+                "bvMinedTransactions",
+                json!(["bvMinedTransactions", { "fromAddress": [DEV_ACCOUNT] }]),
+            ),
+        ] {
+            let id = client.subscribe(params).await.expect("subscribed");
+            subscriptions.insert(id, topic);
+        }
+        let mut seen = Seen::default();
+        // The minority's block first, with a transaction and a log.
+        let call = json!({ "from": DEV_ACCOUNT, "to": self.contract, "data": "0x" });
+        self.minority.send(call).await.expect("call");
+        self.minority.mine(1).await.expect("mine");
+        let head = self.minority.block_number().await.expect("head");
+        seen.minority = hash(&self.minority.block(head).await.expect("block"));
+        if quorum.is_none() {
+            seen.read(&mut client, &subscriptions, &seen.minority.clone())
+                .await;
+        }
+        // The majority's block at the same height, empty; then one more on
+        // each branch.
+        self.majority.mine(1).await.expect("mine");
+        let one = hash(&self.majority.block(head).await.expect("block"));
+        seen.read(&mut client, &subscriptions, &one).await;
+        self.minority.mine(1).await.expect("mine");
+        self.majority.mine(1).await.expect("mine");
+        let two = hash(&self.majority.block(head + 1).await.expect("block"));
+        seen.read(&mut client, &subscriptions, &two).await;
+        seen.majority = vec![one, two];
+        seen
+    }
+}
+
+fn hash(block: &Value) -> String {
+    block["hash"].as_str().expect("a hash").to_string()
+}
+
+/// What one subscriber saw, by topic.
+#[derive(Debug, Default)]
+struct Seen {
+    heads: Vec<String>,
+    logs: Vec<Value>,
+    mined: Vec<Value>,
+    minority: String,
+    majority: Vec<String>,
+}
+
+impl Seen {
+    /// Reads until the head `until` arrives.
+    async fn read(&mut self, client: &mut WsClient, topics: &BTreeMap<String, &str>, until: &str) {
+        loop {
+            let (id, result) = client.next_notification().await.expect("in time");
+            match topics[&id] {
+                "newHeads" => {
+                    let head = hash(&result);
+                    self.heads.push(head.clone());
+                    if head == until {
+                        return;
+                    }
+                }
+                "logs" => self.logs.push(result),
+                _ => self.mined.push(result),
+            }
+        }
+    }
+}
+
+/// With `first`, the minority node's block goes out as soon as it is
+/// announced; once both other nodes build on another block at that
+/// height, it is removed (its log and transaction once each, as removed)
+/// and the majority's branch goes out; the minority's next block never
+/// does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_first_a_minority_fork_goes_out_and_is_undone_once() {
+    let fork = Fork::start().await;
+    let seen = fork.run(Agreement::First, None).await;
+    let mut expected = vec![seen.minority.clone()];
+    expected.extend(seen.majority.iter().cloned());
+    assert_eq!(seen.heads, expected, "{seen:#?}");
+    let removed: Vec<bool> = seen.logs.iter().map(|l| l["removed"] == true).collect();
+    assert_eq!(removed, [false, true], "{seen:#?}");
+    assert_eq!(seen.logs[0]["blockHash"], seen.minority);
+    assert_eq!(seen.logs[1]["blockHash"], seen.minority);
+    let removed: Vec<bool> = seen.mined.iter().map(|t| t["removed"] == true).collect();
+    assert_eq!(removed, [false, true], "{seen:#?}");
+}
+
+/// With a quorum of 2 of 3, the minority node's blocks are outvoted: never
+/// delivered, so nothing is ever removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_quorum_a_minority_fork_is_never_delivered() {
+    let fork = Fork::start().await;
+    let seen = fork.run(Agreement::Quorum, Some(2)).await;
+    assert_eq!(seen.heads, seen.majority, "{seen:#?}");
+    assert!(seen.logs.is_empty() && seen.mined.is_empty(), "{seen:#?}");
+}
