@@ -40,6 +40,10 @@ pub struct RpcConfig {
     /// How long a forwarded call may wait for the node, in milliseconds;
     /// then the client gets -32002. Default 10,000.
     pub timeout_ms: u64,
+    /// On a chain of several nodes: a read not answered after this many
+    /// milliseconds is asked of a second node too, and the first answer
+    /// wins. Unset: no hedging.
+    pub hedge_after_ms: Option<u64>,
 }
 
 impl Default for RpcConfig {
@@ -48,6 +52,7 @@ impl Default for RpcConfig {
             allow: Vec::new(),
             deny: Vec::new(),
             timeout_ms: 10_000,
+            hedge_after_ms: None,
         }
     }
 }
@@ -55,6 +60,10 @@ impl Default for RpcConfig {
 impl RpcConfig {
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)
+    }
+
+    pub fn hedge_after(&self) -> Option<Duration> {
+        self.hedge_after_ms.map(Duration::from_millis)
     }
 
     /// Whether `method` goes to the node: never a subscription, then
@@ -82,7 +91,11 @@ impl RpcConfig {
                 );
             }
         }
-        super::in_range("rpc.timeout_ms", self.timeout_ms, 100, 600_000)
+        super::in_range("rpc.timeout_ms", self.timeout_ms, 100, 600_000)?;
+        if let Some(hedge) = self.hedge_after_ms {
+            super::in_range("rpc.hedge_after_ms", hedge, 1, self.timeout_ms)?;
+        }
+        Ok(())
     }
 }
 

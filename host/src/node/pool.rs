@@ -10,6 +10,8 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use prometheus_client::metrics::counter::Counter;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -72,12 +74,6 @@ impl PoolNode {
         }
         answered
     }
-
-    /// Whether a call naming block `at` can go here first.
-    fn serves(&self, at: Option<u64>) -> bool {
-        let health = self.health();
-        health.state().counts() && at.is_none_or(|at| health.head().is_none_or(|head| head >= at))
-    }
 }
 
 /// The nodes of one chain.
@@ -129,39 +125,124 @@ impl NodePool {
     }
 
     /// The nodes in the order a call naming block `at` tries them: those
-    /// whose heads count and that hold it, then the rest (a node's state
-    /// may be stale, and any answer beats none).
-    fn order(&self, at: Option<u64>) -> impl Iterator<Item = &PoolNode> {
-        let (first, rest): (Vec<_>, Vec<_>) = self.nodes.iter().partition(|n| n.serves(at));
-        first.into_iter().chain(rest)
+    /// whose heads count and that hold the block first, then those that
+    /// hold it by their last head, in the configured order. A node known to
+    /// be below `at` is asked only when no node holds it (a block ahead of
+    /// every node: then the highest answers, as a node would, `null`).
+    fn order(&self, at: Option<u64>) -> Vec<&PoolNode> {
+        let tier = |node: &PoolNode| {
+            let health = node.health();
+            let holds = match (at, health.head()) {
+                (None, _) => true,
+                (Some(at), Some(head)) => head >= at,
+                (Some(_), None) => false,
+            };
+            match (holds, health.state().counts()) {
+                (true, true) => 0,
+                (true, false) => 1,
+                (false, _) => 2,
+            }
+        };
+        let mut order: Vec<(u8, &PoolNode)> = self.nodes.iter().map(|n| (tier(n), n)).collect();
+        order.sort_by_key(|(tier, _)| *tier);
+        if order.first().is_some_and(|(tier, _)| *tier < 2) {
+            order.retain(|(tier, _)| *tier < 2);
+        } else {
+            // None holds it: the highest heads first.
+            order.sort_by_key(|(_, node)| std::cmp::Reverse(node.health().head()));
+        }
+        order.into_iter().map(|(_, node)| node).collect()
     }
 
-    /// Sends `calls` as one batch to the first node that serves block `at`
-    /// (any, if `None`), within `timeout`; a failure other than the node's
-    /// own error answer is tried once more on the next node.
+    /// Sends `calls` as one batch to the first node [`NodePool::order`]
+    /// gives for block `at`, within `timeout` in all. A failure other than
+    /// the node's own error answer moves on to the next node; each node
+    /// may take half the time when there is another to ask. With `hedge`,
+    /// the next node is asked too if the first has not answered after that
+    /// long, and the first answer wins (reads only).
     pub async fn batch_at(
         &self,
         calls: &[Call],
         at: Option<u64>,
         timeout: Duration,
+        hedge: Option<Duration>,
     ) -> Result<Vec<Box<RawValue>>, NodeError> {
-        let mut order = self.order(at);
-        let first = order.next().ok_or(NodeError::Closed)?;
-        match first.batch_within(calls, timeout).await {
-            Err(error) if !matches!(error, NodeError::Rpc { .. }) => match order.next() {
-                Some(second) => {
-                    tracing::debug!(chain = %self.chain, node = %first.spec.name, %error, retry = %second.spec.name, "call failed; trying another node");
-                    second.batch_within(calls, timeout).await
+        let order = self.order(at);
+        let deadline = Instant::now() + timeout;
+        let per_node = if order.len() > 1 {
+            timeout / 2
+        } else {
+            timeout
+        };
+        let mut nodes = order.into_iter().peekable();
+        let mut failed = NodeError::Closed;
+        while let Some(node) = nodes.next() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let within = per_node.min(left);
+            let answer = match (hedge.filter(|delay| *delay < within), nodes.peek()) {
+                (Some(delay), Some(&next)) => {
+                    nodes.next();
+                    hedged(node, next, calls, delay, within).await
                 }
-                None => Err(error),
-            },
-            answered => answered,
+                _ => node.batch_within(calls, within).await,
+            };
+            match answer {
+                Err(error) if !matches!(error, NodeError::Rpc { .. }) => {
+                    tracing::debug!(chain = %self.chain, node = %node.spec.name, %error, "call failed; trying another node");
+                    failed = error;
+                }
+                answer => return answer,
+            }
         }
+        Err(failed)
+    }
+
+    /// Sends `calls` (a write: a signed transaction) to every node whose
+    /// heads count (every node, if none does), at once. The first success
+    /// answers; failing that, a node's own error answer (say, a nonce too
+    /// low), else the first failure. Never retried: a transaction is sent
+    /// once to each node.
+    pub async fn broadcast(
+        &self,
+        calls: &[Call],
+        timeout: Duration,
+    ) -> Result<Vec<Box<RawValue>>, NodeError> {
+        let counting: Vec<&PoolNode> = self
+            .nodes
+            .iter()
+            .filter(|n| n.health().state().counts())
+            .collect();
+        let targets = if counting.is_empty() {
+            self.nodes.iter().collect()
+        } else {
+            counting
+        };
+        let mut sent: FuturesUnordered<_> = targets
+            .into_iter()
+            .map(|node| node.batch_within(calls, timeout))
+            .collect();
+        let mut refused: Option<NodeError> = None;
+        let mut failed: Option<NodeError> = None;
+        while let Some(answer) = sent.next().await {
+            match answer {
+                Ok(answer) => return Ok(answer),
+                Err(error @ NodeError::Rpc { .. }) => {
+                    refused.get_or_insert(error);
+                }
+                Err(error) => {
+                    failed.get_or_insert(error);
+                }
+            }
+        }
+        Err(refused.or(failed).unwrap_or(NodeError::Closed))
     }
 
     /// [`NodePool::batch_at`] for calls that name no block.
     pub async fn batch(&self, calls: &[Call]) -> Result<Vec<Box<RawValue>>, NodeError> {
-        self.batch_at(calls, None, CALL_TIMEOUT).await
+        self.batch_at(calls, None, CALL_TIMEOUT, None).await
     }
 
     pub async fn call<T: DeserializeOwned>(
@@ -186,5 +267,79 @@ impl NodePool {
                 (n.spec.name.clone(), health.state().clone(), health.head())
             })
             .collect()
+    }
+}
+
+/// Asks `first`, and `second` too if `first` has not answered after
+/// `delay`; the first answer wins, a transport failure waits for the
+/// other.
+async fn hedged(
+    first: &PoolNode,
+    second: &PoolNode,
+    calls: &[Call],
+    delay: Duration,
+    within: Duration,
+) -> Result<Vec<Box<RawValue>>, NodeError> {
+    let asked = first.batch_within(calls, within);
+    tokio::pin!(asked);
+    let failed = |answer: &Result<_, NodeError>| matches!(answer, Err(error) if !matches!(error, NodeError::Rpc { .. }));
+    tokio::select! {
+        answer = &mut asked => {
+            return if failed(&answer) {
+                second.batch_within(calls, within).await
+            } else {
+                answer
+            };
+        }
+        () = tokio::time::sleep(delay) => {}
+    }
+    let hedge = second.batch_within(calls, within - delay);
+    tokio::pin!(hedge);
+    tokio::select! {
+        answer = &mut asked => if failed(&answer) { hedge.await } else { answer },
+        answer = &mut hedge => if failed(&answer) { asked.await } else { answer },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::Rules;
+
+    fn names<'a>(order: &[&'a PoolNode]) -> Vec<&'a str> {
+        order.iter().map(|n| n.spec.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_call_goes_first_to_a_counting_node_that_holds_its_block() {
+        let specs: Vec<NodeSpec> = ["low", "high", "gone"]
+            .iter()
+            .enumerate()
+            .map(|(port, name)| NodeSpec::new(*name, format!("ws://127.0.0.1:{}", port + 1)))
+            .collect();
+        let pool = NodePool::new("test", &specs, &Metrics::default());
+        let rules = Rules {
+            lag_blocks: 100,
+            stall_after: Duration::from_secs(1),
+            rejoin_heads: 1,
+        };
+        let now = std::time::Instant::now();
+        for (node, head) in [(0, 5), (1, 10), (2, 10)] {
+            pool.node(node)
+                .health()
+                .on_head(head, Some(10), false, &rules, now);
+        }
+        pool.node(2).health().on_down("closed".into());
+        assert_eq!(names(&pool.order(None)), ["low", "high", "gone"]);
+        assert_eq!(
+            names(&pool.order(Some(8))),
+            ["high", "gone"],
+            "never a node known to be below the block"
+        );
+        assert_eq!(
+            names(&pool.order(Some(20))),
+            ["high", "gone", "low"],
+            "ahead of every node: the highest answer"
+        );
     }
 }

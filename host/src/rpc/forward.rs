@@ -3,13 +3,59 @@
 //! (with the server's own id), and the node's answer handed back unchanged:
 //! its result, or its error with code, message and `data` (a revert's data
 //! byte for byte). Which methods go is the `[rpc]` policy's to say
-//! (docs/src/architecture.md, Forwarding).
+//! (docs/src/architecture.md, Forwarding). Which node answers is the
+//! chain's pool's (docs/src/nodes.md, Calls): a read goes to a node that
+//! holds the block it names, a signed transaction to every node.
 
+use alloy_primitives::B256;
+use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::params::{parse_fixed, parse_quantity, positional};
 use super::{Call, RpcError};
 use crate::chain::Chain;
 use crate::node::{self, NodeError};
+
+/// Where each method that names a block takes it: the position of its
+/// block parameter.
+const BLOCK_PARAMETER: [(&str, usize); 12] = [
+    ("eth_getBalance", 1),
+    ("eth_getCode", 1),
+    ("eth_getTransactionCount", 1),
+    ("eth_getStorageAt", 2),
+    ("eth_call", 1),
+    ("eth_estimateGas", 1),
+    ("eth_createAccessList", 1),
+    ("eth_getProof", 2),
+    ("eth_getBlockByNumber", 0),
+    ("eth_getBlockReceipts", 0),
+    ("eth_getBlockTransactionCountByNumber", 0),
+    ("eth_getTransactionByBlockNumberAndIndex", 0),
+];
+
+/// The height of the block `params` name for `method`, where a node must
+/// be to answer: a number, `latest` or `pending` (the chain's tip), a
+/// `{"blockNumber"}` or a `{"blockHash"}` the window holds. `None`: any
+/// node may answer (no block named, `earliest`, `safe`, `finalized`, an
+/// unknown hash).
+fn named_block(chain: &Chain, method: &str, params: &Value) -> Option<u64> {
+    let (_, at) = BLOCK_PARAMETER.iter().find(|(m, _)| *m == method)?;
+    let tip = || chain.canonical().tip().map(|b| b.number());
+    let by_hash = |hash: &Value| {
+        let hash: B256 = parse_fixed(hash.as_str()?)?;
+        chain.canonical().by_hash(&hash).map(|b| b.number())
+    };
+    match positional(params, *at)? {
+        Value::String(tag) if tag == "latest" || tag == "pending" => tip(),
+        Value::String(text) => parse_quantity(text),
+        Value::Object(selector) => match (selector.get("blockNumber"), selector.get("blockHash")) {
+            (Some(Value::String(number)), _) => parse_quantity(number),
+            (_, Some(hash)) => by_hash(hash),
+            _ => None,
+        },
+        _ => None,
+    }
+}
 
 /// Forwards `call` to `chain`'s node, or says why not.
 pub(super) async fn forward(chain: &Chain, call: &Call) -> Result<Box<RawValue>, RpcError> {
@@ -26,7 +72,15 @@ pub(super) async fn forward(chain: &Chain, call: &Call) -> Result<Box<RawValue>,
     }
     let request = [node::Call::named(method.to_string(), call.params.clone())];
     let timeout = chain.rpc.timeout();
-    match nodes.batch_at(&request, None, timeout).await {
+    let answered = if method == "eth_sendRawTransaction" {
+        nodes.broadcast(&request, timeout).await
+    } else {
+        let at = named_block(chain, method, &call.params);
+        nodes
+            .batch_at(&request, at, timeout, chain.rpc.hedge_after())
+            .await
+    };
+    match answered {
         Ok(mut results) => results
             .pop()
             .ok_or_else(|| RpcError::internal(format!("{}'s node answered nothing", chain.name))),

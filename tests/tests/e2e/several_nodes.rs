@@ -402,3 +402,93 @@ async fn with_a_quorum_a_minority_fork_is_never_delivered() {
     assert_eq!(seen.heads, seen.majority, "{seen:#?}");
     assert!(seen.logs.is_empty() && seen.mined.is_empty(), "{seen:#?}");
 }
+
+/// Forwarded calls on three nodes: a read naming a block goes to a node
+/// that holds it (never to one behind it, though that one comes first in
+/// the configuration); a signed transaction reaches every node and is
+/// answered once; reads keep being answered while any node is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_go_to_a_node_that_can_answer_them() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let upstream = anvil.ws_url();
+    let (behind, a, b) = tokio::try_join!(
+        FaultyNode::start(&upstream),
+        FaultyNode::start(&upstream),
+        FaultyNode::start(&upstream),
+    )
+    .expect("three nodes");
+    let server = server(&anvil, &[&behind, &a, &b]).await;
+    for node in 0..3 {
+        server.node_state("eth", node, "live").await;
+    }
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+
+    behind.lag(5);
+    anvil.mine(6).await.expect("mine");
+    let head = anvil.block_number().await.expect("head");
+    loop {
+        let (id, result) = client.next_notification().await.expect("a head");
+        if id == heads && quantity(&result["number"]) == head {
+            break;
+        }
+    }
+    server.node_state("eth", 0, "lagging").await;
+    for at in [
+        json!(format!("{head:#x}")),
+        json!("latest"),
+        json!({ "blockNumber": format!("{head:#x}") }),
+    ] {
+        let balance = client
+            .call("eth_getBalance", json!([DEV_ACCOUNT, at]))
+            .await
+            .expect("answered");
+        assert!(balance["result"].is_string(), "{at}: {balance}");
+    }
+    assert_eq!(
+        behind.requests("eth_getBalance"),
+        0,
+        "never asked the node behind"
+    );
+    // A block every node holds: the first configured answers.
+    client
+        .call("eth_getBalance", json!([DEV_ACCOUNT, "0x1"]))
+        .await
+        .expect("answered");
+    assert_eq!(behind.requests("eth_getBalance"), 1);
+    behind.heal();
+
+    // A signed transaction goes to every node; the client gets one answer.
+    let signed = anvil
+        .rpc(
+            "eth_signTransaction",
+            json!([{ "from": DEV_ACCOUNT, "to": DEV_ACCOUNT, "value": "0x1", "gas": "0x5208" }]),
+        )
+        .await
+        .expect("signed");
+    let sent = client
+        .call("eth_sendRawTransaction", json!([signed]))
+        .await
+        .expect("answered");
+    assert!(sent["result"].is_string(), "{sent}");
+    for node in [&behind, &a, &b] {
+        assert_eq!(node.requests("eth_sendRawTransaction"), 1);
+    }
+
+    // Two nodes gone: the third answers.
+    a.kill().await;
+    b.kill().await;
+    let answered = client
+        .call("eth_getBalance", json!([DEV_ACCOUNT, "latest"]))
+        .await
+        .expect("answered");
+    assert!(answered["result"].is_string(), "{answered}");
+    behind.kill().await;
+    let none = client
+        .call("eth_getBalance", json!([DEV_ACCOUNT, "latest"]))
+        .await
+        .expect("answered");
+    assert_eq!(none["error"]["code"], -32002, "{none}");
+}
