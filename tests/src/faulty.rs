@@ -60,7 +60,8 @@ struct Faults {
 struct Shared {
     upstream: String,
     faults: watch::Sender<Faults>,
-    requests: Mutex<HashMap<String, u64>>,
+    /// Requests per method; a watch, so a test can wait for a count.
+    requests: watch::Sender<HashMap<String, u64>>,
     /// Cancelled (and replaced) by [`FaultyNode::drop_connections`]: every
     /// connection open then closes.
     dropping: Mutex<CancellationToken>,
@@ -108,7 +109,7 @@ impl FaultyNode {
             shared: Arc::new(Shared {
                 upstream: upstream.to_string(),
                 faults,
-                requests: Mutex::new(HashMap::new()),
+                requests: watch::Sender::new(HashMap::new()),
                 dropping: Mutex::new(CancellationToken::new()),
             }),
             listening: Mutex::new(None),
@@ -228,10 +229,30 @@ impl FaultyNode {
     /// How many requests (batch elements count one each) of `method`
     /// reached this proxy, answered or not.
     pub fn requests(&self, method: &str) -> u64 {
-        lock(&self.shared.requests)
+        self.shared
+            .requests
+            .borrow()
             .get(method)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Waits (within the tests' timeout) until `count` requests of `method`
+    /// have reached this proxy.
+    pub async fn requested(&self, method: &str, count: u64) -> anyhow::Result<()> {
+        let mut counts = self.shared.requests.subscribe();
+        let reached =
+            |counts: &HashMap<String, u64>| counts.get(method).copied().unwrap_or(0) >= count;
+        tokio::time::timeout(crate::TIMEOUT, counts.wait_for(reached))
+            .await
+            .with_context(|| {
+                format!(
+                    "{count} {method} requests in time (got {})",
+                    self.requests(method)
+                )
+            })?
+            .context("the proxy is gone")?;
+        Ok(())
     }
 }
 
@@ -579,12 +600,11 @@ impl Connection {
                 return self.send_upstream(message).await;
             }
         };
-        {
-            let mut counts = lock(&self.shared.requests);
+        self.shared.requests.send_modify(|counts| {
             for method in requests.iter().filter_map(|r| r.get("method")?.as_str()) {
                 *counts.entry(method.to_string()).or_default() += 1;
             }
-        }
+        });
         let faults = self.faults.borrow().clone();
         if faults.stalled {
             return Ok(());

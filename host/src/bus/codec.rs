@@ -70,7 +70,8 @@ mod tests {
                     changes.push(ChainEvent::Added(block));
                 }
                 SourceEvent::Pending(txs) => changes.push(ChainEvent::Pending(txs)),
-                SourceEvent::Synced | SourceEvent::Logged { .. } => {}
+                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
+                }
             }
         }
         changes

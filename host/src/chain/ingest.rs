@@ -118,7 +118,9 @@ impl Leader {
             let term = shutdown.child_token();
             let ((), led) = tokio::join!(
                 ending(&term, lease.keep(term.clone())),
-                ending(&term, self.lead(&term)),
+                // On the heap: a term's parts are large futures, and a
+                // debug build's poll frames hold them by value.
+                ending(&term, Box::pin(self.lead(&term))),
             );
             if let Err(error) = led {
                 return self.give_up(&error);
@@ -167,7 +169,7 @@ impl Leader {
             ),
             ending(
                 term,
-                ingest::run(
+                Box::pin(ingest::run(
                     tail,
                     self.pipeline.state().log().clone(),
                     self.settings.clone(),
@@ -175,9 +177,9 @@ impl Leader {
                     events,
                     self.status.clone(),
                     term.clone(),
-                )
+                ))
             ),
-            ending(term, indexing),
+            ending(term, Box::pin(indexing)),
             ending(
                 term,
                 self.on_bus

@@ -21,7 +21,7 @@ use crate::filters::FilterHandle;
 use crate::filters::batch::EventBatch;
 use crate::ingest::canonical::CanonicalChain;
 use crate::metrics::Metrics;
-use crate::model::{ChainEvent, SourceEvent};
+use crate::model::{ChainEvent, FinalMark, Grade, SourceEvent};
 use crate::price::Feed;
 
 /// What the pipeline writes and the chain's readers (RPC methods, the hot
@@ -217,6 +217,11 @@ impl Pipeline {
             }
             return;
         }
+        if let SourceEvent::Finality { safe, finalized } = event {
+            self.finalize(Grade::Safe, safe);
+            self.finalize(Grade::Finalized, finalized);
+            return;
+        }
         if let SourceEvent::Logged { position, change } = event {
             self.window().follow(&change);
             self.take(Some(position), change).await;
@@ -254,6 +259,27 @@ impl Pipeline {
         }
     }
 
+    /// Raises `grade` to `mark` if the mark's block is the canonical one at
+    /// its height (a node on another branch does not finalize this one's
+    /// blocks); a mark older than the window is taken as it is.
+    fn finalize(&self, grade: Grade, mark: Option<FinalMark>) {
+        let Some(mark) = mark else { return };
+        let canonical = mark.hash.is_none_or(|hash| {
+            let window = self
+                .state
+                .window
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match window.by_number(mark.number) {
+                Some(block) => block.hash == hash,
+                None => window.oldest().is_some_and(|o| mark.number < o.number()),
+            }
+        });
+        if canonical && self.state.log.raise_finality(grade, mark.number) {
+            tracing::debug!(chain = %self.chain, ?grade, block = mark.number, "finality rose");
+        }
+    }
+
     fn window(&self) -> RwLockWriteGuard<'_, CanonicalChain> {
         self.state
             .window
@@ -265,7 +291,9 @@ impl Pipeline {
     fn order(&self, event: SourceEvent) -> Vec<ChainEvent> {
         match event {
             SourceEvent::Pending(txs) => vec![ChainEvent::Pending(txs)],
-            SourceEvent::Synced | SourceEvent::Logged { .. } => Vec::new(),
+            SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
+                Vec::new()
+            }
             SourceEvent::Block(block) => {
                 let mut window = self.window();
                 match window.apply(block.clone()) {
@@ -357,7 +385,10 @@ mod tests {
             .flatten()
             .filter_map(|event| match event {
                 SourceEvent::Block(block) => Some(block),
-                SourceEvent::Pending(_) | SourceEvent::Synced | SourceEvent::Logged { .. } => None,
+                SourceEvent::Pending(_)
+                | SourceEvent::Synced
+                | SourceEvent::Logged { .. }
+                | SourceEvent::Finality { .. } => None,
             })
             .take(count)
             .collect()

@@ -650,7 +650,8 @@ mod tests {
     fn mistakes_are_explained() {
         let err = |toml: &str| format!("{:#}", load(toml).expect_err("invalid"));
         assert!(
-            err("[chains.eth]\nsource = \"http://x\"").contains("must be \"devnet\" or a ws://")
+            err("[chains.eth]\nsource = \"http://x\"")
+                .contains("must be \"devnet\", a ws:// or wss:// URL, or a list of them")
         );
         assert!(
             err("[chains.base]\nsource = \"devnet\"").contains("chain \"base\" needs a chain_id")

@@ -17,8 +17,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use alloy_primitives::B256;
 
-use crate::model::ChainEvent;
-use crate::model::{Block, Transaction};
+use tokio::sync::watch;
+
+use crate::model::{Block, ChainEvent, Grade, Transaction};
 use cursor::{Cursor, Mark, ResumeError, ResumeFrom};
 
 /// A step's place in its chain's log: 1 for the first step, one more for
@@ -98,6 +99,26 @@ pub struct EventLog {
     /// held only to push, pop or clone an `Arc`, never across a filter
     /// call or an await.
     steps: RwLock<Steps>,
+    /// How far the chain is final: raised by the pipeline, watched by the
+    /// actors whose subscriptions wait for a grade (docs/src/api.md,
+    /// Finality).
+    finality: watch::Sender<Finality>,
+}
+
+/// The highest block number each grade has reached, as far as known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Finality {
+    pub safe: Option<u64>,
+    pub finalized: Option<u64>,
+}
+
+impl Finality {
+    pub fn height(&self, grade: Grade) -> Option<u64> {
+        match grade {
+            Grade::Safe => self.safe,
+            Grade::Finalized => self.finalized,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -138,6 +159,7 @@ impl EventLog {
                 next: 1,
                 ..Steps::default()
             }),
+            finality: watch::Sender::new(Finality::default()),
         }
     }
 
@@ -352,6 +374,51 @@ impl EventLog {
         }
     }
 
+    /// Raises `grade` to block `number` (a finalized block is safe too);
+    /// never lowers it. True if it moved.
+    pub fn raise_finality(&self, grade: Grade, number: u64) -> bool {
+        self.finality.send_if_modified(|finality| {
+            let before = *finality;
+            let raise = |height: &mut Option<u64>| {
+                *height = Some(height.map_or(number, |h| h.max(number)));
+            };
+            raise(&mut finality.safe);
+            if grade == Grade::Finalized {
+                raise(&mut finality.finalized);
+            }
+            *finality != before
+        })
+    }
+
+    /// How far the chain is final now.
+    pub fn finality(&self) -> Finality {
+        *self.finality.borrow()
+    }
+
+    /// Wakes on every rise of [`EventLog::finality`].
+    pub fn finality_changes(&self) -> watch::Receiver<Finality> {
+        self.finality.subscribe()
+    }
+
+    /// Whether the step at `position` added the block the window holds as
+    /// canonical at `number` (false for a block a reorg replaced).
+    pub fn is_canonical(&self, number: u64, position: Position) -> bool {
+        self.read().added.get(&number) == Some(&position)
+    }
+
+    /// Where a subscription waiting for `grade` starts: at the first
+    /// canonical block past the grade's height, or, before any is known,
+    /// at the next step.
+    pub fn first_not_final(&self, grade: Grade) -> Mark {
+        let steps = self.read();
+        let position = self
+            .finality()
+            .height(grade)
+            .and_then(|height| steps.added.range(height + 1..).next())
+            .map_or(steps.next, |(_, position)| *position);
+        Mark::step(position)
+    }
+
     /// How far back the window reaches now, for refusals: "eth's log,
     /// which reaches back to block …".
     pub fn window(&self) -> String {
@@ -432,6 +499,47 @@ mod tests {
             }
         }
         (log, blocks)
+    }
+
+    #[test]
+    fn finality_only_rises_and_a_finalized_block_is_safe() {
+        let (log, _) = filled(8, 64);
+        let changes = log.finality_changes();
+        assert_eq!(log.finality(), Finality::default());
+        assert!(log.raise_finality(Grade::Safe, 5));
+        assert!(log.raise_finality(Grade::Finalized, 3));
+        assert!(!log.raise_finality(Grade::Safe, 4), "never lowered");
+        assert_eq!(
+            log.finality(),
+            Finality {
+                safe: Some(5),
+                finalized: Some(3)
+            }
+        );
+        assert!(log.raise_finality(Grade::Finalized, 6));
+        assert_eq!(log.finality().height(Grade::Safe), Some(6));
+        assert!(changes.has_changed().expect("the log lives"));
+    }
+
+    #[test]
+    fn a_final_reader_starts_past_the_grade_and_tells_canonical_steps_apart() {
+        let (log, blocks) = filled(8, 64);
+        // Nothing known: from the next step.
+        assert_eq!(log.first_not_final(Grade::Safe), Mark::step(log.head() + 1));
+        log.raise_finality(Grade::Safe, 4);
+        let start = log.first_not_final(Grade::Safe);
+        let step = log.get(start.position).expect("held");
+        let ChainEvent::Added(block) = &step.change else {
+            panic!("a block's step");
+        };
+        assert_eq!(block.hash, blocks[5].hash);
+        assert!(log.is_canonical(5, step.position));
+        // A block of another branch at 8, then its removal.
+        let orphan = Arc::new(Block::fixture(8, 9, blocks[7].hash, &[]));
+        let added = log.append(ChainEvent::Added(orphan.clone()));
+        assert!(log.is_canonical(8, added.position));
+        log.append(ChainEvent::Removed(orphan));
+        assert!(!log.is_canonical(8, added.position), "removed");
     }
 
     fn cursor(log: &EventLog, position: Position, index: u32) -> Cursor {

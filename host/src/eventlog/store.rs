@@ -132,7 +132,9 @@ mod tests {
                 let change = match event {
                     SourceEvent::Block(block) => ChainEvent::Added(block),
                     SourceEvent::Pending(txs) => ChainEvent::Pending(txs),
-                    SourceEvent::Synced | SourceEvent::Logged { .. } => continue,
+                    SourceEvent::Synced
+                    | SourceEvent::Logged { .. }
+                    | SourceEvent::Finality { .. } => continue,
                 };
                 let step = log.append(change);
                 let persist = Persist {

@@ -47,5 +47,6 @@ pub fn to_everything(key: u64, sink: Sink) -> Subscribe {
         sink,
         start: Start::Now,
         resume: None,
+        finality: None,
     }
 }

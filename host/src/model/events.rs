@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use alloy_primitives::B256;
 use chainsieve_filter_core::Payload;
 
 use super::{Block, Transaction, TxPosition, TxShape};
@@ -104,4 +105,30 @@ pub enum SourceEvent {
     /// generated history): placed in the window and the price index, never
     /// notified. Sent once; the chain is ready from here on.
     Synced,
+    /// How far the chain is final, as the source knows it (the nodes'
+    /// `safe` and `finalized` blocks, or the devnet's depths).
+    Finality {
+        safe: Option<FinalMark>,
+        finalized: Option<FinalMark>,
+    },
+}
+
+/// A block a finality grade has reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinalMark {
+    pub number: u64,
+    /// The block's hash, checked against the canonical chain before the
+    /// mark counts; `None` from a source that cannot reorganise that deep
+    /// (the devnet).
+    pub hash: Option<B256>,
+}
+
+/// How final a block is: what a subscription may wait for before it is
+/// told of the block (docs/src/api.md, Finality).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grade {
+    /// The chain's `safe` block: unlikely to be reorganised.
+    Safe,
+    /// The chain's `finalized` block: never reorganised.
+    Finalized,
 }

@@ -8,6 +8,8 @@
 //! - [`block`]: a block, its header, logs and lookup members.
 //! - [`events`]: what a source produces, the changes the canonical tracker
 //!   orders it into, and one event of one stream.
+//! - [`verify`]: a block checked against its own header (hashes, the
+//!   transactions root, the logs bloom) before it enters the log.
 //! - [`wire`]: the wire shapes read back into the model (a node's JSON, the
 //!   harness's event files).
 
@@ -18,7 +20,7 @@ pub mod verify;
 pub mod wire;
 
 pub use block::Block;
-pub use events::{ChainEvent, SourceEvent, StreamEvent};
+pub use events::{ChainEvent, FinalMark, Grade, SourceEvent, StreamEvent};
 pub use transaction::{
     BlobFields, Fees, OtherFields, SetCodeAuthorization, Transaction, TxPosition, TxShape,
     TxSignature,

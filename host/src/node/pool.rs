@@ -7,15 +7,13 @@
 //! ([`NodePool::node`], one node at a time, its own failover), forwarded
 //! calls, and the price index's calls and backfill.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use prometheus_client::metrics::counter::Counter;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::client::CALL_TIMEOUT;
 use super::health::{Health, NodeState};
@@ -203,30 +201,34 @@ impl NodePool {
     /// Sends `calls` (a write: a signed transaction) to every node whose
     /// heads count (every node, if none does), at once. The first success
     /// answers; failing that, a node's own error answer (say, a nonce too
-    /// low), else the first failure. Never retried: a transaction is sent
-    /// once to each node.
+    /// low), else the first failure. Each send runs to its end on its own
+    /// task, so every node gets the transaction even after one answered.
+    /// Never retried: a transaction is sent once to each node.
     pub async fn broadcast(
-        &self,
+        self: &Arc<Self>,
         calls: &[Call],
         timeout: Duration,
     ) -> Result<Vec<Box<RawValue>>, NodeError> {
-        let counting: Vec<&PoolNode> = self
-            .nodes
-            .iter()
-            .filter(|n| n.health().state().counts())
+        let counting: Vec<usize> = (0..self.nodes.len())
+            .filter(|&n| self.nodes[n].health().state().counts())
             .collect();
         let targets = if counting.is_empty() {
-            self.nodes.iter().collect()
+            (0..self.nodes.len()).collect()
         } else {
             counting
         };
-        let mut sent: FuturesUnordered<_> = targets
-            .into_iter()
-            .map(|node| node.batch_within(calls, timeout))
-            .collect();
+        let (answered, mut answers) = mpsc::unbounded_channel();
+        for node in targets {
+            let (pool, calls, answered) = (self.clone(), calls.to_vec(), answered.clone());
+            tokio::spawn(async move {
+                let answer = pool.nodes[node].batch_within(&calls, timeout).await;
+                let _ = answered.send(answer);
+            });
+        }
+        drop(answered);
         let mut refused: Option<NodeError> = None;
         let mut failed: Option<NodeError> = None;
-        while let Some(answer) = sent.next().await {
+        while let Some(answer) = answers.recv().await {
             match answer {
                 Ok(answer) => return Ok(answer),
                 Err(error @ NodeError::Rpc { .. }) => {

@@ -1,7 +1,9 @@
 //! The options object `eth_subscribe` may end with: `{"resumeFrom":
 //! "<cursor>"}` or `{"fromBlock": "0x…"}` (docs/src/architecture.md, The event
-//! log). An object whose only members are options is the options object;
-//! the host takes it out, so the filter component never sees it.
+//! log), and `{"finality": "safe" | "finalized"}` (docs/src/api.md,
+//! Finality), alone or beside either. An object whose only members are
+//! options is the options object; the host takes it out, so the filter
+//! component never sees it.
 
 use chainsieve_filter_core::Source;
 use serde_json::{Map, Value};
@@ -9,17 +11,25 @@ use serde_json::{Map, Value};
 use super::RpcError;
 use super::params::parse_quantity;
 use crate::eventlog::cursor::{Cursor, ResumeError, ResumeFrom};
+use crate::model::Grade;
 
 const RESUME_FROM: &str = "resumeFrom";
 const FROM_BLOCK: &str = "fromBlock";
-const OPTIONS: [&str; 2] = [RESUME_FROM, FROM_BLOCK];
+const FINALITY: &str = "finality";
+const OPTIONS: [&str; 3] = [RESUME_FROM, FROM_BLOCK, FINALITY];
+
+/// What the options object asks.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Options {
+    /// Replay the log from here first.
+    pub from: Option<ResumeFrom>,
+    /// Tell of blocks only once they are this final.
+    pub finality: Option<Grade>,
+}
 
 /// Takes the options object off the end of `params` (the parameters after
 /// the topic) and reads it, for a topic that consumes `source`.
-pub(super) fn take_options(
-    params: &mut Vec<Value>,
-    source: Source,
-) -> Result<Option<ResumeFrom>, RpcError> {
+pub(super) fn take_options(params: &mut Vec<Value>, source: Source) -> Result<Options, RpcError> {
     let options = match params.last() {
         Some(Value::Object(last))
             if !last.is_empty() && last.keys().all(|key| OPTIONS.contains(&key.as_str())) =>
@@ -32,11 +42,35 @@ pub(super) fn take_options(
                     "resumeFrom goes in an options object of its own, the last parameter: [\"logs\", {\"address\": \"0x…\"}, {\"resumeFrom\": \"<cursor>\"}]",
                 ));
             }
-            return Ok(None);
+            return Ok(Options::default());
         }
     };
     params.pop();
-    read(&options, source).map(Some)
+    let finality = options
+        .get(FINALITY)
+        .map(|grade| finality(grade, source))
+        .transpose()?;
+    let from = if options.len() > usize::from(finality.is_some()) {
+        Some(read(&options, source)?)
+    } else {
+        None
+    };
+    Ok(Options { from, finality })
+}
+
+fn finality(grade: &Value, source: Source) -> Result<Grade, RpcError> {
+    if source == Source::PendingTransactions {
+        return Err(RpcError::invalid_params(
+            "finality applies to the mined streams (newHeads, logs, bvMinedTransactions and custom topics on them); pending transactions are in no block yet",
+        ));
+    }
+    match grade.as_str() {
+        Some("safe") => Ok(Grade::Safe),
+        Some("finalized") => Ok(Grade::Finalized),
+        _ => Err(RpcError::invalid_params(format!(
+            "finality must be \"safe\" or \"finalized\", got {grade}"
+        ))),
+    }
 }
 
 fn read(options: &Map<String, Value>, source: Source) -> Result<ResumeFrom, RpcError> {
@@ -92,7 +126,13 @@ mod tests {
     use super::*;
     use crate::rpc::error::code;
 
+    /// What the options say of where to start, and the params left.
     fn take(params: Value, source: Source) -> (Result<Option<ResumeFrom>, RpcError>, Value) {
+        let (taken, left) = take_all(params, source);
+        (taken.map(|options| options.from), left)
+    }
+
+    fn take_all(params: Value, source: Source) -> (Result<Options, RpcError>, Value) {
         let mut params = params.as_array().expect("an array").clone();
         let taken = take_options(&mut params, source);
         (taken, Value::Array(params))
@@ -124,6 +164,30 @@ mod tests {
         let (taken, left) = take(json!([{"fromBlock": "0x1b4"}]), Source::MinedTransactions);
         assert_eq!(taken, Ok(Some(ResumeFrom::Block(0x1b4))));
         assert_eq!(left, json!([]));
+    }
+
+    #[test]
+    fn finality_stands_alone_or_beside_where_to_start() {
+        let (taken, left) = take_all(json!([{"finality": "finalized"}]), Source::Logs);
+        assert_eq!(
+            taken,
+            Ok(Options {
+                from: None,
+                finality: Some(Grade::Finalized)
+            })
+        );
+        assert_eq!(left, json!([]));
+        let (taken, _) = take_all(
+            json!([{"finality": "safe", "fromBlock": "0x10"}]),
+            Source::Heads,
+        );
+        assert_eq!(
+            taken,
+            Ok(Options {
+                from: Some(ResumeFrom::Block(0x10)),
+                finality: Some(Grade::Safe)
+            })
+        );
     }
 
     #[test]
@@ -168,6 +232,16 @@ mod tests {
                 json!([{"address": "0xaa", "resumeFrom": CURSOR}]),
                 Source::Logs,
                 "options object of its own",
+            ),
+            (
+                json!([{"finality": "latest"}]),
+                Source::Logs,
+                "finality must be \"safe\" or \"finalized\", got \"latest\"",
+            ),
+            (
+                json!([true, {"finality": "finalized"}]),
+                Source::PendingTransactions,
+                "pending transactions are in no block yet",
             ),
         ] {
             let (taken, _) = take(params.clone(), source);

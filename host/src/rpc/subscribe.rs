@@ -50,10 +50,15 @@ pub(super) async fn subscribe(
             available.join(", ")
         ))));
     };
-    let resume = match resume::take_options(&mut params, filter.source) {
-        Ok(resume) => resume,
+    let options = match resume::take_options(&mut params, filter.source) {
+        Ok(options) => options,
         Err(error) => return Outcome::Reply(Err(error)),
     };
+    if options.finality.is_some() && !ctx.chain.knows_finality() {
+        return Outcome::Reply(Err(RpcError::unavailable(
+            "finality is not followed on an edge of the bus yet: subscribe through the ingest's chain, or without finality",
+        )));
+    }
     let limit = ctx.limits.max_subscriptions_per_connection;
     if connection.owned().len() >= limit {
         return Outcome::Reply(Err(RpcError::limit_exceeded(format!(
@@ -85,7 +90,8 @@ pub(super) async fn subscribe(
         params: Value::Array(params).to_string(),
         sink: connection.sink.clone(),
         start,
-        resume,
+        resume: options.from,
+        finality: options.finality,
     };
     match filter.subscribe(request).await {
         Ok(()) if acked => Outcome::Sent,

@@ -65,7 +65,7 @@ fn generate() -> [String; 4] {
                         line(3, block.log_json(index, false));
                     }
                 }
-                SourceEvent::Synced | SourceEvent::Logged { .. } => {
+                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
                     unreachable!("steps carry no marker")
                 }
             }

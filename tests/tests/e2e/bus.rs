@@ -192,7 +192,9 @@ async fn the_stream_is_one_linear_log() {
             let change = match event {
                 SourceEvent::Block(block) => ChainEvent::Added(block),
                 SourceEvent::Pending(txs) => ChainEvent::Pending(txs),
-                SourceEvent::Synced | SourceEvent::Logged { .. } => continue,
+                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
+                    continue;
+                }
             };
             steps.push(log.append(change));
         }

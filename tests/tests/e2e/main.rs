@@ -11,6 +11,7 @@ mod faulty_node;
 mod filter_contract_v02;
 mod filter_hot_swap;
 mod filter_isolation;
+mod finality;
 mod forward;
 mod limits;
 mod load;

@@ -36,7 +36,9 @@ use crate::eventlog::{EventLog, Position};
 use crate::fanout::{self, Notice, Sink, Via};
 use crate::filters::batch::EventBatch;
 use crate::metrics::ActorMetrics;
+use crate::model::Grade;
 use pairs::Pair;
+use replay::Turn;
 
 /// Batches (and commands) an actor may have waiting; a full queue makes the
 /// chain wait, which pushes back on its source instead of buffering without
@@ -87,6 +89,10 @@ pub struct Subscribe {
     pub start: Start,
     /// Replay the log from here before the live events.
     pub resume: Option<ResumeFrom>,
+    /// Tell of a block only once it is this final, never of a removal
+    /// (docs/src/api.md, Finality): the subscription reads the log, behind
+    /// the grade, and never joins the live batches.
+    pub finality: Option<Grade>,
 }
 
 /// How a new subscription's first notification is ordered after the
@@ -184,6 +190,7 @@ impl FilterHandle {
         let actor = Actor {
             chain: chain.clone(),
             log: log.clone(),
+            finality: log.finality_changes(),
             runtime,
             instances,
             component,
@@ -303,6 +310,8 @@ struct Record {
     /// Closed until the session queued the batch response carrying the id.
     gate: Option<Arc<AtomicBool>>,
     feed: Feed,
+    /// The grade a block must reach before it is told of.
+    finality: Option<Grade>,
 }
 
 /// Where a subscription's notifications come from now.
@@ -369,6 +378,8 @@ struct Actor {
     chain: Arc<str>,
     /// What resuming subscriptions replay.
     log: Arc<EventLog>,
+    /// Wakes an actor whose every replay waits for a finality grade.
+    finality: tokio::sync::watch::Receiver<crate::eventlog::Finality>,
     /// Drives the wait for a command, with a timeout, while replays wait.
     runtime: tokio::runtime::Handle,
     /// Makes the instances: the engine, or a test's stand-in.
@@ -398,21 +409,33 @@ impl Actor {
     fn run(mut self, mut rx: mpsc::Receiver<Command>) {
         loop {
             let command = if self.replaying() {
-                let moved = self.guarded(Self::replay_turn).unwrap_or(false);
+                let turn = self.guarded(Self::replay_turn).unwrap_or(Turn::Blocked);
                 match rx.try_recv() {
                     Ok(command) => command,
                     Err(TryRecvError::Disconnected) => return,
-                    Err(TryRecvError::Empty) if moved => continue,
-                    // Every replay waits on its reader or its gate.
+                    Err(TryRecvError::Empty) if turn == Turn::Moved => continue,
+                    // Every replay waits: on its reader or its gate (look
+                    // again shortly), or on a finality grade (until it
+                    // moves).
                     Err(TryRecvError::Empty) => {
+                        let finality = &mut self.finality;
                         let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             self.runtime.block_on(async {
-                                tokio::time::timeout(REPLAY_WAIT, rx.recv()).await
+                                if turn == Turn::Final {
+                                    tokio::select! {
+                                        command = rx.recv() => Ok(command),
+                                        _ = finality.changed() => Err(()),
+                                    }
+                                } else {
+                                    tokio::time::timeout(REPLAY_WAIT, rx.recv())
+                                        .await
+                                        .map_err(drop)
+                                }
                             })
                         }));
                         match waited {
                             Ok(Ok(Some(command))) => command,
-                            Ok(Err(_)) => continue,
+                            Ok(Err(())) => continue,
                             // The handles are gone, or the runtime's timers
                             // are (it is shutting down).
                             Ok(Ok(None)) | Err(_) => return,
@@ -497,6 +520,7 @@ impl Actor {
             sink,
             start,
             resume,
+            finality,
         } = request;
         if let Some(reason) = &self.disabled {
             return Err(SubscribeError::Unavailable(format!(
@@ -504,10 +528,13 @@ impl Actor {
                 self.topic()
             )));
         }
-        let feed = match &resume {
-            None => Feed::Live { after: 0 },
-            Some(from) => Feed::Replaying {
+        let feed = match (&resume, finality) {
+            (None, None) => Feed::Live { after: 0 },
+            (Some(from), _) => Feed::Replaying {
                 next: self.log.start_of(from)?,
+            },
+            (None, Some(grade)) => Feed::Replaying {
+                next: self.log.first_not_final(grade),
             },
         };
         let outcome = self
@@ -546,6 +573,7 @@ impl Actor {
                 sink,
                 gate,
                 feed,
+                finality,
             },
         );
         self.count_subscribers();

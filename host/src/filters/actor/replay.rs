@@ -11,6 +11,13 @@
 //! on: those up to the head were replayed, and every later one reaches the
 //! actor, since the pipeline appends a step before it checks for
 //! subscribers and the subscription was counted before.
+//!
+//! A subscription waiting for a finality grade (docs/src/api.md, Finality)
+//! replays for good: it reads the log behind the grade, told of each block
+//! the step that added it as canonical once the grade reaches it, and
+//! passing over removals, pending transactions and blocks a reorg
+//! replaced. When nothing but the grade holds every replay back, the
+//! actor sleeps until a command or the grade moves.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,10 +28,11 @@ use chainsieve_filter_core::Matches;
 use super::pairs::{self, Pair};
 use super::{Actor, Feed};
 use crate::eventlog::cursor::Mark;
-use crate::eventlog::{Position, Step};
+use crate::eventlog::{EventLog, Position, Step};
 use crate::fanout::Via;
 use crate::filters::batch::EventBatch;
 use crate::filters::instance::Instance;
+use crate::model::{ChainEvent, Grade};
 
 /// The JSON-RPC error code ending a replay that fell out of the log's
 /// window: EIP-1474's "resource not found", as for a resume older than it.
@@ -35,6 +43,58 @@ const FELL_BEHIND: i64 = -32001;
 /// subscribers keep their latency (docs/src/benchmarks.md, Resume).
 const REPLAY_RATE: f64 = 50_000.0;
 const REPLAY_BURST: f64 = 1_000.0;
+
+/// Steps a subscription waiting for a grade may pass over in one turn
+/// (removals, pending batches, replaced blocks cost a lookup each).
+const SKIPS_PER_TURN: usize = 256;
+
+/// What a turn of the replays came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Turn {
+    /// Some replay moved: take another turn soon.
+    Moved,
+    /// Replays wait on their readers' room, their gates or the budget:
+    /// look again shortly.
+    Blocked,
+    /// Every replay waits for a finality grade to move.
+    Final,
+}
+
+/// Whether a subscription waiting for `grade`, at `next`, is told of the
+/// step there now, passes over it, or waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Due {
+    Now,
+    Skip,
+    Wait,
+}
+
+fn due(log: &EventLog, grade: Grade, next: Mark) -> Due {
+    // Paused inside a step it is being told of.
+    if next.index > 0 {
+        return Due::Now;
+    }
+    if next.position > log.head() {
+        return Due::Wait;
+    }
+    // Out of the window: the replay's own path ends it.
+    let Some(step) = log.get(next.position) else {
+        return Due::Now;
+    };
+    match &step.change {
+        ChainEvent::Added(block) => match log.finality().height(grade) {
+            Some(height) if block.number() <= height => {
+                if log.is_canonical(block.number(), step.position) {
+                    Due::Now
+                } else {
+                    Due::Skip
+                }
+            }
+            _ => Due::Wait,
+        },
+        ChainEvent::Removed(_) | ChainEvent::Pending(_) => Due::Skip,
+    }
+}
 
 /// A token bucket over [`REPLAY_RATE`].
 struct Budget {
@@ -144,33 +204,52 @@ impl Actor {
         !self.replay.keys.is_empty()
     }
 
-    /// Moves the replays on by at most one step of the log; false when
-    /// none could move (each waits for its reader, or for its batch
-    /// response to be queued).
-    pub(super) fn replay_turn(&mut self) -> bool {
+    /// Moves the replays on by at most one step of the log.
+    pub(super) fn replay_turn(&mut self) -> Turn {
         if self.join_live() {
-            return true;
+            return Turn::Moved;
         }
+        let skipped = self.pass_over();
         if self.replay.budget.is_empty() {
-            return false;
+            return Turn::Blocked;
         }
-        let Some(position) = self
+        let log = &self.log;
+        let ready = |record: &super::Record| {
+            let Feed::Replaying { next } = record.feed else {
+                return None;
+            };
+            let due = record
+                .finality
+                .map_or(Due::Now, |grade| due(log, grade, next));
+            Some((next, due))
+        };
+        let mut only_finality = true;
+        let mut position = None;
+        for record in self
             .replay
             .keys
             .iter()
             .filter_map(|key| self.subscriptions.get(key))
-            .filter(|record| record.announced() && record.sink.room_to_spare() > 0)
-            .filter_map(|record| match record.feed {
-                Feed::Replaying { next } => Some(next.position),
-                Feed::Live { .. } => None,
-            })
-            .min()
-        else {
-            return false;
+        {
+            let Some((next, due)) = ready(record) else {
+                continue;
+            };
+            let room = record.announced() && record.sink.room_to_spare() > 0;
+            only_finality &= due == Due::Wait;
+            if room && due == Due::Now {
+                position = Some(position.map_or(next.position, |p: Position| p.min(next.position)));
+            }
+        }
+        let Some(position) = position else {
+            return match (skipped, only_finality) {
+                (true, _) => Turn::Moved,
+                (false, true) => Turn::Final,
+                (false, false) => Turn::Blocked,
+            };
         };
         let Some(step) = self.log.get(position) else {
             self.end_fallen_behind(position);
-            return true;
+            return Turn::Moved;
         };
         match self.matched(&step) {
             Some(matched) => self.deliver_replayed(&matched),
@@ -178,7 +257,30 @@ impl Actor {
             // subscriptions, as a failed live batch is to live ones.
             None => self.advance_past(position),
         }
-        true
+        Turn::Moved
+    }
+
+    /// Moves each subscription waiting for a grade past the steps it is
+    /// not told of; true if any moved.
+    fn pass_over(&mut self) -> bool {
+        let mut moved = false;
+        for key in &self.replay.keys {
+            let Some(record) = self.subscriptions.get_mut(key) else {
+                continue;
+            };
+            let (Some(grade), Feed::Replaying { mut next }) = (record.finality, record.feed) else {
+                continue;
+            };
+            for _ in 0..SKIPS_PER_TURN {
+                if due(&self.log, grade, next) != Due::Skip {
+                    break;
+                }
+                next = Mark::step(next.position + 1);
+                moved = true;
+            }
+            record.feed = Feed::Replaying { next };
+        }
+        moved
     }
 
     /// Moves every replay whose mark is past the log's head to the live
@@ -190,6 +292,7 @@ impl Actor {
             if let Some(record) = self.subscriptions.get_mut(key)
                 && let Feed::Replaying { next } = record.feed
                 && next.position > head
+                && record.finality.is_none()
             {
                 record.feed = Feed::Live {
                     after: next.position - 1,
@@ -274,7 +377,11 @@ impl Actor {
             let Feed::Replaying { next } = record.feed else {
                 continue;
             };
-            if next.position != matched.position {
+            if next.position != matched.position
+                || record
+                    .finality
+                    .is_some_and(|grade| due(&self.log, grade, next) != Due::Now)
+            {
                 continue;
             }
             let Some(batch) = &matched.batch else {

@@ -14,8 +14,7 @@ use crate::fanout::{Frame, Frames, Notice};
 use crate::filters::testing::{builtin, subscribe_all, to_everything};
 use crate::ingest::devnet::{Devnet, DevnetSettings};
 use crate::metrics::Metrics;
-use crate::model::Block;
-use crate::model::ChainEvent;
+use crate::model::{Block, ChainEvent, Grade};
 
 /// What the stand-ins do, shared with the test that scripts them.
 #[derive(Default)]
@@ -212,6 +211,24 @@ impl Harness {
         from: ResumeFrom,
         capacity: usize,
     ) -> Result<(Frames, fanout::Sink), SubscribeError> {
+        self.subscribe(key, Some(from), None, capacity).await
+    }
+
+    /// Subscribes `key` (id `0x<key>`) to blocks once they are `grade`
+    /// final, from now.
+    async fn finally(&self, key: u64, grade: Grade) -> (Frames, fanout::Sink) {
+        self.subscribe(key, None, Some(grade), 64)
+            .await
+            .expect("subscribed")
+    }
+
+    async fn subscribe(
+        &self,
+        key: u64,
+        resume: Option<ResumeFrom>,
+        finality: Option<Grade>,
+        capacity: usize,
+    ) -> Result<(Frames, fanout::Sink), SubscribeError> {
         let (sink, frames) = fanout::Sink::new(capacity);
         self.handle
             .subscribe(Subscribe {
@@ -220,7 +237,8 @@ impl Harness {
                 params: "[]".into(),
                 sink: sink.clone(),
                 start: Start::Now,
-                resume: Some(from),
+                resume,
+                finality,
             })
             .await?;
         Ok((frames, sink))
@@ -395,6 +413,44 @@ async fn a_resume_replays_the_log_then_joins_live_with_no_gap_or_duplicate() {
     // The subscriber that never left got the live ones only, once each.
     let live: Vec<String> = (4..=8).map(|n| h.head(n)).collect();
     assert_eq!(take(&mut h.frames, 5).await, live);
+}
+
+/// A subscription waiting for finality is told of each canonical block
+/// once the grade reaches it, in chain order, with the cursor of the step
+/// that added it, and never of a block a reorg replaced or of the removal;
+/// it sleeps until the grade moves, and never joins the live batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_subscription_hears_only_final_canonical_blocks() {
+    let mut h = harness().await;
+    h.log_only(0);
+    h.log.raise_finality(Grade::Finalized, 0);
+    let (mut frames, _sink) = h.finally(2, Grade::Finalized).await;
+    h.send(1).await;
+    h.send(2).await;
+    // Block 3 of another branch, replaced by the canonical 3.
+    let orphan = Arc::new(Block::fixture(3, 9, h.heads[2].hash, &[]));
+    h.log.append(ChainEvent::Added(orphan.clone()));
+    h.log.append(ChainEvent::Removed(orphan));
+    for n in 3..6 {
+        h.send(n).await;
+    }
+    let live: Vec<String> = (1..6).map(|n| h.head(n)).collect();
+    assert_eq!(take(&mut h.frames, 5).await, live, "the live subscriber");
+    assert!(frames.try_recv().is_none(), "nothing is final yet");
+    assert!(h.log.raise_finality(Grade::Finalized, 3));
+    let want: Vec<String> = (1..=3).map(|n| h.head_to("0x2", n)).collect();
+    assert_eq!(take(&mut frames, 3).await, want);
+    // Safe alone is not enough for a finalized subscription.
+    h.log.raise_finality(Grade::Safe, 5);
+    h.send(6).await;
+    take(&mut h.frames, 1).await;
+    assert!(frames.try_recv().is_none(), "{:?}", frames.try_recv());
+    h.log.raise_finality(Grade::Finalized, 4);
+    assert_eq!(take(&mut frames, 1).await, vec![h.head_to("0x2", 4)]);
+    // A safe subscription made now starts after the safe block.
+    let (mut safe, _sink) = h.finally(3, Grade::Safe).await;
+    h.log.raise_finality(Grade::Safe, 6);
+    assert_eq!(take(&mut safe, 1).await, vec![h.head_to("0x3", 6)]);
 }
 
 /// `fromBlock` starts at the block's own step; a block past the tip, or

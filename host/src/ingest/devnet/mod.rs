@@ -61,7 +61,7 @@ pub use crate::contracts::catalog::KnownToken;
 pub use calls::DevnetCalls;
 pub use ledger::{Ledger, Mined};
 pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission, intrinsic};
-pub use profile::{KnownPool, known_pools, known_tokens, typical_tip};
+pub use profile::{FinalityDepths, KnownPool, known_pools, known_tokens, typical_tip};
 pub use task::{MineRequest, run};
 pub use workload::{EMPTY_BLOB_COMMITMENT, empty_blob_hash};
 
@@ -201,6 +201,13 @@ impl Devnet {
     /// Block 0: the first thing [`run`] sends.
     pub fn genesis(&self) -> Arc<Block> {
         self.genesis.clone()
+    }
+
+    /// How far below the tip the chain's `safe` and `finalized` blocks are:
+    /// the profile's depths, deeper than the configured reorgs.
+    pub fn finality_depths(&self) -> FinalityDepths {
+        let reorgs = (self.settings.reorg_every > 0).then_some(self.settings.reorg_depth);
+        self.profile.finality.beyond(reorgs)
     }
 
     /// The configured block time, else the chain's own.
@@ -442,7 +449,9 @@ mod tests {
                             mined.insert(tx.hash);
                         }
                     }
-                    SourceEvent::Synced | SourceEvent::Logged { .. } => {
+                    SourceEvent::Synced
+                    | SourceEvent::Logged { .. }
+                    | SourceEvent::Finality { .. } => {
                         unreachable!("steps carry no marker")
                     }
                 }

@@ -4,6 +4,7 @@
 use alloy_primitives::Address;
 
 use crate::contracts::catalog::{self, Factory, KnownToken, bsc, ethereum, polygon};
+use crate::model::{FinalMark, SourceEvent};
 
 /// A Uniswap-V2-style pair, at the address its factory derives by CREATE2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,8 +43,42 @@ pub(super) struct Profile {
     /// Whether the chain takes EIP-4844 blob transactions (Polygon PoS
     /// does not).
     pub(super) blobs: bool,
+    /// How far below the tip the `safe` and `finalized` blocks are.
+    pub(super) finality: FinalityDepths,
     pub(super) tokens: &'static [KnownToken],
     pub(super) pools: &'static [PoolSpec],
+}
+
+/// How far below the tip a chain's `safe` and `finalized` blocks are, as
+/// the devnet reports them (docs/src/devnet.md, Finality).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinalityDepths {
+    pub safe: u64,
+    pub finalized: u64,
+}
+
+impl FinalityDepths {
+    /// At least one block deeper than the devnet's reorgs (`reorg_depth`,
+    /// when reorgs are on), so no reorg reaches a final block.
+    pub(super) fn beyond(self, reorg_depth: Option<u64>) -> Self {
+        let least = reorg_depth.map_or(0, |depth| depth + 1);
+        Self {
+            safe: self.safe.max(least),
+            finalized: self.finalized.max(least),
+        }
+    }
+
+    /// What the chain's finality is once block `tip` is its head.
+    pub(super) fn at(self, tip: u64) -> SourceEvent {
+        let mark = |depth: u64| {
+            tip.checked_sub(depth)
+                .map(|number| FinalMark { number, hash: None })
+        };
+        SourceEvent::Finality {
+            safe: mark(self.safe),
+            finalized: mark(self.finalized),
+        }
+    }
 }
 
 /// The profile of `chain_id`; an unknown id gets Ethereum's.
@@ -55,6 +90,12 @@ pub(super) fn profile(chain_id: u64) -> Profile {
             base_fee: 0,
             tip: 50_000_000,
             blobs: true,
+            // Fast finality: a block is finalized once the next two have
+            // votes from two thirds of the validators.
+            finality: FinalityDepths {
+                safe: 1,
+                finalized: 2,
+            },
             tokens: catalog::BSC.tokens,
             pools: &[PoolSpec {
                 factory: &bsc::PANCAKESWAP_V2,
@@ -71,6 +112,11 @@ pub(super) fn profile(chain_id: u64) -> Profile {
             base_fee: 30_000_000_000,
             tip: 30_000_000_000,
             blobs: false,
+            // Milestones: finality within seconds, some 16 blocks.
+            finality: FinalityDepths {
+                safe: 8,
+                finalized: 16,
+            },
             tokens: catalog::POLYGON.tokens,
             pools: &[PoolSpec {
                 factory: &polygon::QUICKSWAP,
@@ -86,6 +132,11 @@ pub(super) fn profile(chain_id: u64) -> Profile {
             base_fee: 500_000_000,
             tip: 100_000_000,
             blobs: true,
+            // Two epochs of 32 slots to finality; one to `safe` (justified).
+            finality: FinalityDepths {
+                safe: 32,
+                finalized: 64,
+            },
             tokens: catalog::ETHEREUM.tokens,
             pools: &[
                 PoolSpec {

@@ -92,9 +92,10 @@ mod tests {
                 .into_iter()
                 .filter_map(|e| match e {
                     SourceEvent::Block(b) => Some(b),
-                    SourceEvent::Pending(_) | SourceEvent::Synced | SourceEvent::Logged { .. } => {
-                        None
-                    }
+                    SourceEvent::Pending(_)
+                    | SourceEvent::Synced
+                    | SourceEvent::Logged { .. }
+                    | SourceEvent::Finality { .. } => None,
                 })
                 .collect();
             let Some(first) = blocks.first() else {
@@ -165,9 +166,10 @@ mod tests {
                 .into_iter()
                 .filter_map(|e| match e {
                     SourceEvent::Block(b) => Some(b),
-                    SourceEvent::Pending(_) | SourceEvent::Synced | SourceEvent::Logged { .. } => {
-                        None
-                    }
+                    SourceEvent::Pending(_)
+                    | SourceEvent::Synced
+                    | SourceEvent::Logged { .. }
+                    | SourceEvent::Finality { .. } => None,
                 })
                 .collect()
         };

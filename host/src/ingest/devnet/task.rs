@@ -11,7 +11,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::mempool::Submission;
-use super::{Devnet, Done, Ledger, Step};
+use super::{Devnet, Done, FinalityDepths, Ledger, Step};
 use crate::model::SourceEvent;
 
 /// Submissions taken into one pending announcement at most.
@@ -38,14 +38,13 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let ledger = devnet.ledger();
-    if !send(
-        &out,
-        &shutdown,
-        &ledger,
-        SourceEvent::Block(devnet.genesis()),
-    )
-    .await
-    {
+    let sink = Sink {
+        out: &out,
+        shutdown: &shutdown,
+        ledger: &ledger,
+        finality: devnet.finality_depths(),
+    };
+    if !sink.send(SourceEvent::Block(devnet.genesis())).await {
         return;
     }
     // The generated past, back to back.
@@ -55,14 +54,14 @@ pub async fn run(
             if matches!(event, SourceEvent::Block(_)) {
                 history = history.saturating_sub(1);
             }
-            if !send(&out, &shutdown, &ledger, event).await {
+            if !sink.send(event).await {
                 return;
             }
         }
     }
     // What follows is live.
     devnet.go_live();
-    if !send(&out, &shutdown, &ledger, SourceEvent::Synced).await {
+    if !sink.send(SourceEvent::Synced).await {
         return;
     }
     let steps = devnet.settings.pending_batches_per_block.max(1) + 1;
@@ -127,7 +126,7 @@ pub async fn run(
                 // Announced before answered: a client holding the hash
                 // finds the transaction pending.
                 if !announced.is_empty()
-                    && !send(&out, &shutdown, &ledger, SourceEvent::Pending(announced)).await
+                    && !sink.send(SourceEvent::Pending(announced)).await
                 {
                     return;
                 }
@@ -139,7 +138,7 @@ pub async fn run(
         };
         let mined = events.iter().any(|e| matches!(e, SourceEvent::Block(_)));
         for event in events {
-            if !send(&out, &shutdown, &ledger, event).await {
+            if !sink.send(event).await {
                 return;
             }
         }
@@ -162,23 +161,39 @@ fn begin(devnet: &mut Devnet, working: &mut Option<JoinHandle<Done>>) -> Option<
     }
 }
 
-/// Sends `event` unless shutdown comes first (a full channel must not keep
-/// the devnet alive); false when the devnet should stop. The ledger notes
-/// the nonces of what is announced first, so a sender that reads its
-/// pending nonce once its transaction is announced sees it counted.
-async fn send(
-    out: &mpsc::Sender<SourceEvent>,
-    shutdown: &CancellationToken,
-    ledger: &Ledger,
-    event: SourceEvent,
-) -> bool {
-    if let SourceEvent::Pending(txs) = &event {
-        ledger.announced(txs);
-    }
-    tokio::select! {
-        biased;
-        () = shutdown.cancelled() => false,
-        sent = out.send(event) => sent.is_ok(),
+/// Where the devnet's events go.
+struct Sink<'a> {
+    out: &'a mpsc::Sender<SourceEvent>,
+    shutdown: &'a CancellationToken,
+    ledger: &'a Ledger,
+    finality: FinalityDepths,
+}
+
+impl Sink<'_> {
+    /// Sends `event` unless shutdown comes first (a full channel must not
+    /// keep the devnet alive); false when the devnet should stop. The
+    /// ledger notes the nonces of what is announced first, so a sender
+    /// that reads its pending nonce once its transaction is announced sees
+    /// it counted. A block is followed by the finality it brings.
+    async fn send(&self, event: SourceEvent) -> bool {
+        if let SourceEvent::Pending(txs) = &event {
+            self.ledger.announced(txs);
+        }
+        let finality = match &event {
+            SourceEvent::Block(block) => Some(self.finality.at(block.number())),
+            _ => None,
+        };
+        for event in std::iter::once(event).chain(finality) {
+            let sent = tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => false,
+                sent = self.out.send(event) => sent.is_ok(),
+            };
+            if !sent {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -335,14 +350,19 @@ mod tests {
         let shutdown = CancellationToken::new();
         tokio::spawn(run(devnet, out, closed(), no_mines(), shutdown.clone()));
         let mut blocks = Vec::new();
+        let mut finality = Vec::new();
         loop {
             match next_event(&mut events, "history arrives at once").await {
                 SourceEvent::Block(block) => blocks.push(block),
                 SourceEvent::Pending(_) => {}
                 SourceEvent::Synced => break,
+                SourceEvent::Finality { safe, finalized } => finality.push((safe, finalized)),
                 SourceEvent::Logged { .. } => panic!("the devnet logs no steps"),
             }
         }
+        // Each block is followed by its finality: Ethereum's profile, no
+        // final block yet six blocks in.
+        assert_eq!(finality, vec![(None, None); 6]);
         assert_eq!(
             blocks.len(),
             6,
@@ -387,6 +407,7 @@ mod tests {
                     assert_eq!((block.number(), pending), (1, 4));
                     break;
                 }
+                SourceEvent::Finality { .. } => {}
                 SourceEvent::Synced | SourceEvent::Logged { .. } => {
                     panic!("the history ends after block 1")
                 }

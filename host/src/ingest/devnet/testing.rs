@@ -47,7 +47,7 @@ pub(super) fn run_steps(
         match event {
             SourceEvent::Block(b) => blocks.push(b),
             SourceEvent::Pending(txs) => pending.extend(txs),
-            SourceEvent::Synced | SourceEvent::Logged { .. } => {
+            SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
                 unreachable!("steps carry no marker")
             }
         }

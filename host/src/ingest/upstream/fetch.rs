@@ -134,6 +134,17 @@ async fn ask(pool: &NodePool, node: usize, hash: B256) -> Answer {
     ];
     let results = match pool.node(node).batch_within(&calls, FETCH_TIMEOUT).await {
         Ok(results) => results,
+        // A node refuses the logs of a block it does not have (anvil,
+        // geth: "unknown block"): a block reorged away, not a failure.
+        Err(error @ NodeError::Rpc { .. }) => {
+            let header = [Call::new("eth_getBlockByHash", json!([hash, false]))];
+            return match pool.node(node).batch_within(&header, FETCH_TIMEOUT).await {
+                Ok(answer) if answer.first().is_some_and(|raw| raw.get() == "null") => {
+                    Answer::Missing
+                }
+                _ => Answer::Failed(error),
+            };
+        }
         Err(error) => return Answer::Failed(error),
     };
     match read(&results) {

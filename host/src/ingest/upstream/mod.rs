@@ -39,7 +39,7 @@ use fetch::{FETCH_TIMEOUT, Fetched};
 use watcher::{HeadRef, NodeEvent, Watched};
 
 use crate::model::wire::{self, NodeTransaction};
-use crate::model::{Block, SourceEvent, Transaction};
+use crate::model::{Block, FinalMark, SourceEvent, Transaction};
 use crate::node::{Call, NodePool, NodeState, Rules, decode};
 
 /// Blocks fetched per round trip while filling a gap.
@@ -130,6 +130,7 @@ pub async fn run(
         heads: vec![None; nodes],
         full_pending: vec![false; nodes],
         backlog: VecDeque::new(),
+        finality: (None, None),
     };
     tokio::select! {
         () = shutdown.cancelled() => {}
@@ -154,7 +155,12 @@ struct Ingest<'a> {
     full_pending: Vec<bool>,
     /// Events that arrived while a block was fetched, in order.
     backlog: VecDeque<NodeEvent>,
+    /// The finality last sent downstream.
+    finality: Finality,
 }
+
+/// A chain's `safe` and `finalized` blocks.
+type Finality = (Option<FinalMark>, Option<FinalMark>);
 
 impl Ingest<'_> {
     async fn run(mut self, mut events: mpsc::Receiver<NodeEvent>) {
@@ -320,7 +326,70 @@ impl Ingest<'_> {
             if self.delivered.contains(&target) || !self.deliver(target, events).await? {
                 return Ok(());
             }
+            self.follow_finality().await?;
         }
+    }
+
+    /// Asks the nodes how far the chain is final (their `safe` and
+    /// `finalized` blocks) and sends it on if it moved. As many counting
+    /// nodes as the quorum are asked and the lowest answer taken, so no
+    /// single node's claim makes a block final early. A node that knows
+    /// no such tags is passed over.
+    async fn follow_finality(&mut self) -> Result<(), Stopping> {
+        let asked: Vec<usize> = (0..self.heads.len())
+            .filter(|&n| self.pool.node(n).health().state().counts())
+            .take(self.settings.quorum)
+            .collect();
+        let calls = [
+            Call::new("eth_getBlockByNumber", json!(["safe", false])),
+            Call::new("eth_getBlockByNumber", json!(["finalized", false])),
+        ];
+        let mut lowest: Finality = (None, None);
+        let mut answered = 0;
+        for node in asked {
+            let Ok(answers) = self
+                .pool
+                .node(node)
+                .batch_within(&calls, FETCH_TIMEOUT)
+                .await
+            else {
+                continue;
+            };
+            let mark = |raw: &serde_json::value::RawValue| {
+                decode::<Option<HeadRef>>("eth_getBlockByNumber", raw)
+                    .ok()
+                    .flatten()
+                    .map(|head| FinalMark {
+                        number: head.number.to(),
+                        hash: Some(head.hash),
+                    })
+            };
+            let [safe, finalized] = answers.as_slice() else {
+                continue;
+            };
+            let low = |a: Option<FinalMark>, b: Option<FinalMark>| match (a, b) {
+                (Some(a), Some(b)) => Some(if b.number < a.number { b } else { a }),
+                (a, None) if answered == 0 => a,
+                (None, b) if answered == 0 => b,
+                _ => None,
+            };
+            lowest = (low(lowest.0, mark(safe)), low(lowest.1, mark(finalized)));
+            answered += 1;
+        }
+        // A node ahead of what was delivered names blocks not placed yet:
+        // those marks wait for a later ask.
+        let tip = self.delivered.tip_number();
+        let placed = |mark: Option<FinalMark>| mark.filter(|m| m.number <= tip);
+        let lowest = (placed(lowest.0), placed(lowest.1));
+        if answered == 0 || lowest == self.finality || lowest == (None, None) {
+            return Ok(());
+        }
+        self.finality = lowest;
+        let (safe, finalized) = lowest;
+        self.out
+            .send(SourceEvent::Finality { safe, finalized })
+            .await
+            .map_err(|_| Stopping)
     }
 
     /// The nodes to ask for `hash`: those whose head is on it, then those
@@ -369,7 +438,10 @@ impl Ingest<'_> {
             }
         };
         let (block, served_by) = match fetched {
-            Fetched::Block(block, node) => (block, node),
+            Fetched::Block(block, node) => {
+                tracing::debug!(chain = %self.settings.chain, block = block.number(), node = %self.pool.node(node).spec.name, "block fetched");
+                (block, node)
+            }
             // Reorged away before it was asked for; the votes will move.
             Fetched::Missing => return Ok(false),
             Fetched::Failed(reasons) => {
