@@ -52,6 +52,8 @@ async fn finalized_subscribers_never_see_a_removal_and_resume_by_cursor() {
         .expect("connect");
     let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
     let contract = deploy_ping(&mut client, &heads, &anvil).await;
+    // Its block is delivered, so mined: the head asked now is it.
+    let deployed = anvil.block_number().await.expect("head");
 
     // Refused on pending transactions, with the reason.
     let refused = client
@@ -81,7 +83,8 @@ async fn finalized_subscribers_never_see_a_removal_and_resume_by_cursor() {
     // Six calls, a block each, all delivered; then the last three
     // replaced by a reorg.
     anvil.ping(&contract, 6).await;
-    let top = anvil.block_number().await.expect("head");
+    // A block each (anvil answers before mining: counted, not asked).
+    let top = deployed + 6;
     let mut seen = Vec::new();
     while seen.len() < 6 {
         seen.push(next_of(&mut plain, &plain_logs).await["result"].clone());

@@ -93,23 +93,37 @@ impl Watcher {
     }
 }
 
-/// Calls the contract (a block with a log and a transaction, automined)
-/// `count` times, and reads both chains' subscribers through the last one.
-async fn calls(anvil: &Anvil, contract: &str, count: usize, both: &mut [&mut Watcher]) -> u64 {
-    anvil.ping(contract, count).await;
-    let head = anvil.block_number().await.expect("head");
-    for watcher in both.iter_mut() {
-        watcher.through(head).await;
+/// The contract's calls, each a block of its own (automined): a
+/// transaction and a log. It counts the blocks itself: anvil answers a
+/// call before its block is mined, so asking for the head races it.
+struct Caller<'a> {
+    anvil: &'a Anvil,
+    contract: String,
+    /// The last block mined.
+    head: u64,
+}
+
+impl Caller<'_> {
+    /// `count` calls, without waiting for their blocks.
+    async fn call(&mut self, count: usize) {
+        self.anvil.ping(&self.contract, count).await;
+        self.head += count as u64;
     }
-    head
+
+    /// `count` calls, then both chains' subscribers read through the last.
+    async fn calls(&mut self, count: usize, both: &mut [&mut Watcher]) {
+        self.call(count).await;
+        for watcher in both.iter_mut() {
+            watcher.through(self.head).await;
+        }
+    }
 }
 
 /// Calls, a block at a time, until node `index` of `eth` counts again (a
 /// node set aside rejoins after heads in a row at the chain's tip).
 async fn until_live(
     server: &TestServer,
-    anvil: &Anvil,
-    contract: &str,
+    caller: &mut Caller<'_>,
     index: usize,
     both: &mut [&mut Watcher],
 ) {
@@ -118,7 +132,7 @@ async fn until_live(
         if pool.states()[index].1.name() == "live" {
             return;
         }
-        calls(anvil, contract, 1, both).await;
+        caller.calls(1, both).await;
     }
     panic!("node {index} never rejoined: {:?}", pool.states());
 }
@@ -175,27 +189,32 @@ async fn subscribers_of_three_nodes_see_what_one_healthy_node_gives_while_nodes_
     let mut eth = Watcher::start(&server, "eth", &contract).await;
     let mut direct = Watcher::start(&server, "direct", &contract).await;
     let mut both = [&mut eth, &mut direct];
+    let mut caller = Caller {
+        anvil: &anvil,
+        contract: contract.clone(),
+        head: deployed,
+    };
 
-    calls(&anvil, &contract, 2, &mut both).await;
+    caller.calls(2, &mut both).await;
 
     // Killed: the port closes under the connections.
     a.kill().await;
     server.node_state("eth", 0, "down").await;
-    calls(&anvil, &contract, 3, &mut both).await;
+    caller.calls(3, &mut both).await;
     a.revive().await.expect("revive");
-    until_live(&server, &anvil, &contract, 0, &mut both).await;
+    until_live(&server, &mut caller, 0, &mut both).await;
 
     // Hung: connections open, nothing answered.
     b.stall();
-    calls(&anvil, &contract, 3, &mut both).await;
+    caller.calls(3, &mut both).await;
     b.heal();
-    calls(&anvil, &contract, 2, &mut both).await;
+    caller.calls(2, &mut both).await;
 
     // Five blocks behind.
     c.lag(5);
-    calls(&anvil, &contract, 7, &mut both).await;
+    caller.calls(7, &mut both).await;
     c.heal();
-    calls(&anvil, &contract, 2, &mut both).await;
+    caller.calls(2, &mut both).await;
 
     // Corrupt bodies from one node while the other two are a block
     // behind: the corrupt node alone has block `x` when it is due. It is
@@ -204,18 +223,17 @@ async fn subscribers_of_three_nodes_see_what_one_healthy_node_gives_while_nodes_
     a.corrupt_bodies(true);
     b.lag(1);
     c.lag(1);
-    anvil.ping(&contract, 1).await;
+    caller.call(1).await;
     server.node_state("eth", 0, "excluded").await;
-    anvil.ping(&contract, 1).await;
-    let head = anvil.block_number().await.expect("head");
-    direct.through(head).await;
-    eth.through(head - 1).await;
+    caller.call(1).await;
+    direct.through(caller.head).await;
+    eth.through(caller.head - 1).await;
     a.corrupt_bodies(false);
     b.heal();
     c.heal();
     let mut both = [&mut eth, &mut direct];
-    until_live(&server, &anvil, &contract, 0, &mut both).await;
-    calls(&anvil, &contract, 2, &mut both).await;
+    until_live(&server, &mut caller, 0, &mut both).await;
+    caller.calls(2, &mut both).await;
     let states = node_states(&server, "eth").await;
     assert!(
         states.iter().all(|(_, state)| state == "live"),
@@ -519,4 +537,58 @@ async fn calls_go_to_a_node_that_can_answer_them() {
         .await
         .expect("answered");
     assert_eq!(none["error"]["code"], -32002, "{none}");
+}
+
+/// When every node serves a block failing the same check, the check is
+/// taken to be wrong, not the nodes: the block goes out, counted in
+/// `chainsieve_unverified_blocks_total`, and no node is set aside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_every_node_serves_the_same_wrong_way_goes_out_counted() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let upstream = anvil.ws_url();
+    let (a, b) = tokio::try_join!(FaultyNode::start(&upstream), FaultyNode::start(&upstream))
+        .expect("two nodes");
+    let server = server(&anvil, &[&a, &b]).await;
+    for node in 0..2 {
+        server.node_state("eth", node, "live").await;
+    }
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    a.corrupt_bodies(true);
+    b.corrupt_bodies(true);
+    let sent = anvil
+        .send(json!({ "from": DEV_ACCOUNT, "to": DEV_ACCOUNT, "value": "0x1" }))
+        .await
+        .expect("sent");
+    // Its block, the first after genesis (anvil answers before it is
+    // mined, so its head is waited for, not asked).
+    loop {
+        let (id, result) = client.next_notification().await.expect("a head");
+        if id == heads && quantity(&result["number"]) == 1 {
+            break;
+        }
+    }
+    let metrics = reqwest::get(format!("http://{}/metrics", server.addr))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("chainsieve_unverified_blocks_total{chain=\"eth\"} 1"),
+        "{metrics}"
+    );
+    let states = node_states(&server, "eth").await;
+    assert!(
+        states.iter().all(|(_, state)| state == "live"),
+        "{states:?}"
+    );
+    // What went out is what the nodes served: the changed value.
+    let tx = client
+        .call("eth_getTransactionByHash", json!([sent]))
+        .await
+        .expect("answered");
+    assert_eq!(tx["result"]["value"], "0x0", "{tx}");
 }
