@@ -223,7 +223,9 @@ impl Timer {
             .json()
             .await?;
         anyhow::ensure!(
-            answers.as_array().is_some_and(|a| a.iter().all(|r| r["result"].is_string())),
+            answers
+                .as_array()
+                .is_some_and(|a| a.iter().all(|r| r["result"].is_string())),
             "anvil refused a transfer: {answers}"
         );
         anvil.mine(1).await?;
@@ -266,7 +268,9 @@ impl Timer {
             let added = self
                 .announced
                 .get(&hash)
-                .map_or(Duration::ZERO, |announced| at.saturating_duration_since(*announced));
+                .map_or(Duration::ZERO, |announced| {
+                    at.saturating_duration_since(*announced)
+                });
             self.added.record(added.as_micros().max(1) as u64)?;
             last = (at, added);
         }
@@ -339,18 +343,42 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
 fn summarize(runs: &[Run]) {
     let of = |figure: fn(&Run) -> f64| spread(runs.iter().map(figure).collect());
     println!("summary over {} runs: median (min–max)", runs.len());
-    println!("  CPU per block, 1 node: {} µs", of(|r| r.one.cpu_per_block_us));
-    println!("  CPU per block, 3 nodes: {} µs", of(|r| r.three.cpu_per_block_us));
+    println!(
+        "  CPU per block, 1 node: {} µs",
+        of(|r| r.one.cpu_per_block_us)
+    );
+    println!(
+        "  CPU per block, 3 nodes: {} µs",
+        of(|r| r.three.cpu_per_block_us)
+    );
     println!(
         "  ratio 3/1: {}",
         of(|r| r.three.cpu_per_block_us / r.one.cpu_per_block_us)
     );
-    println!("  added latency p50, 1 node: {} ms", of(|r| ms(&r.one.added, 0.5)));
-    println!("  added latency p99, 1 node: {} ms", of(|r| ms(&r.one.added, 0.99)));
-    println!("  added latency p50, 3 nodes: {} ms", of(|r| ms(&r.three.added, 0.5)));
-    println!("  added latency p99, 3 nodes: {} ms", of(|r| ms(&r.three.added, 0.99)));
-    println!("  killed: next head after {} ms", of(|r| r.killed.next_head_ms));
-    println!("  killed: its added latency {} ms", of(|r| r.killed.added_ms));
+    println!(
+        "  added latency p50, 1 node: {} ms",
+        of(|r| ms(&r.one.added, 0.5))
+    );
+    println!(
+        "  added latency p99, 1 node: {} ms",
+        of(|r| ms(&r.one.added, 0.99))
+    );
+    println!(
+        "  added latency p50, 3 nodes: {} ms",
+        of(|r| ms(&r.three.added, 0.5))
+    );
+    println!(
+        "  added latency p99, 3 nodes: {} ms",
+        of(|r| ms(&r.three.added, 0.99))
+    );
+    println!(
+        "  killed: next head after {} ms",
+        of(|r| r.killed.next_head_ms)
+    );
+    println!(
+        "  killed: its added latency {} ms",
+        of(|r| r.killed.added_ms)
+    );
     println!("  hung: next head after {} ms", of(|r| r.hung.next_head_ms));
     println!("  hung: its added latency {} ms", of(|r| r.hung.added_ms));
 }

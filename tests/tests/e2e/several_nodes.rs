@@ -17,13 +17,19 @@ const KEY: &str = "several-nodes-test";
 
 /// `eth` reads `nodes`; `direct` reads `anvil` itself.
 async fn server(anvil: &Anvil, nodes: &[&FaultyNode]) -> TestServer {
+    TestServer::start(config(anvil, nodes))
+        .await
+        .expect("server starts")
+}
+
+fn config(anvil: &Anvil, nodes: &[&FaultyNode]) -> Config {
     let chain = |source| ChainConfig {
         chain_id: Some(anvil.chain_id),
         source,
         ..Default::default()
     };
     let urls = nodes.iter().map(|n| n.ws_url()).collect();
-    let config = Config {
+    Config {
         chains: BTreeMap::from([
             ("eth".to_string(), chain(SourceConfig::Nodes(urls))),
             (
@@ -36,8 +42,7 @@ async fn server(anvil: &Anvil, nodes: &[&FaultyNode]) -> TestServer {
             ..Default::default()
         },
         ..Config::default()
-    };
-    TestServer::start(config).await.expect("server starts")
+    }
 }
 
 /// One client's subscriptions to every mined topic, and what they got.
@@ -591,4 +596,89 @@ async fn a_block_every_node_serves_the_same_wrong_way_goes_out_counted() {
         .await
         .expect("answered");
     assert_eq!(tx["result"]["value"], "0x0", "{tx}");
+}
+
+/// Hedging: with `rpc.hedge_after_ms`, a read the first node sits on is
+/// asked of the next, and its answer comes back long before the first
+/// node's share of the timeout (a minute here: without the hedge the call
+/// would outlast the client's wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hedged_read_is_answered_by_the_next_node_when_the_first_sits_on_it() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let upstream = anvil.ws_url();
+    let (hung, other) =
+        tokio::try_join!(FaultyNode::start(&upstream), FaultyNode::start(&upstream))
+            .expect("two nodes");
+    let mut config = config(&anvil, &[&hung, &other]);
+    config.rpc.timeout_ms = 120_000;
+    config.rpc.hedge_after_ms = Some(200);
+    let server = TestServer::start(config).await.expect("server starts");
+    for node in 0..2 {
+        server.node_state("eth", node, "live").await;
+    }
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    hung.stall();
+    let balance = client
+        .call("eth_getBalance", json!([DEV_ACCOUNT, "0x0"]))
+        .await
+        .expect("answered before the client gives up");
+    let direct = anvil
+        .rpc("eth_getBalance", json!([DEV_ACCOUNT, "0x0"]))
+        .await
+        .expect("anvil");
+    assert_eq!(balance["result"], direct, "{balance}");
+    assert_eq!(hung.requests("eth_getBalance"), 1, "asked first");
+    assert_eq!(other.requests("eth_getBalance"), 1, "then hedged");
+}
+
+/// A pending transaction every node announces goes out once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_transaction_every_node_announces_goes_out_once() {
+    let anvil = Anvil::start_with(1, 0, &["--no-mining"])
+        .await
+        .expect("anvil");
+    let upstream = anvil.ws_url();
+    let (a, b, c) = tokio::try_join!(
+        FaultyNode::start(&upstream),
+        FaultyNode::start(&upstream),
+        FaultyNode::start(&upstream),
+    )
+    .expect("three nodes");
+    let server = server(&anvil, &[&a, &b, &c]).await;
+    for node in 0..3 {
+        server.node_state("eth", node, "live").await;
+    }
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let pending = client
+        .subscribe(json!(["newPendingTransactions"]))
+        .await
+        .expect("pending");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    let mut sent = Vec::new();
+    for value in 1..=3 {
+        let tx = json!({ "from": DEV_ACCOUNT, "to": DEV_ACCOUNT, "value": format!("{value:#x}") });
+        sent.push(json!(anvil.send(tx).await.expect("sent")));
+    }
+    // Each announced by three nodes; then a block mines them, and its head
+    // comes after every announcement the nodes made before it.
+    let mut announced = Vec::new();
+    while announced.len() < sent.len() {
+        let (id, result) = client.next_notification().await.expect("in time");
+        if id == pending {
+            announced.push(result);
+        }
+    }
+    anvil.mine(1).await.expect("mine");
+    loop {
+        let (id, result) = client.next_notification().await.expect("in time");
+        if id == heads {
+            break;
+        }
+        assert_ne!(id, pending, "announced again: {result}");
+    }
+    assert_eq!(announced, sent, "each once, in order");
 }
