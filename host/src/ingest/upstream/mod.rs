@@ -49,6 +49,10 @@ const GAP_CHUNK: u64 = 32;
 /// the absence of heads, so no event announces it).
 const HEALTH_TICK: Duration = Duration::from_millis(250);
 
+/// How long a node may take to say how far the chain is final; one that
+/// is slower is passed over this time (the deciding task waits for it).
+const FINALITY_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// What the node watchers may have queued for the deciding task.
 const EVENT_QUEUE: usize = 1_024;
 
@@ -323,10 +327,13 @@ impl Ingest<'_> {
             else {
                 return Ok(());
             };
-            if self.delivered.contains(&target) || !self.deliver(target, events).await? {
+            if self.delivered.contains(&target) {
                 return Ok(());
             }
-            self.follow_finality().await?;
+            let Some(served_by) = self.deliver(target, events).await? else {
+                return Ok(());
+            };
+            self.follow_finality(served_by).await?;
         }
     }
 
@@ -335,53 +342,60 @@ impl Ingest<'_> {
     /// nodes as the quorum are asked and the lowest answer taken, so no
     /// single node's claim makes a block final early. A node that knows
     /// no such tags is passed over.
-    async fn follow_finality(&mut self) -> Result<(), Stopping> {
-        let asked: Vec<usize> = (0..self.heads.len())
-            .filter(|&n| self.pool.node(n).health().state().counts())
+    async fn follow_finality(&mut self, served_by: usize) -> Result<(), Stopping> {
+        // The node that just served a block first: it answers.
+        let others = (0..self.heads.len())
+            .filter(|&n| n != served_by && self.pool.node(n).health().state().counts());
+        let asked: Vec<usize> = std::iter::once(served_by)
+            .chain(others)
             .take(self.settings.quorum)
             .collect();
         let calls = [
             Call::new("eth_getBlockByNumber", json!(["safe", false])),
             Call::new("eth_getBlockByNumber", json!(["finalized", false])),
         ];
-        let mut lowest: Finality = (None, None);
-        let mut answered = 0;
-        for node in asked {
-            let Ok(answers) = self
-                .pool
-                .node(node)
-                .batch_within(&calls, FETCH_TIMEOUT)
-                .await
-            else {
+        let pool = self.pool;
+        let answers = futures_util::future::join_all(
+            asked
+                .iter()
+                .map(|&node| pool.node(node).batch_within(&calls, FINALITY_TIMEOUT)),
+        )
+        .await;
+        let mark = |raw: &serde_json::value::RawValue| {
+            decode::<Option<HeadRef>>("eth_getBlockByNumber", raw)
+                .ok()
+                .flatten()
+                .map(|head| FinalMark {
+                    number: head.number.to(),
+                    hash: Some(head.hash),
+                })
+        };
+        // Per grade, the lowest mark; none if any node that answered knows
+        // none.
+        let lower = |a: Option<FinalMark>, b: Option<FinalMark>| match (a, b) {
+            (Some(a), Some(b)) => Some(if b.number < a.number { b } else { a }),
+            _ => None,
+        };
+        let mut lowest: Option<Finality> = None;
+        for answer in answers.into_iter().flatten() {
+            let [safe, finalized] = answer.as_slice() else {
                 continue;
             };
-            let mark = |raw: &serde_json::value::RawValue| {
-                decode::<Option<HeadRef>>("eth_getBlockByNumber", raw)
-                    .ok()
-                    .flatten()
-                    .map(|head| FinalMark {
-                        number: head.number.to(),
-                        hash: Some(head.hash),
-                    })
-            };
-            let [safe, finalized] = answers.as_slice() else {
-                continue;
-            };
-            let low = |a: Option<FinalMark>, b: Option<FinalMark>| match (a, b) {
-                (Some(a), Some(b)) => Some(if b.number < a.number { b } else { a }),
-                (a, None) if answered == 0 => a,
-                (None, b) if answered == 0 => b,
-                _ => None,
-            };
-            lowest = (low(lowest.0, mark(safe)), low(lowest.1, mark(finalized)));
-            answered += 1;
+            let marks = (mark(safe), mark(finalized));
+            lowest = Some(match lowest {
+                None => marks,
+                Some(low) => (lower(low.0, marks.0), lower(low.1, marks.1)),
+            });
         }
+        let Some(lowest) = lowest else {
+            return Ok(());
+        };
         // A node ahead of what was delivered names blocks not placed yet:
         // those marks wait for a later ask.
         let tip = self.delivered.tip_number();
         let placed = |mark: Option<FinalMark>| mark.filter(|m| m.number <= tip);
         let lowest = (placed(lowest.0), placed(lowest.1));
-        if answered == 0 || lowest == self.finality || lowest == (None, None) {
+        if lowest == self.finality || lowest == (None, None) {
             return Ok(());
         }
         self.finality = lowest;
@@ -412,14 +426,15 @@ impl Ingest<'_> {
     }
 
     /// Fetches `target` and the blocks between it and what was delivered,
-    /// and sends them; false if it could not now. Pending transactions
+    /// and sends them; the node that served it, or `None` if it could not
+    /// now. Pending transactions
     /// announced while the target is fetched go out at once; other events
     /// wait in the backlog.
     async fn deliver(
         &mut self,
         target: B256,
         events: &mut mpsc::Receiver<NodeEvent>,
-    ) -> Result<bool, Stopping> {
+    ) -> Result<Option<usize>, Stopping> {
         let order = self.order(&target);
         let pool = self.pool;
         let fetch = fetch::by_hash(pool, &order, target);
@@ -443,21 +458,21 @@ impl Ingest<'_> {
                 (block, node)
             }
             // Reorged away before it was asked for; the votes will move.
-            Fetched::Missing => return Ok(false),
+            Fetched::Missing => return Ok(None),
             Fetched::Failed(reasons) => {
                 tracing::warn!(chain = %self.settings.chain, block = %target, %reasons, "no node served the block; retrying as the nodes move");
-                return Ok(false);
+                return Ok(None);
             }
         };
         if !self.delivered.is_empty() && block.number() < self.delivered.bottom_number() {
             // Older than anything that could still link: stale.
-            return Ok(false);
+            return Ok(None);
         }
         let branch = match self.connect(block, served_by, &order).await {
             Ok(branch) => branch,
             Err(reason) => {
                 tracing::warn!(chain = %self.settings.chain, block = %target, %reason, "could not connect the block to the chain; retrying as the nodes move");
-                return Ok(false);
+                return Ok(None);
             }
         };
         for block in branch.into_iter().rev() {
@@ -469,7 +484,7 @@ impl Ingest<'_> {
             }
         }
         self.on_tip(Instant::now());
-        Ok(true)
+        Ok(Some(served_by))
     }
 
     /// The blocks from `head` down to the first whose parent was delivered,
