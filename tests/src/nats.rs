@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -22,17 +23,24 @@ pub struct Nats {
     pub port: u16,
     child: Child,
     storage: tempfile::TempDir,
+    /// The lines the server logged about leaders, across restarts.
+    log: Log,
 }
+
+/// A server's log lines about leaders, kept as it writes them.
+type Log = Arc<Mutex<Vec<String>>>;
 
 impl Nats {
     /// Starts a server with JetStream on a free port.
     pub async fn start() -> anyhow::Result<Self> {
         let storage = tempfile::tempdir().context("JetStream storage")?;
-        let (child, port) = spawn(0, &storage, &[], READY).await?;
+        let log = Log::default();
+        let (child, port) = spawn(0, &storage, &[], READY, &log).await?;
         Ok(Self {
             port,
             child,
             storage,
+            log,
         })
     }
 
@@ -49,7 +57,7 @@ impl Nats {
     /// already synced) and starts it again on its port from its storage.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.child.kill().await.context("killing nats-server")?;
-        let (child, _) = spawn(self.port, &self.storage, &[], READY).await?;
+        let (child, _) = spawn(self.port, &self.storage, &[], READY, &self.log).await?;
         self.child = child;
         Ok(())
     }
@@ -89,11 +97,13 @@ impl NatsCluster {
                         "--routes".into(),
                         routes_arg,
                     ];
-                    let (child, port) = spawn(port, &storage, &args, META_LEADER).await?;
+                    let log = Log::default();
+                    let (child, port) = spawn(port, &storage, &args, META_LEADER, &log).await?;
                     anyhow::Ok(Nats {
                         port,
                         child,
                         storage,
+                        log,
                     })
                 }
             });
@@ -104,6 +114,21 @@ impl NatsCluster {
     /// Every server's URL, for a client that may use any.
     pub fn urls(&self) -> Vec<String> {
         self.servers.iter().map(Nats::url).collect()
+    }
+
+    /// The server leading the cluster's JetStream metadata (stream and
+    /// consumer assignments) as server `asked` last logged it; `None` if it
+    /// has not logged one.
+    pub fn meta_leader(&self, asked: usize) -> Option<usize> {
+        let log = self.servers[asked].log.lock().ok()?;
+        log.iter().rev().find_map(|line| {
+            if line.contains("Self is new JetStream cluster metadata leader") {
+                return Some(asked);
+            }
+            let name = line.split("new metadata leader: ").nth(1)?;
+            let name = name.split('/').next()?.trim_start_matches("node");
+            name.parse().ok()
+        })
     }
 
     /// Kills server `index` (SIGKILL) for good.
@@ -140,6 +165,7 @@ async fn spawn(
     storage: &tempfile::TempDir,
     args: &[String],
     ready: &str,
+    log: &Log,
 ) -> anyhow::Result<(Child, u16)> {
     let binary = binary();
     if !binary.exists() {
@@ -168,6 +194,7 @@ async fn spawn(
     let mut listening = None;
     let started = async {
         while let Some(line) = lines.next_line().await.context("reading nats-server")? {
+            keep(log, line.clone());
             if let Some(address) = line.split("Listening for client connections on ").nth(1) {
                 let port = address.rsplit(':').next().unwrap_or_default().trim();
                 listening = Some(port.parse::<u16>().context("nats-server's port")?);
@@ -182,6 +209,25 @@ async fn spawn(
         .await
         .context("nats-server did not start in time")??;
     // Keep draining its log so the server never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let log = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            keep(&log, line);
+        }
+    });
     Ok((child, port))
+}
+
+/// Adds `line` to `log` if it is about a leader; with `NATS_LOG` set,
+/// prints every line (`-- --nocapture`), to follow the servers' elections
+/// beside the test's log.
+fn keep(log: &Log, line: String) {
+    if std::env::var_os("NATS_LOG").is_some() {
+        eprintln!("nats: {line}");
+    }
+    if line.contains("leader")
+        && let Ok(mut log) = log.lock()
+    {
+        log.push(line);
+    }
 }

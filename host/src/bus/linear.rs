@@ -3,6 +3,14 @@
 //! sequence its writer expects, so two writers never interleave, and read
 //! back in sequence order through an ordered consumer that resumes where
 //! it stopped (docs/src/architecture.md, The bus).
+//!
+//! A consumer is made anew rather than left to recover by itself: the
+//! client's ordered consumer asks for an idle heartbeat every 15 s, counts
+//! one missed after 30 s without a word and recreates itself at the second
+//! (a minute), retrying with pauses up to 10 s; a reconnection, or two
+//! seconds of silence while the stream holds more (or does not answer),
+//! says within seconds that the consumer went with a server. A shorter
+//! heartbeat would not say it sooner than that silence does.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -15,14 +23,21 @@ use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use futures_util::future::{Fuse, FusedFuture, FutureExt};
 use thiserror::Error;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::pause;
-
 /// The longest pause between two tries of a message the bus did not take.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Short, since a stream with no leader refuses at once (no server takes
+/// its subject) and a longer pause would only delay the first message
+/// after its election; a try that waits for an answer is bounded by
+/// `REQUEST_TIMEOUT` besides.
+const MAX_BACKOFF: Duration = Duration::from_millis(250);
+
+/// The first pause before making a consumer anew after a failed one,
+/// doubled at each failure in a row up to [`super::RETRY`].
+const MIN_RETRY: Duration = Duration::from_millis(50);
 
 /// Messages handed to a reader at once, at most: what the consumer has at
 /// hand, so a catch-up writes in runs while a live follower takes each
@@ -31,8 +46,11 @@ const READ_RUN: usize = 256;
 
 /// How long a consumer may deliver nothing before the stream is asked
 /// whether it holds messages the consumer has not delivered. A consumer
-/// whose stream's leader died can stay silent while the stream goes on
-/// (seen on a three-server cluster); one that lags is made anew.
+/// whose stream's leader died stays silent while the stream goes on under
+/// a new leader (seen on a three-server cluster); one that lags, or whose
+/// stream does not answer (it may have no leader, and then the consumer is
+/// likely gone with the old one), is made anew, which waits for the
+/// stream's answer.
 const STALL_CHECK: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Error)]
@@ -67,7 +85,9 @@ pub struct LinearStream {
     /// What the stream holds, for messages ("eth's log").
     name: String,
     subject: String,
-    stream: stream::Stream,
+    /// Its handle for reads and consumers, and the context it publishes
+    /// through: both wait `REQUEST_TIMEOUT` at most for an answer.
+    stream: stream::Stream<()>,
     jetstream: jetstream::Context,
     /// Counts the connections made to the servers (`Bus::connects`): a
     /// consumer made before the last one may be gone with a restarted
@@ -90,7 +110,7 @@ impl LinearStream {
     pub fn new(
         name: String,
         subject: String,
-        stream: stream::Stream,
+        stream: stream::Stream<()>,
         jetstream: jetstream::Context,
         connects: watch::Receiver<u64>,
     ) -> Self {
@@ -191,12 +211,18 @@ impl LinearStream {
         term: &CancellationToken,
     ) -> Result<bool, AppendError> {
         let mut backoff = Duration::from_millis(50);
+        let mut tries: u64 = 0;
         loop {
+            tries += 1;
             match self.append(sequence, id, payload.clone()).await {
                 Ok(()) => return Ok(true),
                 Err(error @ AppendError::Fenced { .. }) => return Err(error),
                 Err(error) => {
-                    tracing::warn!(error = %error, retry_in = ?backoff, "the bus did not take a message");
+                    // Tries 1, 2, 4, 8…: a stream electing a leader for
+                    // seconds says so a few times, not at every try.
+                    if tries.is_power_of_two() {
+                        tracing::warn!(error = %error, tries, retry_in = ?backoff, "the bus did not take a message");
+                    }
                     tokio::select! {
                         () = term.cancelled() => return Ok(false),
                         () = tokio::time::sleep(backoff) => {}
@@ -218,11 +244,18 @@ impl LinearStream {
         reader: &mut impl Reader,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Option<()>> {
+        let mut retry = MIN_RETRY;
+        let mut failures: u64 = 0;
         loop {
+            let from = next;
             let stopped = tokio::select! {
                 () = shutdown.cancelled() => return Ok(None),
                 stopped = self.deliver(&mut next, reader) => stopped,
             };
+            if next > from {
+                retry = MIN_RETRY;
+                failures = 0;
+            }
             match stopped {
                 Delivery::Stopped => return Ok(Some(())),
                 Delivery::Refused(error) => return Err(error),
@@ -230,10 +263,17 @@ impl LinearStream {
                     tracing::info!(stream = %self.name, from = next, "reconnected to the bus; reading anew");
                 }
                 Delivery::Failed(error) => {
-                    tracing::warn!(stream = %self.name, from = next, error = format!("{error:#}"), "reading stopped; resuming");
-                    if pause(shutdown).await.is_none() {
-                        return Ok(None);
+                    // Failures in a row 1, 2, 4, 8…: a stream electing a
+                    // leader says so a few times, not at every try.
+                    failures += 1;
+                    if failures.is_power_of_two() {
+                        tracing::warn!(stream = %self.name, from = next, error = format!("{error:#}"), failures, retry_in = ?retry, "reading stopped; resuming");
                     }
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(None),
+                        () = tokio::time::sleep(retry) => {}
+                    }
+                    retry = (retry * 2).min(super::RETRY);
                 }
             }
         }
@@ -262,19 +302,41 @@ impl LinearStream {
             Ok(messages) => messages.ready_chunks(READ_RUN),
             Err(error) => return Delivery::Failed(error),
         };
+        // Silence for STALL_CHECK starts a check of the stream's state,
+        // which runs beside the consumer (a message that comes meanwhile
+        // drops it) and waits REQUEST_TIMEOUT at most.
+        let silence = tokio::time::sleep(STALL_CHECK);
+        let check = Fuse::terminated();
+        tokio::pin!(silence, check);
         loop {
             let chunk = tokio::select! {
                 chunk = messages.next() => chunk,
                 _ = connects.changed() => return Delivery::Reconnected,
-                () = tokio::time::sleep(STALL_CHECK) => match self.bounds().await {
+                () = &mut silence, if check.is_terminated() => {
+                    check.set(self.bounds().fuse());
+                    continue;
+                }
+                bounds = &mut check => match bounds {
                     Ok((_, last)) if last >= *next => {
                         return Delivery::Failed(anyhow::anyhow!(
                             "the consumer delivered nothing for {STALL_CHECK:?} while the stream holds {next}..={last}"
                         ));
                     }
-                    _ => continue,
+                    Ok(_) => {
+                        silence.as_mut().reset(tokio::time::Instant::now() + STALL_CHECK);
+                        continue;
+                    }
+                    Err(error) => {
+                        return Delivery::Failed(error.context(format!(
+                            "the consumer delivered nothing for {STALL_CHECK:?} and the stream did not say whether it holds more"
+                        )));
+                    }
                 },
             };
+            silence
+                .as_mut()
+                .reset(tokio::time::Instant::now() + STALL_CHECK);
+            check.set(Fuse::terminated());
             let Some(chunk) = chunk else {
                 return Delivery::Failed(anyhow::anyhow!("the consumer ended"));
             };

@@ -32,8 +32,22 @@ use crate::config::BusConfig;
 use crate::eventlog::Position;
 use crate::model::{ChainEvent, SourceEvent};
 
-/// The pause before reading the bus again after it failed.
-const RETRY: Duration = Duration::from_millis(500);
+/// The pause before reading the bus again after it failed. Short: a read
+/// that failed for want of an answer has already waited
+/// [`REQUEST_TIMEOUT`].
+const RETRY: Duration = Duration::from_millis(250);
+
+/// The longest a running reader or writer waits for one answer from the
+/// bus: a stream's state or message, a new consumer, a publish's
+/// acknowledgement. While a stream has no leader (seconds after the server
+/// leading it died, docs/src/architecture.md, The bus) its requests go
+/// unanswered, and the client's defaults (10 s a request, 5 s an
+/// acknowledgement) kept an edge waiting that long after the stream had a
+/// new leader; asking again each second reaches the new leader within a
+/// second of its election. An answer that comes later is only a retry
+/// more: reads are retried from where they stopped, and a publish finds
+/// its own message ([`linear`]).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A connection to the bus's NATS servers, shared by every chain.
 #[derive(Clone, Debug)]
@@ -112,16 +126,18 @@ impl Bus {
             .create_or_update_stream(config)
             .await
             .with_context(|| format!("creating the stream {name}"))?;
-        let stream = self
-            .jetstream
-            .get_stream(&name)
+        // Once open, every request waits REQUEST_TIMEOUT at most.
+        let mut running = self.jetstream.clone();
+        running.set_timeout(REQUEST_TIMEOUT);
+        let stream = running
+            .get_stream_no_info(&name)
             .await
             .with_context(|| format!("opening the stream {name}"))?;
         Ok(LinearStream::new(
             format!("{chain}'s {kind}"),
             subject,
             stream,
-            self.jetstream.clone(),
+            running,
             self.connects.clone(),
         ))
     }
@@ -172,7 +188,11 @@ impl ChainLog {
         shutdown: &CancellationToken,
     ) -> Option<Tail> {
         loop {
-            match self.tail(blocks).await {
+            let tail = tokio::select! {
+                () = shutdown.cancelled() => return None,
+                tail = self.tail(blocks) => tail,
+            };
+            match tail {
                 Ok(tail) => return Some(tail),
                 Err(error) => {
                     tracing::warn!(chain = %self.chain, error = format!("{error:#}"), "cannot read the log's tail; trying again");

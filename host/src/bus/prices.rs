@@ -57,7 +57,13 @@ impl PriceJournal {
     ) -> anyhow::Result<Option<()>> {
         let from = self.first_unread(store)?;
         let last = loop {
-            match self.linear.bounds().await {
+            // A standby that got the lease stops following at once, not
+            // once the bus answers: its lease waits to be renewed.
+            let bounds = tokio::select! {
+                () = shutdown.cancelled() => return Ok(None),
+                bounds = self.linear.bounds() => bounds,
+            };
+            match bounds {
                 Ok((_, last)) => break last,
                 Err(error) => {
                     tracing::warn!(journal = %self.linear.name(), error = format!("{error:#}"), "cannot read the price journal; trying again");

@@ -6,10 +6,11 @@
 //! ingest, is the same on every edge and outlives the leader.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use alloy_primitives::Address;
-use chainsieve::bus::Bus;
 use chainsieve::bus::linear::AppendError;
+use chainsieve::bus::{Bus, codec};
 use chainsieve::config::{BusConfig, Config, LogConfig, Role};
 use chainsieve::eventlog::EventLog;
 use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
@@ -20,8 +21,9 @@ use chainsieve::price::store::{PriceStore, PriceWrite, Token};
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, deploy_ping};
 use chainsieve_tests::dex::{Fixture, Session, compile, price_of, price_when};
 use chainsieve_tests::nats::{Nats, NatsCluster};
-use chainsieve_tests::{TIMEOUT, TestServer, WsClient};
+use chainsieve_tests::{TIMEOUT, TestServer, WsClient, quantity};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 const KEY: &str = "bus-test";
@@ -449,6 +451,334 @@ async fn a_cluster_loses_a_server_and_clients_miss_nothing() {
         .collect();
     let expected: Vec<(String, bool)> = sent.into_iter().map(|hash| (hash, false)).collect();
     assert_eq!(hashes, expected, "every log once, in order");
+}
+
+/// A `newHeads` notification as a client got it.
+struct Head {
+    at: SystemTime,
+    number: u64,
+    hash: String,
+    cursor: Value,
+}
+
+/// A client of `newHeads` on an edge, read by a task of its own that notes
+/// when each head arrives, so the time is the client's even while the test
+/// waits on something else.
+struct HeadWatch {
+    arrivals: mpsc::UnboundedReceiver<(SystemTime, Value)>,
+    heads: Vec<Head>,
+}
+
+impl HeadWatch {
+    async fn start(edge: &TestServer) -> Self {
+        let mut client = WsClient::connect(&edge.ws_url("eth", KEY))
+            .await
+            .expect("connect");
+        client.subscribe(json!(["newHeads"])).await.expect("heads");
+        let (arrived, arrivals) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(params) = client.next_notification_params().await {
+                if arrived.send((SystemTime::now(), params)).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            arrivals,
+            heads: Vec::new(),
+        }
+    }
+
+    /// Reads heads until one numbered `number` or more has come.
+    async fn through(&mut self, number: u64) {
+        let reading = async {
+            while self.heads.last().is_none_or(|head| head.number < number) {
+                let (at, params) = self.arrivals.recv().await.expect("the client reads on");
+                let head = &params["result"];
+                self.heads.push(Head {
+                    at,
+                    number: quantity(&head["number"]),
+                    hash: head["hash"].as_str().expect("a hash").to_string(),
+                    cursor: params["cursor"].clone(),
+                });
+            }
+        };
+        tokio::time::timeout(2 * TIMEOUT, reading)
+            .await
+            .unwrap_or_else(|_| panic!("heads through {number} in time: {}", self.heads.len()));
+    }
+
+    /// The first head that came after `time`.
+    fn first_after(&self, time: SystemTime) -> &Head {
+        self.heads
+            .iter()
+            .find(|head| head.at > time)
+            .expect("a head after that")
+    }
+}
+
+/// The index of a cluster's server from its name in JetStream's answers
+/// (`node<index>`, as [`NatsCluster`] names them).
+fn server_index(name: &str) -> usize {
+    name.trim_start_matches("node")
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a server of the cluster"))
+}
+
+/// The server leading `stream`; `None` while it has no leader (or does not
+/// answer in the context's time).
+async fn leader_of(jetstream: &async_nats::jetstream::Context, stream: &str) -> Option<usize> {
+    let mut stream = jetstream.get_stream(stream).await.ok()?;
+    let info = stream.info().await.ok()?;
+    let leader = info.cluster.as_ref()?.leader.as_deref()?;
+    Some(server_index(leader))
+}
+
+/// Moves the leadership of `stream` to server `to`: its leader steps down
+/// (asked to prefer `to`), until `to` leads.
+async fn lead_on(jetstream: &async_nats::jetstream::Context, stream: &str, to: usize) {
+    let moving = async {
+        loop {
+            match leader_of(jetstream, stream).await {
+                Some(leader) if leader == to => return,
+                Some(_) => {
+                    let request = json!({ "placement": { "preferred": format!("node{to}") } });
+                    let _: Result<Value, _> = jetstream
+                        .request(format!("STREAM.LEADER.STEPDOWN.{stream}"), &request)
+                        .await;
+                }
+                None => {}
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(TIMEOUT, moving)
+        .await
+        .unwrap_or_else(|_| panic!("node{to} leads {stream} in time"));
+}
+
+/// The time from `from` to `to`, in seconds (negative if `to` came first).
+fn seconds(from: SystemTime, to: SystemTime) -> f64 {
+    match to.duration_since(from) {
+        Ok(gap) => gap.as_secs_f64(),
+        Err(before) => -before.duration().as_secs_f64(),
+    }
+}
+
+/// What the killed server leads, and who is connected through it.
+#[derive(Clone, Copy, Debug)]
+enum Killed {
+    /// The chain's stream and its price journal, with the leading ingest
+    /// and one edge connected through it; the leases and the cluster's
+    /// metadata (which places consumers) are led elsewhere.
+    StreamLeader,
+    /// All that, the leases and the metadata too: the worst case.
+    Everything,
+}
+
+/// The bus on a three-server cluster (`[bus] replicas = 3`), a node mining
+/// a block a second, an ingest leading and one standing by, two edges with
+/// a `newHeads` client each. The server leading the chain's stream is
+/// killed (`kill -9`) mid-stream: each client gets every head once, in
+/// order, the same on both edges. The gaps are printed, never asserted
+/// (speed is checked by benchmarks): from the kill to each client's next
+/// head, from the kill to the stream's first step, and from the stream's
+/// first block after the kill to each client's head of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_deliver_soon_after_the_stream_leader_is_killed() {
+    kill_a_leader_and_measure(Killed::StreamLeader).await;
+}
+
+/// As [`edges_deliver_soon_after_the_stream_leader_is_killed`], the killed
+/// server leading the leases and the cluster's metadata too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_deliver_soon_after_the_leader_of_everything_is_killed() {
+    kill_a_leader_and_measure(Killed::Everything).await;
+}
+
+async fn kill_a_leader_and_measure(killed: Killed) {
+    let anvil = Anvil::start_with(1, 0, &["--block-time", "1"])
+        .await
+        .expect("anvil");
+    let mut cluster = NatsCluster::start(3).await.expect("a NATS cluster");
+    let bus = BusConfig {
+        urls: cluster.urls(),
+        replicas: 3,
+        ..BusConfig::default()
+    };
+    // The streams and the leases first, so their leaders move before any
+    // ingest holds a lease. A cluster that just elected its metadata
+    // leader may not answer the first requests in time.
+    let maker = Bus::connect(&bus, "test").await.expect("connect");
+    let make = async || -> anyhow::Result<()> {
+        maker.log("eth").await?;
+        maker.prices("eth").await?;
+        maker.leases("test").await?;
+        Ok(())
+    };
+    tokio::time::timeout(2 * TIMEOUT, async {
+        while let Err(error) = make().await {
+            eprintln!("making the streams again: {error:#}");
+        }
+    })
+    .await
+    .expect("the streams made in time");
+    let client = async_nats::connect(cluster.urls().as_slice())
+        .await
+        .expect("a client");
+    let mut observer = async_nats::jetstream::new(client);
+    observer.set_timeout(Duration::from_secs(1));
+    let meta = cluster.meta_leader(0).expect("a metadata leader");
+    let (x, leases) = match killed {
+        Killed::StreamLeader => ((meta + 1) % 3, meta),
+        Killed::Everything => (meta, meta),
+    };
+    let streams = [
+        ("chainsieve-eth", x),
+        ("chainsieve-eth-prices", x),
+        ("KV_chainsieve-leases", leases),
+    ];
+    for (stream, to) in streams {
+        lead_on(&observer, stream, to).await;
+    }
+
+    let through = |server: usize| BusConfig {
+        urls: vec![cluster.servers[server].url()],
+        ..bus.clone()
+    };
+    let config = |role, bus: BusConfig| Config {
+        role,
+        bus,
+        ..anvil.config(KEY)
+    };
+    let ingest = TestServer::start(config(Role::Ingest, through(x)))
+        .await
+        .expect("ingest starts");
+    ingest.wait_live("eth").await;
+    let _standby = TestServer::start(config(Role::Ingest, bus.clone()))
+        .await
+        .expect("standby starts");
+    let edges = [
+        TestServer::start(config(Role::Edge, through(x)))
+            .await
+            .expect("edge starts"),
+        TestServer::start(config(Role::Edge, through((x + 1) % 3)))
+            .await
+            .expect("edge starts"),
+    ];
+    let mut watches = [
+        HeadWatch::start(&edges[0]).await,
+        HeadWatch::start(&edges[1]).await,
+    ];
+    let now = anvil.block_number().await.expect("block number");
+    for watch in &mut watches {
+        watch.through(now + 3).await;
+    }
+    for (stream, to) in streams {
+        assert_eq!(
+            leader_of(&observer, stream).await,
+            Some(to),
+            "node{to} still leads {stream}"
+        );
+    }
+    assert_eq!(
+        cluster.meta_leader(0),
+        Some(meta),
+        "the same metadata leader"
+    );
+    let last_before = observer
+        .get_stream("chainsieve-eth")
+        .await
+        .expect("the stream")
+        .info()
+        .await
+        .expect("its state")
+        .state
+        .last_sequence;
+
+    eprintln!("killing node{x} ({killed:?}; metadata led by node{meta}, leases by node{leases})");
+    let killed_at = SystemTime::now();
+    cluster.kill(x).await.expect("kill -9 the leader");
+    let at_kill = anvil.block_number().await.expect("block number");
+    for watch in &mut watches {
+        watch.through(at_kill + 15).await;
+    }
+
+    // Every head once, in order, the same on both edges.
+    for watch in &watches {
+        let numbers: Vec<u64> = watch.heads.iter().map(|head| head.number).collect();
+        assert!(
+            numbers.windows(2).all(|pair| pair[1] == pair[0] + 1),
+            "every head once, in order: {numbers:?}"
+        );
+    }
+    let same = |head: &Head| (head.number, head.hash.clone(), head.cursor.clone());
+    let on_first: Vec<_> = watches[0].heads.iter().map(same).collect();
+    let on_second: Vec<_> = watches[1].heads.iter().map(same).collect();
+    let common = on_first
+        .iter()
+        .position(|head| Some(head) == on_second.first())
+        .expect("the second edge's first head on the first");
+    let length = (on_first.len() - common).min(on_second.len());
+    assert_eq!(
+        on_first[common..common + length],
+        on_second[..length],
+        "the same heads, the same cursors"
+    );
+
+    // The stream's first step after the kill, and its first block.
+    let stream = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            if let Ok(stream) = observer.get_stream("chainsieve-eth").await {
+                return stream;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the stream answers");
+    let (mut first_step, mut first_block) = (None, None);
+    let mut sequence = last_before + 1;
+    while first_block.is_none() {
+        let message = stream
+            .get_raw_message(sequence)
+            .await
+            .expect("a step after the kill");
+        let nanos = u64::try_from(message.time.unix_timestamp_nanos()).expect("after 1970");
+        let stored = SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos);
+        if stored > killed_at {
+            first_step.get_or_insert(stored);
+            let change: ChainEvent = codec::decode(&message.payload).expect("a step");
+            if let ChainEvent::Added(block) = change {
+                first_block = Some((block.number(), stored));
+            }
+        }
+        sequence += 1;
+    }
+    let (first_step, (number, stored)) = (
+        first_step.expect("a step after the kill"),
+        first_block.expect("a block after the kill"),
+    );
+    eprintln!(
+        "killed node{x} ({killed:?}): the stream took its first step {:.2}s after the kill, \
+         its first block ({number}) {:.2}s after",
+        seconds(killed_at, first_step),
+        seconds(killed_at, stored),
+    );
+    for (index, watch) in watches.iter().enumerate() {
+        let next = watch.first_after(killed_at);
+        let of_block = watch
+            .heads
+            .iter()
+            .find(|head| head.number == number)
+            .expect("the client got that block");
+        eprintln!(
+            "edge {index}: the next head ({}) {:.2}s after the kill; block {number} {:.2}s after the stream held it",
+            next.number,
+            seconds(killed_at, next.at),
+            seconds(stored, of_block.at),
+        );
+    }
 }
 
 /// The price journal's rules against a real JetStream: a leader's writes
