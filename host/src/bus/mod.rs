@@ -11,6 +11,7 @@
 //! the leading ingest's price index writes to every other server.
 
 pub mod codec;
+pub mod finality;
 pub mod follow;
 pub mod indexing;
 pub mod ingest;

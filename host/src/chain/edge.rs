@@ -1,5 +1,6 @@
-//! Role `edge`: the chain's log and price journal from the bus, into the
-//! pipeline and the price store; clients served. An edge reads no node for
+//! Role `edge`: the chain's log, price journal and finality marks from
+//! the bus, into the pipeline, the price store and the log; clients
+//! served. An edge reads no node for
 //! events (forwarded calls still go to the chain's node).
 
 use std::sync::Arc;
@@ -18,7 +19,16 @@ use crate::price::store::PriceStore;
 pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin> {
     let on_bus = bus.log(&parts.spec.name).await?;
     let prices = bus.prices(&parts.spec.name).await?;
+    let finality = bus.finality().await?;
     let (events, source) = mpsc::channel(SOURCE_QUEUE);
+    let (chain, log, shutdown) = (
+        parts.spec.name.clone(),
+        parts.state.log().clone(),
+        parts.shutdown.clone(),
+    );
+    parts
+        .tasks
+        .spawn(async move { finality.follow(&chain, log, shutdown).await });
     parts.tasks.spawn(follow_bus(
         on_bus,
         prices,

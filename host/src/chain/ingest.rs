@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pipeline::Pipeline;
 use super::{Origin, Parts, SOURCE_QUEUE};
+use crate::bus::finality::FinalityMarks;
 use crate::bus::lease::Leases;
 use crate::bus::prices::PriceJournal;
 use crate::bus::{Bus, ChainLog, ingest, publish};
@@ -51,6 +52,7 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
         status,
         price: parts.price.clone(),
         prices: bus.prices(&parts.spec.name).await?,
+        finality: bus.finality().await?,
     };
     // A leader runs a pipeline of its own per term.
     parts.tasks.spawn(leader.run(parts.shutdown.clone()));
@@ -80,6 +82,8 @@ struct Leader {
     /// The price store every term indexes into, and its journal.
     price: Arc<PriceIndex>,
     prices: PriceJournal,
+    /// Where each term writes how far the chain is final, for the edges.
+    finality: FinalityMarks,
 }
 
 impl Leader {
@@ -180,6 +184,14 @@ impl Leader {
                 ))
             ),
             ending(term, Box::pin(indexing)),
+            ending(
+                term,
+                self.finality.publish(
+                    &self.spec.name,
+                    self.pipeline.state().log().clone(),
+                    term.clone()
+                )
+            ),
             ending(
                 term,
                 self.on_bus

@@ -225,13 +225,6 @@ impl Chain {
         }
     }
 
-    /// Whether this process follows the chain's finality: not an edge of
-    /// the bus, whose ingest does not publish it (docs/src/api.md,
-    /// Finality).
-    pub fn knows_finality(&self) -> bool {
-        !matches!(self.origin, Origin::Bus | Origin::Node { status: None, .. })
-    }
-
     /// A node chain's nodes, for the methods forwarded to them.
     pub fn node(&self) -> Option<&Arc<NodePool>> {
         match &self.origin {

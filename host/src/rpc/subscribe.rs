@@ -54,11 +54,6 @@ pub(super) async fn subscribe(
         Ok(options) => options,
         Err(error) => return Outcome::Reply(Err(error)),
     };
-    if options.finality.is_some() && !ctx.chain.knows_finality() {
-        return Outcome::Reply(Err(RpcError::unavailable(
-            "finality is not followed on an edge of the bus yet: subscribe through the ingest's chain, or without finality",
-        )));
-    }
     let limit = ctx.limits.max_subscriptions_per_connection;
     if connection.owned().len() >= limit {
         return Outcome::Reply(Err(RpcError::limit_exceeded(format!(

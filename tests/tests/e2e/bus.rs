@@ -105,6 +105,32 @@ async fn take(
     got
 }
 
+/// Finality reaches the edges through the bus: a subscription waiting for
+/// `finalized` on an edge gets the logs once anvil's finalized block (64
+/// below its head) has passed them, with the cursors the plain subscriber
+/// got for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finality_reaches_the_edges() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let nats = Nats::start().await.expect("nats-server");
+    let _ingest = server(Role::Ingest, &anvil, &nats).await;
+    let edge = server(Role::Edge, &anvil, &nats).await;
+    let (mut plain, heads, logs) = subscriber(&edge, None).await;
+    let mut waiting = WsClient::connect(&edge.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let finals = waiting
+        .subscribe(json!(["logs", {}, { "finality": "finalized" }]))
+        .await
+        .expect("a finality subscription on an edge");
+    let contract = deploy_ping(&mut plain, &heads, &anvil).await;
+    anvil.ping(&contract, 2).await;
+    let seen = take(&mut plain, &logs, 2, &mut Vec::new()).await;
+    anvil.mine(64).await.expect("mine");
+    let told = take(&mut waiting, &finals, 2, &mut Vec::new()).await;
+    assert_eq!(told, seen, "the same logs, the same cursors");
+}
+
 /// One ingest reading anvil, two edges. Clients on both edges get the same
 /// heads and logs with the same cursors, through a node reorg (the
 /// orphaned logs come as removed, then the new branch); a client that
