@@ -293,10 +293,15 @@ type Upstream = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// One client connection, relayed to its own upstream connection.
 async fn relay(tcp: TcpStream, shared: Arc<Shared>, dropping: CancellationToken) {
+    // Nagle off both ways, as a node's own socket: the proxy adds no
+    // delayed-ACK waits of its own.
+    let _ = tcp.set_nodelay(true);
     let Ok(mut client) = tokio_tungstenite::accept_async(tcp).await else {
         return;
     };
-    let upstream = match tokio_tungstenite::connect_async(shared.upstream.as_str()).await {
+    let connecting =
+        tokio_tungstenite::connect_async_with_config(shared.upstream.as_str(), None, true);
+    let upstream = match connecting.await {
         Ok((upstream, _)) => upstream,
         Err(_) => {
             close(&mut client, frame(CloseCode::Error, "upstream unreachable")).await;
