@@ -585,6 +585,18 @@ async fn a_block_every_node_serves_the_same_wrong_way_goes_out_counted() {
         metrics.contains("chainsieve_unverified_blocks_total{chain=\"eth\"} 1"),
         "{metrics}"
     );
+    // Each node's state, lag and request times, named by host and port.
+    for node in [&a, &b] {
+        let name = node.ws_url().trim_start_matches("ws://").to_string();
+        for line in [
+            format!("chainsieve_node_state{{chain=\"eth\",node=\"{name}\",state=\"live\"}} 1"),
+            format!("chainsieve_node_state{{chain=\"eth\",node=\"{name}\",state=\"down\"}} 0"),
+            format!("chainsieve_node_head_lag_blocks{{chain=\"eth\",node=\"{name}\"}} "),
+            format!("chainsieve_node_request_seconds_count{{chain=\"eth\",node=\"{name}\"}}"),
+        ] {
+            assert!(metrics.contains(&line), "{line} in {metrics}");
+        }
+    }
     let states = node_states(&server, "eth").await;
     assert!(
         states.iter().all(|(_, state)| state == "live"),
