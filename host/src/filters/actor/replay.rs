@@ -82,14 +82,11 @@ fn due(log: &EventLog, grade: Grade, next: Mark) -> Due {
         return Due::Now;
     };
     match &step.change {
+        // A block a reorg replaced never becomes canonical again (a return
+        // to it is a step of its own): passed over at once.
+        ChainEvent::Added(block) if !log.is_canonical(block.number(), step.position) => Due::Skip,
         ChainEvent::Added(block) => match log.finality().height(grade) {
-            Some(height) if block.number() <= height => {
-                if log.is_canonical(block.number(), step.position) {
-                    Due::Now
-                } else {
-                    Due::Skip
-                }
-            }
+            Some(height) if block.number() <= height => Due::Now,
             _ => Due::Wait,
         },
         ChainEvent::Removed(_) | ChainEvent::Pending(_) => Due::Skip,

@@ -7,14 +7,17 @@
 //! (`first`) that is any node's newest block, unless more nodes build on
 //! another branch; with a quorum of k, the highest block k nodes have.
 //!
-//! The tree holds the last [`DEPTH`] heights; a fork deeper than that
-//! shows as two roots, and they compete the same way.
+//! The tree holds the heights from [`DEPTH`] below the delivered tip up;
+//! a fork deeper than that shows as two roots, and they compete the same
+//! way. A header is placed only if it can be one: not its own parent, one
+//! above a parent held, and no lower than the tree; so no node's answer
+//! can make a walk loop or empty the tree.
 
 use std::collections::HashMap;
 
 use alloy_primitives::B256;
 
-/// Heights the tree holds below its highest header.
+/// Heights the tree holds below the delivered tip.
 pub const DEPTH: u64 = 128;
 
 #[derive(Debug)]
@@ -32,7 +35,8 @@ pub struct Choice {
     /// Each node's latest head, if its heads count.
     votes: Vec<Option<B256>>,
     seen: u64,
-    highest: u64,
+    /// The lowest height held: [`DEPTH`] below the delivered tip.
+    floor: u64,
 }
 
 impl Choice {
@@ -44,8 +48,27 @@ impl Choice {
     }
 
     /// The parent of `hash`, if held.
-    pub fn parent(&self, hash: &B256) -> Option<B256> {
+    #[cfg(test)]
+    fn parent(&self, hash: &B256) -> Option<B256> {
         self.headers.get(hash).map(|h| h.parent)
+    }
+
+    /// Whether `ancestor` is `hash` or below it in the tree.
+    pub fn descends(&self, hash: &B256, ancestor: &B256) -> bool {
+        self.ancestry(*hash).any(|at| at == *ancestor)
+    }
+
+    /// `hash` and its ancestors held, newest first; heights only fall (a
+    /// placed header is one above its parent), so it ends.
+    fn ancestry(&self, hash: B256) -> impl Iterator<Item = B256> + '_ {
+        std::iter::successors(
+            self.headers.contains_key(&hash).then_some(hash),
+            move |at| {
+                let header = self.headers.get(at)?;
+                let parent = self.headers.get(&header.parent)?;
+                (parent.number < header.number).then_some(header.parent)
+            },
+        )
     }
 
     /// Whether a header at `number` with parent `parent` links to the
@@ -53,16 +76,16 @@ impl Choice {
     pub fn links(&self, number: u64, parent: &B256) -> bool {
         self.headers.is_empty()
             || self.headers.contains_key(parent)
-            || number <= self.lowest().saturating_add(1)
+            || number <= self.floor.saturating_add(1)
     }
 
-    fn lowest(&self) -> u64 {
-        self.highest.saturating_sub(DEPTH)
-    }
-
-    /// Adds a header; older heights than the tree holds are let go.
+    /// Adds a header, unless it cannot be one (see the module's doc).
     pub fn insert(&mut self, hash: B256, number: u64, parent: B256) {
-        if self.headers.contains_key(&hash) || number < self.lowest() {
+        let misplaced = self
+            .headers
+            .get(&parent)
+            .is_some_and(|held| held.number.checked_add(1) != Some(number));
+        if self.headers.contains_key(&hash) || number < self.floor || parent == hash || misplaced {
             return;
         }
         self.seen += 1;
@@ -75,18 +98,20 @@ impl Choice {
             },
         );
         self.children.entry(parent).or_default().push(hash);
-        if number > self.highest {
-            self.highest = number;
-            self.prune();
-        }
     }
 
-    fn prune(&mut self) {
-        let lowest = self.lowest();
+    /// The delivered tip is at `tip`: heights below [`DEPTH`] under it are
+    /// let go.
+    pub fn delivered_up_to(&mut self, tip: u64) {
+        let floor = tip.saturating_sub(DEPTH);
+        if floor <= self.floor {
+            return;
+        }
+        self.floor = floor;
         let old: Vec<B256> = self
             .headers
             .iter()
-            .filter(|(_, h)| h.number < lowest)
+            .filter(|(_, h)| h.number < floor)
             .map(|(hash, _)| *hash)
             .collect();
         for hash in old {
@@ -137,10 +162,8 @@ impl Choice {
     fn weights(&self) -> HashMap<B256, usize> {
         let mut weights = HashMap::new();
         for vote in self.votes.iter().flatten() {
-            let mut at = *vote;
-            while let Some(header) = self.headers.get(&at) {
+            for at in self.ancestry(*vote) {
                 *weights.entry(at).or_default() += 1;
-                at = header.parent;
             }
         }
         weights
@@ -232,7 +255,34 @@ mod tests {
         assert_eq!(choice.target(1, delivered), Some(hash(7, 11)));
         assert_eq!(choice.target(2, delivered), Some(hash(7, 10)));
         chain(&mut choice, 7, hash(7, 11), 12, 12 + DEPTH);
+        choice.delivered_up_to(12 + DEPTH);
         assert!(choice.parent(&hash(7, 11)).is_none() && choice.parent(&hash(7, 12)).is_some());
         assert!(choice.links(5, &B256::ZERO), "below the tree");
+    }
+
+    #[test]
+    fn headers_that_cannot_be_are_not_placed_and_no_walk_loops() {
+        let mut choice = Choice::new(2);
+        chain(&mut choice, 0, B256::ZERO, 1, 3);
+        // Its own parent; a child two heights above its parent.
+        choice.insert(hash(5, 9), 9, hash(5, 9));
+        choice.insert(hash(6, 5), 5, hash(0, 3));
+        assert!(choice.parent(&hash(5, 9)).is_none() && choice.parent(&hash(6, 5)).is_none());
+        // A cycle through a parent placed after its child: walks end.
+        choice.insert(hash(7, 20), 20, hash(8, 21));
+        choice.insert(hash(8, 21), 21, hash(7, 20));
+        choice.vote(0, Some(hash(7, 20)));
+        choice.vote(1, Some(hash(8, 21)));
+        assert_eq!(
+            choice.target(1, |_| false),
+            None,
+            "no root leads to the cycle"
+        );
+        assert!(choice.descends(&hash(8, 21), &hash(7, 20)));
+        assert!(!choice.descends(&hash(7, 20), &hash(8, 21)));
+        // A head far above the rest empties nothing: the tree's floor
+        // follows what was delivered.
+        choice.insert(hash(9, 1_000_000), 1_000_000, B256::repeat_byte(3));
+        assert!(choice.parent(&hash(0, 1)).is_some());
     }
 }

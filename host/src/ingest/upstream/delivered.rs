@@ -47,6 +47,11 @@ impl Delivered {
         self.blocks.front().map_or(0, |(n, _)| *n)
     }
 
+    /// The hash of the last delivered block.
+    pub fn tip_hash(&self) -> Option<alloy_primitives::B256> {
+        self.blocks.back().map(|(_, hash)| *hash)
+    }
+
     /// The number of the last delivered block (0 before any).
     pub fn tip_number(&self) -> u64 {
         self.blocks.back().map_or(0, |(n, _)| *n)

@@ -42,16 +42,21 @@ enum Answer {
     Failed(NodeError),
 }
 
-/// Fetches block `hash` from the nodes in `order`.
-pub async fn by_hash(pool: &NodePool, order: &[usize], hash: B256) -> Fetched {
+/// Fetches block `hash` from the nodes in `order`. Also answers the nodes
+/// to set aside, each with why: the caller changes their state (and
+/// takes their votes away).
+pub async fn by_hash(
+    pool: &NodePool,
+    order: &[usize],
+    hash: B256,
+) -> (Fetched, Vec<(usize, String)>) {
     let mut wrong: Vec<(usize, Arc<Block>, VerifyError)> = Vec::new();
     let mut failures = Vec::new();
     let mut missing = Vec::new();
     for &node in order {
         match ask(pool, node, hash).await {
             Answer::Good(block) => {
-                set_aside(pool, &wrong);
-                return Fetched::Block(block, node);
+                return (Fetched::Block(block, node), set_aside(pool, &wrong));
             }
             Answer::Missing => missing.push(node),
             Answer::Wrong(block, error) => wrong.push((node, block, error)),
@@ -76,11 +81,11 @@ pub async fn by_hash(pool: &NodePool, order: &[usize], hash: B256) -> Fetched {
             "every node that answered served this block failing the same check: the check is taken to be wrong and the block goes out unverified"
         );
         pool.unverified_blocks.inc();
-        return Fetched::Block(agreed, *node);
+        return (Fetched::Block(agreed, *node), Vec::new());
     }
-    set_aside(pool, &wrong);
+    let aside = set_aside(pool, &wrong);
     if !missing.is_empty() && wrong.is_empty() && failures.is_empty() {
-        return Fetched::Missing;
+        return (Fetched::Missing, aside);
     }
     let mut reasons: Vec<String> = failures.into_iter().map(|(_, reason)| reason).collect();
     reasons.extend(
@@ -93,7 +98,7 @@ pub async fn by_hash(pool: &NodePool, order: &[usize], hash: B256) -> Fetched {
             .iter()
             .map(|&node| format!("{}: does not have it", pool.node(node).spec.name)),
     );
-    Fetched::Failed(reasons.join("; "))
+    (Fetched::Failed(reasons.join("; ")), aside)
 }
 
 /// The block every wrong answer agrees on, if they all fail the same check
@@ -111,20 +116,20 @@ fn agreed(wrong: &[(usize, Arc<Block>, VerifyError)]) -> Option<Arc<Block>> {
         .then(|| first.clone())
 }
 
-/// Sets aside the nodes that served a wrong block.
-fn set_aside(pool: &NodePool, wrong: &[(usize, Arc<Block>, VerifyError)]) {
-    for (node, block, error) in wrong {
-        let node = pool.node(*node);
-        node.metrics.wrong_blocks.inc();
-        let reason = format!(
-            "served block {} failing verification: {error}",
-            block.number()
-        );
-        if node.health().on_excluded(reason.clone()).is_some() {
-            tracing::warn!(chain = %pool.chain(), node = %node.spec.name, %reason, "node excluded");
-            pool.changed();
-        }
-    }
+/// The nodes that served a wrong block, counted, with why they are to be
+/// set aside.
+fn set_aside(pool: &NodePool, wrong: &[(usize, Arc<Block>, VerifyError)]) -> Vec<(usize, String)> {
+    wrong
+        .iter()
+        .map(|(node, block, error)| {
+            pool.node(*node).metrics.wrong_blocks.inc();
+            let reason = format!(
+                "served block {} failing verification: {error}",
+                block.number()
+            );
+            (*node, reason)
+        })
+        .collect()
 }
 
 async fn ask(pool: &NodePool, node: usize, hash: B256) -> Answer {
@@ -148,6 +153,14 @@ async fn ask(pool: &NodePool, node: usize, hash: B256) -> Answer {
         Err(error) => return Answer::Failed(error),
     };
     match read(&results) {
+        // Another block than the one asked for: not an answer.
+        Ok(Some(block)) if block.hash != hash => {
+            pool.node(node).metrics.errors.inc();
+            Answer::Failed(NodeError::Decode {
+                method: "eth_getBlockByHash".into(),
+                reason: format!("asked for block {hash}, answered block {}", block.hash),
+            })
+        }
         Ok(Some(block)) => match check(block) {
             Ok(block) => Answer::Good(block),
             Err((block, error)) => Answer::Wrong(block, error),

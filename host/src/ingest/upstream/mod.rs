@@ -377,17 +377,21 @@ impl Ingest<'_> {
             _ => None,
         };
         let mut lowest: Option<Finality> = None;
+        let mut answered = 0;
         for answer in answers.into_iter().flatten() {
             let [safe, finalized] = answer.as_slice() else {
                 continue;
             };
+            answered += 1;
             let marks = (mark(safe), mark(finalized));
             lowest = Some(match lowest {
                 None => marks,
                 Some(low) => (lower(low.0, marks.0), lower(low.1, marks.1)),
             });
         }
-        let Some(lowest) = lowest else {
+        // Fewer answers than the quorum: no node's word alone makes a
+        // block final.
+        let Some(lowest) = lowest.filter(|_| answered >= self.settings.quorum) else {
             return Ok(());
         };
         // A node ahead of what was delivered names blocks not placed yet:
@@ -410,14 +414,7 @@ impl Ingest<'_> {
     /// that count, then the rest but the down ones.
     fn order(&self, hash: &B256) -> Vec<usize> {
         let has = |node: usize| {
-            let mut at = self.heads[node].map(|h| h.hash);
-            while let Some(current) = at {
-                if current == *hash {
-                    return true;
-                }
-                at = self.choice.parent(&current);
-            }
-            false
+            self.heads[node].is_some_and(|head| self.choice.descends(&head.hash, hash))
         };
         let mut order: Vec<usize> = (0..self.heads.len()).collect();
         order.retain(|&n| !matches!(self.pool.node(n).health().state(), NodeState::Down { .. }));
@@ -442,7 +439,10 @@ impl Ingest<'_> {
         let fetched = loop {
             tokio::select! {
                 biased;
-                fetched = &mut fetch => break fetched,
+                (fetched, aside) = &mut fetch => {
+                    self.set_aside(aside);
+                    break fetched;
+                }
                 event = events.recv() => match event {
                     None => return Err(Stopping),
                     Some(NodeEvent::Pending { node, announced }) if self.backlog.is_empty() => {
@@ -468,13 +468,22 @@ impl Ingest<'_> {
             // Older than anything that could still link: stale.
             return Ok(None);
         }
-        let branch = match self.connect(block, served_by, &order).await {
+        let (connected, aside) = self.connect(block, served_by, &order).await;
+        self.set_aside(aside);
+        let branch = match connected {
             Ok(branch) => branch,
             Err(reason) => {
                 tracing::warn!(chain = %self.settings.chain, block = %target, %reason, "could not connect the block to the chain; retrying as the nodes move");
                 return Ok(None);
             }
         };
+        // A reorg: a mark the pipeline refused on the old branch may hold
+        // on this one, so the next ask sends it again.
+        if branch.last().is_some_and(|oldest| {
+            !self.delivered.is_empty() && self.delivered.tip_hash() != Some(oldest.parent_hash())
+        }) {
+            self.finality = (None, None);
+        }
         for block in branch.into_iter().rev() {
             self.delivered.push(&block);
             self.choice
@@ -483,17 +492,39 @@ impl Ingest<'_> {
                 return Err(Stopping);
             }
         }
+        self.choice.delivered_up_to(self.delivered.tip_number());
         self.on_tip(Instant::now());
         Ok(Some(served_by))
     }
 
+    /// Sets aside the nodes a fetch found serving wrong blocks.
+    fn set_aside(&mut self, aside: Vec<(usize, String)>) {
+        for (node, reason) in aside {
+            let changed = self.pool.node(node).health().on_excluded(reason);
+            self.changed(node, changed);
+        }
+    }
+
     /// The blocks from `head` down to the first whose parent was delivered,
-    /// newest first; only `head` when that is further than the limit.
+    /// newest first (only `head` when that is further than the limit), and
+    /// the nodes found serving wrong blocks meanwhile.
     async fn connect(
         &self,
         head: Arc<Block>,
         served_by: usize,
         order: &[usize],
+    ) -> (Result<Vec<Arc<Block>>, String>, Vec<(usize, String)>) {
+        let mut aside = Vec::new();
+        let branch = self.walk_back(head, served_by, order, &mut aside).await;
+        (branch, aside)
+    }
+
+    async fn walk_back(
+        &self,
+        head: Arc<Block>,
+        served_by: usize,
+        order: &[usize],
+        aside: &mut Vec<(usize, String)>,
     ) -> Result<Vec<Arc<Block>>, String> {
         let mut branch = vec![head];
         loop {
@@ -540,7 +571,9 @@ impl Ingest<'_> {
                 }
             }
             // A reorg (or a gap that moved under us): walk back by hash.
-            match fetch::by_hash(self.pool, order, parent).await {
+            let (fetched, wrong) = fetch::by_hash(self.pool, order, parent).await;
+            aside.extend(wrong);
+            match fetched {
                 Fetched::Block(block, _) => branch.push(block),
                 Fetched::Missing => {
                     return Err(format!(
