@@ -1,11 +1,12 @@
 //! How far each chain is final, from the leading ingest to the edges
 //! (docs/src/api.md, Finality). The ingest writes the marks its pipeline
 //! accepted (the block numbers of `safe` and `finalized`) to the key
-//! `<chain>` of the KV bucket `<prefix>-finality`; an edge watches the key
-//! and raises its own log's marks. The edge's log holds the ingest's steps
-//! at the same positions, so a mark means the same blocks there; one ahead
-//! of what the edge has read waits for its steps. Marks only rise, so a
-//! stale or repeated value changes nothing.
+//! `<chain>` of the KV bucket `<prefix>-finality`, with the position its
+//! log had reached; an edge watches the key and raises its own log's marks
+//! once its log has reached that position too. The edge's log then holds
+//! the same steps, the reorgs that preceded the mark included, so a mark
+//! means the same blocks there. Marks only rise, so a stale or repeated
+//! value changes nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::Bus;
-use crate::eventlog::{EventLog, Finality};
+use crate::eventlog::EventLog;
 use crate::model::Grade;
 
 /// How long a write or a watch may wait on the bus before it is tried
@@ -27,19 +28,33 @@ const ATTEMPT: Duration = Duration::from_secs(1);
 /// The pause before another try after a failure.
 const RETRY: Duration = Duration::from_millis(250);
 
+/// How often an edge looks whether its log has reached a mark's position.
+const CATCH_UP: Duration = Duration::from_millis(50);
+
 /// The bucket's value for one chain.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Marks {
     safe: Option<u64>,
     finalized: Option<u64>,
+    /// The writer's log position when the marks held: a reader applies
+    /// them once its log is there.
+    #[serde(default)]
+    at: u64,
 }
 
-impl From<Finality> for Marks {
-    fn from(finality: Finality) -> Self {
+impl Marks {
+    fn of(log: &EventLog) -> Self {
+        let finality = log.finality();
         Self {
             safe: finality.safe,
             finalized: finality.finalized,
+            at: log.head(),
         }
+    }
+
+    /// The same grades, whatever the position.
+    fn grades(&self) -> (Option<u64>, Option<u64>) {
+        (self.safe, self.finalized)
     }
 }
 
@@ -75,8 +90,9 @@ impl FinalityMarks {
         let mut changes = log.finality_changes();
         let mut written = Marks::default();
         loop {
-            let marks = Marks::from(*changes.borrow_and_update());
-            if marks != written {
+            changes.borrow_and_update();
+            let marks = Marks::of(&log);
+            if marks.grades() != written.grades() {
                 match self.write(chain, marks).await {
                     Ok(()) => written = marks,
                     Err(error) => {
@@ -129,22 +145,36 @@ impl FinalityMarks {
                 Ok(Err(error)) => return anyhow::Error::new(error).context("watching"),
                 Err(_) => return anyhow::anyhow!("watching: no answer"),
             };
-        while let Some(entry) = entries.next().await {
+        // Marks read before this log has reached their position.
+        let mut waiting: Option<Marks> = None;
+        let mut look = tokio::time::interval(CATCH_UP);
+        loop {
+            let entry = tokio::select! {
+                entry = entries.next() => entry,
+                _ = look.tick(), if waiting.is_some() => {
+                    if let Some(marks) = waiting.filter(|m| log.head() >= m.at) {
+                        raise(log, marks);
+                        waiting = None;
+                    }
+                    continue;
+                }
+            };
             let entry = match entry {
-                Ok(entry) => entry,
-                Err(error) => return anyhow::Error::new(error).context("reading the watch"),
+                Some(Ok(entry)) => entry,
+                Some(Err(error)) => return anyhow::Error::new(error).context("reading the watch"),
+                None => return anyhow::anyhow!("the watch ended"),
             };
             if entry.operation != kv::Operation::Put {
                 continue;
             }
             match serde_json::from_slice::<Marks>(&entry.value) {
-                Ok(marks) => raise(log, marks),
+                Ok(marks) if log.head() >= marks.at => raise(log, marks),
+                Ok(marks) => waiting = Some(marks),
                 Err(error) => {
                     tracing::warn!(%chain, %error, "unreadable finality marks on the bus; passed over");
                 }
             }
         }
-        anyhow::anyhow!("the watch ended")
     }
 }
 
@@ -162,12 +192,14 @@ fn raise(log: &EventLog, marks: Marks) {
 mod tests {
     use super::*;
     use crate::config::LogConfig;
+    use crate::eventlog::Finality;
 
     #[test]
     fn marks_read_back_and_only_raise_a_log() {
         let marks = Marks {
             safe: Some(12),
             finalized: Some(8),
+            at: 3,
         };
         let text = serde_json::to_vec(&marks).expect("encodes");
         assert_eq!(
@@ -181,6 +213,7 @@ mod tests {
             Marks {
                 safe: Some(10),
                 finalized: None,
+                at: 0,
             },
         );
         assert_eq!(
