@@ -45,6 +45,26 @@ fn config(anvil: &Anvil, nodes: &[&FaultyNode]) -> Config {
     }
 }
 
+/// `N` nodes, each a proxy in front of `node`.
+async fn proxies<const N: usize>(node: &Anvil) -> [FaultyNode; N] {
+    let upstream = node.ws_url();
+    let started = futures_util::future::try_join_all((0..N).map(|_| FaultyNode::start(&upstream)))
+        .await
+        .expect("the proxies start");
+    started
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("{N} proxies were started"))
+}
+
+/// A server of `config` once every one of the `nodes` of `eth` counts.
+async fn started(config: Config, nodes: usize) -> TestServer {
+    let server = TestServer::start(config).await.expect("server starts");
+    for node in 0..nodes {
+        server.node_state("eth", node, "live").await;
+    }
+    server
+}
+
 /// One client's subscriptions to every mined topic, and what they got.
 struct Watcher {
     client: WsClient,
@@ -164,13 +184,7 @@ async fn node_states(server: &TestServer, chain: &str) -> Vec<(String, String)> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_of_three_nodes_see_what_one_healthy_node_gives_while_nodes_fail() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let upstream = anvil.ws_url();
-    let (a, b, c) = tokio::try_join!(
-        FaultyNode::start(&upstream),
-        FaultyNode::start(&upstream),
-        FaultyNode::start(&upstream),
-    )
-    .expect("three nodes");
+    let [a, b, c] = proxies(&anvil).await;
     let server = server(&anvil, &[&a, &b, &c]).await;
     server.wait_live("eth").await;
     server.wait_live("direct").await;
@@ -303,9 +317,7 @@ impl Fork {
         let minority = Anvil::start_with(1, 0, &["--no-mining", "--fork-url", &parent])
             .await
             .expect("forked anvil");
-        let upstream = majority.ws_url();
-        let (a, b) = tokio::try_join!(FaultyNode::start(&upstream), FaultyNode::start(&upstream))
-            .expect("two nodes");
+        let [a, b] = proxies(&majority).await;
         Self {
             majority,
             minority,
@@ -335,11 +347,7 @@ impl Fork {
             },
             ..Config::default()
         };
-        let server = TestServer::start(config).await.expect("server starts");
-        for node in 0..3 {
-            server.node_state("eth", node, "live").await;
-        }
-        server
+        started(config, 3).await
     }
 
     /// Runs the fork under `agreement` and answers what a subscriber saw:
@@ -458,17 +466,8 @@ async fn with_a_quorum_a_minority_fork_is_never_delivered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_go_to_a_node_that_can_answer_them() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let upstream = anvil.ws_url();
-    let (behind, a, b) = tokio::try_join!(
-        FaultyNode::start(&upstream),
-        FaultyNode::start(&upstream),
-        FaultyNode::start(&upstream),
-    )
-    .expect("three nodes");
-    let server = server(&anvil, &[&behind, &a, &b]).await;
-    for node in 0..3 {
-        server.node_state("eth", node, "live").await;
-    }
+    let [behind, a, b] = proxies(&anvil).await;
+    let server = started(config(&anvil, &[&behind, &a, &b]), 3).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -550,13 +549,8 @@ async fn calls_go_to_a_node_that_can_answer_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_every_node_serves_the_same_wrong_way_goes_out_counted() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let upstream = anvil.ws_url();
-    let (a, b) = tokio::try_join!(FaultyNode::start(&upstream), FaultyNode::start(&upstream))
-        .expect("two nodes");
-    let server = server(&anvil, &[&a, &b]).await;
-    for node in 0..2 {
-        server.node_state("eth", node, "live").await;
-    }
+    let [a, b] = proxies(&anvil).await;
+    let server = started(config(&anvil, &[&a, &b]), 2).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -617,17 +611,11 @@ async fn a_block_every_node_serves_the_same_wrong_way_goes_out_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hedged_read_is_answered_by_the_next_node_when_the_first_sits_on_it() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let upstream = anvil.ws_url();
-    let (hung, other) =
-        tokio::try_join!(FaultyNode::start(&upstream), FaultyNode::start(&upstream))
-            .expect("two nodes");
+    let [hung, other] = proxies(&anvil).await;
     let mut config = config(&anvil, &[&hung, &other]);
     config.rpc.timeout_ms = 120_000;
     config.rpc.hedge_after_ms = Some(200);
-    let server = TestServer::start(config).await.expect("server starts");
-    for node in 0..2 {
-        server.node_state("eth", node, "live").await;
-    }
+    let server = started(config, 2).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -651,17 +639,8 @@ async fn a_pending_transaction_every_node_announces_goes_out_once() {
     let anvil = Anvil::start_with(1, 0, &["--no-mining"])
         .await
         .expect("anvil");
-    let upstream = anvil.ws_url();
-    let (a, b, c) = tokio::try_join!(
-        FaultyNode::start(&upstream),
-        FaultyNode::start(&upstream),
-        FaultyNode::start(&upstream),
-    )
-    .expect("three nodes");
-    let server = server(&anvil, &[&a, &b, &c]).await;
-    for node in 0..3 {
-        server.node_state("eth", node, "live").await;
-    }
+    let [a, b, c] = proxies(&anvil).await;
+    let server = started(config(&anvil, &[&a, &b, &c]), 3).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
