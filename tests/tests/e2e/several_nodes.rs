@@ -530,6 +530,8 @@ async fn calls_go_to_a_node_that_can_answer_them() {
     // Two nodes gone: the third answers.
     a.kill().await;
     b.kill().await;
+    server.node_state("eth", 1, "down").await;
+    server.node_state("eth", 2, "down").await;
     let answered = client
         .call("eth_getBalance", json!([DEV_ACCOUNT, "latest"]))
         .await
