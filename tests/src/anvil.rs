@@ -168,12 +168,30 @@ impl Anvil {
     }
 
     /// Calls the Ping contract at `contract` `count` times from the dev
-    /// account (a block each with automine); returns the hashes.
+    /// account; returns the hashes. With automine on, each call gets a
+    /// block of its own, mined before this returns: automine is paused
+    /// meanwhile and each call mined by hand, as anvil's automine puts two
+    /// calls sent back to back in one block now and then. With automine
+    /// off, the calls stay pending.
     pub async fn ping(&self, contract: &str, count: usize) -> Vec<String> {
+        let automine = self
+            .rpc("anvil_getAutomine", json!([]))
+            .await
+            .expect("whether anvil automines")
+            == json!(true);
+        if automine {
+            self.automine(false).await.expect("automine paused");
+        }
         let mut hashes = Vec::new();
         for _ in 0..count {
             let tx = json!({ "from": DEV_ACCOUNT, "to": contract, "data": "0x" });
             hashes.push(self.send(tx).await.expect("a call"));
+            if automine {
+                self.mine(1).await.expect("the call's block");
+            }
+        }
+        if automine {
+            self.automine(true).await.expect("automine resumed");
         }
         hashes
     }

@@ -83,7 +83,6 @@ async fn finalized_subscribers_never_see_a_removal_and_resume_by_cursor() {
     // Six calls, a block each, all delivered; then the last three
     // replaced by a reorg.
     anvil.ping(&contract, 6).await;
-    // A block each (anvil answers before mining: counted, not asked).
     let top = deployed + 6;
     let mut seen = Vec::new();
     while seen.len() < 6 {
