@@ -21,4 +21,4 @@ pub use calls::ChainCalls;
 pub use client::{Call, NodeClient, NodeError, Notification, decode, single};
 pub use connection::NodeConnection;
 pub use health::{Health, NodeState, Rules};
-pub use pool::{NodePool, PoolNode};
+pub use pool::{At, NodePool, PoolNode};

@@ -74,6 +74,27 @@ impl PoolNode {
     }
 }
 
+/// The block a read names, which decides the nodes that can answer it
+/// (see [`NodePool::order`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum At {
+    /// No block (or one every node has): any node.
+    Any,
+    /// The chain's tip (`latest`, `pending`), at this height.
+    Tip(u64),
+    /// This block, by number or by a hash the chain holds.
+    Block(u64),
+}
+
+impl At {
+    fn height(self) -> Option<u64> {
+        match self {
+            At::Any => None,
+            At::Tip(height) | At::Block(height) => Some(height),
+        }
+    }
+}
+
 /// The nodes of one chain.
 #[derive(Debug)]
 pub struct NodePool {
@@ -124,13 +145,15 @@ impl NodePool {
 
     /// The nodes in the order a call naming block `at` tries them: those
     /// whose heads count and that hold the block first, then those that
-    /// hold it by their last head, in the configured order. A node known to
-    /// be below `at` is asked only when no node holds it (a block ahead of
-    /// every node: then the highest answers, as a node would, `null`).
-    fn order(&self, at: Option<u64>) -> Vec<&PoolNode> {
+    /// hold it by their last head, in the configured order, then those
+    /// below it, highest first. A node known to be below a block named by
+    /// number is never asked while one holds it (its `null` would deny a
+    /// block the chain has); for the tip it is asked last (its own latest
+    /// is better than no answer when the nodes at the tip have just died).
+    fn order(&self, at: At) -> Vec<&PoolNode> {
         let tier = |node: &PoolNode| {
             let health = node.health();
-            let holds = match (at, health.head()) {
+            let holds = match (at.height(), health.head()) {
                 (None, _) => true,
                 (Some(at), Some(head)) => head >= at,
                 (Some(_), None) => false,
@@ -142,12 +165,15 @@ impl NodePool {
             }
         };
         let mut order: Vec<(u8, &PoolNode)> = self.nodes.iter().map(|n| (tier(n), n)).collect();
-        order.sort_by_key(|(tier, _)| *tier);
-        if order.first().is_some_and(|(tier, _)| *tier < 2) {
+        // Stable: within the first two tiers, the configured order.
+        order.sort_by_key(|(tier, node)| {
+            (
+                *tier,
+                (*tier == 2).then(|| std::cmp::Reverse(node.health().head())),
+            )
+        });
+        if matches!(at, At::Block(_)) && order.first().is_some_and(|(tier, _)| *tier < 2) {
             order.retain(|(tier, _)| *tier < 2);
-        } else {
-            // None holds it: the highest heads first.
-            order.sort_by_key(|(_, node)| std::cmp::Reverse(node.health().head()));
         }
         order.into_iter().map(|(_, node)| node).collect()
     }
@@ -161,7 +187,7 @@ impl NodePool {
     pub async fn batch_at(
         &self,
         calls: &[Call],
-        at: Option<u64>,
+        at: At,
         timeout: Duration,
         hedge: Option<Duration>,
     ) -> Result<Vec<Box<RawValue>>, NodeError> {
@@ -244,7 +270,7 @@ impl NodePool {
 
     /// [`NodePool::batch_at`] for calls that name no block.
     pub async fn batch(&self, calls: &[Call]) -> Result<Vec<Box<RawValue>>, NodeError> {
-        self.batch_at(calls, None, CALL_TIMEOUT, None).await
+        self.batch_at(calls, At::Any, CALL_TIMEOUT, None).await
     }
 
     pub async fn call<T: DeserializeOwned>(
@@ -332,14 +358,19 @@ mod tests {
                 .on_head(head, Some(10), false, &rules, now);
         }
         pool.node(2).health().on_down("closed".into());
-        assert_eq!(names(&pool.order(None)), ["low", "high", "gone"]);
+        assert_eq!(names(&pool.order(At::Any)), ["low", "high", "gone"]);
         assert_eq!(
-            names(&pool.order(Some(8))),
+            names(&pool.order(At::Block(8))),
             ["high", "gone"],
             "never a node known to be below the block"
         );
         assert_eq!(
-            names(&pool.order(Some(20))),
+            names(&pool.order(At::Tip(8))),
+            ["high", "gone", "low"],
+            "the tip: a node below it last"
+        );
+        assert_eq!(
+            names(&pool.order(At::Block(20))),
             ["high", "gone", "low"],
             "ahead of every node: the highest answer"
         );

@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use super::params::{parse_fixed, parse_quantity, positional};
 use super::{Call, RpcError};
 use crate::chain::Chain;
-use crate::node::{self, NodeError};
+use crate::node::{self, At, NodeError};
 
 /// Where each method that names a block takes it: the position of its
 /// block parameter.
@@ -33,28 +33,35 @@ const BLOCK_PARAMETER: [(&str, usize); 12] = [
     ("eth_getTransactionByBlockNumberAndIndex", 0),
 ];
 
-/// The height of the block `params` name for `method`, where a node must
-/// be to answer: a number, `latest` or `pending` (the chain's tip), a
-/// `{"blockNumber"}` or a `{"blockHash"}` the window holds. `None`: any
-/// node may answer (no block named, `earliest`, `safe`, `finalized`, an
+/// The block `params` name for `method`, which decides the nodes that can
+/// answer: a number, `latest` or `pending` (the chain's tip), a
+/// `{"blockNumber"}` or a `{"blockHash"}` the window holds. Any node may
+/// answer the rest (no block named, `earliest`, `safe`, `finalized`, an
 /// unknown hash).
-fn named_block(chain: &Chain, method: &str, params: &Value) -> Option<u64> {
-    let (_, at) = BLOCK_PARAMETER.iter().find(|(m, _)| *m == method)?;
+fn named_block(chain: &Chain, method: &str, params: &Value) -> At {
+    let Some((_, at)) = BLOCK_PARAMETER.iter().find(|(m, _)| *m == method) else {
+        return At::Any;
+    };
     let tip = || chain.canonical().tip().map(|b| b.number());
     let by_hash = |hash: &Value| {
         let hash: B256 = parse_fixed(hash.as_str()?)?;
         chain.canonical().by_hash(&hash).map(|b| b.number())
     };
-    match positional(params, *at)? {
-        Value::String(tag) if tag == "latest" || tag == "pending" => tip(),
-        Value::String(text) => parse_quantity(text),
-        Value::Object(selector) => match (selector.get("blockNumber"), selector.get("blockHash")) {
-            (Some(Value::String(number)), _) => parse_quantity(number),
-            (_, Some(hash)) => by_hash(hash),
-            _ => None,
-        },
+    let block = match positional(params, *at) {
+        Some(Value::String(tag)) if tag == "latest" || tag == "pending" => {
+            return tip().map_or(At::Any, At::Tip);
+        }
+        Some(Value::String(text)) => parse_quantity(text),
+        Some(Value::Object(selector)) => {
+            match (selector.get("blockNumber"), selector.get("blockHash")) {
+                (Some(Value::String(number)), _) => parse_quantity(number),
+                (_, Some(hash)) => by_hash(hash),
+                _ => None,
+            }
+        }
         _ => None,
-    }
+    };
+    block.map_or(At::Any, At::Block)
 }
 
 /// Forwards `call` to `chain`'s node, or says why not.
