@@ -659,6 +659,41 @@ async fn a_hedged_read_is_answered_by_the_next_node_when_the_first_sits_on_it() 
     assert_eq!(other.requests("eth_getBalance"), 1, "then hedged");
 }
 
+/// Finality from several nodes: with a quorum of two of three, a node that
+/// knows no `safe`/`finalized` tags (it refuses them) is passed over and
+/// the marks come from the other two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finality_comes_from_the_nodes_that_know_it() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let [a, b, c] = proxies(&anvil).await;
+    let mut config = config(&anvil, &[&a, &b, &c]);
+    let eth = config.chains.get_mut("eth").expect("eth");
+    eth.agreement = Agreement::Quorum;
+    eth.quorum = Some(2);
+    let server = started(config, 3).await;
+    a.refuse("eth_getBlockByNumber");
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let finals = client
+        .subscribe(json!(["newHeads", { "finality": "finalized" }]))
+        .await
+        .expect("finalized heads");
+    // Anvil's finalized block is 64 below its head.
+    anvil.mine(70).await.expect("mine");
+    let mut number = 0;
+    while number < 6 {
+        let (id, head) = client.next_notification().await.expect("a final head");
+        assert_eq!(id, finals);
+        number = quantity(&head["number"]);
+    }
+    assert_eq!(number, 6, "never past the nodes' finalized block");
+    assert!(
+        a.requests("eth_getBlockByNumber") > 0,
+        "the first node asked"
+    );
+}
+
 /// A pending transaction every node announces goes out once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_transaction_every_node_announces_goes_out_once() {

@@ -29,6 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_primitives::B256;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -50,8 +52,12 @@ const GAP_CHUNK: u64 = 32;
 const HEALTH_TICK: Duration = Duration::from_millis(250);
 
 /// How long a node may take to say how far the chain is final; one that
-/// is slower is passed over this time (the deciding task waits for it).
+/// is slower is passed over this time.
 const FINALITY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the nodes asked how far the chain is final may take before
+/// one more is asked too.
+const FINALITY_HEDGE: Duration = Duration::from_millis(250);
 
 /// What the node watchers may have queued for the deciding task.
 const EVENT_QUEUE: usize = 1_024;
@@ -340,27 +346,39 @@ impl Ingest<'_> {
     /// Asks the nodes how far the chain is final (their `safe` and
     /// `finalized` blocks) and sends it on if it moved. As many counting
     /// nodes as the quorum are asked and the lowest answer taken, so no
-    /// single node's claim makes a block final early. A node that knows
-    /// no such tags is passed over.
+    /// single node's claim makes a block final early. A node that fails,
+    /// or has not answered after [`FINALITY_HEDGE`], is joined by the next
+    /// counting node, so one that hangs holds nothing back. A node that
+    /// knows no such tags is passed over.
     async fn follow_finality(&mut self, served_by: usize) -> Result<(), Stopping> {
         // The node that just served a block first: it answers.
         let others = (0..self.heads.len())
             .filter(|&n| n != served_by && self.pool.node(n).health().state().counts());
-        let asked: Vec<usize> = std::iter::once(served_by)
+        let mut candidates = std::iter::once(served_by)
             .chain(others)
-            .take(self.settings.quorum)
-            .collect();
+            .collect::<Vec<usize>>()
+            .into_iter();
         let calls = [
             Call::new("eth_getBlockByNumber", json!(["safe", false])),
             Call::new("eth_getBlockByNumber", json!(["finalized", false])),
         ];
         let pool = self.pool;
-        let answers = futures_util::future::join_all(
-            asked
-                .iter()
-                .map(|&node| pool.node(node).batch_within(&calls, FINALITY_TIMEOUT)),
-        )
-        .await;
+        let quorum = self.settings.quorum;
+        let ask = |node: usize| pool.node(node).batch_within(&calls, FINALITY_TIMEOUT);
+        let mut asking: FuturesUnordered<_> = candidates.by_ref().take(quorum).map(ask).collect();
+        let mut answers = Vec::new();
+        let mut hedge =
+            tokio::time::interval_at(tokio::time::Instant::now() + FINALITY_HEDGE, FINALITY_HEDGE);
+        while answers.len() < quorum {
+            tokio::select! {
+                answer = asking.next() => match answer {
+                    Some(Ok(answer)) => answers.push(answer),
+                    Some(Err(_)) => asking.extend(candidates.next().map(ask)),
+                    None => break,
+                },
+                _ = hedge.tick() => asking.extend(candidates.next().map(ask)),
+            }
+        }
         let mark = |raw: &serde_json::value::RawValue| {
             decode::<Option<HeadRef>>("eth_getBlockByNumber", raw)
                 .ok()
@@ -378,7 +396,7 @@ impl Ingest<'_> {
         };
         let mut lowest: Option<Finality> = None;
         let mut answered = 0;
-        for answer in answers.into_iter().flatten() {
+        for answer in answers {
             let [safe, finalized] = answer.as_slice() else {
                 continue;
             };
