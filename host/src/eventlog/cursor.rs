@@ -105,6 +105,44 @@ impl Mark {
     }
 }
 
+/// Where a replay starts, and which logged steps it passes over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The first event due.
+    pub mark: Mark,
+    /// For `fromBlock`: the chain as it stood when the replay began.
+    pub as_of: Option<AsOf>,
+}
+
+impl Plan {
+    /// Every step from `mark` on.
+    pub fn from(mark: Mark) -> Self {
+        Self { mark, as_of: None }
+    }
+}
+
+/// The chain as it was canonical when a `fromBlock` replay began
+/// (docs/src/api.md, The options object): of the steps logged by then, the replay
+/// tells of those that added a block still canonical at that moment and
+/// passes over the rest (blocks a reorg had already replaced, and their
+/// removals), so it gives what `eth_getLogs` over the same blocks gave
+/// then. Every later step it tells of, removals included, as live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AsOf {
+    /// The log's last position when the replay began.
+    pub until: Position,
+    /// The positions of the steps that added the canonical blocks then,
+    /// ascending.
+    pub added: Vec<Position>,
+}
+
+impl AsOf {
+    /// Whether the step at `position` is passed over.
+    pub fn passes_over(&self, position: Position) -> bool {
+        position <= self.until && self.added.binary_search(&position).is_err()
+    }
+}
+
 /// Why a resume cannot start; never a silent start from now.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResumeError {
@@ -155,6 +193,16 @@ mod tests {
             assert!(error.contains(reason), "{text}: {error}");
             assert!(error.contains("not a chainsieve cursor"), "{error}");
         }
+    }
+
+    #[test]
+    fn as_of_passes_over_what_was_not_canonical_then_only() {
+        let as_of = AsOf {
+            until: 8,
+            added: vec![3, 4, 7, 8],
+        };
+        let passed: Vec<Position> = (3..=10).filter(|p| as_of.passes_over(*p)).collect();
+        assert_eq!(passed, vec![5, 6], "later steps are all told of");
     }
 
     #[test]

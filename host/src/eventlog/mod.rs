@@ -20,7 +20,7 @@ use alloy_primitives::B256;
 use tokio::sync::watch;
 
 use crate::model::{Block, ChainEvent, Grade, Transaction};
-use cursor::{Cursor, Mark, ResumeError, ResumeFrom};
+use cursor::{AsOf, Cursor, Mark, Plan, ResumeError, ResumeFrom};
 
 /// A step's place in its chain's log: 1 for the first step, one more for
 /// each next.
@@ -312,10 +312,10 @@ impl EventLog {
     }
 
     /// Where a subscription resuming `from` starts, or why it cannot.
-    pub fn start_of(&self, from: &ResumeFrom) -> Result<Mark, ResumeError> {
+    pub fn start_of(&self, from: &ResumeFrom) -> Result<Plan, ResumeError> {
         let steps = self.read();
         match from {
-            ResumeFrom::After(cursor) => self.after(&steps, cursor),
+            ResumeFrom::After(cursor) => self.after(&steps, cursor).map(Plan::from),
             ResumeFrom::Block(number) => self.block_start(&steps, *number),
         }
     }
@@ -355,14 +355,22 @@ impl EventLog {
         })
     }
 
-    fn block_start(&self, steps: &Steps, number: u64) -> Result<Mark, ResumeError> {
+    /// The replay of the chain from block `number` as it is canonical now
+    /// (see [`AsOf`]).
+    fn block_start(&self, steps: &Steps, number: u64) -> Result<Plan, ResumeError> {
         if let Some(position) = steps.added.get(&number) {
-            return Ok(Mark::step(*position));
+            return Ok(Plan {
+                mark: Mark::step(*position),
+                as_of: Some(AsOf {
+                    until: steps.next - 1,
+                    added: steps.added.range(number..).map(|(_, p)| *p).collect(),
+                }),
+            });
         }
         let tip = steps.added.last_key_value().map(|(n, _)| *n);
         match tip {
             // Nothing to replay yet: live from the next block on.
-            Some(tip) if number == tip + 1 => Ok(Mark::step(steps.next)),
+            Some(tip) if number == tip + 1 => Ok(Plan::from(Mark::step(steps.next))),
             Some(tip) if number > tip => Err(ResumeError::Ahead(format!(
                 "fromBlock {number} is past {}'s tip, block {tip}",
                 self.chain
@@ -568,10 +576,10 @@ mod tests {
         let from = ResumeFrom::After(cursor(&log, 5, 2));
         assert_eq!(
             log.start_of(&from),
-            Ok(Mark {
+            Ok(Plan::from(Mark {
                 position: 5,
                 index: 3
-            })
+            }))
         );
     }
 
@@ -613,9 +621,13 @@ mod tests {
     #[test]
     fn from_block_starts_at_the_step_that_added_the_canonical_block() {
         let (log, _) = filled(10, 4);
-        assert_eq!(log.start_of(&ResumeFrom::Block(8)), Ok(Mark::step(9)));
+        let mark = |number| {
+            log.start_of(&ResumeFrom::Block(number))
+                .map(|plan| plan.mark)
+        };
+        assert_eq!(mark(8), Ok(Mark::step(9)));
         assert_eq!(
-            log.start_of(&ResumeFrom::Block(10)),
+            mark(10),
             Ok(Mark::step(11)),
             "the next block: nothing to replay"
         );
@@ -651,7 +663,10 @@ mod tests {
         assert!(removed, "the devnet reorganised");
         for number in 0..=tracker.tip().expect("a tip").number() {
             let canonical = tracker.by_number(number).expect("in the window");
-            let Mark { position, index } = log
+            let Plan {
+                mark: Mark { position, index },
+                as_of,
+            } = log
                 .start_of(&ResumeFrom::Block(number))
                 .expect("in the log");
             assert_eq!(index, 0);
@@ -660,6 +675,19 @@ mod tests {
                 matches!(&step.change, ChainEvent::Added(b) if b.hash == canonical.hash),
                 "block {number}"
             );
+            // Told of exactly the canonical blocks from there, in order.
+            let as_of = as_of.expect("a fromBlock plan");
+            let told: Vec<B256> = (position..=log.head())
+                .filter(|p| !as_of.passes_over(*p))
+                .filter_map(|p| match &log.get(p).expect("held").change {
+                    ChainEvent::Added(block) => Some(block.hash),
+                    _ => None,
+                })
+                .collect();
+            let canonical: Vec<B256> = (number..=tracker.tip().expect("a tip").number())
+                .map(|n| tracker.by_number(n).expect("in the window").hash)
+                .collect();
+            assert_eq!(told, canonical, "from block {number}");
         }
     }
 

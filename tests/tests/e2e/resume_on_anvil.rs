@@ -206,3 +206,60 @@ async fn wait_for_head(client: &mut WsClient, heads: &str, number: u64) {
         }
     }
 }
+
+/// `fromBlock` gives the chain as it is canonical when the subscription is
+/// made: after a reorg, the logs `eth_getLogs` gives for the same blocks
+/// (none of the replaced branch, no removal), then the live ones.
+#[tokio::test]
+async fn from_block_gives_the_chain_as_it_is_canonical_then_live() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = TestServer::start(anvil.config(KEY))
+        .await
+        .expect("server starts");
+    server.wait_live("eth").await;
+    let mut setup = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = setup.subscribe(json!(["newHeads"])).await.expect("heads");
+    let contract = deploy_ping(&mut setup, &heads, &anvil).await;
+    let from = anvil.block_number().await.expect("head") + 1;
+    anvil.ping(&contract, 3).await;
+    // The last two calls' blocks replaced by empty ones, then one more call.
+    anvil.reorg(2).await.expect("anvil_reorg");
+    anvil.ping(&contract, 1).await;
+    let tip = anvil.block_number().await.expect("head");
+    loop {
+        let (id, head) = setup.next_notification().await.expect("a head");
+        if id == heads && quantity(&head["number"]) == tip {
+            break;
+        }
+    }
+    let canonical = anvil
+        .rpc(
+            "eth_getLogs",
+            json!([{ "fromBlock": format!("{from:#x}"), "toBlock": format!("{tip:#x}"), "address": contract }]),
+        )
+        .await
+        .expect("the node's logs");
+    let canonical = canonical.as_array().expect("logs").clone();
+    assert_eq!(canonical.len(), 2, "the first call's and the last's");
+
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let logs = client
+        .subscribe(json!(["logs", { "address": contract }, { "fromBlock": format!("{from:#x}") }]))
+        .await
+        .expect("from a block");
+    let mut told = Vec::new();
+    while told.len() < canonical.len() {
+        let (id, log) = client.next_notification().await.expect("a log");
+        assert_eq!(id, logs);
+        told.push(log);
+    }
+    assert_eq!(told, canonical);
+    anvil.ping(&contract, 1).await;
+    let (_, live) = client.next_notification().await.expect("the live log");
+    assert_eq!(quantity(&live["blockNumber"]), tip + 1, "{live}");
+    assert_eq!(live["removed"], false);
+}

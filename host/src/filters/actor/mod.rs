@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::contract::Delivery;
 use super::engine::FilterComponent;
 use super::instance::{Instance, Instantiate};
-use crate::eventlog::cursor::{Mark, ResumeError, ResumeFrom};
+use crate::eventlog::cursor::{AsOf, Mark, ResumeError, ResumeFrom};
 use crate::eventlog::{EventLog, Position};
 use crate::fanout::{self, Notice, Sink, Via};
 use crate::filters::batch::EventBatch;
@@ -312,6 +312,8 @@ struct Record {
     feed: Feed,
     /// The grade a block must reach before it is told of.
     finality: Option<Grade>,
+    /// For a `fromBlock` replay: the logged steps it passes over.
+    as_of: Option<AsOf>,
 }
 
 /// Where a subscription's notifications come from now.
@@ -528,14 +530,18 @@ impl Actor {
                 self.topic()
             )));
         }
-        let feed = match (&resume, finality) {
-            (None, None) => Feed::Live { after: 0 },
-            (Some(from), _) => Feed::Replaying {
-                next: self.log.start_of(from)?,
-            },
-            (None, Some(grade)) => Feed::Replaying {
-                next: self.log.first_not_final(grade),
-            },
+        let (feed, as_of) = match (&resume, finality) {
+            (None, None) => (Feed::Live { after: 0 }, None),
+            (Some(from), _) => {
+                let plan = self.log.start_of(from)?;
+                (Feed::Replaying { next: plan.mark }, plan.as_of)
+            }
+            (None, Some(grade)) => (
+                Feed::Replaying {
+                    next: self.log.first_not_final(grade),
+                },
+                None,
+            ),
         };
         let outcome = self
             .with_instance(|instance| instance.subscribe(key, &params))
@@ -574,6 +580,7 @@ impl Actor {
                 gate,
                 feed,
                 finality,
+                as_of,
             },
         );
         self.count_subscribers();

@@ -26,13 +26,13 @@ use anyhow::Context;
 use chainsieve_filter_core::Matches;
 
 use super::pairs::{self, Pair};
-use super::{Actor, Feed};
+use super::{Actor, Feed, Record};
 use crate::eventlog::cursor::Mark;
 use crate::eventlog::{EventLog, Position, Step};
 use crate::fanout::Via;
 use crate::filters::batch::EventBatch;
 use crate::filters::instance::Instance;
-use crate::model::{ChainEvent, Grade};
+use crate::model::ChainEvent;
 
 /// The JSON-RPC error code ending a replay that fell out of the log's
 /// window: EIP-1474's "resource not found", as for a resume older than it.
@@ -44,8 +44,8 @@ const FELL_BEHIND: i64 = -32001;
 const REPLAY_RATE: f64 = 50_000.0;
 const REPLAY_BURST: f64 = 1_000.0;
 
-/// Steps a subscription waiting for a grade may pass over in one turn
-/// (removals, pending batches, replaced blocks cost a lookup each).
+/// Steps a replay may pass over in one turn (removals, pending batches,
+/// replaced blocks cost a lookup each).
 const SKIPS_PER_TURN: usize = 256;
 
 /// What a turn of the replays came to.
@@ -60,8 +60,10 @@ pub(super) enum Turn {
     Final,
 }
 
-/// Whether a subscription waiting for `grade`, at `next`, is told of the
-/// step there now, passes over it, or waits.
+/// Whether a replay at `next` is told of the step there now, passes over
+/// it (a `fromBlock` replay's [`crate::eventlog::cursor::AsOf`], or what a
+/// subscription waiting for a grade is never told of), or waits for its
+/// grade.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Due {
     Now,
@@ -69,11 +71,21 @@ enum Due {
     Wait,
 }
 
-fn due(log: &EventLog, grade: Grade, next: Mark) -> Due {
+fn due(log: &EventLog, record: &Record, next: Mark) -> Due {
     // Paused inside a step it is being told of.
     if next.index > 0 {
         return Due::Now;
     }
+    if record
+        .as_of
+        .as_ref()
+        .is_some_and(|as_of| as_of.passes_over(next.position))
+    {
+        return Due::Skip;
+    }
+    let Some(grade) = record.finality else {
+        return Due::Now;
+    };
     if next.position > log.head() {
         return Due::Wait;
     }
@@ -211,14 +223,11 @@ impl Actor {
             return Turn::Blocked;
         }
         let log = &self.log;
-        let ready = |record: &super::Record| {
+        let ready = |record: &Record| {
             let Feed::Replaying { next } = record.feed else {
                 return None;
             };
-            let due = record
-                .finality
-                .map_or(Due::Now, |grade| due(log, grade, next));
-            Some((next, due))
+            Some((next, due(log, record, next)))
         };
         let mut only_finality = true;
         let mut position = None;
@@ -257,19 +266,19 @@ impl Actor {
         Turn::Moved
     }
 
-    /// Moves each subscription waiting for a grade past the steps it is
-    /// not told of; true if any moved.
+    /// Moves each replay past the steps it is not told of; true if any
+    /// moved.
     fn pass_over(&mut self) -> bool {
         let mut moved = false;
         for key in &self.replay.keys {
             let Some(record) = self.subscriptions.get_mut(key) else {
                 continue;
             };
-            let (Some(grade), Feed::Replaying { mut next }) = (record.finality, record.feed) else {
+            let Feed::Replaying { mut next } = record.feed else {
                 continue;
             };
             for _ in 0..SKIPS_PER_TURN {
-                if due(&self.log, grade, next) != Due::Skip {
+                if due(&self.log, record, next) != Due::Skip {
                     break;
                 }
                 next = Mark::step(next.position + 1);
@@ -374,11 +383,7 @@ impl Actor {
             let Feed::Replaying { next } = record.feed else {
                 continue;
             };
-            if next.position != matched.position
-                || record
-                    .finality
-                    .is_some_and(|grade| due(&self.log, grade, next) != Due::Now)
-            {
+            if next.position != matched.position || due(&self.log, record, next) != Due::Now {
                 continue;
             }
             let Some(batch) = &matched.batch else {

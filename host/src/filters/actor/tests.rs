@@ -488,6 +488,45 @@ async fn from_block_replays_from_that_block_and_refusals_name_the_window() {
     assert_eq!(h.handle.subscriber_count(), 2, "refused ones are not kept");
 }
 
+/// `fromBlock` tells of the chain as it is canonical when the
+/// subscription is made: a block a reorg had already replaced is passed
+/// over (its removal too), while a reorg after that comes as it comes to
+/// live subscribers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_block_tells_of_the_chain_as_it_is_canonical_when_made() {
+    let mut h = harness().await;
+    for n in 0..3 {
+        h.log_only(n);
+    }
+    // Block 3 of another branch, replaced by the canonical 3.
+    let orphan = Arc::new(Block::fixture(3, 9, h.heads[2].hash, &[]));
+    h.log.append(ChainEvent::Added(orphan.clone()));
+    h.log.append(ChainEvent::Removed(orphan.clone()));
+    for n in 3..5 {
+        h.log_only(n);
+    }
+    // Told of 1 to 4: not of the orphan.
+    let (mut frames, _sink) = h
+        .resume(2, ResumeFrom::Block(1), 64)
+        .await
+        .expect("resumed");
+    let want: Vec<String> = (1..5).map(|n| h.head_to("0x2", n)).collect();
+    assert_eq!(take(&mut frames, 4).await, want);
+    // A block of another branch logged after it was made is told of, as
+    // to live subscribers.
+    let later = Arc::new(Block::fixture(5, 9, h.heads[4].hash, &[]));
+    let step = h.log.append(ChainEvent::Added(later.clone()));
+    let batch = EventBatch::stream_of(&step, h.log.chain(), Source::Heads).expect("a head");
+    let cursor = batch.cursor(0).expect("logged").to_string();
+    assert!(h.handle.send_batch(Arc::new(batch)).await);
+    let told = Frame::Notification {
+        subscription: "0x2".into(),
+        notice: Notice::new(&format!("\"{}\"", later.hash), Some(&cursor)),
+    };
+    assert_eq!(take(&mut frames, 1).await, vec![told.to_text()]);
+    assert!(frames.try_recv().is_none(), "each once");
+}
+
 /// A replay far larger than the connection's queue is paced by its
 /// reader: everything arrives in order and the connection never closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
