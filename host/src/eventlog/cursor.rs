@@ -2,10 +2,13 @@
 //! from (docs/src/architecture.md, The event log).
 //!
 //! A cursor names one event of one step of one chain's log:
-//! `<chain>:<position>:<index>:<tag>`, e.g. `eth:1042:3:9c0f2a41d8e7b655`.
-//! Clients treat it as opaque. The tag tells the step at that position
-//! from another one (a log rebuilt at a restart without a data directory),
-//! so a cursor never resumes at the wrong place silently.
+//! `<chain>:<position>@<block>:<index>:<tag>`, e.g.
+//! `eth:1042@19000123:3:9c0f2a41d8e7b655`. Clients treat it as opaque. The
+//! tag (8 bytes of the block's hash) tells the step at that position from
+//! another one (a log rebuilt at a restart without a data directory), so a
+//! cursor never resumes at the wrong place silently; the block number
+//! (block steps only; pending batches have none) places the event on the
+//! chain once the log no longer holds its step.
 
 use std::fmt;
 
@@ -17,17 +20,20 @@ use super::Position;
 pub struct Cursor {
     pub chain: String,
     pub position: Position,
+    /// The number of the step's block; `None` for a batch of pending
+    /// transactions (and in cursors written before numbers were).
+    pub block: Option<u64>,
     pub index: u32,
     pub tag: u64,
 }
 
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}:{:016x}",
-            self.chain, self.position, self.index, self.tag
-        )
+        write!(f, "{}:{}", self.chain, self.position)?;
+        if let Some(block) = self.block {
+            write!(f, "@{block}")?;
+        }
+        write!(f, ":{}:{:016x}", self.index, self.tag)
     }
 }
 
@@ -60,6 +66,17 @@ impl std::str::FromStr for Cursor {
         if chain.is_empty() {
             return Err(malformed("no chain"));
         }
+        let (position, block) = match position.split_once('@') {
+            Some((position, block)) => (
+                position,
+                Some(
+                    block
+                        .parse::<u64>()
+                        .map_err(|_| malformed("the block number is not an integer"))?,
+                ),
+            ),
+            None => (position, None),
+        };
         let position = position
             .parse::<Position>()
             .ok()
@@ -76,6 +93,7 @@ impl std::str::FromStr for Cursor {
         Ok(Cursor {
             chain: chain.to_string(),
             position,
+            block,
             index,
             tag,
         })
@@ -166,12 +184,18 @@ mod tests {
 
     #[test]
     fn a_cursor_reads_back_what_it_writes() {
-        let cursor = Cursor {
+        let mut cursor = Cursor {
             chain: "polygon-amoy:test".into(),
             position: 1_042,
+            block: Some(19_000_123),
             index: 3,
             tag: 0x9c0f_2a41_d8e7_b655,
         };
+        let text = cursor.to_string();
+        assert_eq!(text, "polygon-amoy:test:1042@19000123:3:9c0f2a41d8e7b655");
+        assert_eq!(text.parse::<Cursor>(), Ok(cursor.clone()));
+        // A batch of pending transactions is in no block.
+        cursor.block = None;
         let text = cursor.to_string();
         assert_eq!(text, "polygon-amoy:test:1042:3:9c0f2a41d8e7b655");
         assert_eq!(text.parse::<Cursor>(), Ok(cursor));
@@ -185,6 +209,8 @@ mod tests {
             (":12:0:9c0f2a41d8e7b655", "no chain"),
             ("eth:0:0:9c0f2a41d8e7b655", "position"),
             ("eth:x:0:9c0f2a41d8e7b655", "position"),
+            ("eth:@5:0:9c0f2a41d8e7b655", "position"),
+            ("eth:12@x:0:9c0f2a41d8e7b655", "block number"),
             ("eth:12:-1:9c0f2a41d8e7b655", "event index"),
             ("eth:12:0:9c0f", "16 hex digits"),
             ("eth:12:0:9c0f2a41d8e7b65z", "16 hex digits"),

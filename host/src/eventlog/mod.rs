@@ -551,11 +551,13 @@ mod tests {
     }
 
     fn cursor(log: &EventLog, position: Position, index: u32) -> Cursor {
+        let step = log.get(position).expect("held");
         Cursor {
             chain: "eth".into(),
             position,
+            block: step.change.block().map(|block| block.number()),
             index,
-            tag: log.get(position).expect("held").tag,
+            tag: step.tag,
         }
     }
 
@@ -590,6 +592,7 @@ mod tests {
             .start_of(&ResumeFrom::After(Cursor {
                 chain: "eth".into(),
                 position: 2,
+                block: Some(1),
                 index: 0,
                 tag: 1,
             }))

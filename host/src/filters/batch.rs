@@ -31,6 +31,8 @@ fn kind_slot(kind: Payload) -> usize {
 struct Origin {
     chain: Arc<str>,
     position: Position,
+    /// The step's block number, if it is a block's.
+    block: Option<u64>,
     tag: u64,
 }
 
@@ -111,6 +113,7 @@ impl EventBatch {
         batch.origin = Some(Origin {
             chain: chain.clone(),
             position: step.position,
+            block: step.change.block().map(|block| block.number()),
             tag: step.tag,
         });
         Some(batch)
@@ -172,6 +175,7 @@ impl EventBatch {
             Cursor {
                 chain: origin.chain.to_string(),
                 position: origin.position,
+                block: origin.block,
                 index: u32::try_from(index).unwrap_or(u32::MAX),
                 tag: origin.tag,
             }

@@ -23,6 +23,16 @@ pub enum ChainEvent {
     Removed(Arc<Block>),
 }
 
+impl ChainEvent {
+    /// The block added or removed; none for pending transactions.
+    pub fn block(&self) -> Option<&Arc<Block>> {
+        match self {
+            ChainEvent::Added(block) | ChainEvent::Removed(block) => Some(block),
+            ChainEvent::Pending(_) => None,
+        }
+    }
+}
+
 /// One event of a stream, pointing into shared data.
 #[derive(Clone, Debug)]
 pub enum StreamEvent {

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use chainsieve::config::{Config, LogConfig, Span};
+use chainsieve::eventlog::cursor::Cursor;
 use chainsieve::ingest::devnet::DevnetSettings;
 use chainsieve_tests::filters::{built, place, watching};
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient, fast_devnet, hex_address, quantity};
@@ -30,14 +31,14 @@ impl Delivered {
         }
     }
 
-    /// Where the cursor (`chain:position:index:tag`) points: the log
-    /// position and the event's index in that step.
+    /// Where the cursor points: the log position and the event's index in
+    /// that step.
     fn mark(&self) -> (u64, u64) {
-        let mut parts = self.cursor.split(':').skip(1).map(|p| p.parse().ok());
-        match (parts.next().flatten(), parts.next().flatten()) {
-            (Some(position), Some(index)) => (position, index),
-            _ => panic!("a cursor with a position and an index: {}", self.cursor),
-        }
+        let cursor: Cursor = self
+            .cursor
+            .parse()
+            .unwrap_or_else(|malformed| panic!("{malformed}"));
+        (cursor.position, u64::from(cursor.index))
     }
 
     fn position(&self) -> u64 {
