@@ -32,8 +32,11 @@
 //!   [`ingest::upstream`]) produce blocks and pending transactions;
 //!   [`ingest::canonical`] orders them (reorgs become removals then
 //!   additions).
+//! - [`history`] — a `fromBlock` older than the log, read from the
+//!   chain's nodes for the subscription's actor until the log holds the
+//!   rest.
 //! - [`node`] — a node's JSON-RPC over WebSocket, for the node source, the
-//!   price index and the methods forwarded to the node.
+//!   price index, history and the methods forwarded to the node.
 //! - [`bus`] — the roles' NATS JetStream bus: an ingest publishes each
 //!   chain's log steps and its price index's writes, an edge follows both
 //!   into its own pipeline and price store.
@@ -60,6 +63,7 @@ pub mod contracts;
 pub mod eventlog;
 pub mod fanout;
 pub mod filters;
+pub mod history;
 pub mod http;
 pub mod ingest;
 pub mod metrics;

@@ -346,6 +346,16 @@ pub async fn mined(
     }
 }
 
+/// A client of the server at `url` following `newHeads`, and the Ping
+/// contract deployed through it: (client, its heads subscription, the
+/// contract's address).
+pub async fn ping_client(url: &str, anvil: &Anvil) -> (WsClient, String, String) {
+    let mut client = WsClient::connect(url).await.expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    let contract = deploy_ping(&mut client, &heads, anvil).await;
+    (client, heads, contract)
+}
+
 /// Deploys the Ping contract and returns its address once its block has
 /// been delivered on `heads`.
 pub async fn deploy_ping(client: &mut WsClient, heads: &str, anvil: &Anvil) -> String {

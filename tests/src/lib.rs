@@ -374,6 +374,17 @@ impl WsClient {
         Ok(message["params"].clone())
     }
 
+    /// Reads notifications until the `newHeads` subscription `heads` tells
+    /// of block `number`; the others received meanwhile are dropped.
+    pub async fn until_head(&mut self, heads: &str, number: u64) {
+        loop {
+            let (subscription, head) = self.next_notification().await.expect("a head in time");
+            if subscription == heads && quantity(&head["number"]) == number {
+                return;
+            }
+        }
+    }
+
     /// Collects notifications until `done` has seen `count` for
     /// subscription `until`; returns every notification received meanwhile.
     pub async fn collect_until(

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
-use crate::config::{ChainSpec, Config, NodesSpec, Role, RpcConfig};
+use crate::config::{ChainSpec, Config, HistoryConfig, NodesSpec, Role, RpcConfig};
 use crate::eventlog::EventLog;
 use crate::eventlog::store::Persist;
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
@@ -51,6 +51,8 @@ pub struct Chain {
     pub price: Arc<PriceIndex>,
     /// Which methods are forwarded, and how long they may take.
     pub rpc: RpcConfig,
+    /// How far back `fromBlock` reads from the nodes.
+    pub history: HistoryConfig,
     /// For the actors of topics added at run time.
     pub metrics: Arc<Metrics>,
 }
@@ -195,6 +197,7 @@ impl Chain {
             origin,
             price,
             rpc: config.rpc.clone(),
+            history: config.history.clone(),
             metrics: metrics.clone(),
         }))
     }

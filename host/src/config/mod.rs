@@ -58,6 +58,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub price: PriceConfig,
     pub log: LogConfig,
+    pub history: HistoryConfig,
     pub bus: BusConfig,
     /// What node-fed chains forward to their node.
     pub rpc: RpcConfig,
@@ -92,6 +93,25 @@ impl Default for LogConfig {
             window: DEFAULT_LOG_WINDOW,
             memory_mib: 256,
             data_dir: None,
+        }
+    }
+}
+
+/// History from the nodes: `fromBlock` older than a chain's log window
+/// (docs/src/api.md, History from the nodes).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// How far behind the chain's tip a `fromBlock` may be; further back is
+    /// refused (-32001). The default reaches a month of Ethereum and a day
+    /// of BNB Chain.
+    pub max_blocks: u64,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            max_blocks: 250_000,
         }
     }
 }
@@ -162,6 +182,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             price: PriceConfig::default(),
             log: LogConfig::default(),
+            history: HistoryConfig::default(),
             bus: BusConfig::default(),
             rpc: RpcConfig::default(),
             logging: LoggingConfig::default(),
@@ -462,6 +483,12 @@ impl Config {
         self.filters.validate()?;
         self.limits.validate()?;
         self.log.validate()?;
+        in_range(
+            "history.max_blocks",
+            self.history.max_blocks,
+            1,
+            100_000_000,
+        )?;
         self.devnet.validate()?;
         self.rpc.validate()?;
         self.logging.validate()?;

@@ -8,18 +8,21 @@
 //! another one (a log rebuilt at a restart without a data directory), so a
 //! cursor never resumes at the wrong place silently; the block number
 //! (block steps only; pending batches have none) places the event on the
-//! chain once the log no longer holds its step.
+//! chain once the log no longer holds its step. An event of a block read
+//! from the nodes, older than the log (history), has no position:
+//! `eth:@19000123:3:9c0f2a41d8e7b655`.
 
 use std::fmt;
 
 use super::Position;
 
-/// One event of a logged step: the `index`-th event of its stream's batch
-/// at `position`.
+/// One event: the `index`-th event of its stream's batch at `position`
+/// of the log, or of block `block` read from the nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cursor {
     pub chain: String,
-    pub position: Position,
+    /// `None` for a block read from the nodes (history).
+    pub position: Option<Position>,
     /// The number of the step's block; `None` for a batch of pending
     /// transactions (and in cursors written before numbers were).
     pub block: Option<u64>,
@@ -29,7 +32,10 @@ pub struct Cursor {
 
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.chain, self.position)?;
+        write!(f, "{}:", self.chain)?;
+        if let Some(position) = self.position {
+            write!(f, "{position}")?;
+        }
         if let Some(block) = self.block {
             write!(f, "@{block}")?;
         }
@@ -77,11 +83,17 @@ impl std::str::FromStr for Cursor {
             ),
             None => (position, None),
         };
-        let position = position
-            .parse::<Position>()
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or_else(|| malformed("the position is not a positive integer"))?;
+        let position = match (position, block) {
+            // History: a block's, with no place in the log.
+            ("", Some(_)) => None,
+            _ => Some(
+                position
+                    .parse::<Position>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| malformed("the position is not a positive integer"))?,
+            ),
+        };
         let index = index
             .parse()
             .map_err(|_| malformed("the event index is not an integer"))?;
@@ -186,7 +198,7 @@ mod tests {
     fn a_cursor_reads_back_what_it_writes() {
         let mut cursor = Cursor {
             chain: "polygon-amoy:test".into(),
-            position: 1_042,
+            position: Some(1_042),
             block: Some(19_000_123),
             index: 3,
             tag: 0x9c0f_2a41_d8e7_b655,
@@ -194,7 +206,13 @@ mod tests {
         let text = cursor.to_string();
         assert_eq!(text, "polygon-amoy:test:1042@19000123:3:9c0f2a41d8e7b655");
         assert_eq!(text.parse::<Cursor>(), Ok(cursor.clone()));
+        // A block read from the nodes has no place in the log.
+        cursor.position = None;
+        let text = cursor.to_string();
+        assert_eq!(text, "polygon-amoy:test:@19000123:3:9c0f2a41d8e7b655");
+        assert_eq!(text.parse::<Cursor>(), Ok(cursor.clone()));
         // A batch of pending transactions is in no block.
+        cursor.position = Some(1_042);
         cursor.block = None;
         let text = cursor.to_string();
         assert_eq!(text, "polygon-amoy:test:1042:3:9c0f2a41d8e7b655");
@@ -209,7 +227,7 @@ mod tests {
             (":12:0:9c0f2a41d8e7b655", "no chain"),
             ("eth:0:0:9c0f2a41d8e7b655", "position"),
             ("eth:x:0:9c0f2a41d8e7b655", "position"),
-            ("eth:@5:0:9c0f2a41d8e7b655", "position"),
+            ("eth::0:9c0f2a41d8e7b655", "position"),
             ("eth:12@x:0:9c0f2a41d8e7b655", "block number"),
             ("eth:12:-1:9c0f2a41d8e7b655", "event index"),
             ("eth:12:0:9c0f", "16 hex digits"),

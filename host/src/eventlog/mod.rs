@@ -50,7 +50,7 @@ impl Step {
 
 /// The first eight bytes of the step's block hash (inverted for a
 /// removal) or of its first pending transaction's hash.
-fn tag(change: &ChainEvent) -> u64 {
+pub fn tag(change: &ChainEvent) -> u64 {
     let word = |hash: &B256| {
         let mut bytes = [0; 8];
         bytes.copy_from_slice(&hash.0[..8]);
@@ -143,6 +143,14 @@ impl Steps {
     fn at(&self, position: Position) -> Option<&Arc<Step>> {
         let offset = usize::try_from(position.checked_sub(self.oldest())?).ok()?;
         self.held.get(offset)
+    }
+}
+
+/// The chain as the log holds it canonical now, from block `number` on.
+fn as_of(steps: &Steps, number: u64) -> AsOf {
+    AsOf {
+        until: steps.next - 1,
+        added: steps.added.range(number..).map(|(_, p)| *p).collect(),
     }
 }
 
@@ -306,6 +314,12 @@ impl EventLog {
         ))
     }
 
+    /// The position of the step that added the canonical block `number`,
+    /// if the window holds it.
+    pub fn canonical_position(&self, number: u64) -> Option<Position> {
+        self.read().added.get(&number).copied()
+    }
+
     /// The step at `position`, if the window still holds it.
     pub fn get(&self, position: Position) -> Option<Arc<Step>> {
         self.read().at(position).cloned()
@@ -315,43 +329,72 @@ impl EventLog {
     pub fn start_of(&self, from: &ResumeFrom) -> Result<Plan, ResumeError> {
         let steps = self.read();
         match from {
-            ResumeFrom::After(cursor) => self.after(&steps, cursor).map(Plan::from),
+            ResumeFrom::After(cursor) => self.after(&steps, cursor),
             ResumeFrom::Block(number) => self.block_start(&steps, *number),
         }
     }
 
-    fn after(&self, steps: &Steps, cursor: &Cursor) -> Result<Mark, ResumeError> {
+    fn after(&self, steps: &Steps, cursor: &Cursor) -> Result<Plan, ResumeError> {
         if *cursor.chain != *self.chain {
             return Err(ResumeError::OtherChain(format!(
                 "the cursor {cursor} is of chain {}, but this connection serves {}",
                 cursor.chain, self.chain
             )));
         }
+        let Some(position) = cursor.position else {
+            return self.after_history(steps, cursor);
+        };
         let head = steps.next - 1;
-        if cursor.position > head {
+        if position > head {
             return Err(ResumeError::Unknown(format!(
                 "the cursor {cursor} is past the end of {}'s log (its last step is {head}): it comes from another log, or from one a restart did not keep",
                 self.chain
             )));
         }
-        if cursor.position < steps.oldest() {
+        if position < steps.oldest() {
             return Err(ResumeError::TooOld(format!(
                 "the cursor {cursor} is older than {}",
                 self.describe(steps)
             )));
         }
-        if steps
-            .at(cursor.position)
-            .is_none_or(|step| step.tag != cursor.tag)
-        {
+        if steps.at(position).is_none_or(|step| step.tag != cursor.tag) {
             return Err(ResumeError::Unknown(format!(
                 "the cursor {cursor} names a step {}'s log does not hold at that position: it comes from another log, or from one a restart did not keep",
                 self.chain
             )));
         }
-        Ok(Mark {
-            position: cursor.position,
+        Ok(Plan::from(Mark {
+            position,
             index: cursor.index.saturating_add(1),
+        }))
+    }
+
+    /// After an event of a block read from the nodes: the chain as it is
+    /// canonical now from the next event on, if the window holds that
+    /// very block.
+    fn after_history(&self, steps: &Steps, cursor: &Cursor) -> Result<Plan, ResumeError> {
+        let block = cursor.block.unwrap_or_default();
+        let Some(position) = steps.added.get(&block) else {
+            return Err(ResumeError::TooOld(format!(
+                "the cursor {cursor} names block {block}, which {} does not hold",
+                self.describe(steps)
+            )));
+        };
+        if steps
+            .at(*position)
+            .is_none_or(|step| step.tag != cursor.tag)
+        {
+            return Err(ResumeError::Unknown(format!(
+                "the cursor {cursor} names a block that is no longer canonical on {}: subscribe again from a block",
+                self.chain
+            )));
+        }
+        Ok(Plan {
+            mark: Mark {
+                position: *position,
+                index: cursor.index.saturating_add(1),
+            },
+            as_of: Some(as_of(steps, block)),
         })
     }
 
@@ -361,10 +404,7 @@ impl EventLog {
         if let Some(position) = steps.added.get(&number) {
             return Ok(Plan {
                 mark: Mark::step(*position),
-                as_of: Some(AsOf {
-                    until: steps.next - 1,
-                    added: steps.added.range(number..).map(|(_, p)| *p).collect(),
-                }),
+                as_of: Some(as_of(steps, number)),
             });
         }
         let tip = steps.added.last_key_value().map(|(n, _)| *n);
@@ -554,7 +594,7 @@ mod tests {
         let step = log.get(position).expect("held");
         Cursor {
             chain: "eth".into(),
-            position,
+            position: Some(position),
             block: step.change.block().map(|block| block.number()),
             index,
             tag: step.tag,
@@ -591,7 +631,7 @@ mod tests {
         let too_old = log
             .start_of(&ResumeFrom::After(Cursor {
                 chain: "eth".into(),
-                position: 2,
+                position: Some(2),
                 block: Some(1),
                 index: 0,
                 tag: 1,
@@ -608,7 +648,7 @@ mod tests {
             Err(ResumeError::Unknown(_))
         ));
         let mut ahead = cursor(&log, 8, 0);
-        ahead.position = 11;
+        ahead.position = Some(11);
         assert!(matches!(
             log.start_of(&ResumeFrom::After(ahead)),
             Err(ResumeError::Unknown(m)) if m.contains("past the end")

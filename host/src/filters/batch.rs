@@ -11,7 +11,7 @@ use chainsieve_filter_core::projection::ProjectedWriter;
 use chainsieve_filter_core::{Payload, Source};
 
 use crate::eventlog::cursor::Cursor;
-use crate::eventlog::{Position, Step};
+use crate::eventlog::{self, Position, Step};
 use crate::fanout::Notice;
 use crate::model::{Block, Transaction};
 use crate::model::{ChainEvent, StreamEvent};
@@ -30,7 +30,8 @@ fn kind_slot(kind: Payload) -> usize {
 #[derive(Clone, Debug)]
 struct Origin {
     chain: Arc<str>,
-    position: Position,
+    /// `None` for a block read from the nodes (history).
+    position: Option<Position>,
     /// The step's block number, if it is a block's.
     block: Option<u64>,
     tag: u64,
@@ -93,7 +94,25 @@ impl EventBatch {
     /// The batch of `source` in a step of `chain`'s log, if it has events
     /// of that stream.
     pub fn stream_of(step: &Step, chain: &Arc<str>, source: Source) -> Option<EventBatch> {
-        let events = match (&step.change, source) {
+        Self::of_change(&step.change, chain, source, Some(step.position), step.tag)
+    }
+
+    /// The batch of `source` in `block`, read from `chain`'s nodes older
+    /// than the log (history): its cursors name the block, not a position.
+    pub fn of_history(block: &Arc<Block>, chain: &Arc<str>, source: Source) -> Option<EventBatch> {
+        let change = ChainEvent::Added(block.clone());
+        let tag = eventlog::tag(&change);
+        Self::of_change(&change, chain, source, None, tag)
+    }
+
+    fn of_change(
+        change: &ChainEvent,
+        chain: &Arc<str>,
+        source: Source,
+        position: Option<Position>,
+        tag: u64,
+    ) -> Option<EventBatch> {
+        let events = match (change, source) {
             (ChainEvent::Pending(txs), Source::PendingTransactions) => {
                 txs.iter().cloned().map(StreamEvent::Pending).collect()
             }
@@ -112,12 +131,13 @@ impl EventBatch {
         let mut batch = Self::new(source, events);
         batch.origin = Some(Origin {
             chain: chain.clone(),
-            position: step.position,
-            block: step.change.block().map(|block| block.number()),
-            tag: step.tag,
+            position,
+            block: change.block().map(|block| block.number()),
+            tag,
         });
         Some(batch)
     }
+
     pub fn len(&self) -> usize {
         self.events.len()
     }
@@ -157,7 +177,10 @@ impl EventBatch {
 
     /// The step of the log the events are of (0 outside any log).
     pub fn position(&self) -> Position {
-        self.origin.as_ref().map_or(0, |origin| origin.position)
+        self.origin
+            .as_ref()
+            .and_then(|origin| origin.position)
+            .unwrap_or(0)
     }
 
     /// What every notification of event `index` in payload `kind` carries

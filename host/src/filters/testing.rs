@@ -48,5 +48,6 @@ pub fn to_everything(key: u64, sink: Sink) -> Subscribe {
         start: Start::Now,
         resume: None,
         finality: None,
+        history: None,
     }
 }

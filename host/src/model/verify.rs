@@ -8,6 +8,8 @@
 //! header commits to but the model does not hold (receipts, withdrawals,
 //! state) is not checked: see [`verify`].
 
+use std::sync::Arc;
+
 use alloy_consensus::proofs::ordered_trie_root_encoded;
 use alloy_eips::eip2930::AccessList;
 use alloy_primitives::{Address, B256, Bloom, BloomInput, TxKind, keccak256};
@@ -98,6 +100,15 @@ impl std::fmt::Display for LogMember {
             LogMember::Address(address) => write!(f, "address {address}"),
             LogMember::Topic { position, topic } => write!(f, "topic {position} ({topic})"),
         }
+    }
+}
+
+/// The block if it passes verification (or cannot be verified: a
+/// transaction type the model does not encode), else why not.
+pub fn checked(block: Arc<Block>) -> Result<Arc<Block>, (Arc<Block>, VerifyError)> {
+    match verify(&block) {
+        Ok(()) | Err(VerifyError::Unverifiable { .. }) => Ok(block),
+        Err(error) => Err((block, error)),
     }
 }
 

@@ -11,6 +11,7 @@
 //! - [`calls`]: read-only contract calls, as the price index makes them,
 //!   whoever answers them.
 
+pub mod blocks;
 pub mod calls;
 pub mod client;
 pub mod connection;

@@ -60,6 +60,10 @@ pub(super) async fn subscribe(
             "subscription limit reached: this connection has {limit} subscriptions (limits.max_subscriptions_per_connection); unsubscribe one first"
         ))));
     }
+    let history = match resume::history(ctx.chain, options.from.as_ref()) {
+        Ok(history) => history,
+        Err(error) => return Outcome::Reply(Err(error)),
+    };
     let id = subscriptions::new_id();
     let key = ctx.subscriptions.next_key();
     // Register before the actor can deliver, so a close racing with this
@@ -87,6 +91,7 @@ pub(super) async fn subscribe(
         start,
         resume: options.from,
         finality: options.finality,
+        history,
     };
     match filter.subscribe(request).await {
         Ok(()) if acked => Outcome::Sent,

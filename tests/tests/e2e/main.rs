@@ -13,6 +13,7 @@ mod filter_hot_swap;
 mod filter_isolation;
 mod finality;
 mod forward;
+mod history;
 mod limits;
 mod load;
 mod node_parity;

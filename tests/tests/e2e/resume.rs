@@ -38,7 +38,10 @@ impl Delivered {
             .cursor
             .parse()
             .unwrap_or_else(|malformed| panic!("{malformed}"));
-        (cursor.position, u64::from(cursor.index))
+        (
+            cursor.position.expect("a logged event"),
+            u64::from(cursor.index),
+        )
     }
 
     fn position(&self) -> u64 {

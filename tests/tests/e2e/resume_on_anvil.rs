@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use chainsieve::config::{Config, LogConfig};
-use chainsieve_tests::anvil::{Anvil, deploy_ping};
+use chainsieve_tests::anvil::{Anvil, deploy_ping, ping_client};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
 
@@ -123,7 +123,7 @@ async fn resume_across_a_node_reorg_and_a_server_restart() {
     drop(client);
     anvil.reorg(2).await.expect("anvil_reorg");
     anvil.mine(1).await.expect("mine");
-    wait_for_head(&mut setup, &setup_heads, tip + 1).await;
+    setup.until_head(&setup_heads, tip + 1).await;
 
     let (mut client, ids) = follow(&server, &contract, &cursors).await;
     let back = read_until(&mut client, &ids, &mut cursors, |got| {
@@ -196,17 +196,6 @@ async fn resume_across_a_node_reorg_and_a_server_restart() {
     );
 }
 
-/// Waits on the `heads` subscription of `client` for head `number`: the
-/// server has placed it.
-async fn wait_for_head(client: &mut WsClient, heads: &str, number: u64) {
-    loop {
-        let (subscription, head) = client.next_notification().await.expect("heads");
-        if subscription == heads && quantity(&head["number"]) == number {
-            return;
-        }
-    }
-}
-
 /// `fromBlock` gives the chain as it is canonical when the subscription is
 /// made: after a reorg, the logs `eth_getLogs` gives for the same blocks
 /// (none of the replaced branch, no removal), then the live ones.
@@ -217,23 +206,14 @@ async fn from_block_gives_the_chain_as_it_is_canonical_then_live() {
         .await
         .expect("server starts");
     server.wait_live("eth").await;
-    let mut setup = WsClient::connect(&server.ws_url("eth", KEY))
-        .await
-        .expect("connect");
-    let heads = setup.subscribe(json!(["newHeads"])).await.expect("heads");
-    let contract = deploy_ping(&mut setup, &heads, &anvil).await;
+    let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
     let from = anvil.block_number().await.expect("head") + 1;
     anvil.ping(&contract, 3).await;
     // The last two calls' blocks replaced by empty ones, then one more call.
     anvil.reorg(2).await.expect("anvil_reorg");
     anvil.ping(&contract, 1).await;
     let tip = anvil.block_number().await.expect("head");
-    loop {
-        let (id, head) = setup.next_notification().await.expect("a head");
-        if id == heads && quantity(&head["number"]) == tip {
-            break;
-        }
-    }
+    setup.until_head(&heads, tip).await;
     let canonical = anvil
         .rpc(
             "eth_getLogs",

@@ -198,12 +198,7 @@ async fn subscribers_of_three_nodes_see_what_one_healthy_node_gives_while_nodes_
     let contract = deploy_ping(&mut setup, &heads, &anvil).await;
     // Both chains at the deployment's block before the watchers start.
     let deployed = anvil.block_number().await.expect("head");
-    loop {
-        let (id, head) = on_eth.next_notification().await.expect("a head");
-        if id == eth_heads && quantity(&head["number"]) == deployed {
-            break;
-        }
-    }
+    on_eth.until_head(&eth_heads, deployed).await;
     let mut eth = Watcher::start(&server, "eth", &contract).await;
     let mut direct = Watcher::start(&server, "direct", &contract).await;
     let mut both = [&mut eth, &mut direct];
@@ -471,12 +466,7 @@ async fn lagging(
     behind.lag(5);
     anvil.mine(6).await.expect("mine");
     let head = anvil.block_number().await.expect("head");
-    loop {
-        let (id, result) = client.next_notification().await.expect("a head");
-        if id == heads && quantity(&result["number"]) == head {
-            break;
-        }
-    }
+    client.until_head(heads, head).await;
     server.node_state("eth", 0, "lagging").await;
     head
 }
@@ -589,12 +579,7 @@ async fn a_block_every_node_serves_the_same_wrong_way_goes_out_counted() {
         .expect("sent");
     // Its block, the first after genesis (anvil answers before it is
     // mined, so its head is waited for, not asked).
-    loop {
-        let (id, result) = client.next_notification().await.expect("a head");
-        if id == heads && quantity(&result["number"]) == 1 {
-            break;
-        }
-    }
+    client.until_head(&heads, 1).await;
     let metrics = reqwest::get(format!("http://{}/metrics", server.addr))
         .await
         .expect("metrics")

@@ -15,6 +15,7 @@
 //! left off ([`replay`]), a step at a time between live batches, then
 //! joins the live ones with no gap and no duplicate.
 
+mod history;
 pub mod pairs;
 mod replay;
 
@@ -35,6 +36,7 @@ use crate::eventlog::cursor::{AsOf, Mark, ResumeError, ResumeFrom};
 use crate::eventlog::{EventLog, Position};
 use crate::fanout::{self, Notice, Sink, Via};
 use crate::filters::batch::EventBatch;
+use crate::history::HistoryFeed;
 use crate::metrics::ActorMetrics;
 use crate::model::Grade;
 use pairs::Pair;
@@ -93,6 +95,9 @@ pub struct Subscribe {
     /// (docs/src/api.md, Finality): the subscription reads the log, behind
     /// the grade, and never joins the live batches.
     pub finality: Option<Grade>,
+    /// Blocks older than the log, read from the nodes, before the log
+    /// (docs/src/api.md, History from the nodes); `resume` is then unused.
+    pub history: Option<HistoryFeed>,
 }
 
 /// How a new subscription's first notification is ordered after the
@@ -314,6 +319,8 @@ struct Record {
     finality: Option<Grade>,
     /// For a `fromBlock` replay: the logged steps it passes over.
     as_of: Option<AsOf>,
+    /// Blocks older than the log, while [`Feed::History`].
+    history: Option<history::Reading>,
 }
 
 /// Where a subscription's notifications come from now.
@@ -323,6 +330,16 @@ enum Feed {
     Live { after: Position },
     /// The log, until the replay catches up; the next event due.
     Replaying { next: Mark },
+    /// Blocks read from the nodes, older than the log, until the log holds
+    /// the rest ([`Record::history`]).
+    History,
+}
+
+impl Feed {
+    /// Whether the subscription is in the replays' instance.
+    fn replays(self) -> bool {
+        !matches!(self, Feed::Live { .. })
+    }
 }
 
 impl Record {
@@ -523,6 +540,7 @@ impl Actor {
             start,
             resume,
             finality,
+            history,
         } = request;
         if let Some(reason) = &self.disabled {
             return Err(SubscribeError::Unavailable(format!(
@@ -531,6 +549,7 @@ impl Actor {
             )));
         }
         let (feed, as_of) = match (&resume, finality) {
+            _ if history.is_some() => (Feed::History, None),
             (None, None) => (Feed::Live { after: 0 }, None),
             (Some(from), _) => {
                 let plan = self.log.start_of(from)?;
@@ -567,7 +586,7 @@ impl Actor {
             Start::Gated(gate) => Some(gate),
             Start::Now => None,
         };
-        if matches!(feed, Feed::Replaying { .. }) {
+        if feed.replays() {
             self.replay.join(key, &params);
         }
         self.subscriptions.insert(
@@ -581,6 +600,7 @@ impl Actor {
                 feed,
                 finality,
                 as_of,
+                history: history.map(history::Reading::new),
             },
         );
         self.count_subscribers();
@@ -590,7 +610,7 @@ impl Actor {
     fn unsubscribe(&mut self, key: u64) {
         if let Some(record) = self.subscriptions.remove(&key) {
             self.count_subscribers();
-            if matches!(record.feed, Feed::Replaying { .. }) {
+            if record.feed.replays() {
                 self.replay.leave(key);
             }
             self.with_instance(|instance| instance.unsubscribe(key));

@@ -106,7 +106,7 @@ fn due(log: &EventLog, record: &Record, next: Mark) -> Due {
 }
 
 /// A token bucket over [`REPLAY_RATE`].
-struct Budget {
+pub(super) struct Budget {
     tokens: f64,
     refilled: Instant,
 }
@@ -122,7 +122,7 @@ impl Default for Budget {
 
 impl Budget {
     /// Takes one notification's worth; false when the bucket is empty.
-    fn take(&mut self) -> bool {
+    pub(super) fn take(&mut self) -> bool {
         let available = !self.is_empty();
         if available {
             self.tokens -= 1.0;
@@ -145,14 +145,14 @@ impl Budget {
 #[derive(Default)]
 pub(super) struct Replay {
     /// The subscriptions replaying, in the order they joined.
-    keys: Vec<u64>,
+    pub(super) keys: Vec<u64>,
     /// Holds every replaying subscription; built when a step needs it,
     /// dropped after a failure or when the last replay catches up.
     instance: Option<Box<dyn Instance>>,
     /// The step matched last, for subscriptions paused inside it; stale
     /// once the replaying subscriptions change.
     last: Option<Arc<Matched>>,
-    budget: Budget,
+    pub(super) budget: Budget,
 }
 
 /// One step as the replaying subscriptions match it.
@@ -222,6 +222,7 @@ impl Actor {
         if self.replay.budget.is_empty() {
             return Turn::Blocked;
         }
+        let moved = self.history_turn() || skipped;
         let log = &self.log;
         let ready = |record: &Record| {
             let Feed::Replaying { next } = record.feed else {
@@ -237,6 +238,11 @@ impl Actor {
             .iter()
             .filter_map(|key| self.subscriptions.get(key))
         {
+            if record.feed == Feed::History {
+                // Waits on its reader's nodes, not on a grade.
+                only_finality = false;
+                continue;
+            }
             let Some((next, due)) = ready(record) else {
                 continue;
             };
@@ -247,7 +253,7 @@ impl Actor {
             }
         }
         let Some(position) = position else {
-            return match (skipped, only_finality) {
+            return match (moved, only_finality) {
                 (true, _) => Turn::Moved,
                 (false, true) => Turn::Final,
                 (false, false) => Turn::Blocked,
@@ -346,7 +352,7 @@ impl Actor {
 
     /// Matches `batch` in the replays' instance, building it first if
     /// needed.
-    fn replay_match(&mut self, batch: &EventBatch) -> anyhow::Result<Matches> {
+    pub(super) fn replay_match(&mut self, batch: &EventBatch) -> anyhow::Result<Matches> {
         if self.replay.instance.is_none() {
             let mut instance = self
                 .instances
@@ -454,12 +460,19 @@ impl Actor {
             "the replay fell behind {}: events were lost, subscribe again",
             self.log.window()
         );
-        let mut ended = Vec::with_capacity(behind.len());
-        for key in behind {
-            self.replay.leave(key);
-            if let Some(record) = self.subscriptions.remove(&key) {
-                tracing::warn!(chain = %self.chain, topic = %self.topic(), subscription = %record.id, position, "replay fell out of the log's window; ending it");
-                self.with_instance(|instance| instance.unsubscribe(key));
+        tracing::warn!(chain = %self.chain, topic = %self.topic(), position, "replays fell out of the log's window; ending them");
+        self.end_replays(&behind, FELL_BEHIND, &message);
+    }
+
+    /// Ends the replaying subscriptions `keys` with an error notification
+    /// of `code` saying `message`.
+    pub(super) fn end_replays(&mut self, keys: &[u64], code: i64, message: &str) {
+        let mut ended = Vec::with_capacity(keys.len());
+        for key in keys {
+            self.replay.leave(*key);
+            if let Some(record) = self.subscriptions.remove(key) {
+                tracing::warn!(chain = %self.chain, topic = %self.topic(), subscription = %record.id, code, message, "replay ended");
+                self.with_instance(|instance| instance.unsubscribe(*key));
                 ended.push(record);
             }
         }
@@ -467,7 +480,7 @@ impl Actor {
         // subscription gone.
         self.count_subscribers();
         for record in ended {
-            record.end_with(FELL_BEHIND, &message);
+            record.end_with(code, message);
         }
     }
 }
@@ -475,7 +488,7 @@ impl Actor {
 /// How many of `due` (a subscriber's pairs, in chain order) go now: as
 /// many as `room` allows while `take` grants budget, ending between two
 /// events, as a paused replay resumes at an event.
-fn allowance(due: &[&Pair], room: usize, mut take: impl FnMut() -> bool) -> usize {
+pub(super) fn allowance(due: &[&Pair], room: usize, mut take: impl FnMut() -> bool) -> usize {
     let mut allowed = 0;
     while allowed < due.len().min(room) && take() {
         allowed += 1;

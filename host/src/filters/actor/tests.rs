@@ -239,6 +239,7 @@ impl Harness {
                 start: Start::Now,
                 resume,
                 finality,
+                history: None,
             })
             .await?;
         Ok((frames, sink))

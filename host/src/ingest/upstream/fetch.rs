@@ -11,14 +11,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use alloy_primitives::{B256, U64};
+use alloy_primitives::B256;
 use serde_json::json;
 use serde_json::value::RawValue;
 
 use crate::model::Block;
 use crate::model::verify::{self, VerifyError};
 use crate::model::wire::NodeBlock;
-use crate::node::{Call, NodeError, NodePool, decode};
+use crate::node::{Call, NodeError, NodePool, blocks, decode};
 
 /// How long one node may take to answer a block before the next is asked.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -161,7 +161,7 @@ async fn ask(pool: &NodePool, node: usize, hash: B256) -> Answer {
                 reason: format!("asked for block {hash}, answered block {}", block.hash),
             })
         }
-        Ok(Some(block)) => match check(block) {
+        Ok(Some(block)) => match verify::checked(block) {
             Ok(block) => Answer::Good(block),
             Err((block, error)) => Answer::Wrong(block, error),
         },
@@ -186,15 +186,6 @@ fn read(results: &[Box<RawValue>]) -> Result<Option<Arc<Block>>, NodeError> {
     Ok(block.map(|b| b.into_model(&logs)))
 }
 
-/// The block if it passes verification (or cannot be verified: a
-/// transaction type the model does not encode), else why not.
-fn check(block: Arc<Block>) -> Result<Arc<Block>, (Arc<Block>, VerifyError)> {
-    match verify::verify(&block) {
-        Ok(()) | Err(VerifyError::Unverifiable { .. }) => Ok(block),
-        Err(error) => Err((block, error)),
-    }
-}
-
 /// Blocks `bottom..=top` from one node, verified, with their logs, in two
 /// round trips; they stop at the first the node does not have. An error
 /// or a block that fails verification fails the whole range (the caller
@@ -206,46 +197,11 @@ pub async fn range(
     top: u64,
 ) -> Result<Vec<Arc<Block>>, String> {
     let node = pool.node(node);
-    let failed = |error: NodeError| format!("{}: {error}", node.spec.name);
-    let calls: Vec<Call> = (bottom..=top)
-        .map(|n| Call::new("eth_getBlockByNumber", json!([U64::from(n), true])))
-        .collect();
-    let mut blocks = Vec::with_capacity(calls.len());
-    for raw in node
-        .batch_within(&calls, FETCH_TIMEOUT)
-        .await
-        .map_err(failed)?
-    {
-        let Some(block): Option<NodeBlock> =
-            decode("eth_getBlockByNumber", &raw).map_err(failed)?
-        else {
-            break;
-        };
-        blocks.push(block);
-    }
-    if blocks.is_empty() {
-        return Ok(Vec::new());
-    }
-    let log_calls: Vec<Call> = blocks
-        .iter()
-        .map(|b| Call::new("eth_getLogs", json!([{ "blockHash": b.hash() }])))
-        .collect();
-    let logs = node
-        .batch_within(&log_calls, FETCH_TIMEOUT)
-        .await
-        .map_err(failed)?;
-    blocks
-        .into_iter()
-        .zip(logs)
-        .map(|(block, raw)| {
-            let logs: Vec<Box<RawValue>> = decode("eth_getLogs", &raw).map_err(failed)?;
-            check(block.into_model(&logs)).map_err(|(block, error)| {
-                format!(
-                    "{}: block {} failed verification: {error}",
-                    node.spec.name,
-                    block.number()
-                )
-            })
-        })
-        .collect()
+    blocks::by_number(
+        |calls| async move { node.batch_within(&calls, FETCH_TIMEOUT).await },
+        bottom,
+        top,
+    )
+    .await
+    .map_err(|error| format!("{}: {error}", node.spec.name))
 }

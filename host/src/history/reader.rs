@@ -1,0 +1,150 @@
+//! One history stream's reader: blocks by number from the chain's nodes,
+//! a batch at a time, each linked to the one before, until the log holds
+//! the next block.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::B256;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{GONE, HistoryItem, UNAVAILABLE};
+use crate::eventlog::EventLog;
+use crate::eventlog::cursor::ResumeFrom;
+use crate::model::ChainEvent;
+use crate::node::{At, NodePool, blocks};
+
+/// Blocks read per round trip (bodies in one batch, logs in a second).
+pub const CHUNK: u64 = 32;
+
+/// How long the nodes may take to answer one batch.
+const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Batches tried this many times (each on every node the pool offers)
+/// before the stream fails.
+const ATTEMPTS: u32 = 3;
+
+/// The wait before a failed batch is tried again, doubled each time.
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+
+/// Reads from block `from` on into `out` until the log holds the next
+/// block, `out` is dropped or `stop`.
+pub(super) async fn read(
+    pool: Arc<NodePool>,
+    log: Arc<EventLog>,
+    from: u64,
+    out: mpsc::Sender<HistoryItem>,
+    stop: CancellationToken,
+) {
+    tokio::select! {
+        () = stop.cancelled() => {}
+        () = stream(&pool, &log, from, &out) => {}
+    }
+}
+
+async fn stream(pool: &NodePool, log: &EventLog, from: u64, out: &mpsc::Sender<HistoryItem>) {
+    let mut next = from;
+    let mut parent: Option<B256> = None;
+    loop {
+        if let Some(item) = seam(log, next, parent) {
+            let _ = out.send(item).await;
+            return;
+        }
+        // Up to the log's oldest block: no further, the log holds it.
+        let top = match log.canonical_bounds() {
+            Some((oldest, _)) if oldest > next => (next + CHUNK - 1).min(oldest - 1),
+            _ => next + CHUNK - 1,
+        };
+        let read = match batch(pool, next, top).await {
+            Ok(read) if read.is_empty() => Err(format!("no node has block {next}")),
+            other => other,
+        };
+        let read = match read {
+            Ok(read) => read,
+            Err(reason) => {
+                let reason = format!(
+                    "reading block {next} of {} from its nodes failed: {reason}; resume from the last cursor",
+                    pool.chain()
+                );
+                let _ = out
+                    .send(HistoryItem::Failed {
+                        code: UNAVAILABLE,
+                        reason,
+                    })
+                    .await;
+                return;
+            }
+        };
+        for block in read {
+            if parent.is_some_and(|parent| block.parent_hash() != parent) {
+                let _ = out.send(reorganised(pool.chain(), block.number())).await;
+                return;
+            }
+            parent = Some(block.hash);
+            next = block.number() + 1;
+            if out.send(HistoryItem::Block(block)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Blocks `bottom..=top` from the nodes, tried [`ATTEMPTS`] times.
+async fn batch(
+    pool: &NodePool,
+    bottom: u64,
+    top: u64,
+) -> Result<Vec<Arc<crate::model::Block>>, String> {
+    let mut wait = RETRY_AFTER;
+    let mut attempt = 1;
+    loop {
+        let read = blocks::by_number(
+            |calls| async move {
+                pool.batch_at(&calls, At::Block(top), BATCH_TIMEOUT, None)
+                    .await
+            },
+            bottom,
+            top,
+        )
+        .await;
+        match read {
+            Err(reason) if attempt < ATTEMPTS => {
+                tracing::debug!(chain = %pool.chain(), bottom, top, %reason, attempt, "history batch failed; trying again");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+                attempt += 1;
+            }
+            read => return read,
+        }
+    }
+}
+
+/// The seam, if the log holds block `next` canonical: the chain as it is
+/// canonical now from there, when the block's parent is the last block
+/// read.
+fn seam(log: &EventLog, next: u64, parent: Option<B256>) -> Option<HistoryItem> {
+    let plan = log.start_of(&ResumeFrom::Block(next)).ok()?;
+    // Not logged yet, or dropped from the window meanwhile: read on from
+    // the nodes.
+    let step = log.get(plan.mark.position)?;
+    let ChainEvent::Added(block) = &step.change else {
+        return None;
+    };
+    Some(
+        if parent.is_none_or(|parent| block.parent_hash() == parent) {
+            HistoryItem::Seam(plan)
+        } else {
+            reorganised(log.chain(), next)
+        },
+    )
+}
+
+fn reorganised(chain: &str, number: u64) -> HistoryItem {
+    HistoryItem::Failed {
+        code: GONE,
+        reason: format!(
+            "{chain} reorganised below block {number} while its history was read: subscribe again from a block"
+        ),
+    }
+}

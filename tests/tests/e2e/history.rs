@@ -1,0 +1,152 @@
+//! History from the nodes (docs/src/api.md, History from the nodes): a
+//! `fromBlock` older than the log's window is read from the chain's node
+//! (anvil), then the log and live follow with no gap and no duplicate.
+
+use chainsieve::config::{Config, HistoryConfig, LogConfig, Span};
+use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, ping_client};
+use chainsieve_tests::{TestServer, WsClient, quantity};
+use serde_json::{Value, json};
+
+const KEY: &str = "history-test";
+
+/// The log keeps this many blocks: the calls below go far past it.
+const WINDOW: u64 = 16;
+
+/// A server reading `anvil` whose log keeps [`WINDOW`] blocks.
+async fn server(anvil: &Anvil, max_blocks: u64) -> TestServer {
+    let config = Config {
+        log: LogConfig {
+            window: Span::Blocks(WINDOW),
+            ..LogConfig::default()
+        },
+        history: HistoryConfig { max_blocks },
+        ..anvil.config(KEY)
+    };
+    let server = TestServer::start(config).await.expect("server starts");
+    server.wait_live("eth").await;
+    server
+}
+
+/// What a client of the mined topics from `from` on received, per topic.
+#[derive(Default)]
+struct Seen {
+    heads: Vec<Value>,
+    /// The cursor of each head.
+    cursors: Vec<String>,
+    logs: Vec<Value>,
+    transactions: Vec<Value>,
+}
+
+#[tokio::test]
+async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = server(&anvil, 10_000).await;
+    let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
+    let from = anvil.block_number().await.expect("head") + 1;
+    // Three windows of calls, a block each, and some empty blocks.
+    anvil.ping(&contract, 3 * WINDOW as usize).await;
+    anvil.mine(5).await.expect("mine");
+    let tip = anvil.block_number().await.expect("head");
+    setup.until_head(&heads, tip).await;
+
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let option = json!({ "fromBlock": format!("{from:#x}") });
+    let on_heads = client
+        .subscribe(json!(["newHeads", option]))
+        .await
+        .expect("heads from a block");
+    let on_logs = client
+        .subscribe(json!(["logs", { "address": contract }, option]))
+        .await
+        .expect("logs from a block");
+    let on_txs = client
+        .subscribe(json!(["bvMinedTransactions", { "toAddress": [contract] }, option]))
+        .await
+        .expect("transactions from a block");
+    // One more call while the history is read: it comes after, live.
+    anvil.ping(&contract, 1).await;
+    let last = tip + 1;
+    let calls = 3 * WINDOW as usize + 1;
+    let mut seen = Seen::default();
+    while seen.heads.len() < (last - from + 1) as usize
+        || seen.logs.len() < calls
+        || seen.transactions.len() < calls
+    {
+        let params = client.next_notification_params().await.expect("in time");
+        let id = params["subscription"].as_str().expect("an id");
+        let cursor = params["cursor"].as_str().expect("a cursor").to_string();
+        let result = params["result"].clone();
+        match id {
+            id if id == on_heads => {
+                seen.heads.push(result);
+                seen.cursors.push(cursor);
+            }
+            id if id == on_logs => seen.logs.push(result),
+            id if id == on_txs => seen.transactions.push(result),
+            other => panic!("a notification of {other}"),
+        }
+    }
+    // Heads: every block from `from` to the last, once, in order.
+    let numbers: Vec<u64> = seen.heads.iter().map(|h| quantity(&h["number"])).collect();
+    assert_eq!(numbers, (from..=last).collect::<Vec<_>>());
+    for head in &seen.heads {
+        let block = anvil.block(quantity(&head["number"])).await.expect("block");
+        assert_eq!(head["hash"], block["hash"]);
+    }
+    // The old blocks' cursors name the block only; the log's a position.
+    let hash = seen.heads[0]["hash"].as_str().expect("a hash");
+    assert_eq!(seen.cursors[0], format!("eth:@{from}:0:{}", &hash[2..18]));
+    let newest = seen.cursors.last().expect("a cursor");
+    assert!(!newest.starts_with("eth:@"), "{newest}");
+    // Logs: what eth_getLogs gives over the same blocks.
+    let range = json!([{ "fromBlock": format!("{from:#x}"), "toBlock": format!("{last:#x}"), "address": contract }]);
+    let node_logs = anvil.rpc("eth_getLogs", range).await.expect("logs");
+    assert_eq!(Value::Array(seen.logs.clone()), node_logs);
+    // Transactions: the calls, in order.
+    let hashes: Vec<&Value> = seen.transactions.iter().map(|tx| &tx["hash"]).collect();
+    let node_hashes: Vec<&Value> = node_logs
+        .as_array()
+        .expect("logs")
+        .iter()
+        .map(|log| &log["transactionHash"])
+        .collect();
+    assert_eq!(hashes, node_hashes);
+    assert!(
+        seen.transactions
+            .iter()
+            .all(|tx| tx["from"] == DEV_ACCOUNT.to_lowercase()),
+        "{:?}",
+        seen.transactions.first()
+    );
+}
+
+#[tokio::test]
+async fn from_block_further_back_than_the_limit_is_refused() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = server(&anvil, 20).await;
+    anvil.mine(40).await.expect("mine");
+    let tip = anvil.block_number().await.expect("head");
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    client.until_head(&heads, tip).await;
+    let refused = client
+        .call("eth_subscribe", json!(["newHeads", { "fromBlock": "0x1" }]))
+        .await
+        .expect("answered");
+    assert_eq!(refused["error"]["code"], -32001, "{refused}");
+    let message = refused["error"]["message"].as_str().expect("a message");
+    assert!(message.contains("[history] max_blocks"), "{message}");
+    // Within the limit: served.
+    let served = client
+        .call(
+            "eth_subscribe",
+            json!(["newHeads", { "fromBlock": format!("{:#x}", tip - 18) }]),
+        )
+        .await
+        .expect("answered");
+    assert!(served["result"].is_string(), "{served}");
+}
