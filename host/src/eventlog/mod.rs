@@ -51,16 +51,18 @@ impl Step {
 /// The first eight bytes of the step's block hash (inverted for a
 /// removal) or of its first pending transaction's hash.
 pub fn tag(change: &ChainEvent) -> u64 {
-    let word = |hash: &B256| {
-        let mut bytes = [0; 8];
-        bytes.copy_from_slice(&hash.0[..8]);
-        u64::from_be_bytes(bytes)
-    };
     match change {
-        ChainEvent::Added(block) => word(&block.hash),
-        ChainEvent::Removed(block) => !word(&block.hash),
-        ChainEvent::Pending(txs) => txs.first().map_or(0, |tx| word(&tx.hash)),
+        ChainEvent::Added(block) => hash_tag(&block.hash),
+        ChainEvent::Removed(block) => !hash_tag(&block.hash),
+        ChainEvent::Pending(txs) => txs.first().map_or(0, |tx| hash_tag(&tx.hash)),
     }
+}
+
+/// The tag of the step adding the block `hash`: its first eight bytes.
+pub fn hash_tag(hash: &B256) -> u64 {
+    let mut bytes = [0; 8];
+    bytes.copy_from_slice(&hash.0[..8]);
+    u64::from_be_bytes(bytes)
 }
 
 /// Heap bytes a step keeps alive, roughly: fixed sizes per header,

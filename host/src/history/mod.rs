@@ -45,6 +45,9 @@ pub enum HistoryItem {
 /// The actor's end of a history stream. Dropping it stops the reader.
 #[derive(Debug)]
 pub struct HistoryFeed {
+    /// For a resume after a cursor: the first block's events up to this
+    /// index were delivered before.
+    pub after: Option<u32>,
     items: mpsc::Receiver<HistoryItem>,
     /// Cancels the reader when the subscription ends.
     _reader: DropGuard,
@@ -66,12 +69,19 @@ impl HistoryFeed {
 }
 
 /// Starts reading the chain's blocks from `from` on, from `pool`, until
-/// `log` holds the rest; stops when the feed is dropped.
-pub fn start(pool: Arc<NodePool>, log: Arc<EventLog>, from: u64) -> HistoryFeed {
+/// `log` holds the rest, the first block's events up to index `after`
+/// (if given) passed over; stops when the feed is dropped.
+pub fn start(
+    pool: Arc<NodePool>,
+    log: Arc<EventLog>,
+    from: u64,
+    after: Option<u32>,
+) -> HistoryFeed {
     let (out, items) = mpsc::channel(2 * CHUNK as usize);
     let stop = CancellationToken::new();
     tokio::spawn(reader::read(pool, log, from, out, stop.clone()));
     HistoryFeed {
+        after,
         items,
         _reader: stop.drop_guard(),
     }

@@ -7,6 +7,7 @@ mod context;
 mod devnet;
 pub mod error;
 mod forward;
+mod history;
 mod logs;
 pub mod methods;
 mod params;

@@ -10,9 +10,7 @@ use serde_json::{Map, Value};
 
 use super::RpcError;
 use super::params::parse_quantity;
-use crate::chain::Chain;
 use crate::eventlog::cursor::{Cursor, ResumeError, ResumeFrom};
-use crate::history::HistoryFeed;
 use crate::model::Grade;
 
 const RESUME_FROM: &str = "resumeFrom";
@@ -107,39 +105,6 @@ fn read(options: &Map<String, Value>, source: Source) -> Result<ResumeFrom, RpcE
             "an options object names resumeFrom or fromBlock",
         )),
     }
-}
-
-/// A history stream for a `fromBlock` older than `chain`'s log window,
-/// read from its nodes (docs/src/api.md, History from the nodes); `None`
-/// when the log serves it, or when the chain has no nodes to read (the
-/// log's refusal then stands).
-pub(super) fn history(
-    chain: &Chain,
-    from: Option<&ResumeFrom>,
-) -> Result<Option<HistoryFeed>, RpcError> {
-    let (Some(ResumeFrom::Block(number)), Some(pool)) = (from, chain.node()) else {
-        return Ok(None);
-    };
-    let log = chain.log();
-    let Some((oldest, tip)) = log.canonical_bounds() else {
-        return Ok(None);
-    };
-    if *number >= oldest {
-        return Ok(None);
-    }
-    let max = chain.history.max_blocks;
-    if tip - number > max {
-        return Err(RpcError::not_found(format!(
-            "fromBlock {number} is {} blocks behind {}'s tip (block {tip}); this server reads at most {max} blocks back from the nodes ([history] max_blocks)",
-            tip - number,
-            chain.name
-        )));
-    }
-    Ok(Some(crate::history::start(
-        pool.clone(),
-        log.clone(),
-        *number,
-    )))
 }
 
 /// The JSON-RPC error for a resume the log refuses.

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use super::context::{Connection, Context, Gates, Outcome};
 use super::params::{positional, require_positional};
-use super::{Call, RpcError, response, result, resume, subscriptions};
+use super::{Call, RpcError, history, response, result, resume, subscriptions};
 use crate::filters::SubscribeError;
 use crate::filters::actor::{Start, Subscribe};
 
@@ -60,7 +60,7 @@ pub(super) async fn subscribe(
             "subscription limit reached: this connection has {limit} subscriptions (limits.max_subscriptions_per_connection); unsubscribe one first"
         ))));
     }
-    let history = match resume::history(ctx.chain, options.from.as_ref()) {
+    let history = match history::feed(ctx.chain, options.from.as_ref()).await {
         Ok(history) => history,
         Err(error) => return Outcome::Reply(Err(error)),
     };

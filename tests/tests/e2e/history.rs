@@ -150,3 +150,108 @@ async fn from_block_further_back_than_the_limit_is_refused() {
         .expect("answered");
     assert!(served["result"].is_string(), "{served}");
 }
+
+/// The logs of `contract` in blocks `from..=to`, as the node gives them.
+async fn node_logs(anvil: &Anvil, contract: &str, from: u64, to: u64) -> Value {
+    let range = json!([{ "fromBlock": format!("{from:#x}"), "toBlock": format!("{to:#x}"), "address": contract }]);
+    anvil.rpc("eth_getLogs", range).await.expect("logs")
+}
+
+/// The next `count` notifications of `client`: (result, cursor).
+async fn take(client: &mut WsClient, count: usize) -> Vec<(Value, String)> {
+    let mut taken = Vec::with_capacity(count);
+    while taken.len() < count {
+        let params = client.next_notification_params().await.expect("in time");
+        let cursor = params["cursor"].as_str().expect("a cursor").to_string();
+        taken.push((params["result"].clone(), cursor));
+    }
+    taken
+}
+
+#[tokio::test]
+async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = server(&anvil, 10_000).await;
+    let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
+    let from = anvil.block_number().await.expect("head") + 1;
+    let calls = 3 * WINDOW as usize;
+    anvil.ping(&contract, calls).await;
+    let tip = anvil.block_number().await.expect("head");
+    setup.until_head(&heads, tip).await;
+
+    let logs = json!(["logs", { "address": contract }]);
+    let mut cut = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let mut params = logs.clone();
+    params
+        .as_array_mut()
+        .expect("params")
+        .push(json!({ "fromBlock": format!("{from:#x}") }));
+    cut.subscribe(params).await.expect("from a block");
+    let mut got = take(&mut cut, 10).await;
+    drop(cut);
+    let (_, last) = got.last().expect("ten").clone();
+    assert!(
+        last.starts_with("eth:@"),
+        "a block read from the node: {last}"
+    );
+
+    let mut resumed = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let mut params = logs;
+    params
+        .as_array_mut()
+        .expect("params")
+        .push(json!({ "resumeFrom": last }));
+    resumed.subscribe(params).await.expect("resumed");
+    got.extend(take(&mut resumed, calls - 10).await);
+    let told: Vec<Value> = got.into_iter().map(|(log, _)| log).collect();
+    assert_eq!(
+        Value::Array(told),
+        node_logs(&anvil, &contract, from, tip).await
+    );
+}
+
+#[tokio::test]
+async fn a_cursor_whose_block_was_reorganised_out_after_the_window_is_refused() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = server(&anvil, 10_000).await;
+    let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
+    let from = anvil.block_number().await.expect("head") + 1;
+    anvil.ping(&contract, 2 * WINDOW as usize).await;
+    let tip = anvil.block_number().await.expect("head");
+    setup.until_head(&heads, tip).await;
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    client
+        .subscribe(json!(["logs", { "address": contract }, { "fromBlock": format!("{from:#x}") }]))
+        .await
+        .expect("from a block");
+    let (_, cursor) = take(&mut client, 4).await.pop().expect("four");
+    drop(client);
+    // Every block from the cursor's on replaced by an empty one.
+    anvil
+        .reorg(2 * WINDOW - 2)
+        .await
+        .expect("a reorg deeper than the window");
+    let reorged = anvil.block(tip).await.expect("the new tip");
+    loop {
+        let (id, head) = setup.next_notification().await.expect("a head");
+        if id == heads && head["hash"] == reorged["hash"] {
+            break;
+        }
+    }
+    let refused = setup
+        .call(
+            "eth_subscribe",
+            json!(["logs", { "address": contract }, { "resumeFrom": cursor }]),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(refused["error"]["code"], -32001, "{refused}");
+    let message = refused["error"]["message"].as_str().expect("a message");
+    assert!(message.contains("no longer canonical"), "{message}");
+}

@@ -98,6 +98,12 @@ impl Actor {
 
     /// Matches `block` for subscription `key` and delivers what it may.
     fn history_block(&mut self, key: u64, block: Arc<Block>) -> bool {
+        // After a cursor: the first block's events up to it went before.
+        let after = self
+            .subscriptions
+            .get_mut(&key)
+            .and_then(|record| record.history.as_mut())
+            .and_then(|reading| reading.feed.after.take());
         let source = self.component.manifest.source;
         let Some(batch) = EventBatch::of_history(&block, &self.chain, source) else {
             // No event of this stream in the block.
@@ -107,7 +113,10 @@ impl Actor {
             Ok(matches) => {
                 self.failures_in_a_row = 0;
                 let (pairs, _) = pairs::delivery_order(&matches, &batch);
-                pairs.into_iter().filter(|pair| pair.key == key).collect()
+                pairs
+                    .into_iter()
+                    .filter(|pair| pair.key == key && after.is_none_or(|after| pair.event > after))
+                    .collect()
             }
             Err(error) => {
                 self.replay.reset();

@@ -1,0 +1,105 @@
+//! Where a subscription's replay must read the nodes (docs/src/api.md,
+//! History from the nodes): a `fromBlock` older than a node chain's log
+//! window, or a cursor whose block has left it and is still canonical.
+
+use std::time::Duration;
+
+use alloy_primitives::{B256, U64};
+use serde_json::json;
+
+use super::RpcError;
+use crate::chain::Chain;
+use crate::eventlog::cursor::{Cursor, ResumeFrom};
+use crate::history::HistoryFeed;
+use crate::node::{At, Call, NodeError, NodePool, decode};
+
+/// A history stream for a `fromBlock` older than `chain`'s log window, or
+/// a cursor whose block has left it, read from the chain's nodes
+/// (docs/src/api.md, History from the nodes); `None` when the log serves
+/// it, or when the chain has no nodes to read (the log's refusal then
+/// stands). A cursor resumes only if its block is still canonical.
+pub(super) async fn feed(
+    chain: &Chain,
+    from: Option<&ResumeFrom>,
+) -> Result<Option<HistoryFeed>, RpcError> {
+    let (Some(from), Some(pool)) = (from, chain.node()) else {
+        return Ok(None);
+    };
+    let log = chain.log();
+    let Some((oldest, tip)) = log.canonical_bounds() else {
+        return Ok(None);
+    };
+    let (start, after) = match from {
+        ResumeFrom::Block(number) if *number < oldest => (*number, None),
+        ResumeFrom::After(cursor)
+            if cursor.chain == chain.name
+                && cursor
+                    .position
+                    .is_none_or(|position| position < log.oldest()) =>
+        {
+            match cursor.block {
+                Some(block) if block < oldest => {
+                    still_canonical(pool, cursor, block).await?;
+                    (block, Some(cursor.index))
+                }
+                _ => return Ok(None),
+            }
+        }
+        _ => return Ok(None),
+    };
+    let max = chain.history.max_blocks;
+    if tip - start > max {
+        return Err(RpcError::not_found(format!(
+            "{} is {} blocks behind {}'s tip (block {tip}); this server reads at most {max} blocks back from the nodes ([history] max_blocks)",
+            match from {
+                ResumeFrom::Block(number) => format!("fromBlock {number}"),
+                ResumeFrom::After(cursor) => format!("the cursor {cursor}"),
+            },
+            tip - start,
+            chain.name
+        )));
+    }
+    Ok(Some(crate::history::start(
+        pool.clone(),
+        log.clone(),
+        start,
+        after,
+    )))
+}
+
+/// Whether the block `cursor` names (number `block`) is still the one the
+/// nodes hold canonical there.
+async fn still_canonical(pool: &NodePool, cursor: &Cursor, block: u64) -> Result<(), RpcError> {
+    let call = [Call::new(
+        "eth_getBlockByNumber",
+        json!([U64::from(block), false]),
+    )];
+    let answer = pool
+        .batch_at(&call, At::Block(block), CHECK_TIMEOUT, None)
+        .await
+        .and_then(|mut answers| {
+            let raw = answers.pop().ok_or(NodeError::Closed)?;
+            decode::<Option<Hashed>>("eth_getBlockByNumber", &raw)
+        })
+        .map_err(|error| {
+            RpcError::unavailable(format!(
+                "the nodes could not say whether block {block} of the cursor {cursor} is still canonical: {error}"
+            ))
+        })?;
+    match answer {
+        Some(Hashed { hash }) if crate::eventlog::hash_tag(&hash) == cursor.tag => Ok(()),
+        _ => Err(RpcError::not_found(format!(
+            "the cursor {cursor} names a block that is no longer canonical: block {block} was reorganised out; subscribe again from a block"
+        ))),
+    }
+}
+
+/// How long the nodes may take to say whether a cursor's block is still
+/// canonical.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A block as far as the check needs it.
+#[derive(serde::Deserialize)]
+struct Hashed {
+    hash: B256,
+}
