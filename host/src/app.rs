@@ -16,6 +16,7 @@ use crate::bus::Bus;
 use crate::chain::{Chain, reload};
 use crate::config::{Config, Role};
 use crate::filters::{FilterEngine, FilterRegistry};
+use crate::history::limits::Streams;
 use crate::http::{AppState, Stats};
 use crate::metrics::Metrics;
 use crate::rpc::rate_limit::RateLimit;
@@ -87,6 +88,10 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         keys,
         admin_token: config.auth.admin_token.clone(),
         subscriptions: Subscriptions::default(),
+        history: Arc::new(Streams::new(
+            config.history.max_streams,
+            config.history.max_streams_per_key,
+        )),
         connections: Arc::default(),
         metrics,
         rate: RateLimit::new(rate),

@@ -13,6 +13,7 @@ pub mod pipeline;
 pub mod reload;
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::sync::{Arc, RwLockReadGuard};
 
 use alloy_primitives::B256;
@@ -25,6 +26,7 @@ use crate::config::{ChainSpec, Config, HistoryConfig, NodesSpec, Role, RpcConfig
 use crate::eventlog::EventLog;
 use crate::eventlog::store::Persist;
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
+use crate::history::limits::Budget;
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{Ledger, MineRequest, Submission};
 use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
@@ -53,6 +55,9 @@ pub struct Chain {
     pub rpc: RpcConfig,
     /// How far back `fromBlock` reads from the nodes.
     pub history: HistoryConfig,
+    /// The calls a second this chain's history streams may make of its
+    /// nodes together (`[history] calls_per_second_per_node` each).
+    pub history_budget: Arc<Budget>,
     /// For the actors of topics added at run time.
     pub metrics: Arc<Metrics>,
 }
@@ -190,6 +195,16 @@ impl Chain {
             (Role::Edge, Some(bus)) => edge::start(&parts, bus).await?,
             (role, None) => anyhow::bail!("role {} needs the bus", role.name()),
         };
+        let nodes = match &origin {
+            Origin::Node { pool, .. } => pool.nodes().len(),
+            Origin::Devnet { .. } | Origin::Bus => 1,
+        };
+        let per_second = u32::try_from(nodes)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(config.history.calls_per_second_per_node);
+        let history_budget = Arc::new(Budget::new(
+            NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN),
+        ));
         Ok(Arc::new(Chain {
             name: spec.name.clone(),
             chain_id: spec.chain_id,
@@ -198,6 +213,7 @@ impl Chain {
             price,
             rpc: config.rpc.clone(),
             history: config.history.clone(),
+            history_budget,
             metrics: metrics.clone(),
         }))
     }

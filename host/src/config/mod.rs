@@ -106,13 +106,45 @@ pub struct HistoryConfig {
     /// refused (-32001). The default reaches a month of Ethereum and a day
     /// of BNB Chain.
     pub max_blocks: u64,
+    /// History streams reading the nodes at once on the server; one more
+    /// is refused (-32005) until one reaches the log.
+    pub max_streams: usize,
+    /// The same, per API key.
+    pub max_streams_per_key: usize,
+    /// Calls a second the history streams of a chain may make of each of
+    /// its nodes, together (a block costs two); what is left is live
+    /// ingest's and the forwarded calls'. Lower it for a hosted node billed
+    /// per call.
+    pub calls_per_second_per_node: u32,
 }
 
 impl Default for HistoryConfig {
     fn default() -> Self {
         Self {
             max_blocks: 250_000,
+            max_streams: 32,
+            max_streams_per_key: 4,
+            calls_per_second_per_node: 10_000,
         }
+    }
+}
+
+impl HistoryConfig {
+    fn validate(&self) -> anyhow::Result<()> {
+        in_range("history.max_blocks", self.max_blocks, 1, 100_000_000)?;
+        in_range("history.max_streams", self.max_streams as u64, 1, 100_000)?;
+        in_range(
+            "history.max_streams_per_key",
+            self.max_streams_per_key as u64,
+            1,
+            100_000,
+        )?;
+        in_range(
+            "history.calls_per_second_per_node",
+            u64::from(self.calls_per_second_per_node),
+            1,
+            1_000_000,
+        )
     }
 }
 
@@ -483,12 +515,7 @@ impl Config {
         self.filters.validate()?;
         self.limits.validate()?;
         self.log.validate()?;
-        in_range(
-            "history.max_blocks",
-            self.history.max_blocks,
-            1,
-            100_000_000,
-        )?;
+        self.history.validate()?;
         self.devnet.validate()?;
         self.rpc.validate()?;
         self.logging.validate()?;

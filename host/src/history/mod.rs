@@ -7,6 +7,7 @@
 //! stream goes at the subscriber's pace, and the queue lets the next batch
 //! be read while the last one is delivered.
 
+pub mod limits;
 mod reader;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::eventlog::EventLog;
 use crate::eventlog::cursor::Plan;
 use crate::model::Block;
 use crate::node::NodePool;
+use limits::{Admitted, Budget};
 
 pub use reader::CHUNK;
 
@@ -51,6 +53,9 @@ pub struct HistoryFeed {
     items: mpsc::Receiver<HistoryItem>,
     /// Cancels the reader when the subscription ends.
     _reader: DropGuard,
+    /// The stream's place among `[history] max_streams`, given back with
+    /// the feed.
+    _admitted: Admitted,
 }
 
 impl HistoryFeed {
@@ -68,21 +73,26 @@ impl HistoryFeed {
     }
 }
 
-/// Starts reading the chain's blocks from `from` on, from `pool`, until
-/// `log` holds the rest, the first block's events up to index `after`
-/// (if given) passed over; stops when the feed is dropped.
-pub fn start(
-    pool: Arc<NodePool>,
-    log: Arc<EventLog>,
-    from: u64,
-    after: Option<u32>,
-) -> HistoryFeed {
+/// Where a stream reads, and what it may take.
+#[derive(Debug)]
+pub struct Source {
+    pub pool: Arc<NodePool>,
+    pub log: Arc<EventLog>,
+    /// The chain's calls a second, shared by its streams.
+    pub budget: Arc<Budget>,
+}
+
+/// Starts reading the chain's blocks from `from` on, from `source`'s
+/// nodes, until its log holds the rest, the first block's events up to
+/// index `after` (if given) passed over; stops when the feed is dropped.
+pub fn start(source: Source, from: u64, after: Option<u32>, admitted: Admitted) -> HistoryFeed {
     let (out, items) = mpsc::channel(2 * CHUNK as usize);
     let stop = CancellationToken::new();
-    tokio::spawn(reader::read(pool, log, from, out, stop.clone()));
+    tokio::spawn(reader::read(source, from, out, stop.clone()));
     HistoryFeed {
         after,
         items,
         _reader: stop.drop_guard(),
+        _admitted: admitted,
     }
 }

@@ -9,7 +9,8 @@ use alloy_primitives::B256;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{GONE, HistoryItem, UNAVAILABLE};
+use super::limits::Budget;
+use super::{GONE, HistoryItem, Source, UNAVAILABLE};
 use crate::eventlog::EventLog;
 use crate::eventlog::cursor::ResumeFrom;
 use crate::model::ChainEvent;
@@ -31,19 +32,19 @@ const RETRY_AFTER: Duration = Duration::from_millis(500);
 /// Reads from block `from` on into `out` until the log holds the next
 /// block, `out` is dropped or `stop`.
 pub(super) async fn read(
-    pool: Arc<NodePool>,
-    log: Arc<EventLog>,
+    source: Source,
     from: u64,
     out: mpsc::Sender<HistoryItem>,
     stop: CancellationToken,
 ) {
     tokio::select! {
         () = stop.cancelled() => {}
-        () = stream(&pool, &log, from, &out) => {}
+        () = stream(&source, from, &out) => {}
     }
 }
 
-async fn stream(pool: &NodePool, log: &EventLog, from: u64, out: &mpsc::Sender<HistoryItem>) {
+async fn stream(source: &Source, from: u64, out: &mpsc::Sender<HistoryItem>) {
+    let (pool, log) = (&*source.pool, &*source.log);
     let mut next = from;
     let mut parent: Option<B256> = None;
     loop {
@@ -56,7 +57,7 @@ async fn stream(pool: &NodePool, log: &EventLog, from: u64, out: &mpsc::Sender<H
             Some((oldest, _)) if oldest > next => (next + CHUNK - 1).min(oldest - 1),
             _ => next + CHUNK - 1,
         };
-        let read = match batch(pool, next, top).await {
+        let read = match batch(pool, &source.budget, next, top).await {
             Ok(read) if read.is_empty() => Err(format!("no node has block {next}")),
             other => other,
         };
@@ -93,6 +94,7 @@ async fn stream(pool: &NodePool, log: &EventLog, from: u64, out: &mpsc::Sender<H
 /// Blocks `bottom..=top` from the nodes, tried [`ATTEMPTS`] times.
 async fn batch(
     pool: &NodePool,
+    budget: &Budget,
     bottom: u64,
     top: u64,
 ) -> Result<Vec<Arc<crate::model::Block>>, String> {
@@ -101,6 +103,9 @@ async fn batch(
     loop {
         let read = blocks::by_number(
             |calls| async move {
+                budget
+                    .take(u32::try_from(calls.len()).unwrap_or(u32::MAX))
+                    .await;
                 pool.batch_at(&calls, At::Block(top), BATCH_TIMEOUT, None)
                     .await
             },

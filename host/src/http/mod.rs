@@ -38,6 +38,7 @@ use tokio_util::task::TaskTracker;
 use crate::chain::Chain;
 use crate::chain::reload::ReloadReport;
 use crate::config::{LimitsConfig, Role};
+use crate::history::limits::Streams;
 use crate::metrics::Metrics;
 use crate::rpc::methods::{self, Context};
 use crate::rpc::rate_limit::RateLimit;
@@ -60,6 +61,8 @@ pub struct AppState {
     /// The bearer token of `/admin/*`; `None` turns them off.
     pub admin_token: Option<String>,
     pub subscriptions: Subscriptions,
+    /// History streams reading the nodes, for `[history] max_streams`.
+    pub history: Arc<Streams>,
     /// Open WebSocket connections per key, for `max_connections_per_key`.
     pub connections: Arc<Connections>,
     /// Token buckets per key, for `requests_per_second_per_key`.
@@ -114,6 +117,7 @@ impl AppState {
             api_key,
             connection,
             subscriptions: &self.subscriptions,
+            history: &self.history,
             rate: &self.rate,
             limits: &self.limits,
         }

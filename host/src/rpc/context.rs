@@ -13,6 +13,7 @@ use super::subscriptions::{OwnedIds, Subscriptions};
 use crate::chain::Chain;
 use crate::config::LimitsConfig;
 use crate::fanout::{SendError, Sink};
+use crate::history::limits::Streams;
 
 /// A WebSocket connection as the methods see it.
 #[derive(Debug)]
@@ -51,6 +52,8 @@ pub struct Context<'a> {
     /// `None` over HTTP.
     pub connection: Option<&'a Connection>,
     pub subscriptions: &'a Subscriptions,
+    /// History streams running on the server.
+    pub history: &'a Arc<Streams>,
     pub rate: &'a RateLimit,
     pub limits: &'a LimitsConfig,
 }

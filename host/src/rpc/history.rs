@@ -8,9 +8,9 @@ use alloy_primitives::{B256, U64};
 use serde_json::json;
 
 use super::RpcError;
-use crate::chain::Chain;
+use super::context::Context;
 use crate::eventlog::cursor::{Cursor, ResumeFrom};
-use crate::history::HistoryFeed;
+use crate::history::{self, HistoryFeed, Source};
 use crate::node::{At, Call, NodeError, NodePool, decode};
 
 /// A history stream for a `fromBlock` older than `chain`'s log window, or
@@ -19,9 +19,10 @@ use crate::node::{At, Call, NodeError, NodePool, decode};
 /// it, or when the chain has no nodes to read (the log's refusal then
 /// stands). A cursor resumes only if its block is still canonical.
 pub(super) async fn feed(
-    chain: &Chain,
+    ctx: Context<'_>,
     from: Option<&ResumeFrom>,
 ) -> Result<Option<HistoryFeed>, RpcError> {
+    let chain = &**ctx.chain;
     let (Some(from), Some(pool)) = (from, chain.node()) else {
         return Ok(None);
     };
@@ -59,12 +60,16 @@ pub(super) async fn feed(
             chain.name
         )));
     }
-    Ok(Some(crate::history::start(
-        pool.clone(),
-        log.clone(),
-        start,
-        after,
-    )))
+    let admitted = ctx
+        .history
+        .admit(ctx.api_key)
+        .map_err(RpcError::limit_exceeded)?;
+    let source = Source {
+        pool: pool.clone(),
+        log: log.clone(),
+        budget: chain.history_budget.clone(),
+    };
+    Ok(Some(history::start(source, start, after, admitted)))
 }
 
 /// Whether the block `cursor` names (number `block`) is still the one the

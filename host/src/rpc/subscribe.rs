@@ -60,7 +60,7 @@ pub(super) async fn subscribe(
             "subscription limit reached: this connection has {limit} subscriptions (limits.max_subscriptions_per_connection); unsubscribe one first"
         ))));
     }
-    let history = match history::feed(ctx.chain, options.from.as_ref()).await {
+    let history = match history::feed(ctx, options.from.as_ref()).await {
         Ok(history) => history,
         Err(error) => return Outcome::Reply(Err(error)),
     };

@@ -14,17 +14,58 @@ const WINDOW: u64 = 16;
 
 /// A server reading `anvil` whose log keeps [`WINDOW`] blocks.
 async fn server(anvil: &Anvil, max_blocks: u64) -> TestServer {
+    started(
+        anvil,
+        HistoryConfig {
+            max_blocks,
+            ..HistoryConfig::default()
+        },
+    )
+    .await
+}
+
+async fn started(anvil: &Anvil, history: HistoryConfig) -> TestServer {
     let config = Config {
         log: LogConfig {
             window: Span::Blocks(WINDOW),
             ..LogConfig::default()
         },
-        history: HistoryConfig { max_blocks },
+        history,
         ..anvil.config(KEY)
     };
     let server = TestServer::start(config).await.expect("server starts");
     server.wait_live("eth").await;
     server
+}
+
+/// The Ping contract and `calls` calls to it, a block each, reaching
+/// further back than the window.
+struct Past {
+    /// A client whose `heads` subscription has seen the tip.
+    setup: WsClient,
+    heads: String,
+    contract: String,
+    /// The first call's block.
+    from: u64,
+    /// The last call's block.
+    tip: u64,
+}
+
+impl Past {
+    async fn made(server: &TestServer, anvil: &Anvil, calls: usize) -> Self {
+        let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), anvil).await;
+        let from = anvil.block_number().await.expect("head") + 1;
+        anvil.ping(&contract, calls).await;
+        let tip = anvil.block_number().await.expect("head");
+        setup.until_head(&heads, tip).await;
+        Self {
+            setup,
+            heads,
+            contract,
+            from,
+            tip,
+        }
+    }
 }
 
 /// What a client of the mined topics from `from` on received, per topic.
@@ -172,14 +213,10 @@ async fn take(client: &mut WsClient, count: usize) -> Vec<(Value, String)> {
 async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let server = server(&anvil, 10_000).await;
-    let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
-    let from = anvil.block_number().await.expect("head") + 1;
     let calls = 3 * WINDOW as usize;
-    anvil.ping(&contract, calls).await;
-    let tip = anvil.block_number().await.expect("head");
-    setup.until_head(&heads, tip).await;
+    let past = Past::made(&server, &anvil, calls).await;
 
-    let logs = json!(["logs", { "address": contract }]);
+    let logs = json!(["logs", { "address": past.contract }]);
     let mut cut = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -187,7 +224,7 @@ async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
     params
         .as_array_mut()
         .expect("params")
-        .push(json!({ "fromBlock": format!("{from:#x}") }));
+        .push(json!({ "fromBlock": format!("{:#x}", past.from) }));
     cut.subscribe(params).await.expect("from a block");
     let mut got = take(&mut cut, 10).await;
     drop(cut);
@@ -210,7 +247,7 @@ async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
     let told: Vec<Value> = got.into_iter().map(|(log, _)| log).collect();
     assert_eq!(
         Value::Array(told),
-        node_logs(&anvil, &contract, from, tip).await
+        node_logs(&anvil, &past.contract, past.from, past.tip).await
     );
 }
 
@@ -218,40 +255,80 @@ async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
 async fn a_cursor_whose_block_was_reorganised_out_after_the_window_is_refused() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let server = server(&anvil, 10_000).await;
-    let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
-    let from = anvil.block_number().await.expect("head") + 1;
-    anvil.ping(&contract, 2 * WINDOW as usize).await;
-    let tip = anvil.block_number().await.expect("head");
-    setup.until_head(&heads, tip).await;
+    let mut past = Past::made(&server, &anvil, 2 * WINDOW as usize).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
     client
-        .subscribe(json!(["logs", { "address": contract }, { "fromBlock": format!("{from:#x}") }]))
+        .subscribe(json!(["logs", { "address": past.contract }, { "fromBlock": format!("{:#x}", past.from) }]))
         .await
         .expect("from a block");
     let (_, cursor) = take(&mut client, 4).await.pop().expect("four");
     drop(client);
-    // Every block from the cursor's on replaced by an empty one.
+    // Every block past.from the cursor's on replaced by an empty one.
     anvil
         .reorg(2 * WINDOW - 2)
         .await
         .expect("a reorg deeper than the window");
-    let reorged = anvil.block(tip).await.expect("the new tip");
+    let reorged = anvil.block(past.tip).await.expect("the new tip");
     loop {
-        let (id, head) = setup.next_notification().await.expect("a head");
-        if id == heads && head["hash"] == reorged["hash"] {
+        let (id, head) = past.setup.next_notification().await.expect("a head");
+        if id == past.heads && head["hash"] == reorged["hash"] {
             break;
         }
     }
-    let refused = setup
+    let refused = past
+        .setup
         .call(
             "eth_subscribe",
-            json!(["logs", { "address": contract }, { "resumeFrom": cursor }]),
+            json!(["logs", { "address": past.contract }, { "resumeFrom": cursor }]),
         )
         .await
         .expect("answered");
     assert_eq!(refused["error"]["code"], -32001, "{refused}");
     let message = refused["error"]["message"].as_str().expect("a message");
     assert!(message.contains("no longer canonical"), "{message}");
+}
+
+/// A key runs at most `[history] max_streams_per_key` history streams at
+/// once (-32005 beyond), and a stream gives its place back when it
+/// reaches the log. The nodes' budget (a call a second here) keeps the
+/// first stream reading for seconds.
+#[tokio::test]
+async fn history_streams_are_limited_per_key_and_give_their_place_back() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let history = HistoryConfig {
+        max_streams_per_key: 1,
+        calls_per_second_per_node: 1,
+        ..HistoryConfig::default()
+    };
+    let server = started(&anvil, history).await;
+    let calls = 3 * WINDOW as usize;
+    let mut past = Past::made(&server, &anvil, calls).await;
+
+    let params =
+        json!(["logs", { "address": past.contract }, { "fromBlock": format!("{:#x}", past.from) }]);
+    let mut first = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    first
+        .subscribe(params.clone())
+        .await
+        .expect("a history stream");
+    let refused = past
+        .setup
+        .call("eth_subscribe", params.clone())
+        .await
+        .expect("answered");
+    assert_eq!(refused["error"]["code"], -32005, "{refused}");
+    let message = refused["error"]["message"].as_str().expect("a message");
+    assert!(message.contains("max_streams_per_key"), "{message}");
+    // The first reaches the log: its place is free again.
+    take(&mut first, calls).await;
+    let again = past
+        .setup
+        .call("eth_subscribe", params)
+        .await
+        .expect("answered");
+    assert!(again["result"].is_string(), "{again}");
 }

@@ -1,0 +1,154 @@
+//! What history may take (docs/src/api.md, History from the nodes): how
+//! many streams run at once, on the server and per API key, and how many
+//! calls a second they may make of a chain's nodes together, so that live
+//! ingest and forwarded calls keep the capacity they need.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+/// The history streams running on the server.
+#[derive(Debug)]
+pub struct Streams {
+    /// `[history] max_streams`.
+    max: usize,
+    /// `[history] max_streams_per_key`.
+    per_key: usize,
+    /// Held only to count a stream in or out.
+    running: Mutex<Running>,
+}
+
+#[derive(Debug, Default)]
+struct Running {
+    total: usize,
+    by_key: HashMap<Arc<str>, usize>,
+}
+
+/// A running stream's place, given back when dropped (the stream ended,
+/// or reached the log).
+#[derive(Debug)]
+pub struct Admitted {
+    streams: Arc<Streams>,
+    key: Arc<str>,
+}
+
+impl Streams {
+    pub fn new(max: usize, per_key: usize) -> Self {
+        Self {
+            max,
+            per_key,
+            running: Mutex::default(),
+        }
+    }
+
+    /// A place for one more stream of `key`, or why there is none (for a
+    /// -32005).
+    pub fn admit(self: &Arc<Self>, key: &Arc<str>) -> Result<Admitted, String> {
+        let mut running = self.lock();
+        if running.total >= self.max {
+            return Err(format!(
+                "{} history streams are running on this server, its limit ([history] max_streams); try again when one has caught up",
+                running.total
+            ));
+        }
+        let of_key = running.by_key.entry(key.clone()).or_default();
+        if *of_key >= self.per_key {
+            return Err(format!(
+                "this API key has {of_key} history streams running, its limit ([history] max_streams_per_key); try again when one has caught up"
+            ));
+        }
+        *of_key += 1;
+        running.total += 1;
+        Ok(Admitted {
+            streams: self.clone(),
+            key: key.clone(),
+        })
+    }
+
+    /// How many streams run now.
+    pub fn running(&self) -> usize {
+        self.lock().total
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
+        // Plain counts: a panic while held cannot leave them half-written.
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut running = self.streams.lock();
+        running.total = running.total.saturating_sub(1);
+        if let Some(count) = running.by_key.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                running.by_key.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The calls a second a chain's history streams may make of its nodes
+/// together: `[history] calls_per_second_per_node` times the nodes, one
+/// second's worth at most in a burst.
+#[derive(Debug)]
+pub struct Budget {
+    limiter: DefaultDirectRateLimiter,
+    per_second: NonZeroU32,
+}
+
+impl Budget {
+    pub fn new(per_second: NonZeroU32) -> Self {
+        Self {
+            limiter: RateLimiter::direct(Quota::per_second(per_second)),
+            per_second,
+        }
+    }
+
+    /// Waits until `calls` more calls are within the budget (a batch
+    /// larger than a second's worth waits for a whole second's).
+    pub async fn take(&self, calls: u32) {
+        let calls = NonZeroU32::new(calls.min(self.per_second.get())).unwrap_or(NonZeroU32::MIN);
+        // The count was capped at the capacity, so it always fits.
+        let _ = self.limiter.until_n_ready(calls).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    #[test]
+    fn streams_are_admitted_up_to_each_limit_and_given_back() {
+        let streams = Arc::new(Streams::new(3, 2));
+        let (alice, bob): (Arc<str>, Arc<str>) = ("alice".into(), "bob".into());
+        let first = streams.admit(&alice).expect("one");
+        let _second = streams.admit(&alice).expect("two");
+        let refused = streams.admit(&alice).expect_err("a third for one key");
+        assert!(refused.contains("max_streams_per_key"), "{refused}");
+        let _third = streams.admit(&bob).expect("another key");
+        let refused = streams.admit(&bob).expect_err("the server is full");
+        assert!(refused.contains("[history] max_streams)"), "{refused}");
+        drop(first);
+        assert_eq!(streams.running(), 2);
+        streams.admit(&alice).expect("a place given back");
+    }
+
+    #[test]
+    fn the_budget_lets_a_second_s_worth_through_then_waits() {
+        let budget = Budget::new(NonZeroU32::new(10).expect("non-zero"));
+        assert!(
+            budget.take(10).now_or_never().is_some(),
+            "a second's worth at once"
+        );
+        // Ten more take a second to earn.
+        assert!(budget.take(10).now_or_never().is_none(), "then it waits");
+    }
+}
