@@ -55,16 +55,8 @@ struct Args {
     /// Transactions sent per second to the node, all three windows.
     #[arg(long, default_value_t = 100)]
     rate: u64,
-    /// Runs; with more than one, a summary gives each figure's median and
-    /// spread (min–max).
-    #[arg(long, default_value_t = 1)]
-    runs: usize,
-    /// Internal: serve chainsieve reading this node (the child of a run).
-    #[arg(long, hide = true)]
-    serve: Option<String>,
-    /// Passed by `cargo bench`.
-    #[arg(long, hide = true)]
-    bench: bool,
+    #[command(flatten)]
+    common: bench::Common,
 }
 
 /// What one run measured.
@@ -98,12 +90,11 @@ const CALLS: [&str; 2] = ["direct", "forwarded"];
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(node) = &args.serve {
+    if let Some(node) = &args.common.serve {
         let source = SourceConfig::node(node.clone());
         return bench::serve_child(load::unlimited(load::chainsieve_config(source))).await;
     }
     bench::raise_file_limit();
-    println!("machine: {}", bench::machine());
     let window = Duration::from_secs(args.seconds);
     let spec = Spec {
         connections: args.connections,
@@ -114,13 +105,12 @@ async fn main() -> anyhow::Result<()> {
         timed_connections: args.connections,
     };
     let workload = Arc::new(Workload::new(spec.transactions())?);
-    let mut runs = Vec::new();
-    for number in 1..=args.runs.max(1) {
-        println!("run {number} of {}", args.runs.max(1));
-        let run = run(&args, &spec, &workload, window).await?;
-        print(&run, &args);
-        runs.push(run);
-    }
+    let runs = bench::each_run(
+        args.common.runs,
+        || run(&args, &spec, &workload, window),
+        |run| print(run, &args),
+    )
+    .await?;
     if runs.len() > 1 {
         summarize(&runs);
     }

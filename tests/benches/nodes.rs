@@ -45,16 +45,8 @@ struct Args {
     /// Time between blocks.
     #[arg(long, default_value_t = 100)]
     interval_ms: u64,
-    /// Runs; with more than one, a summary gives each figure's median and
-    /// spread (min–max).
-    #[arg(long, default_value_t = 1)]
-    runs: usize,
-    /// Internal: serve chainsieve reading these nodes (comma-separated).
-    #[arg(long, hide = true)]
-    serve: Option<String>,
-    /// Passed by `cargo bench`.
-    #[arg(long, hide = true)]
-    bench: bool,
+    #[command(flatten)]
+    common: bench::Common,
 }
 
 /// One chain's figures.
@@ -81,19 +73,12 @@ struct Run {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(nodes) = &args.serve {
+    if let Some(nodes) = &args.common.serve {
         let urls = nodes.split(',').map(str::to_string).collect();
         let config = load::chainsieve_config(SourceConfig::Nodes(urls));
         return bench::serve_child(load::unlimited(config)).await;
     }
-    println!("machine: {}", bench::machine());
-    let mut runs = Vec::new();
-    for number in 1..=args.runs.max(1) {
-        println!("run {number} of {}", args.runs.max(1));
-        let run = run(&args).await?;
-        print(&run);
-        runs.push(run);
-    }
+    let runs = bench::each_run(args.common.runs, || run(&args), print).await?;
     if runs.len() > 1 {
         summarize(&runs);
     }

@@ -15,6 +15,46 @@ use tokio_util::sync::CancellationToken;
 
 use crate::TIMEOUT;
 
+// The options every bench binary takes beside its own (a plain comment:
+// clap would take a doc comment for the binaries' description).
+#[derive(clap::Args, Debug)]
+pub struct Common {
+    /// Runs; with more than one, a summary gives each figure's median and
+    /// spread (min–max).
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// Internal: serve chainsieve reading this node, or these
+    /// (comma-separated): the child of a run.
+    #[arg(long, hide = true)]
+    pub serve: Option<String>,
+    /// Passed by `cargo bench`.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+}
+
+/// Prints the machine, then makes `runs` runs (at least one), printing
+/// each as it ends; returns them, for a summary.
+pub async fn each_run<R, F, Fut>(
+    runs: usize,
+    mut run: F,
+    print: impl Fn(&R),
+) -> anyhow::Result<Vec<R>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<R>>,
+{
+    println!("machine: {}", machine());
+    let count = runs.max(1);
+    let mut made = Vec::with_capacity(count);
+    for number in 1..=count {
+        println!("run {number} of {count}");
+        let done = run().await?;
+        print(&done);
+        made.push(done);
+    }
+    Ok(made)
+}
+
 /// Starts this binary as a chainsieve server (`--serve` and `args`, which
 /// the binary reads and hands to [`serve_child`]); returns the child
 /// (killed on drop) and its WebSocket URL once it is ready.

@@ -66,6 +66,24 @@ impl Past {
             tip,
         }
     }
+
+    /// `eth_subscribe`'s params for the contract's logs from the first
+    /// call's block.
+    fn logs_from(&self) -> Value {
+        json!(["logs", { "address": self.contract }, { "fromBlock": format!("{:#x}", self.from) }])
+    }
+
+    /// A client of [`Past::logs_from`].
+    async fn follow(&self, server: &TestServer) -> WsClient {
+        let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+            .await
+            .expect("connect");
+        client
+            .subscribe(self.logs_from())
+            .await
+            .expect("from a block");
+        client
+    }
 }
 
 /// What a client of the mined topics from `from` on received, per topic.
@@ -216,16 +234,7 @@ async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
     let calls = 3 * WINDOW as usize;
     let past = Past::made(&server, &anvil, calls).await;
 
-    let logs = json!(["logs", { "address": past.contract }]);
-    let mut cut = WsClient::connect(&server.ws_url("eth", KEY))
-        .await
-        .expect("connect");
-    let mut params = logs.clone();
-    params
-        .as_array_mut()
-        .expect("params")
-        .push(json!({ "fromBlock": format!("{:#x}", past.from) }));
-    cut.subscribe(params).await.expect("from a block");
+    let mut cut = past.follow(&server).await;
     let mut got = take(&mut cut, 10).await;
     drop(cut);
     let (_, last) = got.last().expect("ten").clone();
@@ -237,12 +246,10 @@ async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
     let mut resumed = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
-    let mut params = logs;
-    params
-        .as_array_mut()
-        .expect("params")
-        .push(json!({ "resumeFrom": last }));
-    resumed.subscribe(params).await.expect("resumed");
+    resumed
+        .subscribe(json!(["logs", { "address": past.contract }, { "resumeFrom": last }]))
+        .await
+        .expect("resumed");
     got.extend(take(&mut resumed, calls - 10).await);
     let told: Vec<Value> = got.into_iter().map(|(log, _)| log).collect();
     assert_eq!(
@@ -256,16 +263,10 @@ async fn a_cursor_whose_block_was_reorganised_out_after_the_window_is_refused() 
     let anvil = Anvil::start(1).await.expect("anvil");
     let server = server(&anvil, 10_000).await;
     let mut past = Past::made(&server, &anvil, 2 * WINDOW as usize).await;
-    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
-        .await
-        .expect("connect");
-    client
-        .subscribe(json!(["logs", { "address": past.contract }, { "fromBlock": format!("{:#x}", past.from) }]))
-        .await
-        .expect("from a block");
+    let mut client = past.follow(&server).await;
     let (_, cursor) = take(&mut client, 4).await.pop().expect("four");
     drop(client);
-    // Every block past.from the cursor's on replaced by an empty one.
+    // Every block from the cursor's on replaced by an empty one.
     anvil
         .reorg(2 * WINDOW - 2)
         .await
@@ -306,8 +307,7 @@ async fn history_streams_are_limited_per_key_and_give_their_place_back() {
     let calls = 3 * WINDOW as usize;
     let mut past = Past::made(&server, &anvil, calls).await;
 
-    let params =
-        json!(["logs", { "address": past.contract }, { "fromBlock": format!("{:#x}", past.from) }]);
+    let params = past.logs_from();
     let mut first = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -331,4 +331,44 @@ async fn history_streams_are_limited_per_key_and_give_their_place_back() {
         .await
         .expect("answered");
     assert!(again["result"].is_string(), "{again}");
+}
+
+/// While a history stream reads the nodes (slowed by its budget), calls go
+/// on and the node reorganises near its tip: the subscriber's logs, each
+/// removal undoing the log it names, come to exactly what `eth_getLogs`
+/// gives at the end, each once, in chain order.
+#[tokio::test]
+async fn a_history_stream_meets_traffic_and_a_reorg_at_the_seam() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let history = HistoryConfig {
+        // 100 blocks a second: the calls below land while it reads.
+        calls_per_second_per_node: 200,
+        ..HistoryConfig::default()
+    };
+    let server = started(&anvil, history).await;
+    let past = Past::made(&server, &anvil, 10 * WINDOW as usize).await;
+    let mut client = past.follow(&server).await;
+    anvil.ping(&past.contract, 4).await;
+    anvil.reorg(2).await.expect("a reorg at the tip");
+    anvil.ping(&past.contract, 3).await;
+    let tip = anvil.block_number().await.expect("head");
+    let canonical = node_logs(&anvil, &past.contract, past.from, tip).await;
+    let canonical = canonical.as_array().expect("logs");
+    // Each log once; a removal takes back the last one told of.
+    let key = |log: &Value| (log["blockHash"].clone(), log["logIndex"].clone());
+    let mut told: Vec<Value> = Vec::new();
+    while told.len() != canonical.len() || told.last().map(key) != canonical.last().map(key) {
+        let (_, log) = client.next_notification().await.expect("a log in time");
+        if log["removed"] == true {
+            let undone = told.pop().expect("a removal of a log told of");
+            assert_eq!(key(&undone), key(&log), "removals undo in reverse order");
+        } else {
+            assert!(
+                !told.iter().any(|seen| key(seen) == key(&log)),
+                "told twice: {log}"
+            );
+            told.push(log);
+        }
+    }
+    assert_eq!(&told, canonical);
 }
