@@ -44,6 +44,23 @@ pub fn ping_contract() -> String {
     format!("0x6027600c60003960276000f3{}", ping_runtime())
 }
 
+/// Runtime code of a contract that emits an ERC-20 `Transfer` of 1 from
+/// the caller to the caller (LOG3: the event's topic, `from`, `to`; the
+/// amount as data) on every call, 46 bytes, hex without `0x`: a token's
+/// logs, for the `erc20Transfers` example filter, without a token.
+pub fn transfer_runtime() -> String {
+    let topic = alloy_primitives::keccak256("Transfer(address,address,uint256)");
+    format!(
+        "600160005233337f{}60206000a300",
+        alloy_primitives::hex::encode(topic)
+    )
+}
+
+/// Init code deploying [`transfer_runtime`].
+pub fn transfer_contract() -> String {
+    format!("0x602e600c600039602e6000f3{}", transfer_runtime())
+}
+
 /// One anvil process. Killed when dropped.
 pub struct Anvil {
     pub chain_id: u64,
@@ -359,8 +376,14 @@ pub async fn ping_client(url: &str, anvil: &Anvil) -> (WsClient, String, String)
 /// Deploys the Ping contract and returns its address once its block has
 /// been delivered on `heads`.
 pub async fn deploy_ping(client: &mut WsClient, heads: &str, anvil: &Anvil) -> String {
+    deploy(client, heads, anvil, &ping_contract()).await
+}
+
+/// Deploys `code` (init code, hex) and returns the contract's address once
+/// its block has been delivered on `heads`.
+pub async fn deploy(client: &mut WsClient, heads: &str, anvil: &Anvil, code: &str) -> String {
     let deploy = anvil
-        .send(json!({ "from": DEV_ACCOUNT, "data": ping_contract() }))
+        .send(json!({ "from": DEV_ACCOUNT, "data": code }))
         .await
         .expect("deploy");
     let (receipt, _) = mined(client, heads, anvil, &deploy).await;

@@ -2,8 +2,9 @@
 //! `fromBlock` older than the log's window is read from the chain's node
 //! (anvil), then the log and live follow with no gap and no duplicate.
 
-use chainsieve::config::{Config, HistoryConfig, LogConfig, Span};
-use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, ping_client};
+use chainsieve::config::{Config, FiltersConfig, HistoryConfig, LogConfig, Span};
+use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy, ping_client, transfer_contract};
+use chainsieve_tests::filters::{built, place};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
 
@@ -25,12 +26,17 @@ async fn server(anvil: &Anvil, max_blocks: u64) -> TestServer {
 }
 
 async fn started(anvil: &Anvil, history: HistoryConfig) -> TestServer {
+    serving(anvil, history, FiltersConfig::default()).await
+}
+
+async fn serving(anvil: &Anvil, history: HistoryConfig, filters: FiltersConfig) -> TestServer {
     let config = Config {
         log: LogConfig {
             window: Span::Blocks(WINDOW),
             ..LogConfig::default()
         },
         history,
+        filters,
         ..anvil.config(KEY)
     };
     let server = TestServer::start(config).await.expect("server starts");
@@ -94,16 +100,34 @@ struct Seen {
     cursors: Vec<String>,
     logs: Vec<Value>,
     transactions: Vec<Value>,
+    /// The custom topic's (the example `erc20Transfers`).
+    transfers: Vec<Value>,
 }
 
 #[tokio::test]
 async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = server(&anvil, 10_000).await;
+    let filters = tempfile::tempdir().expect("a filters directory");
+    let example = "chainsieve_example_erc20_transfers.wasm";
+    place(filters.path(), example, &built(example));
+    let server = serving(
+        &anvil,
+        HistoryConfig::default(),
+        FiltersConfig {
+            dir: filters.path().to_path_buf(),
+            ..FiltersConfig::default()
+        },
+    )
+    .await;
     let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
+    let token = deploy(&mut setup, &heads, &anvil, &transfer_contract()).await;
     let from = anvil.block_number().await.expect("head") + 1;
-    // Three windows of calls, a block each, and some empty blocks.
-    anvil.ping(&contract, 3 * WINDOW as usize).await;
+    // Three windows of calls to two contracts, a block each, and some
+    // empty blocks.
+    for _ in 0..WINDOW {
+        anvil.ping(&contract, 2).await;
+        anvil.ping(&token, 1).await;
+    }
     anvil.mine(5).await.expect("mine");
     let tip = anvil.block_number().await.expect("head");
     setup.until_head(&heads, tip).await;
@@ -124,14 +148,21 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
         .subscribe(json!(["bvMinedTransactions", { "toAddress": [contract] }, option]))
         .await
         .expect("transactions from a block");
-    // One more call while the history is read: it comes after, live.
+    let on_transfers = client
+        .subscribe(json!(["erc20Transfers", { "tokens": [token] }, option]))
+        .await
+        .expect("a custom topic from a block");
+    // More calls while the history is read: they come after, live.
     anvil.ping(&contract, 1).await;
-    let last = tip + 1;
-    let calls = 3 * WINDOW as usize + 1;
+    anvil.ping(&token, 1).await;
+    let last = tip + 2;
+    let calls = 2 * WINDOW as usize + 1;
+    let transfers = WINDOW as usize + 1;
     let mut seen = Seen::default();
     while seen.heads.len() < (last - from + 1) as usize
         || seen.logs.len() < calls
         || seen.transactions.len() < calls
+        || seen.transfers.len() < transfers
     {
         let params = client.next_notification_params().await.expect("in time");
         let id = params["subscription"].as_str().expect("an id");
@@ -144,6 +175,7 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
             }
             id if id == on_logs => seen.logs.push(result),
             id if id == on_txs => seen.transactions.push(result),
+            id if id == on_transfers => seen.transfers.push(result),
             other => panic!("a notification of {other}"),
         }
     }
@@ -159,10 +191,14 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
     assert_eq!(seen.cursors[0], format!("eth:@{from}:0:{}", &hash[2..18]));
     let newest = seen.cursors.last().expect("a cursor");
     assert!(!newest.starts_with("eth:@"), "{newest}");
-    // Logs: what eth_getLogs gives over the same blocks.
-    let range = json!([{ "fromBlock": format!("{from:#x}"), "toBlock": format!("{last:#x}"), "address": contract }]);
-    let node_logs = anvil.rpc("eth_getLogs", range).await.expect("logs");
+    // Logs, and the custom topic's: what eth_getLogs gives over the same
+    // blocks.
+    let node_logs = node_logs_of(&anvil, &contract, from, last).await;
     assert_eq!(Value::Array(seen.logs.clone()), node_logs);
+    assert_eq!(
+        Value::Array(seen.transfers.clone()),
+        node_logs_of(&anvil, &token, from, last).await
+    );
     // Transactions: the calls, in order.
     let hashes: Vec<&Value> = seen.transactions.iter().map(|tx| &tx["hash"]).collect();
     let node_hashes: Vec<&Value> = node_logs
@@ -211,7 +247,7 @@ async fn from_block_further_back_than_the_limit_is_refused() {
 }
 
 /// The logs of `contract` in blocks `from..=to`, as the node gives them.
-async fn node_logs(anvil: &Anvil, contract: &str, from: u64, to: u64) -> Value {
+async fn node_logs_of(anvil: &Anvil, contract: &str, from: u64, to: u64) -> Value {
     let range = json!([{ "fromBlock": format!("{from:#x}"), "toBlock": format!("{to:#x}"), "address": contract }]);
     anvil.rpc("eth_getLogs", range).await.expect("logs")
 }
@@ -254,7 +290,7 @@ async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
     let told: Vec<Value> = got.into_iter().map(|(log, _)| log).collect();
     assert_eq!(
         Value::Array(told),
-        node_logs(&anvil, &past.contract, past.from, past.tip).await
+        node_logs_of(&anvil, &past.contract, past.from, past.tip).await
     );
 }
 
@@ -352,7 +388,7 @@ async fn a_history_stream_meets_traffic_and_a_reorg_at_the_seam() {
     anvil.reorg(2).await.expect("a reorg at the tip");
     anvil.ping(&past.contract, 3).await;
     let tip = anvil.block_number().await.expect("head");
-    let canonical = node_logs(&anvil, &past.contract, past.from, tip).await;
+    let canonical = node_logs_of(&anvil, &past.contract, past.from, tip).await;
     let canonical = canonical.as_array().expect("logs");
     // Each log once; a removal takes back the last one told of.
     let key = |log: &Value| (log["blockHash"].clone(), log["logIndex"].clone());
