@@ -46,13 +46,16 @@ struct Args {
     timed: usize,
     #[arg(long, value_enum, default_value_t = Target::All)]
     target: Target,
-    /// Devnet: blocks of history (50 transactions each, and as many a
-    /// second live) the devnet generates at start, into the event log.
+    /// Blocks of history before the run. Devnet: generated at start, 50
+    /// transactions each (and as many a second live), into the event log.
+    /// Chainsieve: mined on anvil (empty) before chainsieve starts, so all
+    /// but the live ones are older than its log: history from the node.
     #[arg(long, default_value_t = 0)]
     history_blocks: u64,
-    /// Devnet: halfway into the measured window, one more client
-    /// subscribes to every log from the start of the history
-    /// (`fromBlock`) and times its replay up to the tip.
+    /// Devnet and chainsieve: halfway into the measured window, one more
+    /// client subscribes to every log from the start of the history
+    /// (`fromBlock`) and times its replay up to the tip; the pending
+    /// latency while it ran is printed beside the latency before it.
     #[arg(long)]
     replay: bool,
     /// Runs of every target, in turn; with more than one, a summary gives
@@ -156,29 +159,27 @@ async fn run_target(
                 args.history_blocks,
                 resident as f64 / (1 << 20) as f64
             );
-            let replay = args.replay.then(|| {
-                tokio::spawn(replay(
-                    url.clone(),
-                    args.history_blocks,
-                    spec.warmup + spec.measure / 2,
-                ))
-            });
-            let report = load::run(spec, workload.clone(), &url, &url, Some(pid), &[]).await?;
-            if let Some(replay) = replay {
-                let (from, to) = replay.await.context("the replay client panicked")??;
-                println!(
-                    "  pending latency from send while the replay ran: {}",
-                    quantiles(&report.latency_between(from, to)?)
-                );
-            }
-            report
+            with_replay(
+                args,
+                spec,
+                &url,
+                load::run(spec, workload.clone(), &url, &url, Some(pid), &[]),
+            )
+            .await?
         }
         Target::Chainsieve => {
             let anvil = workload.start_node().await?;
+            anvil.mine(args.history_blocks).await?;
             let node = anvil.ws_url();
             let (child, url) = start_chainsieve(&[&node], 0).await?;
             let pid = child.id().context("chainsieve exited")?;
-            load::run(spec, workload.clone(), &node, &url, Some(pid), &[]).await?
+            with_replay(
+                args,
+                spec,
+                &url,
+                load::run(spec, workload.clone(), &node, &url, Some(pid), &[]),
+            )
+            .await?
         }
         Target::Bus => {
             let anvil = workload.start_node().await?;
@@ -385,6 +386,41 @@ fn print(target: Target, spec: &Spec, report: &Report) {
     for (reason, count) in &report.close_reasons {
         println!("    {count} closed: {reason}");
     }
+}
+
+/// `run`, and with `--replay` the replay of the history beside it; prints
+/// the pending latency while the replay ran and before it (after the
+/// warm-up), and their p99s' ratio.
+async fn with_replay(
+    args: &Args,
+    spec: &Spec,
+    url: &str,
+    run: impl std::future::Future<Output = anyhow::Result<Report>>,
+) -> anyhow::Result<Report> {
+    let started = std::time::Instant::now();
+    let replay = args.replay.then(|| {
+        tokio::spawn(replay(
+            url.to_string(),
+            args.history_blocks,
+            spec.warmup + spec.measure / 2,
+        ))
+    });
+    let report = run.await?;
+    if let Some(replay) = replay {
+        let (from, to) = replay.await.context("the replay client panicked")??;
+        let during = report.latency_between(from, to)?;
+        let before = report.latency_between(started + spec.warmup, from)?;
+        println!(
+            "  pending latency from send while the replay ran: {}",
+            quantiles(&during)
+        );
+        println!("  and before it, after the warm-up: {}", quantiles(&before));
+        println!(
+            "  p99 while the replay ran / before it: {:.2}",
+            during.value_at_quantile(0.99) as f64 / before.value_at_quantile(0.99).max(1) as f64
+        );
+    }
+    Ok(report)
 }
 
 /// After `delay`, subscribes to every log from the start of the devnet's
