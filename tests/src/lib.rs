@@ -171,6 +171,16 @@ impl TestServer {
             .expect("the pool lives");
     }
 
+    /// `GET /metrics`: the page's text.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("http://{}/metrics", self.addr))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("the page's text")
+    }
+
     /// Waits until `chain`'s node source is subscribed and following: what
     /// the node announces from then on reaches the subscribers (synced
     /// alone does not say so for a node chain, which has no past to place).

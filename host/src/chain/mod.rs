@@ -56,7 +56,8 @@ pub struct Chain {
     /// How far back `fromBlock` reads from the nodes.
     pub history: HistoryConfig,
     /// The calls a second this chain's history streams may make of its
-    /// nodes together (`[history] calls_per_second_per_node` each).
+    /// nodes together (`[history] calls_per_second_per_node`: each batch
+    /// goes to one node).
     pub history_budget: Arc<Budget>,
     /// For the actors of topics added at run time.
     pub metrics: Arc<Metrics>,
@@ -195,15 +196,9 @@ impl Chain {
             (Role::Edge, Some(bus)) => edge::start(&parts, bus).await?,
             (role, None) => anyhow::bail!("role {} needs the bus", role.name()),
         };
-        let nodes = match &origin {
-            Origin::Node { pool, .. } => pool.nodes().len(),
-            Origin::Devnet { .. } | Origin::Bus => 1,
-        };
-        let per_second = u32::try_from(nodes)
-            .unwrap_or(u32::MAX)
-            .saturating_mul(config.history.calls_per_second_per_node);
+        // Every batch goes to one node: a node's share is the whole budget.
         let history_budget = Arc::new(Budget::new(
-            NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN),
+            NonZeroU32::new(config.history.calls_per_second_per_node).unwrap_or(NonZeroU32::MIN),
         ));
         Ok(Arc::new(Chain {
             name: spec.name.clone(),

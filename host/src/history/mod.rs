@@ -82,13 +82,26 @@ pub struct Source {
     pub budget: Arc<Budget>,
 }
 
-/// Starts reading the chain's blocks from `from` on, from `source`'s
-/// nodes, until its log holds the rest, the first block's events up to
-/// index `after` (if given) passed over; stops when the feed is dropped.
-pub fn start(source: Source, from: u64, after: Option<u32>, admitted: Admitted) -> HistoryFeed {
+/// Where a history stream starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartAt {
+    /// At the start of this block (`fromBlock`).
+    Block(u64),
+    /// After event `index` of block `block`, whose hash has this `tag`
+    /// (a cursor).
+    After { block: u64, index: u32, tag: u64 },
+}
+
+/// Starts reading the chain's blocks from `from`, from `source`'s nodes,
+/// until its log holds the rest; stops when the feed is dropped.
+pub fn start(source: Source, from: StartAt, admitted: Admitted) -> HistoryFeed {
     let (out, items) = mpsc::channel(2 * CHUNK as usize);
     let stop = CancellationToken::new();
-    tokio::spawn(reader::read(source, from, out, stop.clone()));
+    let (block, after, first) = match from {
+        StartAt::Block(block) => (block, None, None),
+        StartAt::After { block, index, tag } => (block, Some(index), Some(tag)),
+    };
+    tokio::spawn(reader::read(source, block, first, out, stop.clone()));
     HistoryFeed {
         after,
         items,

@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::limits::Budget;
 use super::{GONE, HistoryItem, Source, UNAVAILABLE};
-use crate::eventlog::EventLog;
 use crate::eventlog::cursor::ResumeFrom;
-use crate::model::ChainEvent;
+use crate::eventlog::{EventLog, hash_tag};
+use crate::model::{Block, ChainEvent};
 use crate::node::{At, NodePool, blocks};
 
 /// Blocks read per round trip (bodies in one batch, logs in a second).
@@ -22,28 +22,30 @@ pub const CHUNK: u64 = 32;
 /// How long the nodes may take to answer one batch.
 const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Batches tried this many times (each on every node the pool offers)
-/// before the stream fails.
+/// Rounds over the nodes a batch gets before the stream fails.
 const ATTEMPTS: u32 = 3;
 
 /// The wait before a failed batch is tried again, doubled each time.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
 
 /// Reads from block `from` on into `out` until the log holds the next
-/// block, `out` is dropped or `stop`.
+/// block, `out` is dropped or `stop`. With `first`, the tag the first
+/// block's hash must have (a resumed cursor's block, checked again as it
+/// is read).
 pub(super) async fn read(
     source: Source,
     from: u64,
+    first: Option<u64>,
     out: mpsc::Sender<HistoryItem>,
     stop: CancellationToken,
 ) {
     tokio::select! {
         () = stop.cancelled() => {}
-        () = stream(&source, from, &out) => {}
+        () = stream(&source, from, first, &out) => {}
     }
 }
 
-async fn stream(source: &Source, from: u64, out: &mpsc::Sender<HistoryItem>) {
+async fn stream(source: &Source, from: u64, first: Option<u64>, out: &mpsc::Sender<HistoryItem>) {
     let (pool, log) = (&*source.pool, &*source.log);
     let mut next = from;
     let mut parent: Option<B256> = None;
@@ -58,10 +60,6 @@ async fn stream(source: &Source, from: u64, out: &mpsc::Sender<HistoryItem>) {
             _ => next + CHUNK - 1,
         };
         let read = match batch(pool, &source.budget, next, top).await {
-            Ok(read) if read.is_empty() => Err(format!("no node has block {next}")),
-            other => other,
-        };
-        let read = match read {
             Ok(read) => read,
             Err(reason) => {
                 let reason = format!(
@@ -78,7 +76,11 @@ async fn stream(source: &Source, from: u64, out: &mpsc::Sender<HistoryItem>) {
             }
         };
         for block in read {
-            if parent.is_some_and(|parent| block.parent_hash() != parent) {
+            let linked = match parent {
+                Some(parent) => block.parent_hash() == parent,
+                None => first.is_none_or(|tag| hash_tag(&block.hash) == tag),
+            };
+            if !linked {
                 let _ = out.send(reorganised(pool.chain(), block.number())).await;
                 return;
             }
@@ -91,37 +93,45 @@ async fn stream(source: &Source, from: u64, out: &mpsc::Sender<HistoryItem>) {
     }
 }
 
-/// Blocks `bottom..=top` from the nodes, tried [`ATTEMPTS`] times.
+/// Blocks `bottom..=top` (at least one) from the nodes that hold them, one
+/// after another on a failure, an error answer or no block; every node
+/// tried [`ATTEMPTS`] times.
 async fn batch(
     pool: &NodePool,
     budget: &Budget,
     bottom: u64,
     top: u64,
-) -> Result<Vec<Arc<crate::model::Block>>, String> {
+) -> Result<Vec<Arc<Block>>, String> {
     let mut wait = RETRY_AFTER;
     let mut attempt = 1;
     loop {
-        let read = blocks::by_number(
-            |calls| async move {
-                budget
-                    .take(u32::try_from(calls.len()).unwrap_or(u32::MAX))
-                    .await;
-                pool.batch_at(&calls, At::Block(top), BATCH_TIMEOUT, None)
-                    .await
-            },
-            bottom,
-            top,
-        )
-        .await;
-        match read {
-            Err(reason) if attempt < ATTEMPTS => {
-                tracing::debug!(chain = %pool.chain(), bottom, top, %reason, attempt, "history batch failed; trying again");
-                tokio::time::sleep(wait).await;
-                wait *= 2;
-                attempt += 1;
+        let mut reasons = Vec::new();
+        for node in pool.order(At::Block(top)) {
+            let read = blocks::by_number(
+                |calls| async move {
+                    budget
+                        .take(u32::try_from(calls.len()).unwrap_or(u32::MAX))
+                        .await;
+                    node.batch_within(&calls, BATCH_TIMEOUT).await
+                },
+                bottom,
+                top,
+            )
+            .await;
+            match read {
+                Ok(read) if !read.is_empty() => return Ok(read),
+                Ok(_) => reasons.push(format!("{}: no block {bottom}", node.spec.name)),
+                Err(reason) => reasons.push(format!("{}: {reason}", node.spec.name)),
             }
-            read => return read,
         }
+        let reasons = reasons.join("; ");
+        if attempt >= ATTEMPTS {
+            return Err(reasons);
+        }
+        tracing::debug!(chain = %pool.chain(), bottom, top, %reasons, attempt, "history batch failed; trying again");
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+        attempt += 1;
     }
 }
 

@@ -1,8 +1,8 @@
 //! `GET /metrics` in Prometheus' text format: the counted metrics the
 //! pipeline keeps ([`crate::metrics`]), and what is a state rather than a
 //! count (connections closed too slow, malformed upstream objects skipped,
-//! subscriptions, a source's health, a filter's failures), read from the
-//! server when scraped.
+//! history streams running, subscriptions, a source's health, a filter's
+//! failures), read from the server when scraped.
 
 use std::sync::Arc;
 
@@ -66,6 +66,13 @@ fn scrape(state: &AppState) -> Registry {
         "upstream_objects_skipped",
         "Malformed transactions and logs from nodes, skipped instead of stopping the chain",
         skipped,
+    );
+    let history = Gauge::<i64>::default();
+    history.set(i64::try_from(state.history.running()).unwrap_or(i64::MAX));
+    registry.register(
+        "history_streams",
+        "History streams reading the nodes now ([history] max_streams)",
+        history,
     );
     let subscriptions = Family::<TopicLabels, Gauge>::default();
     let failures = Family::<TopicLabels, Gauge>::default();

@@ -225,6 +225,10 @@ impl NodeBlock {
         self.header.hash
     }
 
+    pub fn number(&self) -> u64 {
+        self.header.inner.number
+    }
+
     /// Joins the block with its logs (`eth_getLogs` by block hash, kept
     /// raw for the same reason as the transactions).
     pub fn into_model(self, logs: &[Box<RawValue>]) -> Arc<Block> {

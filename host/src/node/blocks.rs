@@ -29,12 +29,18 @@ where
         .map(|n| Call::new("eth_getBlockByNumber", json!([U64::from(n), true])))
         .collect();
     let mut blocks = Vec::with_capacity(calls.len());
-    for raw in ask(calls).await.map_err(failed)? {
+    for (number, raw) in (bottom..=top).zip(ask(calls).await.map_err(failed)?) {
         let Some(block): Option<NodeBlock> =
             decode("eth_getBlockByNumber", &raw).map_err(failed)?
         else {
             break;
         };
+        if block.number() != number {
+            return Err(format!(
+                "asked for block {number}, answered block {}",
+                block.number()
+            ));
+        }
         blocks.push(block);
     }
     if blocks.is_empty() {

@@ -150,7 +150,7 @@ impl NodePool {
     /// number is never asked while one holds it (its `null` would deny a
     /// block the chain has); for the tip it is asked last (its own latest
     /// is better than no answer when the nodes at the tip have just died).
-    fn order(&self, at: At) -> Vec<&PoolNode> {
+    pub fn order(&self, at: At) -> Vec<&PoolNode> {
         let tier = |node: &PoolNode| {
             let health = node.health();
             let holds = match (at.height(), health.head()) {

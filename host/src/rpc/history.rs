@@ -10,28 +10,40 @@ use serde_json::json;
 use super::RpcError;
 use super::context::Context;
 use crate::eventlog::cursor::{Cursor, ResumeFrom};
-use crate::history::{self, HistoryFeed, Source};
+use crate::history::{self, HistoryFeed, Source, StartAt};
 use crate::node::{At, Call, NodeError, NodePool, decode};
 
-/// A history stream for a `fromBlock` older than `chain`'s log window, or
-/// a cursor whose block has left it, read from the chain's nodes
-/// (docs/src/api.md, History from the nodes); `None` when the log serves
-/// it, or when the chain has no nodes to read (the log's refusal then
-/// stands). A cursor resumes only if its block is still canonical.
+/// A history stream for a `fromBlock` older than (or at the edge of)
+/// `chain`'s log window, or a cursor whose block has left it, read from
+/// the chain's nodes (docs/src/api.md, History from the nodes); `None`
+/// when the log serves it, or when the chain has no nodes to read (the
+/// log's refusal then stands). A cursor resumes only if its block is
+/// still canonical. Pending topics have no history.
 pub(super) async fn feed(
     ctx: Context<'_>,
-    from: Option<&ResumeFrom>,
+    asked: Option<&ResumeFrom>,
+    source: chainsieve_filter_core::Source,
 ) -> Result<Option<HistoryFeed>, RpcError> {
     let chain = &**ctx.chain;
-    let (Some(from), Some(pool)) = (from, chain.node()) else {
+    let (Some(asked), Some(pool)) = (asked, chain.node()) else {
         return Ok(None);
     };
+    if source == chainsieve_filter_core::Source::PendingTransactions {
+        return Ok(None);
+    }
     let log = chain.log();
     let Some((oldest, tip)) = log.canonical_bounds() else {
-        return Ok(None);
+        return Err(RpcError::unavailable(format!(
+            "{} has not received its first block yet: resume in a moment",
+            chain.name
+        )));
     };
-    let (start, after) = match from {
-        ResumeFrom::Block(number) if *number < oldest => (*number, None),
+    // A block this close to the window's edge may leave it before the
+    // actor reads the log: the stream hands over to the log at once if
+    // it is still there.
+    let edge = oldest.saturating_add(history::CHUNK);
+    let from = match asked {
+        ResumeFrom::Block(number) if *number < edge && *number <= tip => StartAt::Block(*number),
         ResumeFrom::After(cursor)
             if cursor.chain == chain.name
                 && cursor
@@ -39,26 +51,29 @@ pub(super) async fn feed(
                     .is_none_or(|position| position < log.oldest()) =>
         {
             match cursor.block {
-                Some(block) if block < oldest => {
-                    still_canonical(pool, cursor, block).await?;
-                    (block, Some(cursor.index))
-                }
+                Some(block) if block < oldest => StartAt::After {
+                    block,
+                    index: cursor.index,
+                    tag: cursor.tag,
+                },
                 _ => return Ok(None),
             }
         }
         _ => return Ok(None),
     };
+    let start = match from {
+        StartAt::Block(block) | StartAt::After { block, .. } => block,
+    };
     let max = chain.history.max_blocks;
-    if tip - start > max {
+    if tip.saturating_sub(start) > max {
         return Err(RpcError::not_found(format!(
-            "{} is {} blocks behind {}'s tip (block {tip}); this server reads at most {max} blocks back from the nodes ([history] max_blocks)",
-            match from {
-                ResumeFrom::Block(number) => format!("fromBlock {number}"),
-                ResumeFrom::After(cursor) => format!("the cursor {cursor}"),
-            },
+            "block {start} is {} blocks behind {}'s tip (block {tip}); this server reads at most {max} blocks back from the nodes ([history] max_blocks)",
             tip - start,
             chain.name
         )));
+    }
+    if let (ResumeFrom::After(cursor), StartAt::After { block, .. }) = (asked, from) {
+        still_canonical(pool, cursor, block).await?;
     }
     let admitted = ctx
         .history
@@ -69,7 +84,7 @@ pub(super) async fn feed(
         log: log.clone(),
         budget: chain.history_budget.clone(),
     };
-    Ok(Some(history::start(source, start, after, admitted)))
+    Ok(Some(history::start(source, from, admitted)))
 }
 
 /// Whether the block `cursor` names (number `block`) is still the one the
@@ -93,8 +108,11 @@ async fn still_canonical(pool: &NodePool, cursor: &Cursor, block: u64) -> Result
         })?;
     match answer {
         Some(Hashed { hash }) if crate::eventlog::hash_tag(&hash) == cursor.tag => Ok(()),
-        _ => Err(RpcError::not_found(format!(
+        Some(_) => Err(RpcError::not_found(format!(
             "the cursor {cursor} names a block that is no longer canonical: block {block} was reorganised out; subscribe again from a block"
+        ))),
+        None => Err(RpcError::unavailable(format!(
+            "the nodes do not hold block {block} of the cursor {cursor}, so cannot say whether it is still canonical"
         ))),
     }
 }

@@ -78,10 +78,17 @@ fn read(options: &Map<String, Value>, source: Source) -> Result<ResumeFrom, RpcE
         (Some(_), Some(_)) => Err(RpcError::invalid_params(
             "give resumeFrom or fromBlock, not both",
         )),
-        (Some(Value::String(cursor)), None) => cursor
-            .parse::<Cursor>()
-            .map(ResumeFrom::After)
-            .map_err(|malformed| RpcError::invalid_params(malformed.to_string())),
+        (Some(Value::String(cursor)), None) => {
+            let cursor = cursor
+                .parse::<Cursor>()
+                .map_err(|malformed| RpcError::invalid_params(malformed.to_string()))?;
+            if source == Source::PendingTransactions && cursor.block.is_some() {
+                return Err(RpcError::invalid_params(format!(
+                    "the cursor {cursor} is of a block's event; this topic reads pending transactions: resume it with one of its own cursors"
+                )));
+            }
+            Ok(ResumeFrom::After(cursor))
+        }
         (Some(other), None) => Err(RpcError::invalid_params(format!(
             "resumeFrom must be the cursor string of a notification, got {other}"
         ))),
@@ -139,6 +146,21 @@ mod tests {
     }
 
     const CURSOR: &str = "eth:12:3:00000000000000ff";
+
+    #[test]
+    fn a_block_s_cursor_does_not_resume_a_pending_topic() {
+        let mined = "eth:12@5:0:00000000000000ff";
+        let (taken, _) = take(json!([{"resumeFrom": mined}]), Source::PendingTransactions);
+        let refused = taken.expect_err("refused");
+        assert_eq!(refused.code, code::INVALID_PARAMS);
+        assert!(
+            refused.message.contains("pending transactions"),
+            "{}",
+            refused.message
+        );
+        let (taken, _) = take(json!([{"resumeFrom": mined}]), Source::Logs);
+        assert!(taken.is_ok(), "a mined topic takes it");
+    }
 
     #[test]
     fn the_options_object_is_taken_out_before_the_filter_sees_the_params() {

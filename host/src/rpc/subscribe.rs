@@ -60,10 +60,6 @@ pub(super) async fn subscribe(
             "subscription limit reached: this connection has {limit} subscriptions (limits.max_subscriptions_per_connection); unsubscribe one first"
         ))));
     }
-    let history = match history::feed(ctx, options.from.as_ref()).await {
-        Ok(history) => history,
-        Err(error) => return Outcome::Reply(Err(error)),
-    };
     let id = subscriptions::new_id();
     let key = ctx.subscriptions.next_key();
     // Register before the actor can deliver, so a close racing with this
@@ -76,6 +72,15 @@ pub(super) async fn subscribe(
         filter.clone(),
         &connection.owned,
     );
+    // Counted against the connection's limit before anything is awaited.
+    let history = match history::feed(ctx, options.from.as_ref(), filter.source).await {
+        Ok(history) => history,
+        Err(error) => {
+            connection.owned().remove(&id);
+            ctx.subscriptions.remove(&id, ctx.api_key).await;
+            return Outcome::Reply(Err(error));
+        }
+    };
     let start = match (&call.id, batch) {
         (None, _) => Start::Now,
         (Some(_), Some(gates)) => Start::Gated(gates.add()),

@@ -2,8 +2,13 @@
 //! `fromBlock` older than the log's window is read from the chain's node
 //! (anvil), then the log and live follow with no gap and no duplicate.
 
-use chainsieve::config::{Config, FiltersConfig, HistoryConfig, LogConfig, Span};
+use std::collections::BTreeMap;
+
+use chainsieve::config::{
+    ChainConfig, Config, FiltersConfig, HistoryConfig, LogConfig, SourceConfig, Span,
+};
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy, ping_client, transfer_contract};
+use chainsieve_tests::faulty::FaultyNode;
 use chainsieve_tests::filters::{built, place};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
@@ -344,13 +349,8 @@ async fn history_streams_are_limited_per_key_and_give_their_place_back() {
     let mut past = Past::made(&server, &anvil, calls).await;
 
     let params = past.logs_from();
-    let mut first = WsClient::connect(&server.ws_url("eth", KEY))
-        .await
-        .expect("connect");
-    first
-        .subscribe(params.clone())
-        .await
-        .expect("a history stream");
+    let mut first = past.follow(&server).await;
+    assert!(streams_metric(&server).await.ends_with(" 1"), "one running");
     let refused = past
         .setup
         .call("eth_subscribe", params.clone())
@@ -361,12 +361,26 @@ async fn history_streams_are_limited_per_key_and_give_their_place_back() {
     assert!(message.contains("max_streams_per_key"), "{message}");
     // The first reaches the log: its place is free again.
     take(&mut first, calls).await;
+    assert!(
+        streams_metric(&server).await.ends_with(" 0"),
+        "none running"
+    );
     let again = past
         .setup
         .call("eth_subscribe", params)
         .await
         .expect("answered");
     assert!(again["result"].is_string(), "{again}");
+}
+
+/// The `chainsieve_history_streams` line of `/metrics`.
+async fn streams_metric(server: &TestServer) -> String {
+    let metrics = server.metrics().await;
+    metrics
+        .lines()
+        .find(|line| line.starts_with("chainsieve_history_streams "))
+        .unwrap_or_else(|| panic!("no history_streams in {metrics}"))
+        .to_string()
 }
 
 /// While a history stream reads the nodes (slowed by its budget), calls go
@@ -407,4 +421,48 @@ async fn a_history_stream_meets_traffic_and_a_reorg_at_the_seam() {
         }
     }
     assert_eq!(&told, canonical);
+}
+
+/// History goes to the next node when the first refuses to read blocks
+/// (an error answer), and what comes is still exactly the node's logs.
+#[tokio::test]
+async fn history_reads_the_next_node_when_the_first_refuses() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let refusing = FaultyNode::start(&anvil.ws_url()).await.expect("a proxy");
+    let config = Config {
+        chains: BTreeMap::from([(
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(1),
+                source: SourceConfig::Nodes(vec![refusing.ws_url(), anvil.ws_url()]),
+                ..Default::default()
+            },
+        )]),
+        log: LogConfig {
+            window: Span::Blocks(WINDOW),
+            ..LogConfig::default()
+        },
+        ..anvil.config(KEY)
+    };
+    let server = TestServer::start(config).await.expect("server starts");
+    for node in 0..2 {
+        server.node_state("eth", node, "live").await;
+    }
+    let calls = 3 * WINDOW as usize;
+    let past = Past::made(&server, &anvil, calls).await;
+    refusing.refuse("eth_getBlockByNumber");
+    let mut client = past.follow(&server).await;
+    let told: Vec<Value> = take(&mut client, calls)
+        .await
+        .into_iter()
+        .map(|(log, _)| log)
+        .collect();
+    assert_eq!(
+        Value::Array(told),
+        node_logs_of(&anvil, &past.contract, past.from, past.tip).await
+    );
+    assert!(
+        refusing.requests("eth_getBlockByNumber") > 0,
+        "the first node was asked"
+    );
 }

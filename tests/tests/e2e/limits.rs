@@ -278,12 +278,7 @@ async fn metrics_count_what_happened() {
         let (id, _) = ws.next_notification().await.expect("a head");
         assert_eq!(id, heads);
     }
-    let page = reqwest::get(format!("http://{}/metrics", server.addr))
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let page = server.metrics().await;
     let value =
         |series: &str| sample(&page, series).unwrap_or_else(|| panic!("no {series} in\n{page}"));
     let eth_heads = r#"{chain="eth",topic="newHeads"}"#;

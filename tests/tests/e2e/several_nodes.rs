@@ -580,12 +580,7 @@ async fn a_block_every_node_serves_the_same_wrong_way_goes_out_counted() {
     // Its block, the first after genesis (anvil answers before it is
     // mined, so its head is waited for, not asked).
     client.until_head(&heads, 1).await;
-    let metrics = reqwest::get(format!("http://{}/metrics", server.addr))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains("chainsieve_unverified_blocks_total{chain=\"eth\"} 1"),
         "{metrics}"

@@ -81,7 +81,11 @@ impl Actor {
             };
             match item {
                 HistoryItem::Block(block) => return self.history_block(key, block),
-                HistoryItem::Seam(plan) => {
+                HistoryItem::Seam(mut plan) => {
+                    // At a resumed cursor's own block: after its event.
+                    if let Some(after) = reading.feed.after.take() {
+                        plan.mark.index = after.saturating_add(1);
+                    }
                     record.feed = super::Feed::Replaying { next: plan.mark };
                     record.as_of = plan.as_of;
                     record.history = None;

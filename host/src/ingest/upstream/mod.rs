@@ -57,7 +57,7 @@ const FINALITY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long the nodes asked how far the chain is final may take before
 /// one more is asked too.
-const FINALITY_HEDGE: Duration = Duration::from_millis(250);
+const FINALITY_HEDGE: Duration = Duration::from_secs(1);
 
 /// What the node watchers may have queued for the deciding task.
 const EVENT_QUEUE: usize = 1_024;
@@ -372,8 +372,9 @@ impl Ingest<'_> {
         while answers.len() < quorum {
             tokio::select! {
                 answer = asking.next() => match answer {
-                    Some(Ok(answer)) => answers.push(answer),
-                    Some(Err(_)) => asking.extend(candidates.next().map(ask)),
+                    Some(Ok(answer)) if answer.len() == 2 => answers.push(answer),
+                    // Failed, or not an answer to the two calls.
+                    Some(_) => asking.extend(candidates.next().map(ask)),
                     None => break,
                 },
                 _ = hedge.tick() => asking.extend(candidates.next().map(ask)),
