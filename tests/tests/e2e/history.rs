@@ -333,9 +333,9 @@ async fn a_cursor_whose_block_was_reorganised_out_after_the_window_is_refused() 
 }
 
 /// A key runs at most `[history] max_streams_per_key` history streams at
-/// once (-32005 beyond), and a stream gives its place back when it
-/// reaches the log. The nodes' budget (a call a second here) keeps the
-/// first stream reading for seconds.
+/// once (-32005 beyond), and a stream gives its place back when it is
+/// cancelled or reaches the log. The nodes' budget (a call a second here)
+/// keeps a stream reading for seconds.
 #[tokio::test]
 async fn history_streams_are_limited_per_key_and_give_their_place_back() {
     let anvil = Anvil::start(1).await.expect("anvil");
@@ -349,6 +349,23 @@ async fn history_streams_are_limited_per_key_and_give_their_place_back() {
     let mut past = Past::made(&server, &anvil, calls).await;
 
     let params = past.logs_from();
+    // One cancelled while it reads gives its place back at once.
+    let cancelled = past
+        .setup
+        .subscribe(params.clone())
+        .await
+        .expect("a history stream");
+    assert!(streams_metric(&server).await.ends_with(" 1"), "one running");
+    let unsubscribed = past
+        .setup
+        .call("eth_unsubscribe", json!([cancelled]))
+        .await
+        .expect("answered");
+    assert_eq!(unsubscribed["result"], true, "{unsubscribed}");
+    assert!(
+        streams_metric(&server).await.ends_with(" 0"),
+        "none running"
+    );
     let mut first = past.follow(&server).await;
     assert!(streams_metric(&server).await.ends_with(" 1"), "one running");
     let refused = past
