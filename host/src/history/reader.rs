@@ -25,6 +25,14 @@ const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Rounds over the nodes a batch gets before the stream fails.
 const ATTEMPTS: u32 = 3;
 
+/// How far inside the log's window the log takes over, at most (half the
+/// window, for a short one).
+const SEAM_MARGIN: u64 = 128;
+
+/// How often a reader at the seam looks whether the actor has taken every
+/// block before it.
+const DRAINED_POLL: Duration = Duration::from_millis(5);
+
 /// The wait before a failed batch is tried again, doubled each time.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
 
@@ -50,13 +58,23 @@ async fn stream(source: &Source, from: u64, first: Option<u64>, out: &mpsc::Send
     let mut next = from;
     let mut parent: Option<B256> = None;
     loop {
-        if let Some(item) = seam(log, next, parent) {
-            let _ = out.send(item).await;
-            return;
+        let seam_at = seam_at(log);
+        if seam_at.is_some_and(|at| next >= at) {
+            // Handed over only once the actor has taken every block before
+            // it, so the plan is made when it is used, not a queue earlier
+            // (the window moves meanwhile).
+            if out.capacity() < out.max_capacity() {
+                tokio::time::sleep(DRAINED_POLL).await;
+                continue;
+            }
+            if let Some(item) = seam(log, next, parent) {
+                let _ = out.send(item).await;
+                return;
+            }
         }
-        // Up to the log's oldest block: no further, the log holds it.
-        let top = match log.canonical_bounds() {
-            Some((oldest, _)) if oldest > next => (next + CHUNK - 1).min(oldest - 1),
+        // Up to where the log takes over: no further.
+        let top = match seam_at {
+            Some(at) if at > next => (next + CHUNK - 1).min(at - 1),
             _ => next + CHUNK - 1,
         };
         let read = match batch(pool, &source.budget, next, top).await {
@@ -133,6 +151,14 @@ async fn batch(
         wait *= 2;
         attempt += 1;
     }
+}
+
+/// Where the log takes over: this far inside its window, so the window
+/// can move on a little before the replay reads the first step.
+fn seam_at(log: &EventLog) -> Option<u64> {
+    let (oldest, tip) = log.canonical_bounds()?;
+    let held = tip - oldest + 1;
+    Some(oldest + (held / 2).min(SEAM_MARGIN))
 }
 
 /// The seam, if the log holds block `next` canonical: the chain as it is

@@ -171,7 +171,10 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
     {
         let params = client.next_notification_params().await.expect("in time");
         let id = params["subscription"].as_str().expect("an id");
-        let cursor = params["cursor"].as_str().expect("a cursor").to_string();
+        let cursor = params["cursor"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no cursor: {params}"))
+            .to_string();
         let result = params["result"].clone();
         match id {
             id if id == on_heads => {

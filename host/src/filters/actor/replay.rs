@@ -215,10 +215,12 @@ impl Actor {
 
     /// Moves the replays on by at most one step of the log.
     pub(super) fn replay_turn(&mut self) -> Turn {
+        // Passing over may take a replay past the log's head: it joins the
+        // live batches then, before any step is looked for.
+        let skipped = self.pass_over();
         if self.join_live() {
             return Turn::Moved;
         }
-        let skipped = self.pass_over();
         if self.replay.budget.is_empty() {
             return Turn::Blocked;
         }

@@ -528,6 +528,26 @@ async fn from_block_tells_of_the_chain_as_it_is_canonical_when_made() {
     assert!(frames.try_recv().is_none(), "each once");
 }
 
+/// A `fromBlock` replay whose last logged steps are passed over (a batch
+/// of pending transactions after the newest block) joins the live batches
+/// after them, not a step past the log's head it would take for lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_from_block_replay_ending_in_passed_over_steps_goes_live() {
+    let mut h = harness().await;
+    for n in 0..4 {
+        h.log_only(n);
+    }
+    h.log.append(ChainEvent::Pending(Vec::new()));
+    let (mut frames, _sink) = h
+        .resume(2, ResumeFrom::Block(1), 64)
+        .await
+        .expect("resumed");
+    let want: Vec<String> = (1..4).map(|n| h.head_to("0x2", n)).collect();
+    assert_eq!(take(&mut frames, 3).await, want);
+    h.send(4).await;
+    assert_eq!(take(&mut frames, 1).await, vec![h.head_to("0x2", 4)]);
+}
+
 /// A replay far larger than the connection's queue is paced by its
 /// reader: everything arrives in order and the connection never closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
