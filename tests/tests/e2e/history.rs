@@ -486,3 +486,71 @@ async fn history_reads_the_next_node_when_the_first_refuses() {
         "the first node was asked"
     );
 }
+
+/// At the scale: 2,000 blocks behind a 128-block window, calls to
+/// two contracts every ten blocks, more calls while the history is read.
+/// The heads are every block once, in order; each contract's logs are
+/// what `eth_getLogs` gives, then the live ones.
+#[tokio::test]
+async fn two_thousand_blocks_behind_a_128_block_window() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let config = Config {
+        log: LogConfig {
+            window: Span::Blocks(128),
+            ..LogConfig::default()
+        },
+        ..anvil.config(KEY)
+    };
+    let server = TestServer::start(config).await.expect("server starts");
+    server.wait_live("eth").await;
+    let (mut setup, heads, ping) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
+    let token = deploy(&mut setup, &heads, &anvil, &transfer_contract()).await;
+    let from = anvil.block_number().await.expect("head") + 1;
+    for _ in 0..100 {
+        anvil.ping(&ping, 1).await;
+        anvil.ping(&token, 1).await;
+        anvil.mine(18).await.expect("mine");
+    }
+    let tip = anvil.block_number().await.expect("head");
+    assert_eq!(tip - from + 1, 2_000);
+    setup.until_head(&heads, tip).await;
+
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let option = json!({ "fromBlock": format!("{from:#x}") });
+    let mut topics = BTreeMap::new();
+    for (name, params) in [
+        ("heads", json!(["newHeads", option])),
+        ("ping", json!(["logs", { "address": ping }, option])),
+        ("token", json!(["logs", { "address": token }, option])),
+    ] {
+        let id = client.subscribe(params).await.expect("from a block");
+        topics.insert(id, name);
+    }
+    anvil.ping(&ping, 2).await;
+    anvil.ping(&token, 1).await;
+    let last = tip + 3;
+    let mut seen: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    let count = |seen: &BTreeMap<&str, Vec<Value>>, name| seen.get(name).map_or(0, Vec::len);
+    while count(&seen, "heads") < (last - from + 1) as usize
+        || count(&seen, "ping") < 102
+        || count(&seen, "token") < 101
+    {
+        let (id, result) = client.next_notification().await.expect("in time");
+        seen.entry(topics[&id]).or_default().push(result);
+    }
+    let numbers: Vec<u64> = seen["heads"]
+        .iter()
+        .map(|h| quantity(&h["number"]))
+        .collect();
+    assert_eq!(numbers, (from..=last).collect::<Vec<_>>());
+    assert_eq!(
+        Value::Array(seen["ping"].clone()),
+        node_logs_of(&anvil, &ping, from, last).await
+    );
+    assert_eq!(
+        Value::Array(seen["token"].clone()),
+        node_logs_of(&anvil, &token, from, last).await
+    );
+}
