@@ -51,7 +51,8 @@
 //!   transactions, logs, the events between the layers) and its wire
 //!   shapes.
 //! - [`config`] — the TOML configuration and its defaults; [`metrics`] — the
-//!   metric handles the pipeline counts with.
+//!   metric handles the pipeline counts with; [`per_key`] — places per API
+//!   key (connections, history streams).
 
 #![deny(unsafe_code)]
 
@@ -69,6 +70,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod model;
 pub mod node;
+pub mod per_key;
 pub mod price;
 pub mod rpc;
 

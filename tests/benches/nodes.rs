@@ -325,45 +325,31 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1e3
 }
 
+/// A summary line: its name, and the figure it takes of each run.
+type Figure = (&'static str, fn(&Run) -> f64);
+
 fn summarize(runs: &[Run]) {
-    let of = |figure: fn(&Run) -> f64| spread(runs.iter().map(figure).collect());
+    let figures: [Figure; 11] = [
+        ("CPU per block, 1 node, µs", |r| r.one.cpu_per_block_us),
+        ("CPU per block, 3 nodes, µs", |r| r.three.cpu_per_block_us),
+        ("ratio 3/1", |r| {
+            r.three.cpu_per_block_us / r.one.cpu_per_block_us
+        }),
+        ("added latency p50, 1 node, ms", |r| ms(&r.one.added, 0.5)),
+        ("added latency p99, 1 node, ms", |r| ms(&r.one.added, 0.99)),
+        ("added latency p50, 3 nodes, ms", |r| {
+            ms(&r.three.added, 0.5)
+        }),
+        ("added latency p99, 3 nodes, ms", |r| {
+            ms(&r.three.added, 0.99)
+        }),
+        ("killed: next head after, ms", |r| r.killed.next_head_ms),
+        ("killed: its added latency, ms", |r| r.killed.added_ms),
+        ("hung: next head after, ms", |r| r.hung.next_head_ms),
+        ("hung: its added latency, ms", |r| r.hung.added_ms),
+    ];
     println!("summary over {} runs: median (min–max)", runs.len());
-    println!(
-        "  CPU per block, 1 node: {} µs",
-        of(|r| r.one.cpu_per_block_us)
-    );
-    println!(
-        "  CPU per block, 3 nodes: {} µs",
-        of(|r| r.three.cpu_per_block_us)
-    );
-    println!(
-        "  ratio 3/1: {}",
-        of(|r| r.three.cpu_per_block_us / r.one.cpu_per_block_us)
-    );
-    println!(
-        "  added latency p50, 1 node: {} ms",
-        of(|r| ms(&r.one.added, 0.5))
-    );
-    println!(
-        "  added latency p99, 1 node: {} ms",
-        of(|r| ms(&r.one.added, 0.99))
-    );
-    println!(
-        "  added latency p50, 3 nodes: {} ms",
-        of(|r| ms(&r.three.added, 0.5))
-    );
-    println!(
-        "  added latency p99, 3 nodes: {} ms",
-        of(|r| ms(&r.three.added, 0.99))
-    );
-    println!(
-        "  killed: next head after {} ms",
-        of(|r| r.killed.next_head_ms)
-    );
-    println!(
-        "  killed: its added latency {} ms",
-        of(|r| r.killed.added_ms)
-    );
-    println!("  hung: next head after {} ms", of(|r| r.hung.next_head_ms));
-    println!("  hung: its added latency {} ms", of(|r| r.hung.added_ms));
+    for (name, figure) in figures {
+        println!("  {name}: {}", spread(runs.iter().map(figure).collect()));
+    }
 }

@@ -3,11 +3,13 @@
 //! calls a second they may make of a chain's nodes together, so that live
 //! ingest and forwarded calls keep the capacity they need.
 
-use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+use crate::per_key::{PerKey, Place};
 
 /// The history streams running on the server.
 #[derive(Debug)]
@@ -16,22 +18,18 @@ pub struct Streams {
     max: usize,
     /// `[history] max_streams_per_key`.
     per_key: usize,
-    /// Held only to count a stream in or out.
-    running: Mutex<Running>,
-}
-
-#[derive(Debug, Default)]
-struct Running {
-    total: usize,
-    by_key: HashMap<Arc<str>, usize>,
+    /// Streams running, all keys.
+    total: Arc<AtomicUsize>,
+    /// Streams running, by key.
+    by_key: Arc<PerKey>,
 }
 
 /// A running stream's place, given back when dropped (the stream ended,
 /// or reached the log).
 #[derive(Debug)]
 pub struct Admitted {
-    streams: Arc<Streams>,
-    key: Arc<str>,
+    total: Arc<AtomicUsize>,
+    _of_key: Place,
 }
 
 impl Streams {
@@ -39,57 +37,44 @@ impl Streams {
         Self {
             max,
             per_key,
-            running: Mutex::default(),
+            total: Arc::default(),
+            by_key: Arc::default(),
         }
     }
 
     /// A place for one more stream of `key`, or why there is none (for a
     /// -32005).
-    pub fn admit(self: &Arc<Self>, key: &Arc<str>) -> Result<Admitted, String> {
-        let mut running = self.lock();
-        if running.total >= self.max {
-            return Err(format!(
-                "{} history streams are running on this server, its limit ([history] max_streams); try again when one has caught up",
-                running.total
-            ));
-        }
-        let of_key = running.by_key.entry(key.clone()).or_default();
-        if *of_key >= self.per_key {
-            return Err(format!(
-                "this API key has {of_key} history streams running, its limit ([history] max_streams_per_key); try again when one has caught up"
-            ));
-        }
-        *of_key += 1;
-        running.total += 1;
+    pub fn admit(&self, key: &Arc<str>) -> Result<Admitted, String> {
+        let of_key = self.by_key.open(key, self.per_key).ok_or_else(|| {
+            format!(
+                "this API key has {} history streams running, its limit ([history] max_streams_per_key); try again when one has caught up",
+                self.per_key
+            )
+        })?;
+        self.total
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |total| {
+                (total < self.max).then_some(total + 1)
+            })
+            .map_err(|total| {
+                format!(
+                    "{total} history streams are running on this server, its limit ([history] max_streams); try again when one has caught up"
+                )
+            })?;
         Ok(Admitted {
-            streams: self.clone(),
-            key: key.clone(),
+            total: self.total.clone(),
+            _of_key: of_key,
         })
     }
 
     /// How many streams run now.
     pub fn running(&self) -> usize {
-        self.lock().total
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
-        // Plain counts: a panic while held cannot leave them half-written.
-        self.running
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.total.load(Ordering::Acquire)
     }
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let mut running = self.streams.lock();
-        running.total = running.total.saturating_sub(1);
-        if let Some(count) = running.by_key.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                running.by_key.remove(&self.key);
-            }
-        }
+        self.total.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -11,7 +11,6 @@
 //! - [`connections`] — open WebSocket connections per key.
 
 pub mod admin;
-pub mod connections;
 pub mod health;
 pub mod metrics;
 pub mod session;
@@ -40,11 +39,11 @@ use crate::chain::reload::ReloadReport;
 use crate::config::{LimitsConfig, Role};
 use crate::history::limits::Streams;
 use crate::metrics::Metrics;
+use crate::per_key::PerKey;
 use crate::rpc::methods::{self, Context};
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::{RpcError, error_response};
-use connections::Connections;
 use socket::{Listener, Socket};
 use upgrade::WebSocketRequest;
 
@@ -64,7 +63,7 @@ pub struct AppState {
     /// History streams reading the nodes, for `[history] max_streams`.
     pub history: Arc<Streams>,
     /// Open WebSocket connections per key, for `max_connections_per_key`.
-    pub connections: Arc<Connections>,
+    pub connections: Arc<PerKey>,
     /// Token buckets per key, for `requests_per_second_per_key`.
     pub rate: RateLimit,
     /// What `/metrics` reports; shared with chains and filter actors.

@@ -1,35 +1,36 @@
-//! Open WebSocket connections per API key, so one key cannot take every
-//! socket the server has. A [`Permit`] is held for a connection's life and
-//! gives its place back when dropped.
+//! Places per API key, so one key cannot take everything the server has
+//! of something: open WebSocket connections, history streams. A [`Place`]
+//! is held for as long as what it counts lives and is given back when
+//! dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Default)]
-pub struct Connections {
-    /// Open connections by key; a key leaves the map at zero. Held only to
+pub struct PerKey {
+    /// Places taken by key; a key leaves the map at zero. Held only to
     /// count.
     open: Mutex<HashMap<Arc<str>, usize>>,
 }
 
-/// One open connection's place; dropping it frees the place.
+/// One place of a key; dropping it frees the place.
 #[derive(Debug)]
-pub struct Permit {
-    connections: Arc<Connections>,
+pub struct Place {
+    places: Arc<PerKey>,
     key: Arc<str>,
 }
 
-impl Connections {
-    /// A place for a new connection of `key`, unless it already has `limit`.
-    pub fn open(self: &Arc<Self>, key: &Arc<str>, limit: usize) -> Option<Permit> {
+impl PerKey {
+    /// A place for `key`, unless it already has `limit`.
+    pub fn open(self: &Arc<Self>, key: &Arc<str>, limit: usize) -> Option<Place> {
         let mut open = self.lock();
         let count = open.entry(key.clone()).or_default();
         if *count >= limit {
             return None;
         }
         *count += 1;
-        Some(Permit {
-            connections: self.clone(),
+        Some(Place {
+            places: self.clone(),
             key: key.clone(),
         })
     }
@@ -41,9 +42,9 @@ impl Connections {
     }
 }
 
-impl Drop for Permit {
+impl Drop for Place {
     fn drop(&mut self) {
-        let mut open = self.connections.lock();
+        let mut open = self.places.lock();
         if let Some(count) = open.get_mut(&self.key) {
             *count -= 1;
             if *count == 0 {
@@ -59,7 +60,7 @@ mod tests {
 
     #[test]
     fn a_key_gets_at_most_its_limit_and_places_come_back() {
-        let connections = Arc::new(Connections::default());
+        let connections = Arc::new(PerKey::default());
         let (alice, bob): (Arc<str>, Arc<str>) = ("alice".into(), "bob".into());
         let first = connections.open(&alice, 2).expect("room");
         let second = connections.open(&alice, 2).expect("room");
