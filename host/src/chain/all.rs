@@ -1,6 +1,7 @@
 //! Role `all`: one process reads the chain's devnet or node, keeps its
-//! event log (on disk for a node chain with `[log] data_dir`), indexes its
-//! prices from the pipeline, and serves clients.
+//! event log (on disk for a node chain with `[log] data_dir`) and a devnet
+//! chain's archive, indexes its prices from the pipeline, and serves
+//! clients.
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use super::{Origin, Parts, SOURCE_QUEUE};
 use crate::config::{ChainSpec, LogConfig, Source};
 use crate::eventlog::EventLog;
 use crate::eventlog::store::{self, LogStore, Persist};
+use crate::history::{self, archive::Archive};
 use crate::ingest::devnet::{self, Devnet, DevnetCalls};
 use crate::ingest::upstream::{self, UpstreamStatus};
 use crate::price::indexer::DRAIN;
@@ -32,7 +34,7 @@ const MINE_QUEUE: usize = 64;
 /// steps to `persist`, the log's writer, if any).
 pub(super) fn start(
     parts: &Parts<'_>,
-    persist: Option<mpsc::UnboundedSender<Persist>>,
+    mut persist: Option<mpsc::UnboundedSender<Persist>>,
 ) -> anyhow::Result<Origin> {
     // The one-process server indexes prices from its pipeline.
     let recorder = Arc::new(InStore(parts.price.store().clone()));
@@ -64,6 +66,14 @@ pub(super) fn start(
             }
         }
         _ => {
+            let archive = archive(parts)?;
+            let (steps, kept) = mpsc::unbounded_channel();
+            parts.tasks.spawn(history::archive::keep(
+                archive.clone(),
+                parts.spec.name.as_str().into(),
+                kept,
+            ));
+            persist = Some(steps);
             let devnet = Devnet::new(parts.spec.chain_id, &parts.config.devnet);
             let ledger = devnet.ledger();
             ledger.keep(parts.spec.window);
@@ -80,6 +90,7 @@ pub(super) fn start(
                 submissions,
                 ledger,
                 miner,
+                archive,
             }
         }
     };
@@ -89,6 +100,29 @@ pub(super) fn start(
             .run(source, parts.shutdown.clone()),
     );
     Ok(origin)
+}
+
+/// A devnet chain's archive: in memory, and in `[log] data_dir` when set.
+fn archive(parts: &Parts<'_>) -> anyhow::Result<Arc<Archive>> {
+    let path = match &parts.config.log.data_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the data directory {}", dir.display()))?;
+            Some(dir.join(format!("{}.devnet.redb", parts.spec.name)))
+        }
+        None => None,
+    };
+    let archive = Archive::new(
+        parts
+            .config
+            .devnet
+            .archive_memory_mib
+            .saturating_mul(1 << 20),
+        path.as_deref(),
+        parts.config.history.max_blocks,
+    )
+    .with_context(|| format!("opening {}'s devnet archive", parts.spec.name))?;
+    Ok(Arc::new(archive))
 }
 
 /// The chain's event log: for a node chain with `[log] data_dir`, restored

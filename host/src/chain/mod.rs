@@ -26,6 +26,8 @@ use crate::config::{ChainSpec, Config, HistoryConfig, NodesSpec, Role, RpcConfig
 use crate::eventlog::EventLog;
 use crate::eventlog::store::Persist;
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
+use crate::history::Blocks;
+use crate::history::archive::Archive;
 use crate::history::limits::Budget;
 use crate::ingest::canonical::CanonicalChain;
 use crate::ingest::devnet::{Ledger, MineRequest, Submission};
@@ -58,7 +60,7 @@ pub struct Chain {
     /// The calls a second this chain's history streams may make of its
     /// nodes together (`[history] calls_per_second_per_node`: each batch
     /// goes to one node).
-    pub history_budget: Arc<Budget>,
+    history_budget: Arc<Budget>,
     /// For the actors of topics added at run time.
     pub metrics: Arc<Metrics>,
 }
@@ -75,6 +77,8 @@ pub enum Origin {
         ledger: Arc<Ledger>,
         /// The door for `evm_mine`: the next block, now.
         miner: mpsc::Sender<MineRequest>,
+        /// Every canonical block generated, for history streams.
+        archive: Arc<Archive>,
     },
     /// Nodes.
     Node {
@@ -236,6 +240,20 @@ impl Chain {
         match &self.origin {
             Origin::Devnet { miner, .. } => Some(miner),
             Origin::Node { .. } | Origin::Bus => None,
+        }
+    }
+
+    /// What holds the chain's canonical blocks beyond its log window, for
+    /// history streams: its nodes, or the devnet's archive; `None` on an
+    /// edge's chain of no node.
+    pub fn history_blocks(&self) -> Option<Blocks> {
+        match &self.origin {
+            Origin::Node { pool, .. } => Some(Blocks::Nodes {
+                pool: pool.clone(),
+                budget: self.history_budget.clone(),
+            }),
+            Origin::Devnet { archive, .. } => Some(Blocks::Archive(archive.clone())),
+            Origin::Bus => None,
         }
     }
 

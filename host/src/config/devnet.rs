@@ -39,6 +39,11 @@ pub struct DevnetSettings {
     /// cadence begins: a past for `token_price` history and block lookups
     /// to answer from right away. Default 300 (an hour of Ethereum).
     pub history_blocks: u64,
+    /// What each chain's archive of its canonical blocks, for `fromBlock`
+    /// beyond the log window, holds in memory, in MiB; the oldest blocks
+    /// are let go first. With `[log] data_dir` every block is on disk as
+    /// well, up to `[history] max_blocks` back. Default 256.
+    pub archive_memory_mib: usize,
 }
 
 impl Default for DevnetSettings {
@@ -53,6 +58,7 @@ impl Default for DevnetSettings {
             reorg_depth: 2,
             genesis_timestamp: None,
             history_blocks: 300,
+            archive_memory_mib: 256,
         }
     }
 }
@@ -74,6 +80,12 @@ impl DevnetSettings {
         if let Some(ms) = self.block_time_ms {
             in_range("devnet.block_time_ms", ms, 1, 3_600_000)?;
         }
+        in_range(
+            "devnet.archive_memory_mib",
+            self.archive_memory_mib as u64,
+            1,
+            1 << 20,
+        )?;
         in_range("devnet.history_blocks", self.history_blocks, 0, 1_000_000)
     }
 }

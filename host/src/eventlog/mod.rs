@@ -19,7 +19,7 @@ use alloy_primitives::B256;
 
 use tokio::sync::watch;
 
-use crate::model::{Block, ChainEvent, Grade, Transaction};
+use crate::model::{Block, ChainEvent, Grade};
 use cursor::{AsOf, Cursor, Mark, Plan, ResumeError, ResumeFrom};
 
 /// A step's place in its chain's log: 1 for the first step, one more for
@@ -65,27 +65,11 @@ pub fn hash_tag(hash: &B256) -> u64 {
     u64::from_be_bytes(bytes)
 }
 
-/// Heap bytes a step keeps alive, roughly: fixed sizes per header,
-/// transaction and log plus their variable data (a block's lookup members
-/// among it).
+/// Heap bytes a step keeps alive, roughly.
 fn approximate_bytes(change: &ChainEvent) -> usize {
-    let transaction = |tx: &Transaction| 256 + tx.variable_bytes();
-    let block = |block: &Block| {
-        768 + block.lookup.as_deref().map_or(0, str::len)
-            + block
-                .transactions
-                .iter()
-                .map(|tx| transaction(tx))
-                .sum::<usize>()
-            + block
-                .logs
-                .iter()
-                .map(|log| 192 + 32 * log.topics().len() + log.data().data.len())
-                .sum::<usize>()
-    };
     match change {
-        ChainEvent::Added(b) | ChainEvent::Removed(b) => block(b),
-        ChainEvent::Pending(txs) => 64 + txs.iter().map(|tx| transaction(tx)).sum::<usize>(),
+        ChainEvent::Added(block) | ChainEvent::Removed(block) => block.approximate_bytes(),
+        ChainEvent::Pending(txs) => 64 + txs.iter().map(|tx| tx.approximate_bytes()).sum::<usize>(),
     }
 }
 

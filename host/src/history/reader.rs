@@ -9,18 +9,13 @@ use alloy_primitives::B256;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::limits::Budget;
-use super::{GONE, HistoryItem, Source, UNAVAILABLE};
+use super::{Blocks, GONE, HistoryItem, Source, UNAVAILABLE};
 use crate::eventlog::cursor::ResumeFrom;
 use crate::eventlog::{EventLog, hash_tag};
 use crate::model::{Block, ChainEvent};
-use crate::node::{At, NodePool, blocks};
 
 /// Blocks read per round trip (bodies in one batch, logs in a second).
 pub const CHUNK: u64 = 32;
-
-/// How long the nodes may take to answer one batch.
-const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Rounds over the nodes a batch gets before the stream fails.
 const ATTEMPTS: u32 = 3;
@@ -54,7 +49,8 @@ pub(super) async fn read(
 }
 
 async fn stream(source: &Source, from: u64, first: Option<u64>, out: &mpsc::Sender<HistoryItem>) {
-    let (pool, log) = (&*source.pool, &*source.log);
+    let log = &*source.log;
+    let chain = log.chain();
     let mut next = from;
     let mut parent: Option<B256> = None;
     loop {
@@ -77,12 +73,11 @@ async fn stream(source: &Source, from: u64, first: Option<u64>, out: &mpsc::Send
             Some(at) if at > next => (next + CHUNK - 1).min(at - 1),
             _ => next + CHUNK - 1,
         };
-        let read = match batch(pool, &source.budget, next, top).await {
+        let read = match batch(&source.blocks, chain, next, top).await {
             Ok(read) => read,
             Err(reason) => {
                 let reason = format!(
-                    "reading block {next} of {} from its nodes failed: {reason}; resume from the last cursor",
-                    pool.chain()
+                    "reading block {next} of {chain} failed: {reason}; resume from the last cursor"
                 );
                 let _ = out
                     .send(HistoryItem::Failed {
@@ -99,7 +94,7 @@ async fn stream(source: &Source, from: u64, first: Option<u64>, out: &mpsc::Send
                 None => first.is_none_or(|tag| hash_tag(&block.hash) == tag),
             };
             if !linked {
-                let _ = out.send(reorganised(pool.chain(), block.number())).await;
+                let _ = out.send(reorganised(chain, block.number())).await;
                 return;
             }
             parent = Some(block.hash);
@@ -111,42 +106,25 @@ async fn stream(source: &Source, from: u64, first: Option<u64>, out: &mpsc::Send
     }
 }
 
-/// Blocks `bottom..=top` (at least one) from the nodes that hold them, one
-/// after another on a failure, an error answer or no block; every node
-/// tried [`ATTEMPTS`] times.
+/// Blocks `bottom..=top` (at least one) from where the chain holds them,
+/// each source tried [`ATTEMPTS`] times.
 async fn batch(
-    pool: &NodePool,
-    budget: &Budget,
+    blocks: &Blocks,
+    chain: &str,
     bottom: u64,
     top: u64,
 ) -> Result<Vec<Arc<Block>>, String> {
     let mut wait = RETRY_AFTER;
     let mut attempt = 1;
     loop {
-        let mut reasons = Vec::new();
-        for node in pool.order(At::Block(top)) {
-            let read = blocks::by_number(
-                |calls| async move {
-                    budget
-                        .take(u32::try_from(calls.len()).unwrap_or(u32::MAX))
-                        .await;
-                    node.batch_within(&calls, BATCH_TIMEOUT).await
-                },
-                bottom,
-                top,
-            )
-            .await;
-            match read {
-                Ok(read) if !read.is_empty() => return Ok(read),
-                Ok(_) => reasons.push(format!("{}: no block {bottom}", node.spec.name)),
-                Err(reason) => reasons.push(format!("{}: {reason}", node.spec.name)),
-            }
-        }
-        let reasons = reasons.join("; ");
+        let reasons = match blocks.read(bottom, top).await {
+            Ok(read) => return Ok(read),
+            Err(reasons) => reasons,
+        };
         if attempt >= ATTEMPTS {
             return Err(reasons);
         }
-        tracing::debug!(chain = %pool.chain(), bottom, top, %reasons, attempt, "history batch failed; trying again");
+        tracing::debug!(%chain, bottom, top, %reasons, attempt, "history batch failed; trying again");
         tokio::time::sleep(wait).await;
         wait *= 2;
         attempt += 1;

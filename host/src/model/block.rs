@@ -60,6 +60,23 @@ impl Block {
         self.header.parent_hash
     }
 
+    /// Heap bytes it keeps alive, roughly: fixed sizes per header,
+    /// transaction and log plus their variable data (its lookup members
+    /// among it), for the memory bounds of what keeps blocks.
+    pub fn approximate_bytes(&self) -> usize {
+        768 + self.lookup.as_deref().map_or(0, str::len)
+            + self
+                .transactions
+                .iter()
+                .map(|tx| tx.approximate_bytes())
+                .sum::<usize>()
+            + self
+                .logs
+                .iter()
+                .map(|log| 192 + 32 * log.topics().len() + log.data().data.len())
+                .sum::<usize>()
+    }
+
     /// The [`lookup`](Self::lookup) members of a block of the devnet's,
     /// whose whole RLP encoding is `size` bytes long.
     pub fn devnet_lookup(hash: B256, header: &Header, size: usize) -> Box<str> {

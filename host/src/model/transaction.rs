@@ -339,9 +339,14 @@ impl Transaction {
         }
     }
 
-    /// Heap bytes its variable fields hold, roughly: what a log's memory
-    /// bound counts beyond a fixed size per transaction.
-    pub fn variable_bytes(&self) -> usize {
+    /// Heap bytes it keeps alive, roughly: a fixed size and its variable
+    /// fields.
+    pub fn approximate_bytes(&self) -> usize {
+        256 + self.variable_bytes()
+    }
+
+    /// Heap bytes its variable fields hold, roughly.
+    fn variable_bytes(&self) -> usize {
         let listed = self.access_list.as_ref().map_or(0, |list| {
             list.iter()
                 .map(|item| 52 + 32 * item.storage_keys.len())

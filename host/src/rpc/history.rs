@@ -1,23 +1,17 @@
 //! Where a subscription's replay must read the nodes (docs/src/api.md,
-//! History from the nodes): a `fromBlock` older than a node chain's log
+//! History from the nodes): a `fromBlock` older than the chain's log
 //! window, or a cursor whose block has left it and is still canonical.
-
-use std::time::Duration;
-
-use alloy_primitives::{B256, U64};
-use serde_json::json;
 
 use super::RpcError;
 use super::context::Context;
 use crate::eventlog::cursor::{Cursor, ResumeFrom};
-use crate::history::{self, HistoryFeed, Source, StartAt};
-use crate::node::{At, Call, NodeError, NodePool, decode};
+use crate::history::{self, Blocks, HistoryFeed, Source, StartAt};
 
 /// A history stream for a `fromBlock` older than (or at the edge of)
 /// `chain`'s log window, or a cursor whose block has left it, read from
-/// the chain's nodes (docs/src/api.md, History from the nodes); `None`
-/// when the log serves it, or when the chain has no nodes to read (the
-/// log's refusal then stands). A cursor resumes only if its block is
+/// the chain's nodes or a devnet chain's archive (docs/src/api.md, History
+/// from the nodes); `None` when the log serves it, or when the chain holds
+/// nothing beyond it (the log's refusal then stands). A cursor resumes only if its block is
 /// still canonical. Pending topics have no history.
 pub(super) async fn feed(
     ctx: Context<'_>,
@@ -25,7 +19,7 @@ pub(super) async fn feed(
     source: chainsieve_filter_core::Source,
 ) -> Result<Option<HistoryFeed>, RpcError> {
     let chain = &**ctx.chain;
-    let (Some(asked), Some(pool)) = (asked, chain.node()) else {
+    let (Some(asked), Some(blocks)) = (asked, chain.history_blocks()) else {
         return Ok(None);
     };
     if source == chainsieve_filter_core::Source::PendingTransactions {
@@ -72,42 +66,38 @@ pub(super) async fn feed(
             chain.name
         )));
     }
+    if let Some(held) = blocks.oldest().await.map_err(RpcError::unavailable)?
+        && start < held
+    {
+        return Err(RpcError::not_found(format!(
+            "{}'s devnet holds its history from block {held} on, not block {start} (it keeps [devnet] archive_memory_mib in memory; with [log] data_dir, every block up to [history] max_blocks back)",
+            chain.name
+        )));
+    }
     if let (ResumeFrom::After(cursor), StartAt::After { block, .. }) = (asked, from) {
-        still_canonical(pool, cursor, block).await?;
+        still_canonical(&blocks, cursor, block).await?;
     }
     let admitted = ctx
         .history
         .admit(ctx.api_key)
         .map_err(RpcError::limit_exceeded)?;
     let source = Source {
-        pool: pool.clone(),
+        blocks,
         log: log.clone(),
-        budget: chain.history_budget.clone(),
     };
     Ok(Some(history::start(source, from, admitted)))
 }
 
-/// Whether the block `cursor` names (number `block`) is still the one the
-/// nodes hold canonical there.
-async fn still_canonical(pool: &NodePool, cursor: &Cursor, block: u64) -> Result<(), RpcError> {
-    let call = [Call::new(
-        "eth_getBlockByNumber",
-        json!([U64::from(block), false]),
-    )];
-    let answer = pool
-        .batch_at(&call, At::Block(block), CHECK_TIMEOUT, None)
-        .await
-        .and_then(|mut answers| {
-            let raw = answers.pop().ok_or(NodeError::Closed)?;
-            decode::<Option<Hashed>>("eth_getBlockByNumber", &raw)
-        })
-        .map_err(|error| {
-            RpcError::unavailable(format!(
-                "the nodes could not say whether block {block} of the cursor {cursor} is still canonical: {error}"
-            ))
-        })?;
-    match answer {
-        Some(Hashed { hash }) if crate::eventlog::hash_tag(&hash) == cursor.tag => Ok(()),
+/// Whether the block `cursor` names (number `block`) is still the one
+/// canonical there.
+async fn still_canonical(blocks: &Blocks, cursor: &Cursor, block: u64) -> Result<(), RpcError> {
+    let hash = blocks.hash_of(block).await.map_err(|error| {
+        RpcError::unavailable(format!(
+            "the nodes could not say whether block {block} of the cursor {cursor} is still canonical: {error}"
+        ))
+    })?;
+    match hash {
+        Some(hash) if crate::eventlog::hash_tag(&hash) == cursor.tag => Ok(()),
         Some(_) => Err(RpcError::not_found(format!(
             "the cursor {cursor} names a block that is no longer canonical: block {block} was reorganised out; subscribe again from a block"
         ))),
@@ -115,14 +105,4 @@ async fn still_canonical(pool: &NodePool, cursor: &Cursor, block: u64) -> Result
             "the nodes do not hold block {block} of the cursor {cursor}, so cannot say whether it is still canonical"
         ))),
     }
-}
-
-/// How long the nodes may take to say whether a cursor's block is still
-/// canonical.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A block as far as the check needs it.
-#[derive(serde::Deserialize)]
-struct Hashed {
-    hash: B256,
 }

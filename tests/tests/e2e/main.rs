@@ -6,6 +6,7 @@
 mod bus;
 mod clients;
 mod custom_filters;
+mod devnet_history;
 mod devnet_transactions;
 mod faulty_node;
 mod filter_contract_v02;

@@ -1,0 +1,433 @@
+//! A devnet chain's canonical blocks beyond its log window: what a node
+//! chain's nodes are to its history streams (docs/src/api.md, History from
+//! the nodes). [`keep`] follows the chain's logged steps; the newest blocks
+//! stay in memory up to `[devnet] archive_memory_mib`, and with `[log]
+//! data_dir` every block is also written to a file (redb) up to `[history]
+//! max_blocks` behind the tip, so the whole generated history is held.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use alloy_primitives::B256;
+use anyhow::Context;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::mpsc;
+
+use crate::eventlog::store::Persist;
+use crate::model::{Block, ChainEvent};
+
+/// number → the canonical block, as serde JSON of [`Block`].
+const BLOCKS: TableDefinition<u64, &[u8]> = TableDefinition::new("blocks");
+
+/// Steps the keeper takes into one disk commit, at most.
+const ROUND: usize = 1_024;
+
+/// One devnet chain's canonical blocks.
+#[derive(Debug)]
+pub struct Archive {
+    /// Written by [`keep`] alone, read by history streams; held only to
+    /// push, pop or clone an `Arc`, never across an await or a disk read.
+    recent: RwLock<Recent>,
+    /// Every block since the tip was `max_blocks` behind, on disk; `None`
+    /// without a data directory (memory holds what there is).
+    file: Option<Arc<ArchiveFile>>,
+}
+
+/// The newest canonical blocks, in memory.
+#[derive(Debug, Default)]
+struct Recent {
+    /// Consecutive canonical blocks, oldest first.
+    blocks: VecDeque<Arc<Block>>,
+    /// What `blocks` holds, roughly.
+    bytes: usize,
+    /// `[devnet] archive_memory_mib`.
+    max_bytes: usize,
+}
+
+impl Recent {
+    /// Takes a canonical change: an added block replaces the ones at and
+    /// above its number (a reorg's), a removed one drops them.
+    fn follow(&mut self, change: &ChainEvent) {
+        let (ChainEvent::Added(block) | ChainEvent::Removed(block)) = change else {
+            return;
+        };
+        while let Some(last) = self.blocks.back()
+            && last.number() >= block.number()
+        {
+            self.bytes -= last.approximate_bytes();
+            self.blocks.pop_back();
+        }
+        if let ChainEvent::Added(block) = change {
+            // A block that does not follow the last (the devnet's first) starts over.
+            if self
+                .blocks
+                .back()
+                .is_some_and(|last| last.number() + 1 != block.number())
+            {
+                self.blocks.clear();
+                self.bytes = 0;
+            }
+            self.bytes += block.approximate_bytes();
+            self.blocks.push_back(block.clone());
+        }
+    }
+
+    /// Lets go of the oldest blocks past the memory bound.
+    fn trim(&mut self) {
+        while self.bytes > self.max_bytes
+            && let Some(oldest) = self.blocks.pop_front()
+        {
+            self.bytes -= oldest.approximate_bytes();
+        }
+    }
+
+    fn oldest(&self) -> Option<u64> {
+        self.blocks.front().map(|block| block.number())
+    }
+
+    /// The held blocks of `bottom..=top`.
+    fn range(&self, bottom: u64, top: u64) -> Vec<Arc<Block>> {
+        let Some(oldest) = self.oldest().filter(|oldest| *oldest <= top) else {
+            return Vec::new();
+        };
+        let skip = usize::try_from(bottom.saturating_sub(oldest)).unwrap_or(usize::MAX);
+        let take = usize::try_from(top.saturating_sub(bottom.max(oldest)) + 1).unwrap_or(0);
+        self.blocks.iter().skip(skip).take(take).cloned().collect()
+    }
+}
+
+impl Archive {
+    /// An archive holding `max_bytes` of blocks in memory, and with `path`
+    /// every block on disk in a file made empty now (the devnet generates
+    /// its chain anew at every start), keeping blocks up to `max_blocks`
+    /// behind the tip; and the end of it [`keep`] reads.
+    pub fn new(max_bytes: usize, path: Option<&Path>, max_blocks: u64) -> anyhow::Result<Self> {
+        let file = path
+            .map(|path| ArchiveFile::create(path, max_blocks).map(Arc::new))
+            .transpose()?;
+        Ok(Self {
+            recent: RwLock::new(Recent {
+                max_bytes,
+                ..Recent::default()
+            }),
+            file,
+        })
+    }
+
+    /// The oldest block held.
+    pub async fn oldest(&self) -> anyhow::Result<Option<u64>> {
+        let in_memory = self.read().oldest();
+        match &self.file {
+            None => Ok(in_memory),
+            Some(file) => {
+                let file = file.clone();
+                let on_disk = tokio::task::spawn_blocking(move || file.oldest())
+                    .await
+                    .context("reading the archive's oldest block")??;
+                Ok(on_disk.or(in_memory))
+            }
+        }
+    }
+
+    /// The held canonical blocks of `bottom..=top`, oldest first: consecutive
+    /// from `bottom`, or none when `bottom` is not held.
+    pub async fn range(&self, bottom: u64, top: u64) -> anyhow::Result<Vec<Arc<Block>>> {
+        let mut from_memory = self.read().range(bottom, top);
+        let first = from_memory.first().map(|block| block.number());
+        if first == Some(bottom) {
+            return Ok(from_memory);
+        }
+        let Some(file) = &self.file else {
+            return Ok(Vec::new());
+        };
+        // What memory let go of is on disk (written before it was let go).
+        let below = first.map_or(top, |first| first - 1).min(top);
+        let file = file.clone();
+        let mut blocks = tokio::task::spawn_blocking(move || file.range(bottom, below))
+            .await
+            .context("reading the archive's file")??;
+        if blocks.first().map(|block| block.number()) != Some(bottom) {
+            return Ok(Vec::new());
+        }
+        if blocks.last().map(|block| block.number()) == Some(below) {
+            blocks.append(&mut from_memory);
+        }
+        Ok(blocks)
+    }
+
+    /// The hash of canonical block `number`, if held.
+    pub async fn hash_of(&self, number: u64) -> anyhow::Result<Option<B256>> {
+        Ok(self
+            .range(number, number)
+            .await?
+            .first()
+            .map(|block| block.hash))
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Recent> {
+        // A panic while holding the lock cannot leave the blocks half
+        // changed: each change is whole before the next.
+        self.recent
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Recent> {
+        self.recent
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Follows the chain's logged steps into `archive` until the pipeline
+/// drops their sender: each round in memory at once, then on disk in one
+/// commit, and only then does memory let go of what is past its bound.
+pub async fn keep(
+    archive: Arc<Archive>,
+    chain: Arc<str>,
+    mut steps: mpsc::UnboundedReceiver<Persist>,
+) {
+    let mut round = Vec::new();
+    while steps.recv_many(&mut round, ROUND).await > 0 {
+        let changes: Vec<_> = round.drain(..).map(|persist| persist.step).collect();
+        {
+            let mut recent = archive.write();
+            for step in &changes {
+                recent.follow(&step.change);
+            }
+        }
+        if let Some(file) = &archive.file {
+            let file = file.clone();
+            let written = tokio::task::spawn_blocking(move || file.write(&changes)).await;
+            match written {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    // Memory keeps them while the disk fails.
+                    tracing::error!(%chain, error = format!("{error:#}"), "cannot write the archive's blocks");
+                    continue;
+                }
+                Err(panic) => {
+                    tracing::error!(%chain, %panic, "the archive writer panicked");
+                    continue;
+                }
+            }
+        }
+        archive.write().trim();
+    }
+}
+
+/// The archive's file.
+struct ArchiveFile {
+    db: Database,
+    /// How far behind the tip blocks are kept.
+    max_blocks: u64,
+}
+
+impl std::fmt::Debug for ArchiveFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArchiveFile").finish_non_exhaustive()
+    }
+}
+
+impl ArchiveFile {
+    /// Creates the file at `path`, empty.
+    fn create(path: &Path, max_blocks: u64) -> anyhow::Result<Self> {
+        if path.exists() {
+            std::fs::remove_file(path)
+                .with_context(|| format!("emptying the archive {}", path.display()))?;
+        }
+        let db = Database::create(path)
+            .with_context(|| format!("creating the archive {}", path.display()))?;
+        let txn = db.begin_write()?;
+        txn.open_table(BLOCKS)?;
+        txn.commit().context("creating the archive's table")?;
+        Ok(Self { db, max_blocks })
+    }
+
+    /// Takes `steps` in order, then lets go of blocks more than
+    /// `max_blocks` behind the new tip, in one commit.
+    fn write(&self, steps: &[Arc<crate::eventlog::Step>]) -> anyhow::Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut table = txn.open_table(BLOCKS)?;
+            let mut tip = None;
+            for step in steps {
+                match &step.change {
+                    ChainEvent::Added(block) => {
+                        table.retain_in(block.number().., |_, _| false)?;
+                        let bytes = serde_json::to_vec(&**block).context("encoding a block")?;
+                        table.insert(block.number(), bytes.as_slice())?;
+                        tip = Some(block.number());
+                    }
+                    ChainEvent::Removed(block) => {
+                        table.retain_in(block.number().., |_, _| false)?
+                    }
+                    ChainEvent::Pending(_) => {}
+                }
+            }
+            if let Some(tip) = tip {
+                table.retain_in(..tip.saturating_sub(self.max_blocks), |_, _| false)?;
+            }
+        }
+        txn.commit().context("committing the archive's blocks")
+    }
+
+    fn oldest(&self) -> anyhow::Result<Option<u64>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(BLOCKS)?;
+        Ok(table.first()?.map(|(number, _)| number.value()))
+    }
+
+    /// The blocks of `bottom..=top` it holds.
+    fn range(&self, bottom: u64, top: u64) -> anyhow::Result<Vec<Arc<Block>>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(BLOCKS)?;
+        table
+            .range(bottom..=top)?
+            .map(|entry| {
+                let (number, bytes) = entry?;
+                let block: Block = serde_json::from_slice(bytes.value())
+                    .with_context(|| format!("reading block {} of the archive", number.value()))?;
+                Ok(Arc::new(block))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eventlog::EventLog;
+
+    /// A chain of fixture blocks as the pipeline logs it: `0..10`, then a
+    /// reorg replacing 8 and 9 with branch 2's.
+    fn steps() -> Vec<Persist> {
+        let log = EventLog::new("eth", 1_024, 64);
+        let mut changes = Vec::new();
+        let mut parent = B256::ZERO;
+        let mut branch_one = Vec::new();
+        for number in 0..10 {
+            let block = Arc::new(Block::fixture(number, 1, parent, &[B256::repeat_byte(7)]));
+            parent = block.hash;
+            branch_one.push(block.clone());
+            changes.push(ChainEvent::Added(block));
+        }
+        changes.push(ChainEvent::Removed(branch_one[9].clone()));
+        changes.push(ChainEvent::Removed(branch_one[8].clone()));
+        let mut parent = branch_one[7].hash;
+        for number in 8..10 {
+            let block = Arc::new(Block::fixture(number, 2, parent, &[]));
+            parent = block.hash;
+            changes.push(ChainEvent::Added(block));
+        }
+        changes
+            .into_iter()
+            .map(|change| Persist {
+                step: log.append(change),
+                oldest: 1,
+            })
+            .collect()
+    }
+
+    async fn kept(archive: Archive) -> Arc<Archive> {
+        let archive = Arc::new(archive);
+        let (send, steps_in) = mpsc::unbounded_channel();
+        for step in steps() {
+            send.send(step).expect("keeper running");
+        }
+        drop(send);
+        keep(archive.clone(), "eth".into(), steps_in).await;
+        archive
+    }
+
+    /// Numbers and branches (the hash's last byte) of what is held.
+    async fn held(archive: &Archive, bottom: u64, top: u64) -> Vec<(u64, u8)> {
+        archive
+            .range(bottom, top)
+            .await
+            .expect("read")
+            .iter()
+            .map(|block| (block.number(), block.hash.0[31]))
+            .collect()
+    }
+
+    fn canonical() -> Vec<(u64, u8)> {
+        (0..10).map(|n| (n, if n < 8 { 1 } else { 2 })).collect()
+    }
+
+    #[tokio::test]
+    async fn it_holds_the_canonical_chain_across_a_reorg() {
+        let archive = kept(Archive::new(1 << 20, None, 100).expect("archive")).await;
+        assert_eq!(held(&archive, 0, 9).await, canonical());
+        assert_eq!(held(&archive, 3, 5).await, canonical()[3..=5]);
+        assert_eq!(
+            held(&archive, 8, 20).await,
+            canonical()[8..],
+            "up to the tip"
+        );
+        assert_eq!(held(&archive, 10, 20).await, [], "nothing past the tip");
+        assert_eq!(archive.oldest().await.expect("oldest"), Some(0));
+        let eight = archive.hash_of(8).await.expect("read").expect("held");
+        assert_eq!(eight.0[31], 2, "the replacement's hash");
+    }
+
+    #[tokio::test]
+    async fn memory_lets_the_oldest_go_past_its_bound() {
+        // Room for about three fixture blocks.
+        let one = Block::fixture(0, 1, B256::ZERO, &[B256::repeat_byte(7)]).approximate_bytes();
+        let archive = kept(Archive::new(3 * one, None, 100).expect("archive")).await;
+        let oldest = archive.oldest().await.expect("oldest").expect("some held");
+        assert!((6..=8).contains(&oldest), "oldest held {oldest}");
+        assert_eq!(held(&archive, 0, 9).await, [], "block 0 is not held");
+        assert_eq!(
+            held(&archive, oldest, 9).await,
+            canonical()[oldest as usize..]
+        );
+    }
+
+    #[tokio::test]
+    async fn with_a_file_every_block_is_held_and_the_file_starts_empty() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("eth.devnet.redb");
+        let archive = kept(Archive::new(1, Some(&path), 100).expect("archive")).await;
+        assert_eq!(archive.read().blocks.len(), 0, "memory let go of all");
+        assert_eq!(held(&archive, 0, 9).await, canonical(), "read from disk");
+        assert_eq!(held(&archive, 4, 6).await, canonical()[4..=6]);
+        drop(archive);
+        let again = Archive::new(1, Some(&path), 100).expect("reopened");
+        assert_eq!(
+            again.oldest().await.expect("oldest"),
+            None,
+            "a new devnet, a new file"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_file_keeps_max_blocks_behind_the_tip() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("eth.devnet.redb");
+        let archive = kept(Archive::new(1, Some(&path), 4).expect("archive")).await;
+        assert_eq!(archive.oldest().await.expect("oldest"), Some(5));
+        assert_eq!(held(&archive, 0, 9).await, [], "block 0 is gone");
+        assert_eq!(held(&archive, 5, 9).await, canonical()[5..]);
+    }
+
+    /// Memory holds the newest blocks and the file the older ones: a range
+    /// reads both.
+    #[tokio::test]
+    async fn a_range_spans_the_file_and_memory() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("eth.devnet.redb");
+        let one = Block::fixture(0, 1, B256::ZERO, &[B256::repeat_byte(7)]).approximate_bytes();
+        let archive = kept(Archive::new(3 * one, Some(&path), 100).expect("archive")).await;
+        let in_memory = archive.read().oldest().expect("some in memory");
+        assert!(in_memory > 0);
+        assert_eq!(held(&archive, 0, 9).await, canonical());
+        assert_eq!(held(&archive, 0, 2).await, canonical()[..=2], "all on disk");
+        assert_eq!(
+            held(&archive, in_memory - 1, in_memory).await,
+            canonical()[in_memory as usize - 1..=in_memory as usize]
+        );
+    }
+}
