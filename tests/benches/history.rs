@@ -11,7 +11,11 @@
 //! - **the node alone**: the same blocks read by this process from anvil
 //!   the way chainsieve reads them (32 bodies a batch, then their logs),
 //!   with nothing else: what the node's answers cost, the bound below
-//!   chainsieve's own work.
+//!   chainsieve's own work;
+//! - **how the logs are read**: the same blocks' logs alone, 32 blocks a
+//!   round trip, three ways: `eth_getLogs` by block hash (a call per
+//!   block, what chainsieve does), one `eth_getLogs` over the range, and
+//!   `eth_getBlockReceipts` per block.
 //!
 //! Run: `cargo bench -p chainsieve-tests --bench history -- --runs 3`
 
@@ -44,7 +48,17 @@ struct Run {
     blocks_per_second: f64,
     cpu_per_block_us: f64,
     node_alone_blocks_per_second: f64,
+    /// Blocks a second whose logs are read, each way of [`LOGS_BY`].
+    logs_blocks_per_second: [f64; 3],
 }
+
+/// The ways of reading a range's logs, in [`Run::logs_blocks_per_second`]
+/// order.
+const LOGS_BY: [&str; 3] = [
+    "eth_getLogs by block hash",
+    "eth_getLogs over the range",
+    "eth_getBlockReceipts",
+];
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -70,6 +84,9 @@ async fn main() -> anyhow::Result<()> {
                 "  {} blocks: {:.0} blocks/s to the subscriber, {:.1} µs of chainsieve CPU per block; the node alone {:.0} blocks/s",
                 args.blocks, run.blocks_per_second, run.cpu_per_block_us, run.node_alone_blocks_per_second
             );
+            for (way, rate) in LOGS_BY.iter().zip(run.logs_blocks_per_second) {
+                println!("    logs alone, {way}: {rate:.0} blocks/s");
+            }
         },
     )
     .await?;
@@ -88,6 +105,13 @@ async fn main() -> anyhow::Result<()> {
             "  the node alone, blocks/s: {}",
             figure(|r| r.node_alone_blocks_per_second)
         );
+        for (index, way) in LOGS_BY.iter().enumerate() {
+            let rates = runs
+                .iter()
+                .map(|r| r.logs_blocks_per_second[index])
+                .collect();
+            println!("  logs alone, {way}, blocks/s: {}", spread(rates));
+        }
     }
     Ok(())
 }
@@ -121,10 +145,15 @@ async fn run(args: &Args) -> anyhow::Result<Run> {
     let blocks = (last - first + 1) as f64;
     drop(child);
     let alone = node_alone(&anvil, first, last).await?;
+    let mut logs_blocks_per_second = [0.0; 3];
+    for (way, rate) in logs_blocks_per_second.iter_mut().enumerate() {
+        *rate = blocks / logs_alone(&anvil, first, last, way).await?.as_secs_f64();
+    }
     Ok(Run {
         blocks_per_second: blocks / took.as_secs_f64(),
         cpu_per_block_us: cpu.total().as_secs_f64() * 1e6 / blocks,
         node_alone_blocks_per_second: blocks / alone.as_secs_f64(),
+        logs_blocks_per_second,
     })
 }
 
@@ -150,4 +179,65 @@ async fn node_alone(anvil: &Anvil, first: u64, last: u64) -> anyhow::Result<Dura
         next += read.len() as u64;
     }
     Ok(started.elapsed())
+}
+
+/// How long reading the logs of blocks `first..=last` from `anvil` takes,
+/// [`CHUNK`] blocks a round trip, the way `LOGS_BY[way]` says; every log
+/// is counted, so the ways are checked to agree.
+async fn logs_alone(anvil: &Anvil, first: u64, last: u64, way: usize) -> anyhow::Result<Duration> {
+    let node = NodeConnection::new(anvil.ws_url());
+    // The block hashes, read beforehand (chainsieve has them from the
+    // bodies).
+    let mut hashes = Vec::new();
+    let mut next = first;
+    while next <= last {
+        let top = (next + CHUNK - 1).min(last);
+        let calls: Vec<Call> = (next..=top)
+            .map(|n| Call::new("eth_getBlockByNumber", json!([format!("{n:#x}"), false])))
+            .collect();
+        for raw in node.batch(&calls).await? {
+            let block: serde_json::Value = serde_json::from_str(raw.get())?;
+            hashes.push(block["hash"].clone());
+        }
+        next = top + 1;
+    }
+    let started = Instant::now();
+    let mut logs = 0;
+    let mut next = first;
+    for chunk in hashes.chunks(CHUNK as usize) {
+        let top = next + chunk.len() as u64 - 1;
+        let calls: Vec<Call> = match way {
+            0 => chunk
+                .iter()
+                .map(|hash| Call::new("eth_getLogs", json!([{ "blockHash": hash }])))
+                .collect(),
+            1 => vec![Call::new(
+                "eth_getLogs",
+                json!([{ "fromBlock": format!("{next:#x}"), "toBlock": format!("{top:#x}") }]),
+            )],
+            _ => chunk
+                .iter()
+                .map(|hash| Call::new("eth_getBlockReceipts", json!([hash])))
+                .collect(),
+        };
+        for raw in node.batch(&calls).await? {
+            let answer: Vec<serde_json::Value> = serde_json::from_str(raw.get())?;
+            logs += match way {
+                2 => answer
+                    .iter()
+                    .map(|receipt| receipt["logs"].as_array().map_or(0, Vec::len))
+                    .sum(),
+                _ => answer.len(),
+            };
+        }
+        next = top + 1;
+    }
+    let took = started.elapsed();
+    anyhow::ensure!(
+        logs as u64 == last - first + 1,
+        "{}: {logs} logs of {} blocks of one log each",
+        LOGS_BY[way],
+        last - first + 1
+    );
+    Ok(took)
 }

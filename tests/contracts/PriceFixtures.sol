@@ -142,3 +142,47 @@ contract TestV3Factory {
         getPool[token1][token0][fee] = pool;
     }
 }
+
+/// What the real Uniswap V3 pool (the npm package v3-core) asks of the
+/// contract that mints in it or swaps with it.
+interface IRealV3Pool {
+    function token0() external view returns (address);
+    function token1() external view returns (address);
+    function mint(address recipient, int24 tickLower, int24 tickUpper, uint128 amount, bytes calldata data)
+        external
+        returns (uint256 amount0, uint256 amount1);
+    function swap(address recipient, bool zeroForOne, int256 amountSpecified, uint160 sqrtPriceLimitX96, bytes calldata data)
+        external
+        returns (int256 amount0, int256 amount1);
+}
+
+interface ITransfer {
+    function transfer(address to, uint256 value) external returns (bool);
+}
+
+/// Provides liquidity to and swaps in a real Uniswap V3 pool, paying what
+/// the pool's callbacks ask from its own balances (fund it first).
+contract V3Trader {
+    function mint(address pool, int24 tickLower, int24 tickUpper, uint128 amount) external {
+        IRealV3Pool(pool).mint(address(this), tickLower, tickUpper, amount, "");
+    }
+
+    /// Swaps until the pool's price reaches `sqrtPriceLimitX96` (given
+    /// enough `amountSpecified` in).
+    function swap(address pool, bool zeroForOne, int256 amountSpecified, uint160 sqrtPriceLimitX96) external {
+        IRealV3Pool(pool).swap(address(this), zeroForOne, amountSpecified, sqrtPriceLimitX96, "");
+    }
+
+    function uniswapV3MintCallback(uint256 owed0, uint256 owed1, bytes calldata) external {
+        pay(msg.sender, owed0, owed1);
+    }
+
+    function uniswapV3SwapCallback(int256 delta0, int256 delta1, bytes calldata) external {
+        pay(msg.sender, delta0 > 0 ? uint256(delta0) : 0, delta1 > 0 ? uint256(delta1) : 0);
+    }
+
+    function pay(address pool, uint256 amount0, uint256 amount1) private {
+        if (amount0 > 0) ITransfer(IRealV3Pool(pool).token0()).transfer(pool, amount0);
+        if (amount1 > 0) ITransfer(IRealV3Pool(pool).token1()).transfer(pool, amount1);
+    }
+}

@@ -13,6 +13,7 @@ pub mod nats;
 pub mod process;
 pub mod scripts;
 pub mod typed;
+pub mod uniswap;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -243,15 +243,32 @@ fn in_range(key: &str, value: u64, low: u64, high: u64) -> anyhow::Result<()> {
     }
 }
 
-/// Where `token_price` keeps its history.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+/// Where `token_price` keeps its history, and what it may ask the nodes.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PriceConfig {
+    /// Node calls one `token_price` may make for what the index does not
+    /// hold (the block of an old time, a pair's pools and their state);
+    /// past it, -32005. Default 64.
+    pub max_node_calls: u32,
+    /// Node calls all `token_price` requests of a chain may make a second
+    /// together; past it, -32005 until the next second's. Default 200.
+    pub node_calls_per_second: u32,
     /// A directory for one database file per node-fed chain
     /// (`<chain>.redb`), so price history survives restarts. Unset: kept
     /// in memory. Devnet chains always keep it in memory (their history is
     /// generated afresh at every start).
     pub data_dir: Option<PathBuf>,
+}
+
+impl Default for PriceConfig {
+    fn default() -> Self {
+        Self {
+            max_node_calls: 64,
+            node_calls_per_second: 200,
+            data_dir: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -516,6 +533,18 @@ impl Config {
         self.limits.validate()?;
         self.log.validate()?;
         self.history.validate()?;
+        in_range(
+            "price.max_node_calls",
+            u64::from(self.price.max_node_calls),
+            1,
+            10_000,
+        )?;
+        in_range(
+            "price.node_calls_per_second",
+            u64::from(self.price.node_calls_per_second),
+            1,
+            1_000_000,
+        )?;
         self.devnet.validate()?;
         self.rpc.validate()?;
         self.logging.validate()?;

@@ -25,6 +25,7 @@ sol! {
         event Sync(uint112 reserve0, uint112 reserve1);
         event Swap(address indexed sender, uint256 amount0In, uint256 amount1In, uint256 amount0Out, uint256 amount1Out, address indexed to);
         function swap(uint256 amount0Out, uint256 amount1Out, address to, bytes data) external;
+        function getReserves() external view returns (uint112 reserve0, uint112 reserve1, uint32 blockTimestampLast);
     }
 
     interface IUniswapV2Factory {
@@ -36,6 +37,10 @@ sol! {
     interface IUniswapV3Pool {
         event Swap(address indexed sender, address indexed recipient, int256 amount0, int256 amount1, uint160 sqrtPriceX96, uint128 liquidity, int24 tick);
         function fee() external view returns (uint24);
+        /// Its first word is the price; the rest differs between forks
+        /// (PancakeSwap's `feeProtocol` is a uint32), so only that is read.
+        function slot0() external view returns (uint160 sqrtPriceX96);
+        function liquidity() external view returns (uint128);
     }
 
     interface IUniswapV3Factory {

@@ -267,10 +267,7 @@ impl Indexer {
         else {
             return Ok(String::new());
         };
-        if let Ok(name) = IERC20::nameCall::abi_decode_returns(&raw) {
-            return Ok(name);
-        }
-        Ok(bytes32_text(&raw))
+        Ok(name_of(&raw))
     }
 
     async fn ask<C: SolCall>(&self, to: Address, call: C) -> anyhow::Result<Option<C::Return>> {
@@ -280,6 +277,12 @@ impl Indexer {
         };
         Ok(C::abi_decode_returns(&raw).ok())
     }
+}
+
+/// A token's `name()` answer: a string, or in the bytes32 form some old
+/// tokens use.
+pub(super) fn name_of(raw: &[u8]) -> String {
+    IERC20::nameCall::abi_decode_returns(raw).unwrap_or_else(|_| bytes32_text(raw))
 }
 
 /// A bytes32 name (MKR, SAI): the text before the first zero byte.

@@ -1,7 +1,8 @@
 //! On-chain token prices from DEX pools (`token_price`).
 //!
 //! - [`backfill`]: history from a configured block, by `eth_getLogs`.
-//! - [`calls`]: contract calls against the chain's source (node or devnet).
+//! - [`cold`]: what the index does not hold, read from the nodes: the
+//!   block of an old time, a pair's pools and their state at a block.
 //! - [`dex`]: pool events decoded; the catalog's factories and base tokens as defaults.
 //! - [`indexer`]: pool events of canonical blocks into the store; rollbacks.
 //! - [`math`]: exact pool prices, liquidity weighting, decimal output.
@@ -9,6 +10,7 @@
 //! - [`record`]: where the index's writes go (the store, or the bus first).
 //! - [`store`]: the price history in an embedded database.
 pub mod backfill;
+pub mod cold;
 pub mod dex;
 pub mod indexer;
 pub mod math;
@@ -16,18 +18,22 @@ pub mod query;
 pub mod record;
 pub mod store;
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use alloy_primitives::Address;
 use anyhow::Context;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ChainSpec, PriceConfig, Source};
+use crate::contracts::catalog::Factory;
 use crate::node::{ChainCalls, NodePool};
+use cold::{ColdRead, Header};
 pub use indexer::Feed;
-use query::{PriceAnswer, PriceError};
+use query::{PriceAnswer, PriceError, Reach};
 use record::Recorder;
 use store::PriceStore;
 
@@ -39,6 +45,15 @@ use store::PriceStore;
 pub struct PriceIndex {
     store: Arc<PriceStore>,
     base_tokens: &'static [Address],
+    /// The factories whose pools count.
+    factories: &'static [Factory],
+    /// Where the backfill starts (`price_from_block`), if it runs.
+    backfill_from: Option<u64>,
+    /// Node calls one `token_price` may make (`[price] max_node_calls`).
+    max_node_calls: u32,
+    /// Node calls all of them may make a second (`[price]
+    /// node_calls_per_second`).
+    node_budget: DefaultDirectRateLimiter,
 }
 
 /// Who answers the index's contract calls.
@@ -80,6 +95,12 @@ impl PriceIndex {
         Ok(Arc::new(Self {
             store: Arc::new(store),
             base_tokens: dex::default_base_tokens(spec.chain_id),
+            factories: dex::default_factories(spec.chain_id),
+            backfill_from: spec.price_from_block,
+            max_node_calls: config.max_node_calls,
+            node_budget: RateLimiter::direct(Quota::per_second(
+                NonZeroU32::new(config.node_calls_per_second).unwrap_or(NonZeroU32::MIN),
+            )),
         }))
     }
 
@@ -112,7 +133,7 @@ impl PriceIndex {
                 self.store.clone(),
                 recorder.clone(),
                 calls,
-                dex::default_factories(spec.chain_id).to_vec(),
+                self.factories.to_vec(),
             )
         };
         let (calls, backfill): (Arc<dyn ChainCalls>, _) = match calls {
@@ -149,19 +170,139 @@ impl PriceIndex {
         self.store.tip_block()
     }
 
-    /// `token_price`: `timestamp` in seconds or milliseconds.
-    pub fn token_price(
+    /// `token_price`: `timestamp` in seconds or milliseconds. With the
+    /// chain's `nodes`, what the index does not hold is read from them
+    /// (the block of a time before the index began, the pools of a pair
+    /// it has no state of); without, the store's answer stands.
+    pub async fn token_price(
         &self,
         timestamp: Option<u64>,
         token0: Address,
         token1: Address,
+        nodes: Option<&NodePool>,
     ) -> Result<PriceAnswer, PriceError> {
-        query::token_price(
-            &self.store,
-            self.base_tokens,
-            timestamp.map(query::seconds),
-            token0,
-            token1,
-        )
+        let timestamp = timestamp.map(query::seconds);
+        let Some(nodes) = nodes else {
+            return query::token_price(&self.store, self.base_tokens, timestamp, token0, token1);
+        };
+        let store = &*self.store;
+        let Some((tip, _)) = store.tip()? else {
+            return Err(PriceError::NotFound(
+                "no price data indexed on this chain yet".into(),
+            ));
+        };
+        let covered = self.covered()?;
+        let mut cold = ColdRead::new(
+            nodes,
+            store,
+            self.factories,
+            &self.node_budget,
+            self.max_node_calls,
+        );
+        let at = match timestamp {
+            None => self.stored_header(tip)?,
+            Some(time) => match store.block_from(covered)? {
+                Some((_, from)) if time >= from => {
+                    let at = store.block_at(time)?.map_or(tip, |(block, _)| block);
+                    self.stored_header(at)?
+                }
+                _ => self.block_before_the_index(&mut cold, time).await?,
+            },
+        };
+        let reach = Reach {
+            block: at.number,
+            covered: Some(covered),
+        };
+        let ask = || query::at_block(store, self.base_tokens, reach, token0, token1);
+        if let Some(answer) = ask()? {
+            return Ok(answer);
+        }
+        let known = |a, b| Ok(query::priced_directly(store, reach, a, b)?);
+        cold.learn(at, token1, token0, self.base_tokens, known)
+            .await?;
+        ask()?.ok_or_else(|| {
+            PriceError::NotFound(format!(
+                "no pool of a trusted factory prices {token0:#x} against {token1:#x} at block {}, directly or through a base token",
+                at.number
+            ))
+        })
+    }
+
+    /// The first block from which the index holds every pool event: where
+    /// the live index began, or the backfill's start once it is done.
+    fn covered(&self) -> anyhow::Result<u64> {
+        let live = self.store.live_from()?.unwrap_or(u64::MAX);
+        let backfilled = match (self.backfill_from, self.store.backfill()?) {
+            (Some(from), Some((next, end))) if next > end => from,
+            _ => u64::MAX,
+        };
+        Ok(live.min(backfilled))
+    }
+
+    /// Block `number` as the store records it.
+    fn stored_header(&self, number: u64) -> Result<Header, PriceError> {
+        let (Some(hash), Some(timestamp)) = (
+            self.store.block_hash(number)?,
+            self.store.block_time(number)?,
+        ) else {
+            return Err(PriceError::Unavailable(format!(
+                "block {number} left the index meanwhile (a reorg): ask again"
+            )));
+        };
+        Ok(Header {
+            number,
+            hash,
+            timestamp,
+        })
+    }
+
+    /// The block of `time`, before the index began: between the newest
+    /// recorded block at or before it (else the chain's first) and the
+    /// next recorded one, searched on the nodes; the two blocks found
+    /// around it are recorded, so the same time is not searched again.
+    async fn block_before_the_index(
+        &self,
+        cold: &mut ColdRead<'_>,
+        time: u64,
+    ) -> Result<Header, PriceError> {
+        let store = &*self.store;
+        let below = store.block_at(time)?;
+        let above = store.block_from(below.map_or(0, |(number, _)| number + 1))?;
+        let below = below
+            .map(|(number, _)| self.stored_header(number))
+            .transpose()?;
+        let above = above
+            .map(|(number, _)| self.stored_header(number))
+            .transpose()?;
+        let low = match below {
+            Some(low) => low,
+            None => {
+                let first = cold.header(0).await?;
+                if first.timestamp > time {
+                    return Err(PriceError::NotFound(format!(
+                        "{time} is before the chain's first block (block 0 is of {})",
+                        first.timestamp
+                    )));
+                }
+                first
+            }
+        };
+        let Some(high) = above else {
+            return Ok(low);
+        };
+        if high.number == low.number + 1 {
+            return Ok(low);
+        }
+        let found = cold.block_at_time(time, low, high).await?;
+        let next = cold.header(found.number + 1).await?;
+        for header in [found, next] {
+            store.write_unless_replaced(&store::BlockUpdate {
+                number: header.number,
+                hash: header.hash,
+                timestamp: header.timestamp,
+                ..store::BlockUpdate::default()
+            })?;
+        }
+        Ok(found)
     }
 }

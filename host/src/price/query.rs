@@ -29,12 +29,39 @@ pub struct PriceAnswer {
 /// Why there is no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum PriceError {
-    /// Nothing indexed prices this pair (-32001).
+    /// Nothing prices this pair (-32001).
     #[error("{0}")]
     NotFound(String),
+    /// The nodes hold no state that old: not archive nodes (-32001).
+    #[error("{0}")]
+    NoState(String),
+    /// The nodes failed or do not hold the block (-32002).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The answer needs more node calls than a request may make (-32005).
+    #[error("{0}")]
+    TooCostly(String),
     /// The store failed (-32603).
     #[error("price index: {0:#}")]
     Store(#[from] anyhow::Error),
+}
+
+/// Up to where a stored pool state holds: from the block the index
+/// covers on (`covered`: every pool event since is indexed), a state holds
+/// until the pool's next one; before it, only at its own block (it was
+/// read from the nodes there).
+#[derive(Clone, Copy, Debug)]
+pub struct Reach {
+    /// The block the question is asked at.
+    pub block: u64,
+    /// The first block the index covers; `None`: all of them.
+    pub covered: Option<u64>,
+}
+
+impl Reach {
+    fn holds(self, state_block: u64) -> bool {
+        state_block == self.block || self.covered.is_none_or(|from| state_block >= from)
+    }
 }
 
 /// One priced hop: how much of `quote` one `base` buys.
@@ -47,7 +74,8 @@ struct Quote {
 
 /// The price of `token1` in `token0` and back at `timestamp` (seconds; the
 /// latest indexed block when absent, before the first indexed block or
-/// after the last).
+/// after the last), from the store alone: before the pair's first
+/// indexed price, its latest.
 pub fn token_price(
     store: &PriceStore,
     base_tokens: &[Address],
@@ -64,17 +92,50 @@ pub fn token_price(
         Some(t) => store.block_at(t)?.map_or(tip, |(block, _)| block),
         None => tip,
     };
-    // Before the pair's first indexed price, the latest one.
-    let quote = match price_at(store, base_tokens, token1, token0, at)? {
-        Some(quote) => Some(quote),
-        None if at != tip => price_at(store, base_tokens, token1, token0, tip)?,
-        None => None,
+    let ask = |block| {
+        let reach = Reach {
+            block,
+            covered: None,
+        };
+        at_block(store, base_tokens, reach, token0, token1)
+    };
+    match ask(at)? {
+        Some(answer) => Ok(answer),
+        None if at != tip => ask(tip)?.ok_or_else(|| unpriced(token0, token1)),
+        None => Err(unpriced(token0, token1)),
     }
-    .ok_or_else(|| {
-        PriceError::NotFound(format!(
-            "no pool prices {token0:#x} against {token1:#x}, directly or through a base token"
-        ))
-    })?;
+}
+
+/// No pool prices the pair.
+pub fn unpriced(token0: Address, token1: Address) -> PriceError {
+    PriceError::NotFound(format!(
+        "no pool prices {token0:#x} against {token1:#x}, directly or through a base token"
+    ))
+}
+
+/// Whether the stored states of the pair's own pools price it at
+/// `reach`.
+pub fn priced_directly(
+    store: &PriceStore,
+    reach: Reach,
+    a: Address,
+    b: Address,
+) -> anyhow::Result<bool> {
+    Ok(quote(store, a, b, reach)?.is_some())
+}
+
+/// The price of `token1` in `token0` and back from the pool states that
+/// hold at `reach`; `None` when they do not price the pair.
+pub fn at_block(
+    store: &PriceStore,
+    base_tokens: &[Address],
+    reach: Reach,
+    token0: Address,
+    token1: Address,
+) -> Result<Option<PriceAnswer>, PriceError> {
+    let Some(quote) = price_at(store, base_tokens, token1, token0, reach)? else {
+        return Ok(None);
+    };
     let mut blocks = quote.blocks;
     blocks.sort_unstable();
     blocks.dedup();
@@ -83,7 +144,7 @@ pub fn token_price(
     let name = |token| -> Result<String, PriceError> {
         Ok(store.token(token)?.map(|t| t.name).unwrap_or_default())
     };
-    Ok(PriceAnswer {
+    Ok(Some(PriceAnswer {
         timestamp,
         token0,
         token0_name: name(token0)?,
@@ -92,7 +153,7 @@ pub fn token_price(
         token1_name: name(token1)?,
         token1_price: math::to_decimal(&quote.price.recip()),
         block_numbers: blocks,
-    })
+    }))
 }
 
 /// How much `quote_token` one `base` buys at `block`: from their own
@@ -102,11 +163,11 @@ fn price_at(
     base_tokens: &[Address],
     base: Address,
     quote_token: Address,
-    block: u64,
+    reach: Reach,
 ) -> anyhow::Result<Option<Quote>> {
-    match quote(store, base, quote_token, block)? {
+    match quote(store, base, quote_token, reach)? {
         Some(direct) => Ok(Some(direct)),
-        None => route(store, base_tokens, base, quote_token, block),
+        None => route(store, base_tokens, base, quote_token, reach),
     }
 }
 
@@ -116,12 +177,15 @@ fn quote(
     store: &PriceStore,
     base: Address,
     quote_token: Address,
-    block: u64,
+    reach: Reach,
 ) -> anyhow::Result<Option<Quote>> {
     let mut priced = Vec::new();
     let mut blocks = Vec::new();
     for pool in store.pools_of(base, quote_token)? {
-        let Some((at, state)) = store.state_at(pool.address, block)? else {
+        let Some((at, state)) = store
+            .state_at(pool.address, reach.block)?
+            .filter(|(at, _)| reach.holds(*at))
+        else {
             continue;
         };
         let (Some(t0), Some(t1)) = (store.token(pool.token0)?, store.token(pool.token1)?) else {
@@ -171,16 +235,16 @@ fn route(
     base_tokens: &[Address],
     base: Address,
     quote_token: Address,
-    block: u64,
+    reach: Reach,
 ) -> anyhow::Result<Option<Quote>> {
     for &via in base_tokens {
         if via == base || via == quote_token {
             continue;
         }
-        let Some(first) = quote(store, base, via, block)? else {
+        let Some(first) = quote(store, base, via, reach)? else {
             continue;
         };
-        let Some(second) = quote(store, via, quote_token, block)? else {
+        let Some(second) = quote(store, via, quote_token, reach)? else {
             continue;
         };
         let mut blocks = first.blocks;
@@ -353,6 +417,52 @@ mod tests {
             token_price(&store, &[], None, usdc, pepe),
             Err(PriceError::NotFound(_))
         ));
+    }
+
+    /// A state from before the index covered the chain holds only at its
+    /// own block (it was read from the nodes there); from the covered
+    /// block on, until the pool's next state.
+    #[test]
+    fn a_state_holds_as_far_as_the_index_covers() {
+        let (store, usdc, weth, _) = store();
+        let at = |block, covered| {
+            at_block(&store, &[], Reach { block, covered }, usdc, weth)
+                .expect("read")
+                .map(|answer| answer.block_numbers)
+        };
+        // Block 10's state, asked at 15: held if the index covers from 10.
+        assert_eq!(at(15, Some(10)), Some(vec![10]));
+        assert_eq!(at(15, None), Some(vec![10]));
+        // Covered only from 12: block 10's state may have changed since.
+        assert_eq!(at(15, Some(12)), None);
+        // At its own block it holds regardless.
+        assert_eq!(at(10, Some(12)), Some(vec![10]));
+        // Block 20's state is past the covered block.
+        assert_eq!(at(25, Some(12)), Some(vec![20]));
+        assert!(
+            priced_directly(
+                &store,
+                Reach {
+                    block: 25,
+                    covered: Some(12)
+                },
+                weth,
+                usdc
+            )
+            .expect("read")
+        );
+        assert!(
+            !priced_directly(
+                &store,
+                Reach {
+                    block: 15,
+                    covered: Some(12)
+                },
+                weth,
+                usdc
+            )
+            .expect("read")
+        );
     }
 
     #[test]

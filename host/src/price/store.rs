@@ -75,6 +75,10 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const BACKFILL_NEXT: &str = "backfill_next";
 /// [`META`]: the last block the backfill fills.
 const BACKFILL_END: &str = "backfill_end";
+/// [`META`]: the first block the live index wrote: from there on every
+/// pool event is indexed, so a pool's stored state holds until its next
+/// one.
+const LIVE_FROM: &str = "live_from";
 /// [`META`]: the log position of the newest change indexed.
 const INDEXED_THROUGH: &str = "indexed_through";
 /// [`META`]: the sequence of the newest journal write applied.
@@ -131,7 +135,16 @@ impl PriceStore {
         txn.open_table(STATES)?;
         txn.open_multimap_table(BLOCK_STATES)?;
         txn.open_table(TOKENS)?;
-        txn.open_table(META)?;
+        {
+            // A store written before the marker: the index began at its
+            // first block.
+            let mut meta = txn.open_table(META)?;
+            if meta.get(LIVE_FROM)?.is_none()
+                && let Some((first, _)) = txn.open_table(BLOCK_TIMES)?.first()?
+            {
+                meta.insert(LIVE_FROM, first.value())?;
+            }
+        }
         txn.commit().context("creating the price tables")?;
         Ok(Self { db })
     }
@@ -141,6 +154,39 @@ impl PriceStore {
         let txn = self.db.begin_write()?;
         put(&txn, write)?;
         txn.commit().with_context(|| format!("storing {write}"))
+    }
+
+    /// Records a block's pools and states read from the nodes (no log
+    /// position), unless the store holds another block at that height (a
+    /// reorg replaced it meanwhile); whether it was written.
+    pub fn write_unless_replaced(&self, update: &BlockUpdate) -> anyhow::Result<bool> {
+        let txn = self.db.begin_write()?;
+        let held = txn
+            .open_table(BLOCK_HASHES)?
+            .get(update.number)?
+            .map(|hash| B256::from(hash.value()));
+        if held.is_some_and(|hash| hash != update.hash) {
+            return Ok(false);
+        }
+        put(
+            &txn,
+            &PriceWrite::Block {
+                update: update.clone(),
+                position: None,
+            },
+        )?;
+        txn.commit().with_context(|| {
+            format!(
+                "storing block {}'s pools read from the nodes",
+                update.number
+            )
+        })?;
+        Ok(true)
+    }
+
+    /// The first block the live index wrote (see [`LIVE_FROM`]).
+    pub fn live_from(&self) -> anyhow::Result<Option<u64>> {
+        self.marker(LIVE_FROM)
     }
 
     /// Records a run of the price journal's writes, each with its
@@ -217,6 +263,27 @@ impl PriceStore {
         let txn = self.db.begin_read()?;
         let times = txn.open_table(BLOCK_TIMES)?;
         Ok(times.get(number)?.map(|t| t.value()))
+    }
+
+    /// The hash of block `number`, if recorded.
+    pub fn block_hash(&self, number: u64) -> anyhow::Result<Option<B256>> {
+        let txn = self.db.begin_read()?;
+        let hashes = txn.open_table(BLOCK_HASHES)?;
+        Ok(hashes.get(number)?.map(|hash| B256::from(hash.value())))
+    }
+
+    /// The oldest block recorded at or after `number`: (number, timestamp).
+    pub fn block_from(&self, number: u64) -> anyhow::Result<Option<(u64, u64)>> {
+        let txn = self.db.begin_read()?;
+        let times = txn.open_table(BLOCK_TIMES)?;
+        let found = times.range(number..)?.next();
+        Ok(match found {
+            Some(entry) => {
+                let (number, time) = entry?;
+                Some((number.value(), time.value()))
+            }
+            None => None,
+        })
     }
 
     /// The newest block at or before `timestamp`: (number, timestamp).
@@ -345,7 +412,11 @@ fn put(txn: &WriteTransaction, write: &PriceWrite) -> anyhow::Result<()> {
                 touched.insert(update.number, pool.0.0)?;
             }
             if let Some(position) = position {
-                txn.open_table(META)?.insert(INDEXED_THROUGH, position)?;
+                let mut meta = txn.open_table(META)?;
+                meta.insert(INDEXED_THROUGH, position)?;
+                if meta.get(LIVE_FROM)?.is_none() {
+                    meta.insert(LIVE_FROM, update.number)?;
+                }
             }
         }
         PriceWrite::RollBack { number, position } => {
@@ -448,6 +519,17 @@ mod tests {
         Address::repeat_byte(byte)
     }
 
+    /// A V2 pool of tokens 1 and 2.
+    fn test_pool() -> Pool {
+        Pool {
+            address: addr(0xaa),
+            kind: PoolKind::V2,
+            token0: addr(1),
+            token1: addr(2),
+            factory: addr(0xf0),
+        }
+    }
+
     fn v2(r0: u64, r1: u64) -> PoolState {
         PoolState::V2 {
             reserve0: U256::from(r0),
@@ -458,13 +540,7 @@ mod tests {
     #[test]
     fn states_by_block_times_and_rollback() {
         let store = PriceStore::in_memory().expect("store");
-        let pool = Pool {
-            address: addr(0xaa),
-            kind: PoolKind::V2,
-            token0: addr(1),
-            token1: addr(2),
-            factory: addr(0xf0),
-        };
+        let pool = test_pool();
         store
             .write(&PriceWrite::Block {
                 update: BlockUpdate {
@@ -546,6 +622,63 @@ mod tests {
 
     /// A run of journal writes lands in one transaction with the newest
     /// sequence; a changed block's position says how far the index got.
+    /// The live index's first block is where coverage begins; what the
+    /// nodes were asked is written beside it, never over another block of
+    /// the same height.
+    #[test]
+    fn the_live_start_and_reads_from_the_nodes() {
+        let store = PriceStore::in_memory().expect("store");
+        let block = |number: u64, byte: u8| BlockUpdate {
+            number,
+            hash: B256::repeat_byte(byte),
+            timestamp: 1_000 + number,
+            ..BlockUpdate::default()
+        };
+        let live = |update: BlockUpdate, position| PriceWrite::Block {
+            update,
+            position: Some(position),
+        };
+        // Backfilled blocks (no position) do not start it.
+        store
+            .write(&PriceWrite::Block {
+                update: block(3, 3),
+                position: None,
+            })
+            .expect("backfilled");
+        assert_eq!(store.live_from().expect("read"), None);
+        store.write(&live(block(20, 20), 1)).expect("live");
+        store.write(&live(block(21, 21), 2)).expect("live");
+        assert_eq!(store.live_from().expect("read"), Some(20));
+        // A read of block 5 from the nodes: written.
+        let pool = test_pool();
+        let read = BlockUpdate {
+            pools: vec![pool],
+            states: vec![(pool.address, v2(4, 8))],
+            ..block(5, 5)
+        };
+        assert!(store.write_unless_replaced(&read).expect("write"));
+        assert_eq!(
+            store.state_at(pool.address, 9).expect("read"),
+            Some((5, v2(4, 8)))
+        );
+        assert_eq!(store.block_from(4).expect("read"), Some((5, 1_005)));
+        assert_eq!(
+            store.block_hash(5).expect("read"),
+            Some(B256::repeat_byte(5))
+        );
+        // One of block 21 of another branch: not written.
+        let stale = BlockUpdate {
+            states: vec![(pool.address, v2(1, 1))],
+            ..block(21, 0xee)
+        };
+        assert!(!store.write_unless_replaced(&stale).expect("write"));
+        assert_eq!(
+            store.state_at(pool.address, 21).expect("read"),
+            Some((5, v2(4, 8)))
+        );
+        assert_eq!(store.live_from().expect("read"), Some(20), "unchanged");
+    }
+
     #[test]
     fn journal_runs_are_kept_with_their_sequence() {
         let store = PriceStore::in_memory().expect("store");

@@ -89,7 +89,7 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
             .await,
         ),
         "eth_getLogs" => reply(held(ctx, call, logs::get_logs(ctx.chain, &call.params)).await),
-        "token_price" => reply(token_price::token_price(ctx.chain, &call.params)),
+        "token_price" => reply(token_price::token_price(ctx.chain, &call.params).await),
         "eth_sendRawTransaction" => match ctx.chain.submissions() {
             Some(submissions) => {
                 reply(submit::send_raw_transaction(ctx.chain, submissions, &call.params).await)

@@ -11,7 +11,7 @@ use crate::chain::Chain;
 use crate::price::query::PriceError;
 
 /// `token_price`: validates the request, then asks the chain's price index.
-pub(super) fn token_price(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
+pub(super) async fn token_price(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
     let object = match params {
         Value::Object(_) => params,
         Value::Array(items) if items.len() == 1 && items[0].is_object() => &items[0],
@@ -58,11 +58,22 @@ pub(super) fn token_price(chain: &Chain, params: &Value) -> Result<Box<RawValue>
             )));
         }
     };
-    match chain.price.token_price(timestamp, token0, token1) {
+    match chain
+        .price
+        .token_price(timestamp, token0, token1, chain.node().map(|pool| &**pool))
+        .await
+    {
         Ok(answer) => result(&answer),
-        Err(PriceError::NotFound(reason)) => {
+        Err(PriceError::NotFound(reason) | PriceError::NoState(reason)) => {
             Err(RpcError::not_found(format!("{reason} on {}", chain.name)))
         }
+        Err(PriceError::Unavailable(reason)) => {
+            Err(RpcError::unavailable(format!("{reason} on {}", chain.name)))
+        }
+        Err(PriceError::TooCostly(reason)) => Err(RpcError::limit_exceeded(format!(
+            "{reason} on {}",
+            chain.name
+        ))),
         Err(PriceError::Store(error)) => {
             tracing::error!(chain = %chain.name, error = format!("{error:#}"), "token_price");
             Err(RpcError::internal("the price index could not be read"))

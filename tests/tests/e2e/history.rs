@@ -488,9 +488,11 @@ async fn history_reads_the_next_node_when_the_first_refuses() {
 }
 
 /// At the scale: 2,000 blocks behind a 128-block window, calls to
-/// two contracts every ten blocks, more calls while the history is read.
-/// The heads are every block once, in order; each contract's logs are
-/// what `eth_getLogs` gives, then the live ones.
+/// two contracts every ten blocks, more calls while the history is read
+/// and a reorg at the tip. Once each subscriber's removals have undone
+/// what they name: the heads are the node's canonical blocks, each
+/// contract's logs what `eth_getLogs` gives, the mined transactions the
+/// blocks' own, each once, in order.
 #[tokio::test]
 async fn two_thousand_blocks_behind_a_128_block_window() {
     let anvil = Anvil::start(1).await.expect("anvil");
@@ -524,33 +526,88 @@ async fn two_thousand_blocks_behind_a_128_block_window() {
         ("heads", json!(["newHeads", option])),
         ("ping", json!(["logs", { "address": ping }, option])),
         ("token", json!(["logs", { "address": token }, option])),
+        (
+            "mined",
+            json!(["bvMinedTransactions", { "fromAddress": DEV_ACCOUNT }, option]),
+        ),
     ] {
         let id = client.subscribe(params).await.expect("from a block");
         topics.insert(id, name);
     }
     anvil.ping(&ping, 2).await;
     anvil.ping(&token, 1).await;
-    let last = tip + 3;
-    let mut seen: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
-    let count = |seen: &BTreeMap<&str, Vec<Value>>, name| seen.get(name).map_or(0, Vec::len);
-    while count(&seen, "heads") < (last - from + 1) as usize
-        || count(&seen, "ping") < 102
-        || count(&seen, "token") < 101
-    {
-        let (id, result) = client.next_notification().await.expect("in time");
-        seen.entry(topics[&id]).or_default().push(result);
+    anvil.reorg(2).await.expect("a reorg at the tip");
+    anvil.ping(&ping, 1).await;
+    let last = anvil.block_number().await.expect("head");
+
+    // What the node holds canonical at the end.
+    let mut blocks = Vec::new();
+    for number in from..=last {
+        let block = anvil
+            .rpc(
+                "eth_getBlockByNumber",
+                json!([format!("{number:#x}"), false]),
+            )
+            .await
+            .expect("a block");
+        blocks.push(block);
     }
-    let numbers: Vec<u64> = seen["heads"]
+    let expected_heads: Vec<Value> = blocks.iter().map(|b| b["hash"].clone()).collect();
+    let expected_txs: Vec<Value> = blocks
         .iter()
-        .map(|h| quantity(&h["number"]))
+        .flat_map(|b| b["transactions"].as_array().cloned().unwrap_or_default())
         .collect();
-    assert_eq!(numbers, (from..=last).collect::<Vec<_>>());
+    let expected_ping = node_logs_of(&anvil, &ping, from, last).await;
+    let expected_token = node_logs_of(&anvil, &token, from, last).await;
+
+    // Heads: a head replaces the one of its number and those above it.
+    let mut heads_told: BTreeMap<u64, Value> = BTreeMap::new();
+    // Logs and transactions: a removal takes back the last one told of.
+    let mut told: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    let key = |item: &Value| {
+        (
+            item["blockHash"].clone(),
+            item["logIndex"].clone(),
+            item["hash"].clone(),
+        )
+    };
+    let done = |heads: &BTreeMap<u64, Value>, told: &BTreeMap<&str, Vec<Value>>| {
+        let hashes: Vec<Value> = heads.values().map(|h| h["hash"].clone()).collect();
+        let mined: Vec<Value> = told
+            .get("mined")
+            .map(|txs| txs.iter().map(|tx| tx["hash"].clone()).collect())
+            .unwrap_or_default();
+        hashes == expected_heads
+            && Some(&expected_ping) == told.get("ping").cloned().map(Value::Array).as_ref()
+            && Some(&expected_token) == told.get("token").cloned().map(Value::Array).as_ref()
+            && mined == expected_txs
+    };
+    while !done(&heads_told, &told) {
+        let (id, item) = client
+            .next_notification()
+            .await
+            .unwrap_or_else(|e| panic!("{e}: heads {heads_told:?}, told {told:?}"));
+        let name = topics[&id];
+        if name == "heads" {
+            let number = quantity(&item["number"]);
+            heads_told.split_off(&number);
+            heads_told.insert(number, item);
+            continue;
+        }
+        let list = told.entry(name).or_default();
+        if item["removed"] == true {
+            let undone = list.pop().expect("a removal of something told of");
+            assert_eq!(key(&undone), key(&item), "removals undo in reverse order");
+        } else {
+            assert!(
+                !list.iter().any(|seen| key(seen) == key(&item)),
+                "told twice: {item}"
+            );
+            list.push(item);
+        }
+    }
     assert_eq!(
-        Value::Array(seen["ping"].clone()),
-        node_logs_of(&anvil, &ping, from, last).await
-    );
-    assert_eq!(
-        Value::Array(seen["token"].clone()),
-        node_logs_of(&anvil, &token, from, last).await
+        heads_told.keys().copied().collect::<Vec<_>>(),
+        (from..=last).collect::<Vec<_>>()
     );
 }

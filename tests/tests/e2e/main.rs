@@ -19,6 +19,7 @@ mod limits;
 mod load;
 mod node_parity;
 mod prices;
+mod prices_cold;
 mod prices_on_anvil;
 mod reorgs;
 mod resume;

@@ -37,6 +37,7 @@ fn node_config(anvil: &Anvil, data_dir: &std::path::Path, from_block: Option<u64
         },
         price: PriceConfig {
             data_dir: Some(data_dir.to_path_buf()),
+            ..PriceConfig::default()
         },
         ..Config::default()
     }
@@ -186,12 +187,19 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
         .expect("price");
     assert_eq!(price_of(&after, "token0Price"), "2500");
     assert_eq!(after["result"]["blockNumbers"], json!([block2]));
-    // Before the first trade: the latest price.
+    // Before the first trade the pair had no reserves: nothing priced it
+    // then (the nodes are asked at that block; the latest price is not
+    // passed off as that time's).
     let before = client
         .call("token_price", ask(Some(t0 + 50), beta, alpha))
         .await
         .expect("price");
-    assert_eq!(price_of(&before, "token0Price"), "2500", "{before}");
+    assert_eq!(before["error"]["code"], -32001, "{before}");
+    let message = before["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("no pool of a trusted factory prices"),
+        "{message}"
+    );
 
     // The V3 pool, found through its Swap; GAMMA's name is a bytes32.
     // 4 raw token1 per raw token0. ALPHA first: 1 ALPHA (10^18) buys
