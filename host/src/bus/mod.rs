@@ -181,6 +181,34 @@ impl ChainLog {
         &self.chain
     }
 
+    /// The first and last positions the stream holds (0 for a stream never
+    /// written).
+    pub async fn bounds(&self) -> anyhow::Result<(Position, Position)> {
+        self.linear.bounds().await
+    }
+
+    /// The step at `position`; `None` if the stream no longer (or never)
+    /// held it.
+    pub async fn step(&self, position: Position) -> anyhow::Result<Option<ChainEvent>> {
+        let Some(payload) = self.linear.get(position).await? else {
+            return Ok(None);
+        };
+        let change = codec::decode(&payload)
+            .with_context(|| format!("decoding {}'s step {position}", self.chain))?;
+        Ok(Some(change))
+    }
+
+    /// Hands `reader` every step's message from `next` on, in order (see
+    /// [`LinearStream::read`]).
+    pub async fn read(
+        &self,
+        next: Position,
+        reader: &mut impl linear::Reader,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Option<()>> {
+        self.linear.read(next, reader, shutdown).await
+    }
+
     /// [`ChainLog::tail`], tried until the bus answers; `None` at
     /// `shutdown`.
     pub async fn tail_when_read(
@@ -213,11 +241,9 @@ impl ChainLog {
         let mut position = head;
         while position >= first && added < blocks {
             // Aged out since the state was read: the tail ends here.
-            let Some(payload) = self.linear.get(position).await? else {
+            let Some(change) = self.step(position).await? else {
                 break;
             };
-            let change = codec::decode(&payload)
-                .with_context(|| format!("decoding {}'s step {position}", self.chain))?;
             added += usize::from(matches!(change, ChainEvent::Added(_)));
             steps.push((position, change));
             position -= 1;

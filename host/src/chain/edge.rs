@@ -15,9 +15,11 @@ use crate::model::SourceEvent;
 use crate::price::store::PriceStore;
 
 /// Follows the chain's log and price journal on `bus` into the pipeline
-/// and the price store.
-pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin> {
+/// and the price store; the chain's log on the bus is given back too, for
+/// history older than the edge's own log.
+pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<(Origin, ChainLog)> {
     let on_bus = bus.log(&parts.spec.name).await?;
+    let stream = on_bus.clone();
     let prices = bus.prices(&parts.spec.name).await?;
     let finality = bus.finality().await?;
     let (events, source) = mpsc::channel(SOURCE_QUEUE);
@@ -42,10 +44,11 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
             .pipeline(None, None)
             .run(source, parts.shutdown.clone()),
     );
-    Ok(match parts.pool() {
+    let origin = match parts.pool() {
         Some(pool) => Origin::Node { status: None, pool },
         None => Origin::Bus,
-    })
+    };
+    Ok((origin, stream))
 }
 
 /// An edge's chain from the bus: its price journal applied to `store`,

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::bus::Bus;
+use crate::bus::{Bus, ChainLog};
 use crate::config::{ChainSpec, Config, HistoryConfig, NodesSpec, Role, RpcConfig};
 use crate::eventlog::EventLog;
 use crate::eventlog::store::Persist;
@@ -51,6 +51,9 @@ pub struct Chain {
     state: Arc<PipelineState>,
     /// What the chain's source gives the RPC side.
     origin: Origin,
+    /// An edge's chain on the bus: its log's steps, read for history older
+    /// than the edge's own log.
+    stream: Option<ChainLog>,
     /// `token_price`'s index of this chain's pools.
     pub price: Arc<PriceIndex>,
     /// Which methods are forwarded, and how long they may take.
@@ -194,10 +197,13 @@ impl Chain {
             shutdown,
             tasks,
         };
-        let origin = match (role, bus) {
-            (Role::All, _) => all::start(&parts, persist)?,
-            (Role::Ingest, Some(bus)) => ingest::start(&parts, bus).await?,
-            (Role::Edge, Some(bus)) => edge::start(&parts, bus).await?,
+        let (origin, stream) = match (role, bus) {
+            (Role::All, _) => (all::start(&parts, persist)?, None),
+            (Role::Ingest, Some(bus)) => (ingest::start(&parts, bus).await?, None),
+            (Role::Edge, Some(bus)) => {
+                let (origin, stream) = edge::start(&parts, bus).await?;
+                (origin, Some(stream))
+            }
             (role, None) => anyhow::bail!("role {} needs the bus", role.name()),
         };
         // Every batch goes to one node: a node's share is the whole budget.
@@ -209,6 +215,7 @@ impl Chain {
             chain_id: spec.chain_id,
             state,
             origin,
+            stream,
             price,
             rpc: config.rpc.clone(),
             history: config.history.clone(),
@@ -255,6 +262,11 @@ impl Chain {
             Origin::Devnet { archive, .. } => Some(Blocks::Archive(archive.clone())),
             Origin::Bus => None,
         }
+    }
+
+    /// An edge's chain on the bus, for history older than its log.
+    pub fn stream(&self) -> Option<&ChainLog> {
+        self.stream.as_ref()
     }
 
     /// A node chain's nodes, for the methods forwarded to them.

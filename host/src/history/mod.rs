@@ -11,6 +11,7 @@
 pub mod archive;
 pub mod limits;
 mod reader;
+pub mod stream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::bus::ChainLog;
 use crate::eventlog::EventLog;
 use crate::eventlog::cursor::Plan;
 use crate::model::Block;
@@ -198,16 +200,43 @@ pub enum StartAt {
     After { block: u64, index: u32, tag: u64 },
 }
 
-/// Starts reading the chain's blocks from `from`, from `source`'s nodes,
-/// until its log holds the rest; stops when the feed is dropped.
+/// Starts reading the chain's blocks from `from`, from `source`'s nodes
+/// (or archive), until its log holds the rest; stops when the feed is
+/// dropped.
 pub fn start(source: Source, from: StartAt, admitted: Admitted) -> HistoryFeed {
+    feed(from, admitted, |block, first, out, stop| {
+        reader::read(source, block, first, out, stop)
+    })
+}
+
+/// Starts reading the chain's blocks from `from`, from its stream on the
+/// bus (an edge's), until `log` holds the rest; stops when the feed is
+/// dropped.
+pub fn start_on_bus(
+    stream: ChainLog,
+    log: Arc<EventLog>,
+    from: StartAt,
+    admitted: Admitted,
+) -> HistoryFeed {
+    feed(from, admitted, |block, first, out, stop| {
+        stream::read(stream, log, block, first, out, stop)
+    })
+}
+
+/// A feed whose reader, made by `reading` (from the first block, the tag
+/// it must have, the queue and the stop), runs on a task of its own.
+fn feed<R, F>(from: StartAt, admitted: Admitted, reading: R) -> HistoryFeed
+where
+    R: FnOnce(u64, Option<u64>, mpsc::Sender<HistoryItem>, CancellationToken) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
     let (out, items) = mpsc::channel(2 * CHUNK as usize);
     let stop = CancellationToken::new();
     let (block, after, first) = match from {
         StartAt::Block(block) => (block, None, None),
         StartAt::After { block, index, tag } => (block, Some(index), Some(tag)),
     };
-    tokio::spawn(reader::read(source, block, first, out, stop.clone()));
+    tokio::spawn(reading(block, first, out, stop.clone()));
     HistoryFeed {
         after,
         items,

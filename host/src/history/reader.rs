@@ -26,7 +26,7 @@ const SEAM_MARGIN: u64 = 128;
 
 /// How often a reader at the seam looks whether the actor has taken every
 /// block before it.
-const DRAINED_POLL: Duration = Duration::from_millis(5);
+pub(super) const DRAINED_POLL: Duration = Duration::from_millis(5);
 
 /// The wait before a failed batch is tried again, doubled each time.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
@@ -133,7 +133,7 @@ async fn batch(
 
 /// Where the log takes over: this far inside its window, so the window
 /// can move on a little before the replay reads the first step.
-fn seam_at(log: &EventLog) -> Option<u64> {
+pub(super) fn seam_at(log: &EventLog) -> Option<u64> {
     let (oldest, tip) = log.canonical_bounds()?;
     let held = tip - oldest + 1;
     Some(oldest + (held / 2).min(SEAM_MARGIN))
@@ -142,7 +142,7 @@ fn seam_at(log: &EventLog) -> Option<u64> {
 /// The seam, if the log holds block `next` canonical: the chain as it is
 /// canonical now from there, when the block's parent is the last block
 /// read.
-fn seam(log: &EventLog, next: u64, parent: Option<B256>) -> Option<HistoryItem> {
+pub(super) fn seam(log: &EventLog, next: u64, parent: Option<B256>) -> Option<HistoryItem> {
     let plan = log.start_of(&ResumeFrom::Block(next)).ok()?;
     // Not logged yet, or dropped from the window meanwhile: read on from
     // the nodes.
@@ -159,7 +159,7 @@ fn seam(log: &EventLog, next: u64, parent: Option<B256>) -> Option<HistoryItem> 
     )
 }
 
-fn reorganised(chain: &str, number: u64) -> HistoryItem {
+pub(super) fn reorganised(chain: &str, number: u64) -> HistoryItem {
     HistoryItem::Failed {
         code: GONE,
         reason: format!(

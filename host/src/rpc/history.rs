@@ -5,13 +5,15 @@
 use super::RpcError;
 use super::context::Context;
 use crate::eventlog::cursor::{Cursor, ResumeFrom};
+use crate::history::limits::Admitted;
 use crate::history::{self, Blocks, HistoryFeed, Source, StartAt};
 
 /// A history stream for a `fromBlock` older than (or at the edge of)
 /// `chain`'s log window, or a cursor whose block has left it, read from
-/// the chain's nodes or a devnet chain's archive (docs/src/api.md, History
-/// from the nodes); `None` when the log serves it, or when the chain holds
-/// nothing beyond it (the log's refusal then stands). A cursor resumes only if its block is
+/// an edge's stream on the bus as far as it reaches, the chain's nodes, or
+/// a devnet chain's archive (docs/src/api.md, History from the nodes);
+/// `None` when the log serves it, or when the chain holds nothing beyond
+/// it (the log's refusal then stands). A cursor resumes only if its block is
 /// still canonical. Pending topics have no history.
 pub(super) async fn feed(
     ctx: Context<'_>,
@@ -19,9 +21,12 @@ pub(super) async fn feed(
     source: chainsieve_filter_core::Source,
 ) -> Result<Option<HistoryFeed>, RpcError> {
     let chain = &**ctx.chain;
-    let (Some(asked), Some(blocks)) = (asked, chain.history_blocks()) else {
+    let Some(asked) = asked else {
         return Ok(None);
     };
+    if chain.history_blocks().is_none() && chain.stream().is_none() {
+        return Ok(None);
+    }
     if source == chainsieve_filter_core::Source::PendingTransactions {
         return Ok(None);
     }
@@ -66,6 +71,39 @@ pub(super) async fn feed(
             chain.name
         )));
     }
+    // An edge reads its chain's stream on the bus as far as it reaches,
+    // then the nodes.
+    let nodes = chain.history_blocks();
+    if let Some(stream) = chain.stream() {
+        let reach = history::stream::reach(stream).await.map_err(|error| {
+            RpcError::unavailable(format!(
+                "{}'s stream on the bus could not be read: {error:#}",
+                chain.name
+            ))
+        })?;
+        match (reach, &nodes) {
+            (Some(reach), _) if start >= reach => {
+                let admitted = admit(ctx)?;
+                return Ok(Some(history::start_on_bus(
+                    stream.clone(),
+                    log.clone(),
+                    from,
+                    admitted,
+                )));
+            }
+            (reach, None) => {
+                let reach = reach.map_or_else(|| "no block".to_string(), |b| format!("block {b}"));
+                return Err(RpcError::not_found(format!(
+                    "{}'s stream on the bus reaches back to {reach} (bus.max_age_secs), not block {start}, and this edge has no node to read older blocks from",
+                    chain.name
+                )));
+            }
+            (_, Some(_)) => {}
+        }
+    }
+    let Some(blocks) = nodes else {
+        return Ok(None);
+    };
     if let Some(held) = blocks.oldest().await.map_err(RpcError::unavailable)?
         && start < held
     {
@@ -77,15 +115,19 @@ pub(super) async fn feed(
     if let (ResumeFrom::After(cursor), StartAt::After { block, .. }) = (asked, from) {
         still_canonical(&blocks, cursor, block).await?;
     }
-    let admitted = ctx
-        .history
-        .admit(ctx.api_key)
-        .map_err(RpcError::limit_exceeded)?;
+    let admitted = admit(ctx)?;
     let source = Source {
         blocks,
         log: log.clone(),
     };
     Ok(Some(history::start(source, from, admitted)))
+}
+
+/// A place among the server's history streams for the key, or -32005.
+fn admit(ctx: Context<'_>) -> Result<Admitted, RpcError> {
+    ctx.history
+        .admit(ctx.api_key)
+        .map_err(RpcError::limit_exceeded)
 }
 
 /// Whether the block `cursor` names (number `block`) is still the one

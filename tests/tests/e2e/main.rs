@@ -4,6 +4,7 @@
 //! `nats-server` for the bus.
 
 mod bus;
+mod bus_history;
 mod clients;
 mod custom_filters;
 mod devnet_history;

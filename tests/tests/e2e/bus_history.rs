@@ -1,0 +1,128 @@
+//! History on an edge (docs/src/api.md, History from the nodes): an edge
+//! of no node serves a `fromBlock` older than its own log from the chain's
+//! stream on the bus, then its log, then live; older than the stream
+//! reaches, -32001 naming where it reaches.
+
+use std::collections::BTreeMap;
+
+use chainsieve::config::{
+    AuthConfig, BusConfig, ChainConfig, Config, LogConfig, Role, SourceConfig, Span,
+};
+use chainsieve_tests::anvil::{Anvil, ping_client};
+use chainsieve_tests::nats::Nats;
+use chainsieve_tests::{TestServer, WsClient, quantity};
+use serde_json::{Value, json};
+
+const KEY: &str = "bus-history-test";
+
+fn bus(nats: &Nats) -> BusConfig {
+    BusConfig {
+        urls: vec![nats.url()],
+        ..BusConfig::default()
+    }
+}
+
+fn window(blocks: u64) -> LogConfig {
+    LogConfig {
+        window: Span::Blocks(blocks),
+        ..LogConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_reads_history_from_the_stream_then_its_log() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    // Blocks from before the ingest: its log (and so the stream) begins
+    // with the last 8 of them.
+    anvil.mine(30).await.expect("mine");
+    let nats = Nats::start().await.expect("nats");
+    let ingest = TestServer::start(Config {
+        role: Role::Ingest,
+        bus: bus(&nats),
+        log: window(8),
+        ..anvil.config(KEY)
+    })
+    .await
+    .expect("ingest starts");
+    ingest.wait_live("eth").await;
+    let edge = TestServer::start(Config {
+        role: Role::Edge,
+        bus: bus(&nats),
+        log: window(16),
+        chains: BTreeMap::from([(
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(1),
+                source: SourceConfig::Devnet,
+                ..Default::default()
+            },
+        )]),
+        auth: AuthConfig {
+            keys: vec![KEY.to_string()],
+            ..Default::default()
+        },
+        ..Config::default()
+    })
+    .await
+    .expect("edge starts");
+    let url = edge.ws_url("eth", KEY);
+
+    // Calls a block each, far past the edge's window of 16.
+    let (mut setup, heads, ping) = ping_client(&url, &anvil).await;
+    let from = anvil.block_number().await.expect("head") + 1;
+    anvil.ping(&ping, 60).await;
+    let tip = anvil.block_number().await.expect("head");
+    setup.until_head(&heads, tip).await;
+
+    let mut client = WsClient::connect(&url).await.expect("connect");
+    let option = json!({ "fromBlock": format!("{from:#x}") });
+    let head_id = client
+        .subscribe(json!(["newHeads", option]))
+        .await
+        .expect("heads from the stream");
+    let log_id = client
+        .subscribe(json!(["logs", { "address": ping }, option]))
+        .await
+        .expect("logs from the stream");
+    // Live calls while it reads.
+    anvil.ping(&ping, 3).await;
+    let last = tip + 3;
+    let mut seen: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let count = |seen: &BTreeMap<String, Vec<Value>>, id: &str| seen.get(id).map_or(0, Vec::len);
+    while count(&seen, &head_id) < (last - from + 1) as usize
+        || count(&seen, &log_id) < (last - from + 1) as usize
+    {
+        let (id, result) = client.next_notification().await.expect("in time");
+        seen.entry(id).or_default().push(result);
+    }
+    let numbers: Vec<u64> = seen[&head_id]
+        .iter()
+        .map(|head| quantity(&head["number"]))
+        .collect();
+    assert_eq!(numbers, (from..=last).collect::<Vec<_>>());
+    for pair in seen[&head_id].windows(2) {
+        assert_eq!(pair[1]["parentHash"], pair[0]["hash"]);
+    }
+    let range = json!([{ "fromBlock": format!("{from:#x}"), "toBlock": format!("{last:#x}"), "address": ping }]);
+    let node_logs = anvil.rpc("eth_getLogs", range).await.expect("logs");
+    assert_eq!(Value::Array(seen[&log_id].clone()), node_logs);
+
+    // Older than the stream reaches: refused, naming its reach.
+    let refused = client
+        .call("eth_subscribe", json!(["newHeads", { "fromBlock": "0x2" }]))
+        .await
+        .expect("answered");
+    assert_eq!(refused["error"]["code"], -32001, "{refused}");
+    let message = refused["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("stream on the bus reaches back to block") && message.contains("no node"),
+        "{message}"
+    );
+    let reach: u64 = message
+        .split("reaches back to block ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("names a block: {message}"));
+    assert!((20..from).contains(&reach), "reaches back to {reach}");
+}
