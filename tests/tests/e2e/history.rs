@@ -491,15 +491,27 @@ async fn history_reads_the_next_node_when_the_first_refuses() {
 /// two contracts every ten blocks, more calls while the history is read
 /// and a reorg at the tip. Once each subscriber's removals have undone
 /// what they name: the heads are the node's canonical blocks, each
-/// contract's logs what `eth_getLogs` gives, the mined transactions the
-/// blocks' own, each once, in order.
+/// contract's logs (and the custom topic's transfers) what `eth_getLogs`
+/// gives, the mined transactions the blocks' own, each once, in order.
 #[tokio::test]
 async fn two_thousand_blocks_behind_a_128_block_window() {
     let anvil = Anvil::start(1).await.expect("anvil");
+    let filters = tempfile::tempdir().expect("a filters directory");
+    let example = "chainsieve_example_erc20_transfers.wasm";
+    place(filters.path(), example, &built(example));
     let config = Config {
         log: LogConfig {
             window: Span::Blocks(128),
             ..LogConfig::default()
+        },
+        filters: FiltersConfig {
+            dir: filters.path().to_path_buf(),
+            ..FiltersConfig::default()
+        },
+        // One stream for each of the five topics.
+        history: HistoryConfig {
+            max_streams_per_key: 5,
+            ..HistoryConfig::default()
         },
         ..anvil.config(KEY)
     };
@@ -529,6 +541,10 @@ async fn two_thousand_blocks_behind_a_128_block_window() {
         (
             "mined",
             json!(["bvMinedTransactions", { "fromAddress": DEV_ACCOUNT }, option]),
+        ),
+        (
+            "transfers",
+            json!(["erc20Transfers", { "tokens": [token] }, option]),
         ),
     ] {
         let id = client.subscribe(params).await.expect("from a block");
@@ -580,6 +596,7 @@ async fn two_thousand_blocks_behind_a_128_block_window() {
         hashes == expected_heads
             && Some(&expected_ping) == told.get("ping").cloned().map(Value::Array).as_ref()
             && Some(&expected_token) == told.get("token").cloned().map(Value::Array).as_ref()
+            && Some(&expected_token) == told.get("transfers").cloned().map(Value::Array).as_ref()
             && mined == expected_txs
     };
     while !done(&heads_told, &told) {
