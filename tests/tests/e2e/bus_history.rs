@@ -1,7 +1,8 @@
 //! History on an edge (docs/src/api.md, History from the nodes): an edge
 //! of no node serves a `fromBlock` older than its own log from the chain's
 //! stream on the bus, then its log, then live; older than the stream
-//! reaches, -32001 naming where it reaches.
+//! reaches, -32001 naming where it reaches; an edge with a node reads that
+//! from the node.
 
 use std::collections::BTreeMap;
 
@@ -125,4 +126,28 @@ async fn an_edge_reads_history_from_the_stream_then_its_log() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("names a block: {message}"));
     assert!((20..from).contains(&reach), "reaches back to {reach}");
+
+    // An edge with a node reads what the stream no longer holds from it.
+    let with_node = TestServer::start(Config {
+        role: Role::Edge,
+        bus: bus(&nats),
+        log: window(16),
+        ..anvil.config(KEY)
+    })
+    .await
+    .expect("edge starts");
+    let mut client = WsClient::connect(&with_node.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let old = client
+        .subscribe(json!(["newHeads", { "fromBlock": "0x2" }]))
+        .await
+        .expect("older than the stream, from the node");
+    let mut numbers = Vec::new();
+    while numbers.len() < (last - 1) as usize {
+        let (id, head) = client.next_notification().await.expect("in time");
+        assert_eq!(id, old);
+        numbers.push(quantity(&head["number"]));
+    }
+    assert_eq!(numbers, (2..=last).collect::<Vec<_>>());
 }
