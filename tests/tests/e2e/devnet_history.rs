@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{Config, LogConfig, Span};
+use chainsieve::config::{ChainConfig, Config, LogConfig, Span};
 use chainsieve::ingest::devnet::DevnetSettings;
 use chainsieve_tests::{TestServer, WsClient, fast_devnet, quantity, test_config};
 use serde_json::{Value, json};
@@ -21,6 +21,21 @@ fn config(devnet: DevnetSettings) -> Config {
             ..LogConfig::default()
         },
         ..test_config()
+    }
+}
+
+/// [`config`] serving only the devnet chain `name` (of id `chain_id`):
+/// its generated past is all the server makes at startup.
+fn one_chain(devnet: DevnetSettings, name: &str, chain_id: u64) -> Config {
+    Config {
+        chains: BTreeMap::from([(
+            name.to_string(),
+            ChainConfig {
+                chain_id: Some(chain_id),
+                ..ChainConfig::default()
+            },
+        )]),
+        ..config(devnet)
     }
 }
 
@@ -162,12 +177,17 @@ fn with_a_past(archive_memory_mib: usize) -> DevnetSettings {
 /// allows; older blocks are refused, naming where its history begins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_bound_lets_the_oldest_go_and_says_so() {
-    // No new block meanwhile: what is held stays put.
+    // No new block meanwhile: what is held stays put. (The past ends now,
+    // not at a fixed genesis hours of blocks ago, which the devnet would
+    // first catch up on.)
     let still = DevnetSettings {
         block_time_ms: Some(3_600_000),
+        genesis_timestamp: None,
         ..with_a_past(1)
     };
-    let server = TestServer::start(config(still)).await.expect("server");
+    let server = TestServer::start(one_chain(still, "bsc", 56))
+        .await
+        .expect("server");
     let mut ws = WsClient::connect(&server.ws_url("bsc", "demo"))
         .await
         .expect("connect");
@@ -204,7 +224,7 @@ async fn the_memory_bound_lets_the_oldest_go_and_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_data_directory_the_whole_past_is_held() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut config = config(with_a_past(1));
+    let mut config = one_chain(with_a_past(1), "polygon", 137);
     config.log.data_dir = Some(dir.path().to_path_buf());
     let server = TestServer::start(config).await.expect("server");
     let mut ws = WsClient::connect(&server.ws_url("polygon", "demo"))
