@@ -32,9 +32,9 @@
 //!   [`ingest::upstream`]) produce blocks and pending transactions;
 //!   [`ingest::canonical`] orders them (reorgs become removals then
 //!   additions).
-//! - [`history`] — a `fromBlock` older than the log, read from the
-//!   chain's nodes for the subscription's actor until the log holds the
-//!   rest.
+//! - [`history`] — a `fromBlock` older than the log, read for the
+//!   subscription's actor until the log holds the rest: from the chain's
+//!   nodes, a devnet chain's archive, or an edge's stream on the bus.
 //! - [`node`] — a node's JSON-RPC over WebSocket, for the node source, the
 //!   price index, history and the methods forwarded to the node.
 //! - [`bus`] — the roles' NATS JetStream bus: an ingest publishes each
@@ -43,7 +43,8 @@
 //! - [`eventlog`] — each chain's event log: every canonical change as a
 //!   step at a position, over a bounded window that resuming subscriptions
 //!   replay; cursors; its store.
-//! - [`price`] — `token_price`'s index of DEX pools and its store.
+//! - [`price`] — `token_price`'s index of DEX pools and its store, and
+//!   what it lacks read from the nodes.
 //! - [`contracts`] — the Solidity ABI (ERC-20, Uniswap V2/V3) and the
 //!   well-known tokens and DEX factories of each chain, below both the
 //!   devnet and the price index.
