@@ -143,11 +143,12 @@ async fn prices_from_the_pools_state_before_the_index_began() {
     assert_eq!(unanswered["error"]["code"], -32002, "{unanswered}");
 }
 
-/// A node that keeps no old state (anvil `--prune-history`, as a full
-/// node) cannot price the past: -32001 naming that; now still works.
+/// A node that keeps only its newest states (anvil `--prune-history 16`,
+/// as a full node keeps 128) cannot price the past: -32001 naming that;
+/// now still works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_without_old_state_is_named() {
-    let anvil = Anvil::start_with(1, 0, &["--prune-history"])
+    let anvil = Anvil::start_with(1, 0, &["--prune-history", "16"])
         .await
         .expect("anvil");
     let chain = Session { anvil: &anvil };
