@@ -31,6 +31,14 @@ pub(super) enum Held {
     /// Not in the window (or a tag only the node can resolve: `pending`,
     /// `safe`, `finalized`); what a chain without a node answers instead.
     Elsewhere(Result<Box<RawValue>, RpcError>),
+    /// Block `number`, older than the window (`full`: with its
+    /// transactions): a devnet chain's archive answers it; elsewhere as
+    /// [`Held::Elsewhere`].
+    Older {
+        number: u64,
+        full: bool,
+        fallback: Result<Box<RawValue>, RpcError>,
+    },
 }
 
 /// A block selector: a number, or a tag.
@@ -91,15 +99,17 @@ pub(super) fn block_by_number(chain: &Chain, params: &Value) -> Result<Held, Rpc
         ),
         Selector::Number(number) => match canonical.by_number(number) {
             Some(block) => lookup(block, full),
-            None => Held::Elsewhere(match (canonical.oldest(), canonical.tip()) {
-                (Some(oldest), Some(_)) if number < oldest.number() => {
-                    Err(RpcError::not_found(format!(
+            None => match (canonical.oldest(), canonical.tip()) {
+                (Some(oldest), Some(_)) if number < oldest.number() => Held::Older {
+                    number,
+                    full,
+                    fallback: Err(RpcError::not_found(format!(
                         "block {number} is older than the recent blocks this server keeps (oldest: {})",
                         oldest.number()
-                    )))
-                }
-                _ => result(&Value::Null),
-            }),
+                    ))),
+                },
+                _ => Held::Elsewhere(result(&Value::Null)),
+            },
         },
     })
 }

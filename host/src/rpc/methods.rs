@@ -15,6 +15,8 @@ use super::{
     Call, Incoming, RpcError, batch_response, blocks, devnet, error_response, forward, logs, parse,
     response, result, submit, subscribe, token_price,
 };
+use crate::history::Blocks;
+use crate::history::archive::Archive;
 
 /// What `web3_clientVersion` answers.
 pub const CLIENT_VERSION: &str = concat!("chainsieve/v", env!("CARGO_PKG_VERSION"));
@@ -107,7 +109,26 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
     }
 }
 
-/// The window's answer; else, on a node chain, the node's.
+/// Block `number` as a devnet chain's archive holds it; `None` if it does
+/// not.
+async fn archived(
+    archive: &Archive,
+    number: u64,
+    full: bool,
+) -> Option<Result<Box<serde_json::value::RawValue>, RpcError>> {
+    match archive.range(number, number).await {
+        Ok(blocks) => blocks
+            .first()
+            .and_then(|block| block.block_json(full))
+            .map(Ok),
+        Err(error) => Some(Err(RpcError::internal(format!(
+            "reading block {number} from the devnet's archive: {error:#}"
+        )))),
+    }
+}
+
+/// The window's answer; else, on a node chain, the node's; a devnet
+/// chain's older blocks, its archive's.
 async fn held(
     ctx: Context<'_>,
     call: &Call,
@@ -115,9 +136,19 @@ async fn held(
 ) -> Result<Box<serde_json::value::RawValue>, RpcError> {
     match held? {
         blocks::Held::Answer(answer) => Ok(answer),
-        blocks::Held::Elsewhere(_) if ctx.chain.node().is_some() => {
+        blocks::Held::Elsewhere(_) | blocks::Held::Older { .. } if ctx.chain.node().is_some() => {
             forward::forward(ctx.chain, call).await
         }
+        blocks::Held::Older {
+            number,
+            full,
+            fallback,
+        } => match ctx.chain.history_blocks() {
+            Some(Blocks::Archive(archive)) => {
+                archived(&archive, number, full).await.unwrap_or(fallback)
+            }
+            _ => fallback,
+        },
         blocks::Held::Elsewhere(fallback) => fallback,
     }
 }

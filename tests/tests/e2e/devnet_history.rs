@@ -210,6 +210,23 @@ async fn the_memory_bound_lets_the_oldest_go_and_says_so() {
         .and_then(|number| number.parse().ok())
         .unwrap_or_else(|| panic!("names its oldest block: {message}"));
     assert!(held > 1 && held + WINDOW < PAST, "held from {held}");
+    // Block lookups older than the window, the same: the archive answers
+    // what it holds; older, -32001.
+    let lookup = |number: u64| json!([format!("{number:#x}"), false]);
+    let gone = ws
+        .call("eth_getBlockByNumber", lookup(1))
+        .await
+        .expect("answered");
+    assert_eq!(gone["error"]["code"], -32001, "{gone}");
+    let kept = ws
+        .call("eth_getBlockByNumber", lookup(held))
+        .await
+        .expect("answered");
+    assert_eq!(
+        kept["result"]["number"],
+        json!(format!("{held:#x}")),
+        "{kept}"
+    );
     // From there it is served, and the connection went on.
     let from = ws
         .subscribe(json!(["newHeads", {"fromBlock": format!("{held:#x}")}]))
