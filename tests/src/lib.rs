@@ -70,6 +70,19 @@ pub fn quantity(value: &Value) -> u64 {
         .unwrap_or_else(|e| panic!("{text} is not a quantity: {e}"))
 }
 
+/// The block numbers of `heads` (`newHeads` results), each checked to be
+/// the child of the one before.
+pub fn chained_numbers(heads: &[Value]) -> Vec<u64> {
+    for pair in heads.windows(2) {
+        assert_eq!(
+            pair[1]["parentHash"], pair[0]["hash"],
+            "block {} is the child of the one before",
+            pair[1]["number"]
+        );
+    }
+    heads.iter().map(|head| quantity(&head["number"])).collect()
+}
+
 /// A running server; shut down when dropped.
 pub struct TestServer {
     pub addr: SocketAddr,

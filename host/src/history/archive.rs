@@ -9,7 +9,6 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use alloy_primitives::B256;
 use anyhow::Context;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::mpsc;
@@ -37,8 +36,9 @@ pub struct Archive {
 /// The newest canonical blocks, in memory.
 #[derive(Debug, Default)]
 struct Recent {
-    /// Consecutive canonical blocks, oldest first.
-    blocks: VecDeque<Arc<Block>>,
+    /// Consecutive canonical blocks, oldest first, each with what it
+    /// holds (roughly, counted once).
+    blocks: VecDeque<(Arc<Block>, usize)>,
     /// What `blocks` holds, roughly.
     bytes: usize,
     /// `[devnet] archive_memory_mib`.
@@ -52,10 +52,10 @@ impl Recent {
         let (ChainEvent::Added(block) | ChainEvent::Removed(block)) = change else {
             return;
         };
-        while let Some(last) = self.blocks.back()
+        while let Some((last, bytes)) = self.blocks.back()
             && last.number() >= block.number()
         {
-            self.bytes -= last.approximate_bytes();
+            self.bytes -= bytes;
             self.blocks.pop_back();
         }
         if let ChainEvent::Added(block) = change {
@@ -63,27 +63,28 @@ impl Recent {
             if self
                 .blocks
                 .back()
-                .is_some_and(|last| last.number() + 1 != block.number())
+                .is_some_and(|(last, _)| last.number() + 1 != block.number())
             {
                 self.blocks.clear();
                 self.bytes = 0;
             }
-            self.bytes += block.approximate_bytes();
-            self.blocks.push_back(block.clone());
+            let bytes = block.approximate_bytes();
+            self.bytes += bytes;
+            self.blocks.push_back((block.clone(), bytes));
         }
     }
 
     /// Lets go of the oldest blocks past the memory bound.
     fn trim(&mut self) {
         while self.bytes > self.max_bytes
-            && let Some(oldest) = self.blocks.pop_front()
+            && let Some((_, bytes)) = self.blocks.pop_front()
         {
-            self.bytes -= oldest.approximate_bytes();
+            self.bytes -= bytes;
         }
     }
 
     fn oldest(&self) -> Option<u64> {
-        self.blocks.front().map(|block| block.number())
+        self.blocks.front().map(|(block, _)| block.number())
     }
 
     /// The held blocks of `bottom..=top`.
@@ -93,7 +94,12 @@ impl Recent {
         };
         let skip = usize::try_from(bottom.saturating_sub(oldest)).unwrap_or(usize::MAX);
         let take = usize::try_from(top.saturating_sub(bottom.max(oldest)) + 1).unwrap_or(0);
-        self.blocks.iter().skip(skip).take(take).cloned().collect()
+        self.blocks
+            .iter()
+            .skip(skip)
+            .take(take)
+            .map(|(block, _)| block.clone())
+            .collect()
     }
 }
 
@@ -156,13 +162,9 @@ impl Archive {
         Ok(blocks)
     }
 
-    /// The hash of canonical block `number`, if held.
-    pub async fn hash_of(&self, number: u64) -> anyhow::Result<Option<B256>> {
-        Ok(self
-            .range(number, number)
-            .await?
-            .first()
-            .map(|block| block.hash))
+    /// Canonical block `number`, if held.
+    pub async fn block(&self, number: u64) -> anyhow::Result<Option<Arc<Block>>> {
+        Ok(self.range(number, number).await?.pop())
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Recent> {
@@ -297,6 +299,8 @@ impl ArchiveFile {
 
 #[cfg(test)]
 mod tests {
+    use alloy_primitives::B256;
+
     use super::*;
     use crate::eventlog::EventLog;
 
@@ -368,8 +372,8 @@ mod tests {
         );
         assert_eq!(held(&archive, 10, 20).await, [], "nothing past the tip");
         assert_eq!(archive.oldest().await.expect("oldest"), Some(0));
-        let eight = archive.hash_of(8).await.expect("read").expect("held");
-        assert_eq!(eight.0[31], 2, "the replacement's hash");
+        let eight = archive.block(8).await.expect("read").expect("held");
+        assert_eq!(eight.hash.0[31], 2, "the replacement's hash");
     }
 
     #[tokio::test]

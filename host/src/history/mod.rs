@@ -148,8 +148,9 @@ impl Blocks {
                 Ok(answer.map(|Hashed { hash }| hash))
             }
             Blocks::Archive(archive) => archive
-                .hash_of(number)
+                .block(number)
                 .await
+                .map(|block| block.map(|block| block.hash))
                 .map_err(|error| format!("{error:#}")),
         }
     }

@@ -26,7 +26,7 @@ const SEAM_MARGIN: u64 = 128;
 
 /// How often a reader at the seam looks whether the actor has taken every
 /// block before it.
-pub(super) const DRAINED_POLL: Duration = Duration::from_millis(5);
+const DRAINED_POLL: Duration = Duration::from_millis(5);
 
 /// The wait before a failed batch is tried again, doubled each time.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
@@ -59,10 +59,7 @@ async fn stream(source: &Source, from: u64, first: Option<u64>, out: &mpsc::Send
             // Handed over only once the actor has taken every block before
             // it, so the plan is made when it is used, not a queue earlier
             // (the window moves meanwhile).
-            if out.capacity() < out.max_capacity() {
-                tokio::time::sleep(DRAINED_POLL).await;
-                continue;
-            }
+            drained(out).await;
             if let Some(item) = seam(log, next, parent) {
                 let _ = out.send(item).await;
                 return;
@@ -128,6 +125,13 @@ async fn batch(
         tokio::time::sleep(wait).await;
         wait *= 2;
         attempt += 1;
+    }
+}
+
+/// Returns once the actor has taken every item queued on `out`.
+pub(super) async fn drained(out: &mpsc::Sender<HistoryItem>) {
+    while out.capacity() < out.max_capacity() {
+        tokio::time::sleep(DRAINED_POLL).await;
     }
 }
 

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::reader::{DRAINED_POLL, reorganised, seam, seam_at};
+use super::reader::{drained, reorganised, seam, seam_at};
 use super::{GONE, HistoryItem, UNAVAILABLE};
 use crate::bus::linear::Reader;
 use crate::bus::{ChainLog, codec};
@@ -33,17 +33,10 @@ const LEAD: u64 = 128;
 const HOLD: u64 = 8;
 
 /// The oldest block the stream holds: the block of its first step that
-/// adds or removes one.
+/// adds or removes one (among its first 1,024).
 pub async fn reach(stream: &ChainLog) -> anyhow::Result<Option<u64>> {
     let (first, last) = stream.bounds().await?;
-    for position in first..=last.min(first + 1_024) {
-        if let Some(ChainEvent::Added(block) | ChainEvent::Removed(block)) =
-            stream.step(position).await?
-        {
-            return Ok(Some(block.number()));
-        }
-    }
-    Ok(None)
+    block_at_or_after(stream, first, last.min(first + 1_024)).await
 }
 
 /// Reads the chain's blocks from block `from` on, from `stream`, until
@@ -95,11 +88,9 @@ pub(super) async fn read(
             Some(Outcome::Seam) => {
                 // Handed over only once the actor has taken every block
                 // before it (as history from the nodes does).
-                while out.capacity() < out.max_capacity() {
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        () = tokio::time::sleep(DRAINED_POLL) => {}
-                    }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = drained(&out) => {}
                 }
                 let next_block = fold.told.map_or(from, |(number, _)| number + 1);
                 if let Some(item) = seam(&log, next_block, fold.told.map(|(_, hash)| hash)) {

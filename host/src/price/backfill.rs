@@ -28,14 +28,15 @@ use crate::node::{Call, NodeError, NodePool, decode};
 const FIRST_SPAN: u64 = 1_000;
 const MAX_SPAN: u64 = 10_000;
 
-/// The header fields a backfilled block needs (its time and identity).
+/// The header fields a backfilled block (and a block read for a cold
+/// price) needs: its time and identity.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct HeaderFields {
-    hash: B256,
-    parent_hash: B256,
-    number: U64,
-    timestamp: U64,
+pub(super) struct HeaderFields {
+    pub(super) hash: B256,
+    pub(super) parent_hash: B256,
+    pub(super) number: U64,
+    pub(super) timestamp: U64,
 }
 
 /// Backfills `from..` up to the first indexed block (or the node's head at

@@ -11,9 +11,9 @@ use std::time::Duration;
 use alloy_primitives::{Address, B256, Bytes, U64, U256};
 use alloy_sol_types::SolCall;
 use governor::DefaultDirectRateLimiter;
-use serde::Deserialize;
 use serde_json::json;
 
+use super::backfill::HeaderFields;
 use super::query::PriceError;
 use super::store::{BlockUpdate, Pool, PoolKind, PoolState, PriceStore, PriceWrite, Token};
 use crate::contracts::abi::{
@@ -36,13 +36,6 @@ pub struct Header {
     pub number: u64,
     pub hash: B256,
     pub timestamp: u64,
-}
-
-#[derive(Deserialize)]
-struct HeaderFields {
-    number: U64,
-    hash: B256,
-    timestamp: U64,
 }
 
 /// One request's reads of the nodes, at most `left` calls, within the

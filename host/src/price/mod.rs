@@ -187,9 +187,7 @@ impl PriceIndex {
         };
         let store = &*self.store;
         let Some((tip, _)) = store.tip()? else {
-            return Err(PriceError::NotFound(
-                "no price data indexed on this chain yet".into(),
-            ));
+            return Err(query::nothing_indexed());
         };
         let covered = self.covered()?;
         let mut cold = ColdRead::new(

@@ -84,9 +84,7 @@ pub fn token_price(
     token1: Address,
 ) -> Result<PriceAnswer, PriceError> {
     let Some((tip, _)) = store.tip()? else {
-        return Err(PriceError::NotFound(
-            "no price data indexed on this chain yet".into(),
-        ));
+        return Err(nothing_indexed());
     };
     let at = match timestamp {
         Some(t) => store.block_at(t)?.map_or(tip, |(block, _)| block),
@@ -104,6 +102,11 @@ pub fn token_price(
         None if at != tip => ask(tip)?.ok_or_else(|| unpriced(token0, token1)),
         None => Err(unpriced(token0, token1)),
     }
+}
+
+/// Nothing is indexed on the chain yet.
+pub fn nothing_indexed() -> PriceError {
+    PriceError::NotFound("no price data indexed on this chain yet".into())
 }
 
 /// No pool prices the pair.

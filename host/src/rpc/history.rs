@@ -21,12 +21,10 @@ pub(super) async fn feed(
     source: chainsieve_filter_core::Source,
 ) -> Result<Option<HistoryFeed>, RpcError> {
     let chain = &**ctx.chain;
-    let Some(asked) = asked else {
+    let nodes = chain.history_blocks();
+    let Some(asked) = asked.filter(|_| nodes.is_some() || chain.stream().is_some()) else {
         return Ok(None);
     };
-    if chain.history_blocks().is_none() && chain.stream().is_none() {
-        return Ok(None);
-    }
     if source == chainsieve_filter_core::Source::PendingTransactions {
         return Ok(None);
     }
@@ -73,7 +71,6 @@ pub(super) async fn feed(
     }
     // An edge reads its chain's stream on the bus as far as it reaches,
     // then the nodes.
-    let nodes = chain.history_blocks();
     if let Some(stream) = chain.stream() {
         let reach = history::stream::reach(stream).await.map_err(|error| {
             RpcError::unavailable(format!(

@@ -116,11 +116,8 @@ async fn archived(
     number: u64,
     full: bool,
 ) -> Option<Result<Box<serde_json::value::RawValue>, RpcError>> {
-    match archive.range(number, number).await {
-        Ok(blocks) => blocks
-            .first()
-            .and_then(|block| block.block_json(full))
-            .map(Ok),
+    match archive.block(number).await {
+        Ok(block) => block.and_then(|block| block.block_json(full)).map(Ok),
         Err(error) => Some(Err(RpcError::internal(format!(
             "reading block {number} from the devnet's archive: {error:#}"
         )))),

@@ -6,12 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{
-    AuthConfig, BusConfig, ChainConfig, Config, LogConfig, Role, SourceConfig, Span,
-};
+use chainsieve::config::{BusConfig, Config, LogConfig, Role, SourceConfig, Span};
 use chainsieve_tests::anvil::{Anvil, ping_client};
 use chainsieve_tests::nats::Nats;
-use chainsieve_tests::{TestServer, WsClient, quantity};
+use chainsieve_tests::{TestServer, WsClient, chained_numbers, quantity};
 use serde_json::{Value, json};
 
 const KEY: &str = "bus-history-test";
@@ -30,6 +28,18 @@ fn window(blocks: u64) -> LogConfig {
     }
 }
 
+/// An edge on `nats` serving `config`'s chains with a log of 16 blocks.
+async fn edge_of(nats: &Nats, config: Config) -> TestServer {
+    TestServer::start(Config {
+        role: Role::Edge,
+        bus: bus(nats),
+        log: window(16),
+        ..config
+    })
+    .await
+    .expect("edge starts")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edge_reads_history_from_the_stream_then_its_log() {
     let anvil = Anvil::start(1).await.expect("anvil");
@@ -46,26 +56,12 @@ async fn an_edge_reads_history_from_the_stream_then_its_log() {
     .await
     .expect("ingest starts");
     ingest.wait_live("eth").await;
-    let edge = TestServer::start(Config {
-        role: Role::Edge,
-        bus: bus(&nats),
-        log: window(16),
-        chains: BTreeMap::from([(
-            "eth".to_string(),
-            ChainConfig {
-                chain_id: Some(1),
-                source: SourceConfig::Devnet,
-                ..Default::default()
-            },
-        )]),
-        auth: AuthConfig {
-            keys: vec![KEY.to_string()],
-            ..Default::default()
-        },
-        ..Config::default()
-    })
-    .await
-    .expect("edge starts");
+    // Of no node: its chain's source is the bus alone.
+    let mut no_node = anvil.config(KEY);
+    for chain in no_node.chains.values_mut() {
+        chain.source = SourceConfig::Devnet;
+    }
+    let edge = edge_of(&nats, no_node).await;
     let url = edge.ws_url("eth", KEY);
 
     // Calls a block each, far past the edge's window of 16.
@@ -96,14 +92,10 @@ async fn an_edge_reads_history_from_the_stream_then_its_log() {
         let (id, result) = client.next_notification().await.expect("in time");
         seen.entry(id).or_default().push(result);
     }
-    let numbers: Vec<u64> = seen[&head_id]
-        .iter()
-        .map(|head| quantity(&head["number"]))
-        .collect();
-    assert_eq!(numbers, (from..=last).collect::<Vec<_>>());
-    for pair in seen[&head_id].windows(2) {
-        assert_eq!(pair[1]["parentHash"], pair[0]["hash"]);
-    }
+    assert_eq!(
+        chained_numbers(&seen[&head_id]),
+        (from..=last).collect::<Vec<_>>()
+    );
     let range = json!([{ "fromBlock": format!("{from:#x}"), "toBlock": format!("{last:#x}"), "address": ping }]);
     let node_logs = anvil.rpc("eth_getLogs", range).await.expect("logs");
     assert_eq!(Value::Array(seen[&log_id].clone()), node_logs);
@@ -128,14 +120,7 @@ async fn an_edge_reads_history_from_the_stream_then_its_log() {
     assert!((20..from).contains(&reach), "reaches back to {reach}");
 
     // An edge with a node reads what the stream no longer holds from it.
-    let with_node = TestServer::start(Config {
-        role: Role::Edge,
-        bus: bus(&nats),
-        log: window(16),
-        ..anvil.config(KEY)
-    })
-    .await
-    .expect("edge starts");
+    let with_node = edge_of(&nats, anvil.config(KEY)).await;
     let mut client = WsClient::connect(&with_node.ws_url("eth", KEY))
         .await
         .expect("connect");
