@@ -21,6 +21,10 @@ use crate::http::{AppState, Stats};
 use crate::metrics::Metrics;
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
+use crate::rpc::webhooks::Opener;
+use crate::webhook::Webhooks;
+use crate::webhook::post::Poster;
+use crate::webhook::store::LocalStore;
 
 /// Loads the filters and starts every chain; the server then serves the
 /// returned state ([`crate::http::serve`]).
@@ -81,17 +85,34 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
     .inspect_err(|_| chains_running.cancel())?;
     let rate = NonZeroU32::new(config.limits.requests_per_second_per_key)
         .context("limits.requests_per_second_per_key must be at least 1")?;
+    let history = Arc::new(Streams::new(
+        config.history.max_streams,
+        config.history.max_streams_per_key,
+    ));
+    let subscriptions = Arc::new(Subscriptions::default());
+    let webhooks = match config.role {
+        Role::All => Some(
+            start_webhooks(
+                config,
+                &chains,
+                &history,
+                &subscriptions,
+                &tasks,
+                &chains_running,
+            )
+            .await
+            .inspect_err(|_| chains_running.cancel())?,
+        ),
+        Role::Ingest | Role::Edge => None,
+    };
     Ok(Arc::new(AppState {
         role: config.role,
         chains,
         default_chain,
         keys,
         admin_token: config.auth.admin_token.clone(),
-        subscriptions: Subscriptions::default(),
-        history: Arc::new(Streams::new(
-            config.history.max_streams,
-            config.history.max_streams_per_key,
-        )),
+        subscriptions,
+        history,
         connections: Arc::default(),
         metrics,
         rate: RateLimit::new(rate),
@@ -101,5 +122,36 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         tasks,
         stats: Stats::default(),
         filter_reloads,
+        webhooks,
     }))
+}
+
+/// The webhooks of a server of role `all`: kept in `webhooks.redb` under
+/// `[log] data_dir` (in memory without one), their subscriptions opened
+/// as `eth_subscribe` opens a socket's.
+async fn start_webhooks(
+    config: &Config,
+    chains: &BTreeMap<String, Arc<Chain>>,
+    history: &Arc<Streams>,
+    subscriptions: &Arc<Subscriptions>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Arc<Webhooks>> {
+    let store = LocalStore::open(config.log.data_dir.as_deref(), tasks)?;
+    let opener = Opener {
+        chains: chains.clone(),
+        history: history.clone(),
+        subscriptions: subscriptions.clone(),
+    };
+    let poster = Poster::new(&config.webhooks)?;
+    Webhooks::start(
+        config.webhooks.clone(),
+        Arc::new(store),
+        Arc::new(opener),
+        Arc::new(poster),
+        tasks.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .context("starting the webhooks")
 }

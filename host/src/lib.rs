@@ -32,6 +32,9 @@
 //!   [`ingest::upstream`]) produce blocks and pending transactions;
 //!   [`ingest::canonical`] orders them (reorgs become removals then
 //!   additions).
+//! - [`webhook`] — subscriptions delivered by HTTP POST: definitions and
+//!   cursors kept in the embedded database, one worker per webhook, signed
+//!   deliveries retried in order; the RPC side opens their subscriptions.
 //! - [`history`] — a `fromBlock` older than the log, read for the
 //!   subscription's actor until the log holds the rest: from the chain's
 //!   nodes, a devnet chain's archive, or an edge's stream on the bus.
@@ -74,6 +77,7 @@ pub mod node;
 pub mod per_key;
 pub mod price;
 pub mod rpc;
+pub mod webhook;
 
 use std::sync::Arc;
 

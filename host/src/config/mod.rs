@@ -16,12 +16,14 @@ mod devnet;
 mod nodes;
 mod rpc;
 mod span;
+mod webhooks;
 pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
 pub use nodes::{Agreement, MIN_STALL, NodeConfig, NodeSpec, NodesSpec, Source, SourceConfig};
 pub use rpc::RpcConfig;
 use span::duration_text;
 pub use span::{Span, cadence};
+pub use webhooks::WebhooksConfig;
 
 /// How far back a chain keeps its recent blocks by default
 /// (`chains.<name>.window`): a quarter of an hour on every chain (75
@@ -62,6 +64,7 @@ pub struct Config {
     pub bus: BusConfig,
     /// What node-fed chains forward to their node.
     pub rpc: RpcConfig,
+    pub webhooks: WebhooksConfig,
     pub logging: LoggingConfig,
 }
 
@@ -217,6 +220,7 @@ impl Default for Config {
             history: HistoryConfig::default(),
             bus: BusConfig::default(),
             rpc: RpcConfig::default(),
+            webhooks: WebhooksConfig::default(),
             logging: LoggingConfig::default(),
         }
     }
@@ -547,6 +551,7 @@ impl Config {
         )?;
         self.devnet.validate()?;
         self.rpc.validate()?;
+        self.webhooks.validate()?;
         self.logging.validate()?;
         if self.role != Role::All {
             self.bus.validate()?;

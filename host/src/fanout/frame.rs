@@ -128,6 +128,24 @@ impl Notice {
         &self.0.rest[MIDDLE.len()..MIDDLE.len() + self.0.payload_len]
     }
 
+    /// The event's cursor, if it has one.
+    pub fn cursor(&self) -> Option<&str> {
+        let after = &self.0.rest[MIDDLE.len() + self.0.payload_len..];
+        let cursor = after.strip_prefix(CURSOR)?;
+        cursor.split_once('"').map(|(cursor, _)| cursor)
+    }
+
+    /// Appends the notification's `params` object to `subscription`
+    /// (`{"subscription":…,"result":…,"cursor":…}`): what a webhook
+    /// delivers of each notification, spliced as a frame is.
+    pub fn write_params(&self, subscription: &str, out: &mut Vec<u8>) {
+        let rest = self.0.rest.as_bytes();
+        out.extend_from_slice(&PREFIX.as_bytes()[PARAMS_AT..]);
+        out.extend_from_slice(subscription.as_bytes());
+        // The notification's closing brace is the envelope's.
+        out.extend_from_slice(&rest[..rest.len() - 1]);
+    }
+
     /// Appends the notification of this notice to `subscription` as one
     /// frame, as [`Frame::encode`] would, without making the frame.
     pub fn encode_to(&self, subscription: &str, out: &mut Vec<u8>) {
@@ -171,9 +189,17 @@ fn header(opcode: u8, len: usize, out: &mut Vec<u8>) {
 }
 
 const PREFIX: &str = r#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":""#;
+/// Where the `params` object begins in [`PREFIX`].
+const PARAMS_AT: usize = PREFIX.len() - r#"{"subscription":""#.len();
 const MIDDLE: &str = r#"","result":"#;
 const CURSOR: &str = r#","cursor":""#;
 const SUFFIX: &str = "}}";
+
+/// A new public subscription id (a webhook's too): `0x` + 32 random hex
+/// digits.
+pub fn new_id() -> Arc<str> {
+    format!("0x{:032x}", rand::random::<u128>()).into()
+}
 
 /// The last frame of a subscription the server ended (its filter was
 /// removed or disabled): an `eth_subscription` carrying a JSON-RPC error
@@ -195,6 +221,20 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    #[test]
+    fn ids_are_0x_and_32_hex_digits_and_unique() {
+        let a = new_id();
+        let b = new_id();
+        assert_eq!(a.len(), 34);
+        assert!(
+            a.starts_with("0x")
+                && a[2..]
+                    .bytes()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_ne!(a, b);
+    }
 
     #[test]
     fn a_queue_slot_is_four_words() {
@@ -224,6 +264,24 @@ mod tests {
             bare,
             json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xabc","result":"0x1"}})
         );
+    }
+
+    /// A webhook's notification is the frame's `params`, and its cursor
+    /// is read back from the notice.
+    #[test]
+    fn params_are_the_notification_params_and_the_cursor_reads_back() {
+        let notice = Notice::new(r#"{"a":"x\"}"}"#, Some("eth:7:0:00000000000000ff"));
+        assert_eq!(notice.cursor(), Some("eth:7:0:00000000000000ff"));
+        let mut params = Vec::new();
+        notice.write_params("0xabc", &mut params);
+        let frame = Frame::Notification {
+            subscription: "0xabc".into(),
+            notice,
+        };
+        let whole: Value = serde_json::from_str(&frame.to_text()).expect("valid JSON");
+        let params: Value = serde_json::from_slice(&params).expect("valid JSON");
+        assert_eq!(params, whole["params"]);
+        assert_eq!(Notice::new("1", None).cursor(), None);
     }
 
     #[test]

@@ -18,6 +18,6 @@ mod queue;
 pub mod testing;
 mod wire;
 
-pub use frame::{Frame, Notice, ended};
+pub use frame::{Frame, Notice, ended, new_id};
 pub use queue::{Closing, Frames, Round, SendError, Sink, Via};
 pub use wire::{Wire, with_scratch};

@@ -150,7 +150,10 @@ impl Shared {
     ) -> Result<(), SendError> {
         let waker = {
             let mut queue = self.lock();
-            if queue.receiver_gone {
+            // Nothing is queued after a close: what an overflow left is a
+            // gapless prefix of each subscription's notifications (a
+            // webhook delivers it, then reads on from its last cursor).
+            if queue.receiver_gone || self.is_closed() {
                 return Err(SendError::Closed);
             }
             match change(&mut queue)? {
@@ -426,6 +429,11 @@ impl Frames {
         Poll::Pending
     }
 
+    /// How many frames are queued.
+    pub fn queued(&self) -> usize {
+        self.shared.lock().frames.len()
+    }
+
     /// The next frame if one is queued.
     pub fn try_recv(&mut self) -> Option<Frame> {
         self.shared.lock().frames.pop_front()
@@ -623,6 +631,13 @@ mod tests {
         assert_eq!(sink.send("c".to_string()), Err(SendError::Overflow));
         assert!(sink.closing().is_closed());
         assert_eq!(frames.try_recv(), Some(Frame::Text("a".into())));
+        assert_eq!(
+            sink.send("d".to_string()),
+            Err(SendError::Closed),
+            "nothing is queued after the gap an overflow left, room or not"
+        );
+        assert_eq!(frames.try_recv(), Some(Frame::Text("b".into())));
+        assert_eq!(frames.try_recv(), None);
         drop(frames);
         assert_eq!(sink.send("d".to_string()), Err(SendError::Closed));
     }
@@ -723,8 +738,11 @@ mod tests {
         let (sink, mut frames, _pipe, _wakes) = waiting_writer(3);
         sink.send("cut short".to_string()).expect("room");
         sink.closing().close();
-        sink.send("after".to_string())
-            .expect("queued, never written");
+        assert_eq!(
+            sink.send("after".to_string()),
+            Err(SendError::Closed),
+            "nothing is queued after a close"
+        );
         let mut cx = Context::from_waker(Waker::noop());
         let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
         let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
@@ -750,6 +768,7 @@ mod tests {
         );
         assert!(sink.closing().is_closed());
         assert_eq!(frames.try_recv(), None);
+        let (sink, mut frames) = Sink::new(2);
         sink.notify_all(&subscription, notices[..2].iter(), Via::Queue)
             .expect("room for two");
         assert_eq!(

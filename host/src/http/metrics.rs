@@ -5,6 +5,7 @@
 //! failures), read from the server when scraped.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -19,6 +20,7 @@ use super::AppState;
 use crate::ingest::upstream::UpstreamStatus;
 use crate::metrics::{ChainLabel, NodeLabels, TopicLabels};
 use crate::node::NodeState;
+use crate::webhook::Webhooks;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NodeStateLabels {
@@ -154,5 +156,63 @@ fn scrape(state: &AppState) -> Registry {
         "How many blocks a node's head is behind the chain's",
         node_lag,
     );
+    if let Some(webhooks) = &state.webhooks {
+        register_webhooks(&mut registry, webhooks);
+    }
     registry
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+/// Deliveries, failed tries, and per webhook state the webhooks, their
+/// backlog and its age.
+fn register_webhooks(registry: &mut Registry, webhooks: &Webhooks) {
+    let (delivered, failed) = webhooks.totals();
+    let deliveries = Counter::<u64>::default();
+    deliveries.inc_by(delivered);
+    registry.register(
+        "webhook_deliveries",
+        "Webhook deliveries the receiver accepted (2xx)",
+        deliveries,
+    );
+    let failures = Counter::<u64>::default();
+    failures.inc_by(failed);
+    registry.register(
+        "webhook_failures",
+        "Webhook tries that failed (timeouts, connection errors, refusals, subscriptions ended)",
+        failures,
+    );
+    let count = Family::<StateLabel, Gauge>::default();
+    let backlog = Family::<StateLabel, Gauge>::default();
+    let lag = Family::<StateLabel, Gauge<f64, AtomicU64>>::default();
+    for (webhook_state, figures) in webhooks.states() {
+        let labels = StateLabel {
+            state: webhook_state.name().to_string(),
+        };
+        count
+            .get_or_create(&labels)
+            .set(i64::try_from(figures.webhooks).unwrap_or(i64::MAX));
+        backlog
+            .get_or_create(&labels)
+            .set(i64::try_from(figures.backlog).unwrap_or(i64::MAX));
+        lag.get_or_create(&labels).set(figures.lag.as_secs_f64());
+    }
+    registry.register(
+        "webhooks",
+        "Webhooks per state (active, retrying, failing, paused)",
+        count,
+    );
+    registry.register(
+        "webhook_backlog",
+        "Notifications waiting to be delivered, per webhook state",
+        backlog,
+    );
+    registry.register(
+        "webhook_lag_seconds",
+        "How long the oldest waiting notification has waited, the most of any webhook in the state",
+        lag,
+    );
 }

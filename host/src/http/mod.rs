@@ -44,6 +44,7 @@ use crate::rpc::methods::{self, Context};
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::{RpcError, error_response};
+use crate::webhook::Webhooks;
 use socket::{Listener, Socket};
 use upgrade::WebSocketRequest;
 
@@ -59,7 +60,8 @@ pub struct AppState {
     pub keys: HashSet<String>,
     /// The bearer token of `/admin/*`; `None` turns them off.
     pub admin_token: Option<String>,
-    pub subscriptions: Subscriptions,
+    /// Shared with the webhooks' opener, which keys subscriptions from it.
+    pub subscriptions: Arc<Subscriptions>,
     /// History streams reading the nodes, for `[history] max_streams`.
     pub history: Arc<Streams>,
     /// Open WebSocket connections per key, for `max_connections_per_key`.
@@ -84,6 +86,9 @@ pub struct AppState {
     pub stats: Stats,
     /// A new report after each scan of the filters directory.
     pub filter_reloads: watch::Receiver<ReloadReport>,
+    /// Every webhook of the process; `None` on the bus roles (not yet
+    /// served there).
+    pub webhooks: Option<Arc<Webhooks>>,
 }
 
 /// Counters about the server's connections.
@@ -119,6 +124,7 @@ impl AppState {
             history: &self.history,
             rate: &self.rate,
             limits: &self.limits,
+            webhooks: self.webhooks.as_deref(),
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::chain::Chain;
 use crate::config::LimitsConfig;
 use crate::fanout::{SendError, Sink};
 use crate::history::limits::Streams;
+use crate::webhook::Webhooks;
 
 /// A WebSocket connection as the methods see it.
 #[derive(Debug)]
@@ -56,6 +57,8 @@ pub struct Context<'a> {
     pub history: &'a Arc<Streams>,
     pub rate: &'a RateLimit,
     pub limits: &'a LimitsConfig,
+    /// The server's webhooks; `None` where this role serves none.
+    pub webhooks: Option<&'a Webhooks>,
 }
 
 /// Gates of the subscriptions one batch makes: they deliver only once the

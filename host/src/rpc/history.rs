@@ -2,10 +2,12 @@
 //! History from the nodes): a `fromBlock` older than the chain's log
 //! window, or a cursor whose block has left it and is still canonical.
 
+use std::sync::Arc;
+
 use super::RpcError;
-use super::context::Context;
+use crate::chain::Chain;
 use crate::eventlog::cursor::{Cursor, ResumeFrom};
-use crate::history::limits::Admitted;
+use crate::history::limits::Streams;
 use crate::history::{self, Blocks, HistoryFeed, Source, StartAt};
 
 /// A history stream for a `fromBlock` older than (or at the edge of)
@@ -16,11 +18,13 @@ use crate::history::{self, Blocks, HistoryFeed, Source, StartAt};
 /// it (the log's refusal then stands). A cursor resumes only if its block is
 /// still canonical. Pending topics have no history.
 pub(super) async fn feed(
-    ctx: Context<'_>,
+    chain: &Chain,
+    streams: &Streams,
+    api_key: &Arc<str>,
     asked: Option<&ResumeFrom>,
     source: chainsieve_filter_core::Source,
 ) -> Result<Option<HistoryFeed>, RpcError> {
-    let chain = &**ctx.chain;
+    let admit = || streams.admit(api_key).map_err(RpcError::limit_exceeded);
     let nodes = chain.history_blocks();
     let Some(asked) = asked.filter(|_| nodes.is_some() || chain.stream().is_some()) else {
         return Ok(None);
@@ -80,7 +84,7 @@ pub(super) async fn feed(
         })?;
         match (reach, &nodes) {
             (Some(reach), _) if start >= reach => {
-                let admitted = admit(ctx)?;
+                let admitted = admit()?;
                 return Ok(Some(history::start_on_bus(
                     stream.clone(),
                     log.clone(),
@@ -112,19 +116,12 @@ pub(super) async fn feed(
     if let (ResumeFrom::After(cursor), StartAt::After { block, .. }) = (asked, from) {
         still_canonical(&blocks, cursor, block).await?;
     }
-    let admitted = admit(ctx)?;
+    let admitted = admit()?;
     let source = Source {
         blocks,
         log: log.clone(),
     };
     Ok(Some(history::start(source, from, admitted)))
-}
-
-/// A place among the server's history streams for the key, or -32005.
-fn admit(ctx: Context<'_>) -> Result<Admitted, RpcError> {
-    ctx.history
-        .admit(ctx.api_key)
-        .map_err(RpcError::limit_exceeded)
 }
 
 /// Whether the block `cursor` names (number `block`) is still the one

@@ -13,7 +13,7 @@ pub use super::context::{Connection, Context, Reply};
 use super::context::{Gates, Outcome};
 use super::{
     Call, Incoming, RpcError, batch_response, blocks, devnet, error_response, forward, logs, parse,
-    response, result, submit, subscribe, token_price,
+    response, result, submit, subscribe, token_price, webhooks,
 };
 use crate::history::Blocks;
 use crate::history::archive::Archive;
@@ -92,6 +92,7 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
         ),
         "eth_getLogs" => reply(held(ctx, call, logs::get_logs(ctx.chain, &call.params)).await),
         "token_price" => reply(token_price::token_price(ctx.chain, &call.params).await),
+        method if webhooks::is_webhook_method(method) => reply(webhooks::call(ctx, call).await),
         "eth_sendRawTransaction" => match ctx.chain.submissions() {
             Some(submissions) => {
                 reply(submit::send_raw_transaction(ctx.chain, submissions, &call.params).await)

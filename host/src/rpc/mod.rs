@@ -17,6 +17,7 @@ mod submit;
 mod subscribe;
 pub mod subscriptions;
 mod token_price;
+pub mod webhooks;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

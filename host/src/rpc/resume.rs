@@ -31,11 +31,7 @@ pub(super) struct Options {
 /// the topic) and reads it, for a topic that consumes `source`.
 pub(super) fn take_options(params: &mut Vec<Value>, source: Source) -> Result<Options, RpcError> {
     let options = match params.last() {
-        Some(Value::Object(last))
-            if !last.is_empty() && last.keys().all(|key| OPTIONS.contains(&key.as_str())) =>
-        {
-            last.clone()
-        }
+        Some(Value::Object(last)) if is_options(last) => last.clone(),
         _ => {
             if params.iter().any(|param| param.get(RESUME_FROM).is_some()) {
                 return Err(RpcError::invalid_params(
@@ -56,6 +52,12 @@ pub(super) fn take_options(params: &mut Vec<Value>, source: Source) -> Result<Op
         None
     };
     Ok(Options { from, finality })
+}
+
+/// Whether `object` is an options object: not empty, every member an
+/// option.
+pub(super) fn is_options(object: &Map<String, Value>) -> bool {
+    !object.is_empty() && object.keys().all(|key| OPTIONS.contains(&key.as_str()))
 }
 
 fn finality(grade: &Value, source: Source) -> Result<Grade, RpcError> {

@@ -10,9 +10,11 @@ use serde_json::value::RawValue;
 
 use super::context::{Connection, Context, Gates, Outcome};
 use super::params::{positional, require_positional};
-use super::{Call, RpcError, history, response, result, resume, subscriptions};
-use crate::filters::SubscribeError;
+use super::{Call, RpcError, history, response, result, resume};
+use crate::chain::Chain;
+use crate::fanout;
 use crate::filters::actor::{Start, Subscribe};
+use crate::filters::{FilterHandle, SubscribeError};
 
 pub(super) async fn subscribe(
     ctx: Context<'_>,
@@ -20,38 +22,15 @@ pub(super) async fn subscribe(
     call: &Call,
     batch: Option<&Gates>,
 ) -> Outcome {
-    let request = || -> Result<(String, Vec<Value>), RpcError> {
+    let request = || -> Result<_, RpcError> {
         require_positional(&call.params, "eth_subscribe")?;
-        let topic = match positional(&call.params, 0) {
-            Some(Value::String(topic)) => topic.clone(),
-            Some(other) => {
-                return Err(RpcError::invalid_params(format!(
-                    "the first parameter must be the subscription type (a string), got {other}"
-                )));
-            }
-            None => return Err(RpcError::invalid_params("missing the subscription type")),
-        };
-        let rest = call
-            .params
-            .as_array()
-            .map(|items| items[1..].to_vec())
-            .unwrap_or_default();
-        Ok((topic, rest))
+        let (topic, mut params) = topic_and_params(&call.params)?;
+        let filter = topic_filter(ctx.chain, &topic)?;
+        let options = resume::take_options(&mut params, filter.source)?;
+        Ok((filter, params, options))
     };
-    let (topic, mut params) = match request() {
+    let (filter, params, options) = match request() {
         Ok(parts) => parts,
-        Err(error) => return Outcome::Reply(Err(error)),
-    };
-    let Some(filter) = ctx.chain.filter(&topic) else {
-        let filters = ctx.chain.filters();
-        let available: Vec<&str> = filters.keys().map(String::as_str).collect();
-        return Outcome::Reply(Err(RpcError::invalid_params(format!(
-            "unknown subscription type \"{topic}\" (available: {})",
-            available.join(", ")
-        ))));
-    };
-    let options = match resume::take_options(&mut params, filter.source) {
-        Ok(options) => options,
         Err(error) => return Outcome::Reply(Err(error)),
     };
     let limit = ctx.limits.max_subscriptions_per_connection;
@@ -60,7 +39,7 @@ pub(super) async fn subscribe(
             "subscription limit reached: this connection has {limit} subscriptions (limits.max_subscriptions_per_connection); unsubscribe one first"
         ))));
     }
-    let id = subscriptions::new_id();
+    let id = fanout::new_id();
     let key = ctx.subscriptions.next_key();
     // Register before the actor can deliver, so a close racing with this
     // call still finds and cancels it.
@@ -73,7 +52,14 @@ pub(super) async fn subscribe(
         &connection.owned,
     );
     // Counted against the connection's limit before anything is awaited.
-    let history = match history::feed(ctx, options.from.as_ref(), filter.source).await {
+    let history = history::feed(
+        ctx.chain,
+        ctx.history,
+        ctx.api_key,
+        options.from.as_ref(),
+        filter.source,
+    );
+    let history = match history.await {
         Ok(history) => history,
         Err(error) => {
             connection.owned().remove(&id);
@@ -104,13 +90,48 @@ pub(super) async fn subscribe(
         Err(error) => {
             connection.owned().remove(&id);
             ctx.subscriptions.remove(&id, ctx.api_key).await;
-            Outcome::Reply(Err(match error {
-                SubscribeError::Params(message) => RpcError::invalid_params(message),
-                SubscribeError::Limit(message) => RpcError::limit_exceeded(message),
-                SubscribeError::Unavailable(message) => RpcError::internal(message),
-                SubscribeError::Resume(refused) => resume::refusal(refused),
-            }))
+            Outcome::Reply(Err(refused(error)))
         }
+    }
+}
+
+/// `eth_subscribe`'s params (an array) as the topic and the rest.
+pub(super) fn topic_and_params(params: &Value) -> Result<(String, Vec<Value>), RpcError> {
+    let topic = match positional(params, 0) {
+        Some(Value::String(topic)) => topic.clone(),
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "the first parameter must be the subscription type (a string), got {other}"
+            )));
+        }
+        None => return Err(RpcError::invalid_params("missing the subscription type")),
+    };
+    let rest = params
+        .as_array()
+        .map(|items| items[1..].to_vec())
+        .unwrap_or_default();
+    Ok((topic, rest))
+}
+
+/// The filter serving `topic` on `chain`, or -32602 naming those served.
+pub(super) fn topic_filter(chain: &Chain, topic: &str) -> Result<FilterHandle, RpcError> {
+    chain.filter(topic).ok_or_else(|| {
+        let filters = chain.filters();
+        let available: Vec<&str> = filters.keys().map(String::as_str).collect();
+        RpcError::invalid_params(format!(
+            "unknown subscription type \"{topic}\" (available: {})",
+            available.join(", ")
+        ))
+    })
+}
+
+/// The JSON-RPC error for a subscription the filter actor refused.
+pub(super) fn refused(error: SubscribeError) -> RpcError {
+    match error {
+        SubscribeError::Params(message) => RpcError::invalid_params(message),
+        SubscribeError::Limit(message) => RpcError::limit_exceeded(message),
+        SubscribeError::Unavailable(message) => RpcError::internal(message),
+        SubscribeError::Resume(refused) => resume::refusal(refused),
     }
 }
 

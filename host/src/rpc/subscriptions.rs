@@ -8,11 +8,6 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::filters::FilterHandle;
 
-/// A new public subscription id: `0x` + 32 random hex digits.
-pub fn new_id() -> Arc<str> {
-    format!("0x{:032x}", rand::random::<u128>()).into()
-}
-
 /// The ids one connection owns (cancelled when it closes).
 pub type OwnedIds = Mutex<HashSet<Arc<str>>>;
 
@@ -98,24 +93,5 @@ impl Subscriptions {
         self.live
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_are_0x_and_32_hex_digits_and_unique() {
-        let a = new_id();
-        let b = new_id();
-        assert_eq!(a.len(), 34);
-        assert!(
-            a.starts_with("0x")
-                && a[2..]
-                    .bytes()
-                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-        );
-        assert_ne!(a, b);
     }
 }

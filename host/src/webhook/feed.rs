@@ -1,0 +1,60 @@
+//! How a webhook gets its notifications: a subscription like a socket's,
+//! opened into the webhook's own queue. Opening one is the RPC side's
+//! (`eth_subscribe`'s checks, the log's replay, history from the nodes),
+//! handed down by the wiring, so this part never reaches up to it.
+
+use futures_util::future::BoxFuture;
+
+use super::definition::Definition;
+use crate::fanout::Sink;
+
+/// Opens subscriptions for webhooks.
+pub trait Feeds: Send + Sync + 'static {
+    /// Opens `definition`'s subscription into `sink`, after `cursor` if it
+    /// has delivered one, else from its own options; its notifications
+    /// carry the webhook's id.
+    fn open<'a>(
+        &'a self,
+        definition: &'a Definition,
+        cursor: Option<&'a str>,
+        sink: Sink,
+    ) -> BoxFuture<'a, Result<Opened, Refusal>>;
+}
+
+/// An open subscription; [`Opened::close`] ends it.
+pub struct Opened(BoxFuture<'static, ()>);
+
+impl Opened {
+    /// `close` ends the subscription when awaited: once done, nothing more
+    /// is queued for it.
+    pub fn new(close: BoxFuture<'static, ()>) -> Self {
+        Self(close)
+    }
+
+    pub async fn close(self) {
+        self.0.await
+    }
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Opened")
+    }
+}
+
+/// Why a subscription was not opened: the JSON-RPC error `eth_subscribe`
+/// would have answered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message} ({code})")]
+pub struct Refusal {
+    pub code: i64,
+    pub message: String,
+}
+
+impl Refusal {
+    /// Whether trying again later may succeed: not for bad params, nor for
+    /// a cursor or block the chain no longer holds.
+    pub fn transient(&self) -> bool {
+        !matches!(self.code, -32602 | -32001)
+    }
+}

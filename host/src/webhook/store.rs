@@ -1,0 +1,255 @@
+//! Where webhooks persist. [`Store`] is what the service needs of it; the
+//! server of role `all` keeps them in the embedded database
+//! ([`LocalStore`]: `webhooks.redb` under `[log] data_dir`, or in memory),
+//! a definition and a progress record per webhook.
+//!
+//! Every delivery writes its webhook's progress before and after its POST,
+//! so writes are many and small: a task commits what queued up in one
+//! transaction and answers each writer once it is durable.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use futures_util::future::BoxFuture;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::TaskTracker;
+
+use super::definition::{Definition, Progress};
+
+/// What the webhook service keeps, wherever it keeps it.
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Every webhook, with its progress.
+    fn load(&self) -> BoxFuture<'_, anyhow::Result<Vec<(Definition, Progress)>>>;
+    /// Writes a definition (new or changed).
+    fn put_definition(&self, definition: Definition) -> BoxFuture<'_, anyhow::Result<()>>;
+    /// Writes a webhook's progress; done once it is durable.
+    fn put_progress(&self, id: String, progress: Progress) -> BoxFuture<'_, anyhow::Result<()>>;
+    /// Forgets a webhook.
+    fn delete(&self, id: String) -> BoxFuture<'_, anyhow::Result<()>>;
+}
+
+/// id → serde JSON of a [`Definition`].
+const DEFINITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("definitions");
+/// id → serde JSON of a [`Progress`].
+const PROGRESS: TableDefinition<&str, &[u8]> = TableDefinition::new("progress");
+
+/// The file's name under `[log] data_dir`.
+pub const FILE: &str = "webhooks.redb";
+
+enum Write {
+    Definition(Definition),
+    Progress(String, Progress),
+    Delete(String),
+}
+
+/// The embedded database's store.
+#[derive(Debug)]
+pub struct LocalStore {
+    db: Arc<Database>,
+    /// Writes for the committing task, each with the writer's answer.
+    writes: mpsc::UnboundedSender<(Write, oneshot::Sender<anyhow::Result<()>>)>,
+}
+
+impl LocalStore {
+    /// Opens (or creates) `dir/webhooks.redb`, or a database in memory
+    /// without `dir`, and starts its committing task on `tasks`: it ends
+    /// once the store is dropped.
+    pub fn open(dir: Option<&Path>, tasks: &TaskTracker) -> anyhow::Result<Self> {
+        let db = match dir {
+            Some(dir) => {
+                let path = dir.join(FILE);
+                Database::create(&path)
+                    .with_context(|| format!("opening the webhooks database {}", path.display()))?
+            }
+            None => Database::builder()
+                .create_with_backend(redb::backends::InMemoryBackend::new())
+                .context("creating the webhooks database in memory")?,
+        };
+        let txn = db.begin_write()?;
+        txn.open_table(DEFINITIONS)?;
+        txn.open_table(PROGRESS)?;
+        txn.commit().context("creating the webhooks tables")?;
+        let db = Arc::new(db);
+        let (writes, queued) = mpsc::unbounded_channel();
+        tasks.spawn(commit(db.clone(), queued));
+        Ok(Self { db, writes })
+    }
+
+    fn queue(&self, write: Write) -> BoxFuture<'_, anyhow::Result<()>> {
+        let (done, answer) = oneshot::channel();
+        let sent = self.writes.send((write, done));
+        Box::pin(async move {
+            sent.map_err(|_| anyhow::anyhow!("the webhooks database is closed"))?;
+            answer
+                .await
+                .map_err(|_| anyhow::anyhow!("the webhooks database is closed"))?
+        })
+    }
+}
+
+impl Store for LocalStore {
+    fn load(&self) -> BoxFuture<'_, anyhow::Result<Vec<(Definition, Progress)>>> {
+        let db = self.db.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || read_all(&db))
+                .await
+                .context("reading the webhooks database")?
+        })
+    }
+
+    fn put_definition(&self, definition: Definition) -> BoxFuture<'_, anyhow::Result<()>> {
+        self.queue(Write::Definition(definition))
+    }
+
+    fn put_progress(&self, id: String, progress: Progress) -> BoxFuture<'_, anyhow::Result<()>> {
+        self.queue(Write::Progress(id, progress))
+    }
+
+    fn delete(&self, id: String) -> BoxFuture<'_, anyhow::Result<()>> {
+        self.queue(Write::Delete(id))
+    }
+}
+
+fn read_all(db: &Database) -> anyhow::Result<Vec<(Definition, Progress)>> {
+    let txn = db.begin_read()?;
+    let definitions = txn.open_table(DEFINITIONS)?;
+    let progress = txn.open_table(PROGRESS)?;
+    definitions
+        .iter()?
+        .map(|entry| {
+            let (id, bytes) = entry?;
+            let id = id.value();
+            let definition = serde_json::from_slice(bytes.value())
+                .with_context(|| format!("reading webhook {id}"))?;
+            let progress = match progress.get(id)? {
+                Some(bytes) => serde_json::from_slice(bytes.value())
+                    .with_context(|| format!("reading webhook {id}'s progress"))?,
+                None => Progress::default(),
+            };
+            Ok((definition, progress))
+        })
+        .collect()
+}
+
+/// Commits what queued up, a round at a time, and answers its writers.
+async fn commit(
+    db: Arc<Database>,
+    mut queued: mpsc::UnboundedReceiver<(Write, oneshot::Sender<anyhow::Result<()>>)>,
+) {
+    let mut round = Vec::new();
+    while queued.recv_many(&mut round, 1_024).await > 0 {
+        let (writes, answers): (Vec<Write>, Vec<_>) =
+            std::mem::take(&mut round).into_iter().unzip();
+        let db = db.clone();
+        let written = tokio::task::spawn_blocking(move || write_all(&db, &writes))
+            .await
+            .map_err(|panic| anyhow::anyhow!("the webhooks writer panicked: {panic}"))
+            .and_then(|written| written);
+        if let Err(error) = &written {
+            tracing::error!(error = format!("{error:#}"), "cannot persist webhooks");
+        }
+        for answer in answers {
+            let _ = answer.send(match &written {
+                Ok(()) => Ok(()),
+                Err(error) => Err(anyhow::anyhow!("{error:#}")),
+            });
+        }
+    }
+}
+
+fn write_all(db: &Database, writes: &[Write]) -> anyhow::Result<()> {
+    let txn = db.begin_write()?;
+    {
+        let mut definitions = txn.open_table(DEFINITIONS)?;
+        let mut progress = txn.open_table(PROGRESS)?;
+        for write in writes {
+            match write {
+                Write::Definition(definition) => {
+                    let bytes = serde_json::to_vec(definition).context("encoding a webhook")?;
+                    definitions.insert(definition.id.as_str(), bytes.as_slice())?;
+                }
+                Write::Progress(id, state) => {
+                    // A webhook deleted meanwhile keeps no progress.
+                    if definitions.get(id.as_str())?.is_some() {
+                        let bytes =
+                            serde_json::to_vec(state).context("encoding a webhook's progress")?;
+                        progress.insert(id.as_str(), bytes.as_slice())?;
+                    }
+                }
+                Write::Delete(id) => {
+                    definitions.remove(id.as_str())?;
+                    progress.remove(id.as_str())?;
+                }
+            }
+        }
+    }
+    txn.commit().context("committing webhooks")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::webhook::definition::Batching;
+
+    fn definition(id: &str) -> Definition {
+        Definition {
+            id: id.into(),
+            owner: "owner".into(),
+            chain: "eth".into(),
+            url: "https://example.com/hook".into(),
+            subscribe: vec![json!("logs"), json!({"address": "0x01"})],
+            batch: Batching::default(),
+            secret: "whsec_1".into(),
+            created_at: 7,
+            paused: None,
+        }
+    }
+
+    /// Definitions and progress written by many writers at once come back
+    /// after the database is opened again; a deleted webhook leaves
+    /// nothing, and progress written after its delete is not kept.
+    #[tokio::test]
+    async fn webhooks_and_progress_survive_a_reopen() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let tasks = TaskTracker::new();
+        {
+            let store = LocalStore::open(Some(dir.path()), &tasks).expect("opens");
+            for id in ["a", "b", "c"] {
+                store.put_definition(definition(id)).await.expect("written");
+            }
+            let writes = (0..50u64).map(|n| {
+                store.put_progress(
+                    "a".into(),
+                    Progress {
+                        cursor: Some(format!("eth:{n}:0:00")),
+                        deliveries: n,
+                        ..Progress::default()
+                    },
+                )
+            });
+            for written in futures_util::future::join_all(writes).await {
+                written.expect("written");
+            }
+            store.delete("b".into()).await.expect("deleted");
+            store
+                .put_progress("b".into(), Progress::default())
+                .await
+                .expect("a write about nothing is no error");
+        }
+        tasks.close();
+        tasks.wait().await;
+        let store = LocalStore::open(Some(dir.path()), &tasks).expect("opens again");
+        let mut loaded = store.load().await.expect("loads");
+        loaded.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        let ids: Vec<&str> = loaded.iter().map(|(d, _)| d.id.as_str()).collect();
+        assert_eq!(ids, ["a", "c"]);
+        assert_eq!(loaded[0].0, definition("a"));
+        assert_eq!(loaded[0].1.deliveries, 49, "the last write wins");
+        assert_eq!(loaded[0].1.cursor.as_deref(), Some("eth:49:0:00"));
+        assert_eq!(loaded[1].1, Progress::default());
+    }
+}

@@ -1,0 +1,271 @@
+//! Where a webhook may deliver: `https://` (or `http://` where the
+//! operator allows it), and only to public addresses unless the operator
+//! allows others. The address rule is checked at creation and again on
+//! every address each connection resolves to ([`Resolver`]), so a name
+//! that later resolves to an inner address (DNS rebinding) is refused
+//! too.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use reqwest::Url;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+/// What the operator allows of a target (`[webhooks]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    pub allow_http: bool,
+    pub allow_private_addresses: bool,
+}
+
+impl Policy {
+    /// The URL if its scheme and host may be delivered to; else why not.
+    /// A host given as a name is resolved at each connection.
+    pub fn check_url(&self, text: &str) -> Result<Url, String> {
+        let url =
+            Url::parse(text).map_err(|error| format!("url {text:?} is not a URL: {error}"))?;
+        match url.scheme() {
+            "https" => {}
+            "http" if self.allow_http => {}
+            "http" => {
+                return Err(format!(
+                    "url {text:?} is plain http; this server delivers only to https:// (the operator may allow http with [webhooks] allow_http)"
+                ));
+            }
+            other => return Err(format!("url {text:?} must be https://, not {other}://")),
+        }
+        let Some(host) = url.host() else {
+            return Err(format!("url {text:?} names no host"));
+        };
+        let literal = match host {
+            url::Host::Ipv4(ip) => Some(IpAddr::V4(ip)),
+            url::Host::Ipv6(ip) => Some(IpAddr::V6(ip)),
+            url::Host::Domain(_) => None,
+        };
+        if let Some(ip) = literal {
+            self.check_address(ip)
+                .map_err(|why| format!("url {text:?} is {why}"))?;
+        }
+        Ok(url)
+    }
+
+    /// Whether an address may be connected to; else what kind it is.
+    pub fn check_address(&self, ip: IpAddr) -> Result<(), String> {
+        match non_public(ip) {
+            Some(kind) if !self.allow_private_addresses => Err(format!(
+                "{ip}, {kind} address (the operator may allow such targets with [webhooks] allow_private_addresses)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Resolves `host` and checks what it resolves to: every address
+    /// refused is an error naming the first.
+    pub async fn check_host(&self, host: &str, port: u16) -> Result<(), String> {
+        let addrs = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|error| format!("{host} could not be resolved: {error}"))?;
+        allowed(*self, host, addrs).map(|_| ())
+    }
+}
+
+/// What kind of non-public address `ip` is, if it is one.
+fn non_public(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            if v4.is_loopback() {
+                Some("a loopback")
+            } else if v4.is_private() {
+                Some("a private")
+            } else if v4.is_link_local() {
+                Some("a link-local")
+            } else if v4.is_unspecified() || a == 0 {
+                Some("an unspecified")
+            } else if a == 100 && (64..128).contains(&b) {
+                Some("a shared (carrier-grade NAT)")
+            } else if v4.is_multicast() || v4.is_broadcast() || a >= 240 {
+                Some("a multicast or reserved")
+            } else {
+                None
+            }
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return non_public(IpAddr::V4(v4));
+            }
+            if v6.is_loopback() {
+                Some("a loopback")
+            } else if v6.is_unique_local() {
+                Some("a private (unique local)")
+            } else if v6.is_unicast_link_local() {
+                Some("a link-local")
+            } else if v6.is_unspecified() {
+                Some("an unspecified")
+            } else if v6.is_multicast() {
+                Some("a multicast")
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// The addresses of `addrs` the policy allows; an error if none is.
+fn allowed(
+    policy: Policy,
+    host: &str,
+    addrs: impl Iterator<Item = SocketAddr>,
+) -> Result<Vec<SocketAddr>, String> {
+    let mut refused = None;
+    let mut kept = Vec::new();
+    for addr in addrs {
+        match policy.check_address(addr.ip()) {
+            Ok(()) => kept.push(addr),
+            Err(why) => {
+                refused.get_or_insert(why);
+            }
+        }
+    }
+    if kept.is_empty() {
+        return Err(match refused {
+            Some(why) => format!("{host} resolves to {why}"),
+            None => format!("{host} resolves to no address"),
+        });
+    }
+    Ok(kept)
+}
+
+/// Why the resolver refused a connection: the name resolves only to
+/// addresses the policy refuses.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// The HTTP client's resolver: the system's, less the addresses the
+/// policy refuses, at every connection.
+#[derive(Debug)]
+pub struct Resolver(pub Policy);
+
+impl Resolve for Resolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let policy = self.0;
+        Box::pin(async move {
+            let host = name.as_str();
+            let addrs = tokio::net::lookup_host((host, 0)).await?;
+            let kept = allowed(policy, host, addrs).map_err(Refused)?;
+            let addrs: Addrs = Box::new(kept.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// The resolver for a client under `policy`.
+pub fn resolver(policy: Policy) -> Arc<Resolver> {
+    Arc::new(Resolver(policy))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use super::*;
+
+    const STRICT: Policy = Policy {
+        allow_http: false,
+        allow_private_addresses: false,
+    };
+
+    #[test]
+    fn only_https_unless_http_is_allowed() {
+        STRICT.check_url("https://example.com/hook").expect("https");
+        let error = STRICT
+            .check_url("http://example.com/hook")
+            .expect_err("http");
+        assert!(error.contains("allow_http"), "{error}");
+        let lenient = Policy {
+            allow_http: true,
+            ..STRICT
+        };
+        lenient
+            .check_url("http://example.com/hook")
+            .expect("allowed");
+        let error = lenient.check_url("ftp://example.com").expect_err("ftp");
+        assert!(error.contains("ftp://"), "{error}");
+        assert!(STRICT.check_url("not a url").is_err());
+    }
+
+    #[test]
+    fn inner_addresses_are_refused_unless_allowed() {
+        for inner in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "224.0.0.1",
+        ] {
+            let ip = IpAddr::from_str(inner).expect("an address");
+            assert!(STRICT.check_address(ip).is_err(), "{inner} refused");
+            let open = Policy {
+                allow_private_addresses: true,
+                ..STRICT
+            };
+            open.check_address(ip).expect("allowed");
+        }
+        for public in ["93.184.216.34", "2606:2800:220:1::1", "1.1.1.1"] {
+            let ip = IpAddr::from_str(public).expect("an address");
+            STRICT.check_address(ip).expect("public");
+        }
+        let error = STRICT
+            .check_url("https://[::1]:8443/hook")
+            .expect_err("a literal loopback");
+        assert!(
+            error.contains("loopback") && error.contains("allow_private_addresses"),
+            "{error}"
+        );
+    }
+
+    /// A name is judged by what it resolves to, at every connection: the
+    /// client's resolver drops the refused addresses and fails if none is
+    /// left.
+    #[tokio::test]
+    async fn names_are_judged_by_what_they_resolve_to() {
+        let error = STRICT
+            .check_host("localhost", 443)
+            .await
+            .expect_err("loopback");
+        assert!(
+            error.starts_with("localhost resolves to") && error.contains("loopback"),
+            "{error}"
+        );
+        let resolved = Resolver(STRICT)
+            .resolve(Name::from_str("localhost").expect("a name"))
+            .await;
+        let error = resolved.err().expect("refused at connection").to_string();
+        assert!(error.contains("loopback"), "{error}");
+        let open = Policy {
+            allow_private_addresses: true,
+            ..STRICT
+        };
+        let addrs = Resolver(open)
+            .resolve(Name::from_str("localhost").expect("a name"))
+            .await
+            .expect("allowed");
+        assert!(addrs.count() > 0);
+        let mixed = [
+            SocketAddr::from(([127, 0, 0, 1], 1)),
+            SocketAddr::from(([1, 1, 1, 1], 1)),
+        ];
+        assert_eq!(
+            allowed(STRICT, "mixed", mixed.into_iter()).expect("one is public"),
+            [SocketAddr::from(([1, 1, 1, 1], 1))]
+        );
+    }
+}

@@ -1,0 +1,463 @@
+//! One webhook's delivery: its subscription's notifications, taken from
+//! its own queue in batches, each POSTed until the receiver accepts it,
+//! then the next (docs/src/architecture.md, Webhooks).
+//!
+//! Nothing is skipped and nothing repeated past the cursor: a batch's
+//! last cursor is recorded as in flight before its first try, and as
+//! delivered once the receiver answers 2xx. A receiver slower than the
+//! chain lets the queue overflow; the worker delivers what was queued
+//! before the overflow (a gapless prefix: nothing is queued after it),
+//! then opens the subscription again after its cursor, which replays the
+//! log (or history) at the receiver's pace. A subscription the server ends
+//! (its component removed, its cursor gone) is opened again after a pause,
+//! until the webhook has failed for `pause_after_secs` and is paused.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use reqwest::Url;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::body;
+use super::definition::{Definition, Paused, Progress, Trouble, TroubleKind, topic};
+use super::feed::{Feeds, Opened};
+use super::post::{Envelope, Outcome, Transport};
+use super::store::Store;
+use crate::config::WebhooksConfig;
+use crate::fanout::{Frame, Frames, Notice, Sink};
+
+/// What the service and every worker share.
+pub(super) struct Shared {
+    pub feeds: Arc<dyn Feeds>,
+    pub store: Arc<dyn Store>,
+    pub transport: Arc<dyn Transport>,
+    pub config: WebhooksConfig,
+    /// Unix milliseconds now ([`now_ms`]; tokio's paused clock in tests).
+    pub clock: fn() -> u64,
+    /// Deliveries accepted and tries failed, since the process started.
+    pub deliveries: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+/// One webhook as this process holds it: read by the API, changed by the
+/// API (pause, resume) only while no worker runs, and by its worker.
+#[derive(Debug)]
+pub(super) struct Hook {
+    /// Short critical sections only, never held across an await.
+    definition: Mutex<Definition>,
+    progress: Mutex<Progress>,
+    /// Notifications waiting (queued, taken, in flight), for `/metrics`.
+    backlog: AtomicUsize,
+    /// Since when the oldest waiting notification waits, for `/metrics`.
+    behind_since: Mutex<Option<Instant>>,
+}
+
+impl Hook {
+    pub fn new(definition: Definition, progress: Progress) -> Self {
+        Self {
+            definition: Mutex::new(definition),
+            progress: Mutex::new(progress),
+            backlog: AtomicUsize::new(0),
+            behind_since: Mutex::new(None),
+        }
+    }
+
+    pub fn definition(&self) -> MutexGuard<'_, Definition> {
+        self.definition
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn progress(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notifications waiting, and for how long the oldest has.
+    pub fn waiting(&self) -> (usize, Option<Duration>) {
+        let since = *self
+            .behind_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (
+            self.backlog.load(Ordering::Relaxed),
+            since.map(|since| since.elapsed()),
+        )
+    }
+
+    fn set_waiting(&self, count: usize) {
+        self.backlog.store(count, Ordering::Relaxed);
+        let mut since = self
+            .behind_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match count {
+            0 => *since = None,
+            _ => {
+                since.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    /// Changes the progress and writes it; done once durable.
+    async fn record(&self, store: &dyn Store, change: impl FnOnce(&mut Progress)) {
+        let (id, progress) = {
+            let mut progress = self.progress();
+            change(&mut progress);
+            (self.definition().id.clone(), progress.clone())
+        };
+        if let Err(error) = store.put_progress(id.clone(), progress).await {
+            tracing::error!(webhook = %id, error = format!("{error:#}"), "cannot persist a webhook's progress");
+        }
+    }
+
+    /// Pauses the webhook at `at` for `reason` and writes it.
+    pub async fn pause(&self, store: &dyn Store, at: u64, reason: String) {
+        let definition = {
+            let mut definition = self.definition();
+            definition.paused = Some(Paused { at, reason });
+            definition.clone()
+        };
+        if let Err(error) = store.put_definition(definition.clone()).await {
+            tracing::error!(webhook = %definition.id, error = format!("{error:#}"), "cannot persist a paused webhook");
+        }
+    }
+}
+
+/// Unix milliseconds now.
+pub(super) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+/// Delivers `hook` until `stop` is cancelled or it pauses; `first`: the
+/// subscription its creation (or resume) opened.
+pub(super) async fn run(
+    hook: Arc<Hook>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    mut first: Option<(Opened, Frames)>,
+) {
+    let mut tries = 0;
+    loop {
+        let (opened, frames) = match first.take() {
+            Some(open) => open,
+            None => {
+                let (sink, frames) = Sink::new(shared.config.queue);
+                let definition = hook.definition().clone();
+                let cursor = hook.progress().cursor.clone();
+                let opened = tokio::select! {
+                    () = stop.cancelled() => return,
+                    opened = shared.feeds.open(&definition, cursor.as_deref(), sink) => opened,
+                };
+                match opened {
+                    Ok(opened) => (opened, frames),
+                    Err(refusal) => {
+                        let kind = if refusal.transient() {
+                            TroubleKind::Retrying
+                        } else {
+                            TroubleKind::Failing
+                        };
+                        let reason = format!("its subscription could not be opened: {refusal}");
+                        if !setback(&hook, &shared, &stop, kind, reason, None, &mut tries).await {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        let ended = pump(&hook, &shared, frames, &stop).await;
+        opened.close().await;
+        match ended {
+            Ended::Stop => return,
+            Ended::CaughtUp => tries = 0,
+            Ended::Closed(reason) => {
+                if !setback(
+                    &hook,
+                    &shared,
+                    &stop,
+                    TroubleKind::Retrying,
+                    reason,
+                    None,
+                    &mut tries,
+                )
+                .await
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Why a subscription's delivery ended.
+enum Ended {
+    /// Stopped, or paused.
+    Stop,
+    /// Its queue overflowed and what it held is delivered: read on from
+    /// the cursor.
+    CaughtUp,
+    /// The server ended the subscription, for this reason.
+    Closed(String),
+}
+
+/// Delivers one subscription's notifications, batch after batch.
+async fn pump(hook: &Hook, shared: &Shared, mut frames: Frames, stop: &CancellationToken) -> Ended {
+    let definition = hook.definition().clone();
+    let url = match Url::parse(&definition.url) {
+        Ok(url) => url,
+        Err(error) => return Ended::Closed(format!("its url cannot be read: {error}")),
+    };
+    let max = definition.batch.max_events.max(1);
+    let max_wait = Duration::from_millis(definition.batch.max_wait_ms);
+    // After a restart, the first batch ends where the one in flight did,
+    // so it carries the same delivery id.
+    let mut inflight = hook.progress().inflight.clone();
+    let mut taken = VecDeque::new();
+    let mut unwritten = Vec::new();
+    let mut closed = false;
+    loop {
+        if taken.is_empty() && !closed {
+            hook.set_waiting(frames.queued());
+            let round = tokio::select! {
+                () = stop.cancelled() => return Ended::Stop,
+                round = frames.take(&mut taken, &mut unwritten, max) => round,
+            };
+            match round {
+                crate::fanout::Round::Frames => {}
+                crate::fanout::Round::Closing => closed = true,
+                crate::fanout::Round::Gone => {
+                    return Ended::Closed("its subscription ended".into());
+                }
+            }
+        }
+        let wait = match &inflight {
+            Some(cursor) if !holds(&taken, cursor) => max_wait.max(Duration::from_secs(1)),
+            _ => max_wait,
+        };
+        if !closed && taken.len() < max && !wait.is_zero() {
+            let deadline = tokio::time::Instant::now() + wait;
+            while !closed
+                && taken.len() < max
+                && !inflight.as_deref().is_some_and(|c| holds(&taken, c))
+            {
+                let more = max - taken.len();
+                let round = tokio::select! {
+                    () = stop.cancelled() => return Ended::Stop,
+                    () = tokio::time::sleep_until(deadline) => break,
+                    round = frames.take(&mut taken, &mut unwritten, more) => round,
+                };
+                match round {
+                    crate::fanout::Round::Frames => {}
+                    crate::fanout::Round::Closing => closed = true,
+                    crate::fanout::Round::Gone => break,
+                }
+            }
+        }
+        // What is queued goes along, up to the batch's size; after a
+        // close, all of it (nothing more will come).
+        while closed || taken.len() < max {
+            match frames.try_recv() {
+                Some(frame) => taken.push_back(frame),
+                None => break,
+            }
+        }
+        let (notices, ended) = cut(&mut taken, max, inflight.take().as_deref());
+        hook.set_waiting(taken.len() + notices.len() + frames.queued());
+        if !notices.is_empty() && !deliver(hook, shared, &definition, &url, notices, stop).await {
+            return Ended::Stop;
+        }
+        if let Some(reason) = ended {
+            return Ended::Closed(reason);
+        }
+        if closed && taken.is_empty() {
+            return Ended::CaughtUp;
+        }
+    }
+}
+
+/// Whether `frames` hold the notification of `cursor`.
+fn holds(frames: &VecDeque<Frame>, cursor: &str) -> bool {
+    frames.iter().any(|frame| match frame {
+        Frame::Notification { notice, .. } => notice.cursor() == Some(cursor),
+        _ => false,
+    })
+}
+
+/// The next batch: up to `max` notifications from the front of `frames`,
+/// ending at `until`'s if it is among them, or before the frame that ended
+/// the subscription (taken, and its reason given).
+fn cut(
+    frames: &mut VecDeque<Frame>,
+    max: usize,
+    until: Option<&str>,
+) -> (Vec<Notice>, Option<String>) {
+    let mut notices = Vec::new();
+    while notices.len() < max {
+        match frames.pop_front() {
+            Some(Frame::Notification { notice, .. }) => {
+                let last = until.is_some() && notice.cursor() == until;
+                notices.push(notice);
+                if last {
+                    break;
+                }
+            }
+            Some(Frame::Text(text)) => return (notices, Some(ending(&text))),
+            // A webhook's queue has no pings or pongs.
+            Some(Frame::Ping | Frame::Pong(_)) => {}
+            None => break,
+        }
+    }
+    (notices, None)
+}
+
+/// Why the server ended a subscription, from its last frame.
+fn ending(text: &str) -> String {
+    let error = serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|frame| frame.pointer("/params/error").cloned());
+    match error {
+        Some(error) => format!(
+            "its subscription ended: {} ({})",
+            error["message"].as_str().unwrap_or("no reason given"),
+            error["code"]
+        ),
+        None => format!("its subscription ended: {text}"),
+    }
+}
+
+/// POSTs one batch until the receiver accepts it; false if stopped or
+/// paused first.
+async fn deliver(
+    hook: &Hook,
+    shared: &Shared,
+    definition: &Definition,
+    url: &Url,
+    notices: Vec<Notice>,
+    stop: &CancellationToken,
+) -> bool {
+    let last = notices
+        .iter()
+        .rev()
+        .find_map(Notice::cursor)
+        .map(str::to_owned);
+    let delivery = last
+        .clone()
+        .unwrap_or_else(|| format!("{}:{}", definition.id, hook.progress().deliveries + 1));
+    let body = body::encode(
+        &definition.id,
+        &definition.chain,
+        topic(&definition.subscribe),
+        &delivery,
+        &notices,
+    );
+    hook.record(&*shared.store, |progress| {
+        progress.inflight = Some(delivery.clone())
+    })
+    .await;
+    let envelope = Envelope {
+        webhook: &definition.id,
+        delivery: &delivery,
+        secret: &definition.secret,
+    };
+    let mut tries = 0;
+    loop {
+        // An answer that came is recorded even if a stop came too: the
+        // batch is not delivered twice for nothing.
+        let outcome = tokio::select! {
+            biased;
+            outcome = shared.transport.post(url, envelope, body.clone()) => outcome,
+            () = stop.cancelled() => return false,
+        };
+        let (kind, reason, after) = match outcome {
+            Outcome::Delivered => {
+                let count = notices.len() as u64;
+                hook.record(&*shared.store, |progress| {
+                    if last.is_some() {
+                        progress.cursor = last;
+                    }
+                    progress.inflight = None;
+                    progress.deliveries += 1;
+                    progress.notifications += count;
+                    progress.last_delivery_at = Some((shared.clock)());
+                    progress.trouble = None;
+                })
+                .await;
+                shared.deliveries.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            Outcome::Retry { reason, after } => (TroubleKind::Retrying, reason, after),
+            Outcome::Refused { reason } => (TroubleKind::Failing, reason, None),
+        };
+        if !setback(hook, shared, stop, kind, reason, after, &mut tries).await {
+            return false;
+        }
+    }
+}
+
+/// Records a failed try and waits its turn for the next (`after`, or
+/// the backoff); false if stopped meanwhile, or if the webhook has failed
+/// for `pause_after_secs` and is now paused.
+async fn setback(
+    hook: &Hook,
+    shared: &Shared,
+    stop: &CancellationToken,
+    kind: TroubleKind,
+    reason: String,
+    after: Option<Duration>,
+    tries: &mut u32,
+) -> bool {
+    shared.failures.fetch_add(1, Ordering::Relaxed);
+    let now = (shared.clock)();
+    let mut since = now;
+    hook.record(&*shared.store, |progress| {
+        progress.failures += 1;
+        since = progress
+            .trouble
+            .as_ref()
+            .map_or(now, |trouble| trouble.since);
+        progress.trouble = Some(Trouble {
+            kind,
+            since,
+            last_error: reason.clone(),
+        });
+    })
+    .await;
+    let pause_after = shared.config.pause_after_secs.saturating_mul(1_000);
+    let failing = now.saturating_sub(since);
+    if failing >= pause_after {
+        let reason = format!("failed for {} s: {reason}", failing / 1_000);
+        hook.pause(&*shared.store, now, reason).await;
+        return false;
+    }
+    let delay = after
+        .unwrap_or_else(|| backoff(*tries, &shared.config))
+        // Tried once more when the time to pause comes.
+        .min(Duration::from_millis(pause_after - failing));
+    *tries = tries.saturating_add(1);
+    tokio::select! {
+        () = stop.cancelled() => false,
+        () = tokio::time::sleep(delay) => true,
+    }
+}
+
+/// The delay before try `tries + 1`: `retry_initial_ms` doubled each try,
+/// at most `retry_max_ms`, less up to half at random (so webhooks failing
+/// together do not retry together).
+fn backoff(tries: u32, config: &WebhooksConfig) -> Duration {
+    let full = config
+        .retry_initial_ms
+        .saturating_mul(1u64 << tries.min(32))
+        .min(config.retry_max_ms);
+    let jitter = rand::random_range(0..=full / 2);
+    Duration::from_millis(full - jitter)
+}
+
+#[cfg(test)]
+mod tests;
