@@ -11,6 +11,7 @@ pub mod filters;
 pub mod load;
 pub mod nats;
 pub mod process;
+pub mod receiver;
 pub mod scripts;
 pub mod typed;
 pub mod uniswap;

@@ -32,19 +32,27 @@ fn python() -> PathBuf {
 /// Runs `script` with `args` and returns the JSON report it prints last;
 /// panics (with its stderr) if it fails or outlasts [`SCRIPT_TIMEOUT`].
 pub async fn run_script(script: &str, args: &[&str]) -> Value {
-    let mut command = if script.ends_with(".py") {
-        let mut c = tokio::process::Command::new(python());
-        c.arg(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("py")
-                .join(script),
-        );
-        c
+    let path = if script.ends_with(".py") {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("py")
+            .join(script)
     } else {
-        let mut c = tokio::process::Command::new("node");
-        c.arg(js_dir().join(script));
-        c
+        js_dir().join(script)
     };
+    run_file(&path, args).await
+}
+
+/// [`run_script`] of a script anywhere (one a test wrote): `.py` with the
+/// test venv's Python, anything else with Node.js.
+pub async fn run_file(path: &std::path::Path, args: &[&str]) -> Value {
+    let script = path.display().to_string();
+    let interpreter = if script.ends_with(".py") {
+        python()
+    } else {
+        PathBuf::from("node")
+    };
+    let mut command = tokio::process::Command::new(interpreter);
+    command.arg(path);
     let run = command.args(args).kill_on_drop(true).output();
     let output = tokio::time::timeout(SCRIPT_TIMEOUT, run)
         .await

@@ -83,7 +83,9 @@ pub struct Webhooks {
     /// Held across a create, so two at once cannot both pass a key's
     /// limit.
     creating: tokio::sync::Mutex<()>,
-    tasks: TaskTracker,
+    /// The workers: at shutdown the store is closed once they have all
+    /// ended (their last writes are kept).
+    workers: TaskTracker,
     shutdown: CancellationToken,
 }
 
@@ -125,7 +127,8 @@ pub struct StateFigures {
 }
 
 impl Webhooks {
-    /// Loads every stored webhook and starts the active ones.
+    /// Loads every stored webhook and starts the active ones; at shutdown,
+    /// the workers stop, then the store closes, on `tasks`.
     pub async fn start(
         config: WebhooksConfig,
         store: Arc<dyn Store>,
@@ -152,8 +155,15 @@ impl Webhooks {
             policy,
             hooks: Mutex::default(),
             creating: tokio::sync::Mutex::new(()),
-            tasks,
-            shutdown,
+            workers: TaskTracker::new(),
+            shutdown: shutdown.clone(),
+        });
+        let (workers, shared) = (webhooks.workers.clone(), webhooks.shared.clone());
+        tasks.spawn(async move {
+            shutdown.cancelled().await;
+            workers.close();
+            workers.wait().await;
+            shared.store.close();
         });
         for (definition, progress) in stored {
             let paused = definition.paused.is_some();
@@ -176,7 +186,7 @@ impl Webhooks {
 
     fn spawn(&self, hook: &Arc<Hook>, first: Option<(Opened, crate::fanout::Frames)>) -> Worker {
         let stop = self.shutdown.child_token();
-        let done = self.tasks.spawn(worker::run(
+        let done = self.workers.spawn(worker::run(
             hook.clone(),
             self.shared.clone(),
             stop.clone(),

@@ -14,6 +14,7 @@ use anyhow::Context as _;
 use futures_util::future::BoxFuture;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::definition::{Definition, Progress};
@@ -28,6 +29,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn put_progress(&self, id: String, progress: Progress) -> BoxFuture<'_, anyhow::Result<()>>;
     /// Forgets a webhook.
     fn delete(&self, id: String) -> BoxFuture<'_, anyhow::Result<()>>;
+    /// Called once no worker is left (at shutdown): what is queued is
+    /// written, then the store lets go of its tasks.
+    fn close(&self);
 }
 
 /// id → serde JSON of a [`Definition`].
@@ -50,12 +54,14 @@ pub struct LocalStore {
     db: Arc<Database>,
     /// Writes for the committing task, each with the writer's answer.
     writes: mpsc::UnboundedSender<(Write, oneshot::Sender<anyhow::Result<()>>)>,
+    /// Ends the committing task once what is queued is written.
+    closing: CancellationToken,
 }
 
 impl LocalStore {
     /// Opens (or creates) `dir/webhooks.redb`, or a database in memory
     /// without `dir`, and starts its committing task on `tasks`: it ends
-    /// once the store is dropped.
+    /// once the store is closed or dropped.
     pub fn open(dir: Option<&Path>, tasks: &TaskTracker) -> anyhow::Result<Self> {
         let db = match dir {
             Some(dir) => {
@@ -73,8 +79,13 @@ impl LocalStore {
         txn.commit().context("creating the webhooks tables")?;
         let db = Arc::new(db);
         let (writes, queued) = mpsc::unbounded_channel();
-        tasks.spawn(commit(db.clone(), queued));
-        Ok(Self { db, writes })
+        let closing = CancellationToken::new();
+        tasks.spawn(commit(db.clone(), queued, closing.clone()));
+        Ok(Self {
+            db,
+            writes,
+            closing,
+        })
     }
 
     fn queue(&self, write: Write) -> BoxFuture<'_, anyhow::Result<()>> {
@@ -110,6 +121,10 @@ impl Store for LocalStore {
     fn delete(&self, id: String) -> BoxFuture<'_, anyhow::Result<()>> {
         self.queue(Write::Delete(id))
     }
+
+    fn close(&self) {
+        self.closing.cancel();
+    }
 }
 
 fn read_all(db: &Database) -> anyhow::Result<Vec<(Definition, Progress)>> {
@@ -133,13 +148,26 @@ fn read_all(db: &Database) -> anyhow::Result<Vec<(Definition, Progress)>> {
         .collect()
 }
 
-/// Commits what queued up, a round at a time, and answers its writers.
+/// Commits what queued up, a round at a time, and answers its writers,
+/// until every writer is gone or `closing` (then what is queued first).
 async fn commit(
     db: Arc<Database>,
     mut queued: mpsc::UnboundedReceiver<(Write, oneshot::Sender<anyhow::Result<()>>)>,
+    closing: CancellationToken,
 ) {
     let mut round = Vec::new();
-    while queued.recv_many(&mut round, 1_024).await > 0 {
+    loop {
+        let taken = tokio::select! {
+            biased;
+            taken = queued.recv_many(&mut round, 1_024) => taken,
+            () = closing.cancelled() => {
+                queued.close();
+                queued.recv_many(&mut round, 1_024).await
+            }
+        };
+        if taken == 0 {
+            return;
+        }
         let (writes, answers): (Vec<Write>, Vec<_>) =
             std::mem::take(&mut round).into_iter().unzip();
         let db = db.clone();
@@ -251,5 +279,24 @@ mod tests {
         assert_eq!(loaded[0].1.deliveries, 49, "the last write wins");
         assert_eq!(loaded[0].1.cursor.as_deref(), Some("eth:49:0:00"));
         assert_eq!(loaded[1].1, Progress::default());
+    }
+
+    /// Closed while a write is queued: the write is kept, the committing
+    /// task ends though the store lives on (a server's shutdown waits for
+    /// it), and later writes fail instead of waiting forever.
+    #[tokio::test]
+    async fn a_close_writes_what_is_queued_then_ends() {
+        let tasks = TaskTracker::new();
+        let store = LocalStore::open(None, &tasks).expect("opens");
+        let queued = store.put_definition(definition("a"));
+        store.close();
+        queued.await.expect("written before the close took effect");
+        tasks.close();
+        tokio::time::timeout(std::time::Duration::from_secs(5), tasks.wait())
+            .await
+            .expect("the committing task ends");
+        assert!(store.put_definition(definition("b")).await.is_err());
+        let loaded = store.load().await.expect("loads");
+        assert_eq!(loaded.len(), 1);
     }
 }

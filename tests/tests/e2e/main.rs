@@ -30,3 +30,4 @@ mod several_nodes;
 mod slow_consumer;
 mod subscriptions;
 mod upstream;
+mod webhooks;
