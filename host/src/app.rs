@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
+use crate::bus::webhooks::holder_name;
 use crate::chain::{Chain, reload};
 use crate::config::{Config, Role};
 use crate::filters::{FilterEngine, FilterRegistry};
@@ -22,9 +23,11 @@ use crate::metrics::Metrics;
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::webhooks::Opener;
-use crate::webhook::Webhooks;
+use crate::webhook::claim::{Always, Claims};
 use crate::webhook::post::Poster;
 use crate::webhook::store::LocalStore;
+use crate::webhook::store::Store;
+use crate::webhook::{Parts, Webhooks};
 
 /// Loads the filters and starts every chain; the server then serves the
 /// returned state ([`crate::http::serve`]).
@@ -91,19 +94,17 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
     ));
     let subscriptions = Arc::new(Subscriptions::default());
     let webhooks = match config.role {
-        Role::All => Some(
-            start_webhooks(
-                config,
-                &chains,
-                &history,
-                &subscriptions,
-                &tasks,
-                &chains_running,
-            )
-            .await
-            .inspect_err(|_| chains_running.cancel())?,
-        ),
-        Role::Ingest | Role::Edge => None,
+        // An ingest serves no client.
+        Role::Ingest => None,
+        Role::All | Role::Edge => {
+            let opener = Opener {
+                chains: chains.clone(),
+                history: history.clone(),
+                subscriptions: subscriptions.clone(),
+            };
+            let started = start_webhooks(config, opener, bus.as_ref(), &tasks, &chains_running);
+            Some(started.await.inspect_err(|_| chains_running.cancel())?)
+        }
     };
     Ok(Arc::new(AppState {
         role: config.role,
@@ -126,32 +127,39 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
     }))
 }
 
-/// The webhooks of a server of role `all`: kept in `webhooks.redb` under
-/// `[log] data_dir` (in memory without one), their subscriptions opened
-/// as `eth_subscribe` opens a socket's.
+/// The webhooks: on a server of role `all`, kept in `webhooks.redb` under
+/// `[log] data_dir` (in memory without one) and all delivered here; on an
+/// edge, kept in the bus's buckets and each delivered by the edge holding
+/// its lease. Their subscriptions are opened as `eth_subscribe` opens a
+/// socket's.
 async fn start_webhooks(
     config: &Config,
-    chains: &BTreeMap<String, Arc<Chain>>,
-    history: &Arc<Streams>,
-    subscriptions: &Arc<Subscriptions>,
+    opener: Opener,
+    bus: Option<&Bus>,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Arc<Webhooks>> {
-    let store = LocalStore::open(config.log.data_dir.as_deref(), tasks)?;
-    let opener = Opener {
-        chains: chains.clone(),
-        history: history.clone(),
-        subscriptions: subscriptions.clone(),
+    let (store, claims): (Arc<dyn Store>, Arc<dyn Claims>) = match bus {
+        None => (
+            Arc::new(LocalStore::open(config.log.data_dir.as_deref(), tasks)?),
+            Arc::new(Always),
+        ),
+        Some(bus) => (
+            Arc::new(bus.webhooks().await?),
+            Arc::new(
+                bus.webhook_claims(config.webhooks.lease(), &holder_name(), tasks)
+                    .await?,
+            ),
+        ),
     };
-    let poster = Poster::new(&config.webhooks)?;
-    Webhooks::start(
-        config.webhooks.clone(),
-        Arc::new(store),
-        Arc::new(opener),
-        Arc::new(poster),
-        tasks.clone(),
-        shutdown.clone(),
-    )
-    .await
-    .context("starting the webhooks")
+    let parts = Parts {
+        config: config.webhooks.clone(),
+        store,
+        feeds: Arc::new(opener),
+        transport: Arc::new(Poster::new(&config.webhooks)?),
+        claims,
+    };
+    Webhooks::start(parts, tasks, shutdown.clone())
+        .await
+        .context("starting the webhooks")
 }

@@ -220,6 +220,20 @@ impl Anvil {
             .map(drop)
     }
 
+    /// Mines a block and waits until the server `client` is connected to
+    /// has it (so `fromBlock` may name it); answers its number.
+    pub async fn mine_served(&self, client: &mut WsClient) -> u64 {
+        let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+        self.mine(1).await.expect("mine");
+        let number = self.block_number().await.expect("a block number");
+        client.until_head(&heads, number).await;
+        client
+            .call("eth_unsubscribe", json!([heads]))
+            .await
+            .expect("unsubscribe");
+        number
+    }
+
     /// Turns automatic mining (one block per transaction) on or off.
     pub async fn automine(&self, on: bool) -> anyhow::Result<()> {
         self.rpc("evm_setAutomine", json!([on])).await.map(drop)

@@ -3,7 +3,8 @@
 //! to (HMAC-SHA256 over `<timestamp>.<body>`), and answers as the test
 //! scripts it: a status (with `Retry-After`), an answer slower than the
 //! server's timeout, a connection closed without an answer, or nobody
-//! listening at all.
+//! listening at all. A streaming receiver (a benchmark's) keeps nothing
+//! and hands each body on as it comes.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -19,10 +20,10 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::Value;
 use sha2::Sha256;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::TIMEOUT;
+use crate::{TIMEOUT, WsClient};
 
 /// How the receiver answers one request.
 #[derive(Clone, Debug)]
@@ -83,6 +84,9 @@ struct Shared {
     deliveries: Mutex<Vec<Delivery>>,
     /// Answers for the next requests, first first; then 200.
     script: Mutex<VecDeque<Answer>>,
+    /// Where a streaming receiver hands each body as it comes (a
+    /// benchmark's): none is kept.
+    stream: Option<mpsc::UnboundedSender<(Instant, Bytes)>>,
 }
 
 /// The receiver; stops when dropped.
@@ -99,6 +103,22 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start() -> anyhow::Result<Self> {
+        Self::with(Shared::default()).await
+    }
+
+    /// A receiver that keeps nothing and answers 200 to every request,
+    /// handing each body, with when it came, to the returned channel.
+    pub async fn streaming() -> anyhow::Result<(Self, mpsc::UnboundedReceiver<(Instant, Bytes)>)> {
+        let (stream, bodies) = mpsc::unbounded_channel();
+        let receiver = Self::with(Shared {
+            stream: Some(stream),
+            ..Shared::default()
+        })
+        .await?;
+        Ok((receiver, bodies))
+    }
+
+    async fn with(shared: Shared) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .context("binding the receiver")?;
@@ -106,7 +126,7 @@ impl Receiver {
         let (arrivals, arrived) = watch::channel(0);
         let receiver = Self {
             addr,
-            shared: Arc::default(),
+            shared: Arc::new(shared),
             arrived,
             arrivals,
             up: CancellationToken::new(),
@@ -234,6 +254,16 @@ async fn answer(
         Ok(body) => body.to_bytes(),
         Err(_) => return Err(Closed),
     };
+    let respond = |status: u16| {
+        Response::builder()
+            .status(StatusCode::from_u16(status).expect("a status"))
+            .body(Full::new(Bytes::from_static(b"recorded")))
+            .expect("a response")
+    };
+    if let Some(stream) = &shared.stream {
+        let _ = stream.send((Instant::now(), body));
+        return Ok(respond(200));
+    }
     let answer = shared
         .script
         .lock()
@@ -251,12 +281,6 @@ async fn answer(
         answer: answer.clone(),
     });
     arrivals.send_modify(|count| *count += 1);
-    let respond = |status: u16| {
-        Response::builder()
-            .status(StatusCode::from_u16(status).expect("a status"))
-            .body(Full::new(Bytes::from_static(b"recorded")))
-            .expect("a response")
-    };
     match answer {
         Answer::Status(status) => Ok(respond(status)),
         Answer::RetryAfter(seconds) => {
@@ -309,4 +333,39 @@ pub fn delivered(deliveries: &[Delivery], webhook: &str, secret: &str) -> Vec<Va
         notifications.extend(batch.iter().cloned());
     }
     notifications
+}
+
+/// Makes a webhook over `ws` to `url` of `subscribe` (`eth_subscribe`'s
+/// params), batched as `batch` (`Null`: the default); (id, secret).
+pub async fn create(
+    ws: &mut WsClient,
+    url: &str,
+    subscribe: Value,
+    batch: Value,
+) -> (String, String) {
+    let mut request = serde_json::json!({"url": url, "subscribe": subscribe});
+    if !batch.is_null() {
+        request["batch"] = batch;
+    }
+    let created = ws
+        .call("webhook_create", serde_json::json!([request]))
+        .await
+        .expect("call");
+    let text = |key: &str| {
+        created["result"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("webhook_create answered {created}"))
+            .to_string()
+    };
+    (text("id"), text("secret"))
+}
+
+/// The block numbers of a `newHeads` webhook's deliveries, each once,
+/// checked to chain.
+pub fn head_numbers(deliveries: &[Delivery], webhook: &str, secret: &str) -> Vec<u64> {
+    let heads: Vec<Value> = delivered(deliveries, webhook, secret)
+        .into_iter()
+        .map(|params| params["result"].clone())
+        .collect();
+    crate::chained_numbers(&heads)
 }

@@ -15,6 +15,9 @@
 //! holder's own (a renewal that landed though its answer was lost). The
 //! stream's expected-sequence fencing guards the log even so
 //! ([`super::publish`]).
+//!
+//! The same leases, in a bucket of their own, say which edge delivers each
+//! webhook ([`super::webhooks`]).
 
 use std::time::Duration;
 
@@ -25,7 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Bus;
 
-/// The leases of every chain on one bus, taken in this process's name.
+/// The leases of one bucket (every chain's, or every webhook's), taken in
+/// this process's name.
 #[derive(Clone, Debug)]
 pub struct Leases {
     kv: kv::Store,
@@ -35,11 +39,11 @@ pub struct Leases {
     holder: String,
 }
 
-/// This process's hold on one chain's log.
+/// This process's hold on one key: a chain's log, or a webhook.
 #[derive(Debug)]
 pub struct Lease {
     leases: Leases,
-    chain: String,
+    key: String,
     /// The revision of the last write: a renewal expects it, so one that
     /// finds another holder's write fails.
     revision: u64,
@@ -94,16 +98,28 @@ fn own_write(
 }
 
 impl Bus {
-    /// The lease bucket (created with `[bus] lease_ms` as its entries' age
-    /// if it does not exist), for a process named `holder`.
+    /// The chains' lease bucket (created with `[bus] lease_ms` as its
+    /// entries' age if it does not exist), for a process named `holder`.
     pub async fn leases(&self, holder: &str) -> anyhow::Result<Leases> {
-        let bucket = format!("{}-leases", self.config.prefix);
+        self.lease_bucket("leases", self.config.lease(), holder)
+            .await
+    }
+
+    /// The lease bucket `<prefix>-<name>`, whose entries last `ttl`, for a
+    /// process named `holder` (unique among those sharing the bucket).
+    pub async fn lease_bucket(
+        &self,
+        name: &str,
+        ttl: Duration,
+        holder: &str,
+    ) -> anyhow::Result<Leases> {
+        let bucket = format!("{}-{name}", self.config.prefix);
         let kv = self
             .jetstream
             .create_or_update_key_value(kv::Config {
                 bucket: bucket.clone(),
                 history: 1,
-                max_age: self.config.lease(),
+                max_age: ttl,
                 storage: async_nats::jetstream::stream::StorageType::File,
                 num_replicas: self.config.replicas,
                 ..Default::default()
@@ -112,7 +128,7 @@ impl Bus {
             .with_context(|| format!("creating the lease bucket {bucket}"))?;
         Ok(Leases {
             kv,
-            ttl: self.config.lease(),
+            ttl,
             holder: holder.to_string(),
         })
     }
@@ -123,19 +139,19 @@ impl Leases {
         self.ttl / 4
     }
 
-    /// Waits until this process holds `chain`'s lease; `None` at
+    /// Waits until this process holds `key`'s lease; `None` at
     /// `shutdown`. A try the bucket fails (it may have no leader) is made
     /// again sooner than one it refuses because another holds the key.
-    pub async fn acquire(&self, chain: &str, shutdown: &CancellationToken) -> Option<Lease> {
+    pub async fn acquire(&self, key: &str, shutdown: &CancellationToken) -> Option<Lease> {
         let mut failures: u64 = 0;
         loop {
             let sent = Instant::now();
-            let created = self.kv.create(chain, self.holder.clone().into());
+            let created = self.kv.create(key, self.holder.clone().into());
             let failed = match tokio::time::timeout(self.quarter(), created).await {
                 Ok(Ok(revision)) => {
                     return Some(Lease {
                         leases: self.clone(),
-                        chain: chain.to_string(),
+                        key: key.to_string(),
                         revision,
                         hold: Hold {
                             ttl: self.ttl,
@@ -154,7 +170,7 @@ impl Leases {
                     // Failures 1, 2, 4, 8…: a bucket electing a leader
                     // for seconds says so a few times, not at every try.
                     if failures.is_power_of_two() {
-                        tracing::warn!(chain, %error, failures, "cannot take the lease; trying again");
+                        tracing::warn!(lease = key, %error, failures, "cannot take the lease; trying again");
                     }
                     self.quarter() / 4
                 }
@@ -185,7 +201,7 @@ impl Lease {
                 renewed = self.renew() => renewed,
             };
             if let Err(why) = renewed {
-                tracing::error!(chain = %self.chain, %why, "lost the lease");
+                tracing::error!(lease = %self.key, %why, "lost the lease");
                 lost.cancel();
                 return;
             }
@@ -202,11 +218,10 @@ impl Lease {
             let Some(wait) = self.hold.attempt(now) else {
                 return Err("the bus did not renew it in time".into());
             };
-            let renewal = self.leases.kv.update(
-                &self.chain,
-                self.leases.holder.clone().into(),
-                self.revision,
-            );
+            let renewal =
+                self.leases
+                    .kv
+                    .update(&self.key, self.leases.holder.clone().into(), self.revision);
             let failed = match tokio::time::timeout(wait, renewal).await {
                 Ok(Ok(revision)) => {
                     self.revision = revision;
@@ -214,7 +229,7 @@ impl Lease {
                     return Ok(());
                 }
                 Ok(Err(error)) if error.kind() == kv::UpdateErrorKind::WrongLastRevision => {
-                    match tokio::time::timeout(wait, self.leases.kv.entry(&self.chain)).await {
+                    match tokio::time::timeout(wait, self.leases.kv.entry(&self.key)).await {
                         Ok(Ok(Some(entry))) => {
                             let found = (entry.value.as_ref(), entry.revision, entry.operation);
                             if !own_write(found, &self.leases.holder, self.revision) {
@@ -234,7 +249,7 @@ impl Lease {
             };
             failures += 1;
             if failures.is_power_of_two() {
-                tracing::warn!(chain = %self.chain, error = %failed, failures, "the lease was not renewed; trying again");
+                tracing::warn!(lease = %self.key, error = %failed, failures, "the lease was not renewed; trying again");
             }
             tokio::time::sleep(self.hold.retry()).await;
         }
@@ -245,9 +260,9 @@ impl Lease {
         let released = self
             .leases
             .kv
-            .delete_expect_revision(&self.chain, Some(self.revision));
+            .delete_expect_revision(&self.key, Some(self.revision));
         if let Ok(Err(error)) = tokio::time::timeout(self.leases.quarter(), released).await {
-            tracing::debug!(chain = %self.chain, %error, "the lease was not given back; it expires");
+            tracing::debug!(lease = %self.key, %error, "the lease was not given back; it expires");
         }
     }
 }

@@ -8,7 +8,9 @@
 //! starts (or takes over) continues it from its tail, and publishes with
 //! the sequence it expects to be last, so two writers can never interleave
 //! ([`linear`]). Beside it, each chain's price journal ([`prices`]) carries
-//! the leading ingest's price index writes to every other server.
+//! the leading ingest's price index writes to every other server, and the
+//! webhooks' buckets ([`webhooks`]) let every edge serve every webhook,
+//! one delivering each.
 
 pub mod codec;
 pub mod finality;
@@ -19,6 +21,7 @@ pub mod lease;
 pub mod linear;
 pub mod prices;
 pub mod publish;
+pub mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -39,6 +39,10 @@ pub struct WebhooksConfig {
     /// The largest `maxEvents` a webhook may ask for one delivery.
     /// Default 1,000.
     pub max_batch_events: usize,
+    /// On the bus: how long an edge's hold on a webhook lasts without
+    /// renewal, in milliseconds; another edge takes over at most this
+    /// long after the one delivering it dies. Default 10,000.
+    pub lease_ms: u64,
 }
 
 impl Default for WebhooksConfig {
@@ -53,6 +57,7 @@ impl Default for WebhooksConfig {
             pause_after_secs: 86_400,
             queue: 4_096,
             max_batch_events: 1_000,
+            lease_ms: 10_000,
         }
     }
 }
@@ -90,7 +95,13 @@ impl WebhooksConfig {
             self.max_batch_events as u64,
             1,
             100_000,
-        )
+        )?;
+        in_range("webhooks.lease_ms", self.lease_ms, 400, 600_000)
+    }
+
+    /// [`Self::lease_ms`] as a duration.
+    pub fn lease(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.lease_ms)
     }
 }
 

@@ -86,8 +86,8 @@ pub struct AppState {
     pub stats: Stats,
     /// A new report after each scan of the filters directory.
     pub filter_reloads: watch::Receiver<ReloadReport>,
-    /// Every webhook of the process; `None` on the bus roles (not yet
-    /// served there).
+    /// The webhooks (of the deployment, on an edge); `None` on an ingest,
+    /// which serves no client.
     pub webhooks: Option<Arc<Webhooks>>,
 }
 

@@ -30,7 +30,7 @@ use crate::webhook::{Batching, Create, Definition, Feeds, Opened, Refusal, Webho
 pub(super) async fn call(ctx: Context<'_>, call: &Call) -> Result<Box<RawValue>, RpcError> {
     let Some(webhooks) = ctx.webhooks else {
         return Err(RpcError::method_not_found_msg(
-            "webhooks are not served on this server's role yet: create them on a server of role all",
+            "webhooks are served by a server of role all or edge",
         ));
     };
     let owner = owner_of(ctx.api_key);

@@ -4,7 +4,11 @@
 //! Webhooks).
 //!
 //! - [`definition`] — what a webhook is and how far it got;
-//! - [`store`] — where both persist (the embedded database);
+//! - [`store`] — where both persist (the embedded database; the bus's
+//!   KV buckets on an edge), and what other processes change there;
+//! - [`claim`] — who may deliver a webhook (this process; on the bus,
+//!   the edge holding its lease); [`claimed`] — a webhook delivered while
+//!   its claim holds;
 //! - [`feed`] — how a webhook's subscription is opened (the RPC side's
 //!   `eth_subscribe`, handed down by the wiring);
 //! - [`worker`] — one webhook's delivery loop; [`body`] — a delivery's
@@ -12,9 +16,12 @@
 //!   its signature; [`target`] — where a webhook may deliver.
 //!
 //! [`Webhooks`] is the service the API calls: it holds every webhook of
-//! the process, one worker task per active one.
+//! the process (of the deployment, on the bus), one task per active one
+//! claiming and delivering it.
 
 pub mod body;
+pub mod claim;
+mod claimed;
 pub mod definition;
 pub mod feed;
 pub mod post;
@@ -28,6 +35,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures_util::StreamExt as _;
+use futures_util::stream::BoxStream;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -35,10 +44,13 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::WebhooksConfig;
 use crate::fanout::Sink;
+use claim::{Claim, Claims};
+use claimed::Opening;
+use definition::Paused;
 pub use definition::{Batching, Definition, Progress, State};
 pub use feed::{Feeds, Opened, Refusal};
 use post::Transport;
-use store::Store;
+use store::{Change, Store};
 use target::Policy;
 use worker::{Hook, Shared, now_ms};
 
@@ -76,9 +88,10 @@ pub struct Create {
 /// Every webhook of the process and its workers.
 pub struct Webhooks {
     shared: Arc<Shared>,
+    claims: Arc<dyn Claims>,
     policy: Policy,
     /// By id. Short critical sections only; each entry's own lock orders
-    /// the calls about it.
+    /// the calls and changes about it.
     hooks: Mutex<HashMap<String, Arc<Entry>>>,
     /// Held across a create, so two at once cannot both pass a key's
     /// limit.
@@ -95,11 +108,12 @@ impl std::fmt::Debug for Webhooks {
     }
 }
 
-/// One webhook and its worker, if it runs.
+/// One webhook and the task claiming and delivering it here, if it is
+/// active.
 struct Entry {
     hook: Arc<Hook>,
-    /// Held by a call that changes the webhook (pause, resume, delete),
-    /// across stopping its worker and starting the next.
+    /// Held by whatever changes the webhook here (a call, a change from
+    /// the store) across stopping its worker and starting the next.
     worker: tokio::sync::Mutex<Option<Worker>>,
 }
 
@@ -116,6 +130,13 @@ impl Worker {
     }
 }
 
+/// Stops `worker`'s task, if one runs.
+async fn stop(worker: &mut Option<Worker>) {
+    if let Some(running) = worker.take() {
+        running.stop().await;
+    }
+}
+
 /// What `/metrics` reads of the webhooks in one state.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StateFigures {
@@ -126,18 +147,33 @@ pub struct StateFigures {
     pub lag: Duration,
 }
 
+/// What the service is built from.
+pub struct Parts {
+    pub config: WebhooksConfig,
+    pub store: Arc<dyn Store>,
+    pub feeds: Arc<dyn Feeds>,
+    pub transport: Arc<dyn Transport>,
+    pub claims: Arc<dyn Claims>,
+}
+
 impl Webhooks {
-    /// Loads every stored webhook and starts the active ones; at shutdown,
-    /// the workers stop, then the store closes, on `tasks`.
+    /// Loads every stored webhook, starts claiming the active ones, and
+    /// follows what other processes change in the store; at shutdown, the
+    /// workers stop, then the store closes, on `tasks`.
     pub async fn start(
-        config: WebhooksConfig,
-        store: Arc<dyn Store>,
-        feeds: Arc<dyn Feeds>,
-        transport: Arc<dyn Transport>,
-        tasks: TaskTracker,
+        parts: Parts,
+        tasks: &TaskTracker,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Arc<Self>> {
+        let Parts {
+            config,
+            store,
+            feeds,
+            transport,
+            claims,
+        } = parts;
         let stored = store.load().await?;
+        let changes = store.changes();
         let policy = Policy {
             allow_http: config.allow_http,
             allow_private_addresses: config.allow_private_addresses,
@@ -152,53 +188,149 @@ impl Webhooks {
                 deliveries: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
             }),
+            claims,
             policy,
             hooks: Mutex::default(),
             creating: tokio::sync::Mutex::new(()),
             workers: TaskTracker::new(),
             shutdown: shutdown.clone(),
         });
-        let (workers, shared) = (webhooks.workers.clone(), webhooks.shared.clone());
-        tasks.spawn(async move {
-            shutdown.cancelled().await;
-            workers.close();
-            workers.wait().await;
-            shared.store.close();
-        });
         for (definition, progress) in stored {
-            let paused = definition.paused.is_some();
-            let id = definition.id.clone();
-            let entry = Arc::new(Entry {
-                hook: Arc::new(Hook::new(definition, progress)),
-                worker: tokio::sync::Mutex::new(None),
-            });
-            if !paused {
-                *entry.worker.lock().await = Some(webhooks.spawn(&entry.hook, None));
-            }
-            webhooks.lock().insert(id, entry);
+            let active = definition.paused.is_none();
+            let hook = Arc::new(Hook::new(definition, 0, progress));
+            let worker = active.then(|| webhooks.spawn(&hook, None));
+            let id = hook.definition().id.clone();
+            webhooks.lock().insert(
+                id,
+                Arc::new(Entry {
+                    hook,
+                    worker: tokio::sync::Mutex::new(worker),
+                }),
+            );
         }
+        let following = webhooks.clone();
+        tasks.spawn(async move {
+            following.follow(changes).await;
+            following.workers.close();
+            following.workers.wait().await;
+            following.shared.store.close();
+        });
         Ok(webhooks)
+    }
+
+    /// Applies the store's changes until shutdown.
+    async fn follow(&self, mut changes: BoxStream<'static, Change>) {
+        loop {
+            let change = tokio::select! {
+                () = self.shutdown.cancelled() => return,
+                change = changes.next() => change,
+            };
+            match change {
+                Some(change) => self.apply(change).await,
+                None => return self.shutdown.cancelled().await,
+            }
+        }
+    }
+
+    /// Brings this process in line with a change: a webhook new here is
+    /// added, one paused or deleted stops delivering, one active gets a
+    /// worker claiming it. What this process wrote itself comes back at a
+    /// revision it has, and changes nothing.
+    async fn apply(&self, change: Change) {
+        match change {
+            Change::Defined(definition, revision) => {
+                let id = definition.id.clone();
+                let entry = self.lock().get(&id).cloned();
+                let entry = match entry {
+                    Some(entry) => entry,
+                    None => {
+                        let entry = Arc::new(Entry {
+                            hook: Arc::new(Hook::new(definition.clone(), 0, Progress::default())),
+                            worker: tokio::sync::Mutex::new(None),
+                        });
+                        self.lock().entry(id).or_insert(entry).clone()
+                    }
+                };
+                let mut worker = entry.worker.lock().await;
+                if revision != 0 && revision <= entry.hook.revision() {
+                    return;
+                }
+                let paused = definition.paused.is_some();
+                entry.hook.set_definition(definition, revision);
+                let running = worker.as_ref().is_some_and(|w| !w.done.is_finished());
+                if paused && running {
+                    stop(&mut worker).await;
+                } else if !paused && !running {
+                    *worker = Some(self.spawn(&entry.hook, None));
+                }
+            }
+            Change::Progressed(id, progress) => {
+                // Shown here; the process holding the claim writes it.
+                let entry = self.lock().get(&id).cloned();
+                if let Some(entry) = entry.filter(|entry| !entry.hook.held()) {
+                    *entry.hook.progress() = progress;
+                }
+            }
+            Change::Deleted(id) => {
+                let entry = self.lock().remove(&id);
+                if let Some(entry) = entry {
+                    stop(&mut *entry.worker.lock().await).await;
+                }
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
         self.hooks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn spawn(&self, hook: &Arc<Hook>, first: Option<(Opened, crate::fanout::Frames)>) -> Worker {
+    fn spawn(&self, hook: &Arc<Hook>, opening: Option<Opening>) -> Worker {
         let stop = self.shutdown.child_token();
-        let done = self.workers.spawn(worker::run(
+        let done = self.workers.spawn(claimed::deliver(
             hook.clone(),
             self.shared.clone(),
+            self.claims.clone(),
             stop.clone(),
-            first,
+            opening,
         ));
         Worker { stop, done }
     }
 
+    /// Claims `id` for a call (waiting for another process to let go),
+    /// or -32603 at shutdown.
+    async fn claim(&self, id: &str) -> Result<Claim, WebhookError> {
+        self.claims
+            .claim(id, &self.shutdown)
+            .await
+            .ok_or_else(|| WebhookError::Store(anyhow::anyhow!("the server is shutting down")))
+    }
+
+    /// Opens `definition`'s subscription after `cursor` into a new queue.
+    async fn open(
+        &self,
+        definition: &Definition,
+        cursor: Option<String>,
+        claim: Claim,
+    ) -> Result<Opening, WebhookError> {
+        let (sink, frames) = Sink::new(self.shared.config.queue);
+        let opened = self
+            .shared
+            .feeds
+            .open(definition, cursor.as_deref(), sink)
+            .await
+            .map_err(WebhookError::Refused)?;
+        Ok(Opening {
+            opened,
+            frames,
+            from: cursor,
+            claim,
+        })
+    }
+
     /// Makes a webhook for `owner` (see [`definition::owner_of`]): checks
-    /// its target and batching, opens its subscription (refused as
-    /// `eth_subscribe` would refuse it), stores it and starts delivering.
-    /// Answers its view and, this once, its secret.
+    /// its target and batching, claims it, opens its subscription (refused
+    /// as `eth_subscribe` would refuse it), stores it and starts
+    /// delivering. Answers its view and, this once, its secret.
     pub async fn create(&self, owner: &str, request: Create) -> Result<Value, WebhookError> {
         let _creating = self.creating.lock().await;
         let config = &self.shared.config;
@@ -237,23 +369,26 @@ impl Webhooks {
             created_at: now_ms(),
             paused: None,
         };
-        let (sink, frames) = Sink::new(config.queue);
-        let opened = self
+        // Claimed before it is stored: no other process starts it first.
+        let claim = self.claim(&definition.id).await?;
+        let opening = self.open(&definition, None, claim).await?;
+        let revision = match self
             .shared
-            .feeds
-            .open(&definition, None, sink)
+            .store
+            .put_definition(definition.clone(), 0)
             .await
-            .map_err(WebhookError::Refused)?;
-        if let Err(error) = self.shared.store.put_definition(definition.clone()).await {
-            opened.close().await;
-            return Err(WebhookError::Store(error));
-        }
-        let secret = definition.secret.clone();
+        {
+            Ok(revision) => revision,
+            Err(error) => {
+                opening.opened.close().await;
+                return Err(WebhookError::Store(error));
+            }
+        };
+        let mut view = definition::view(&definition, &Progress::default());
+        view["secret"] = Value::String(definition.secret.clone());
         let id = definition.id.clone();
-        let hook = Arc::new(Hook::new(definition, Progress::default()));
-        let worker = self.spawn(&hook, Some((opened, frames)));
-        let mut view = definition::view(&hook.definition(), &hook.progress());
-        view["secret"] = Value::String(secret);
+        let hook = Arc::new(Hook::new(definition, revision, Progress::default()));
+        let worker = self.spawn(&hook, Some(opening));
         self.lock().insert(
             id,
             Arc::new(Entry {
@@ -307,26 +442,59 @@ impl Webhooks {
             .ok_or(WebhookError::NotFound)
     }
 
-    /// Stops delivering; the cursor stays where it is.
+    /// The webhook as the store holds it now: (definition, revision,
+    /// progress); not found if it is gone.
+    async fn fresh(&self, id: &str) -> Result<(Definition, u64, Progress), WebhookError> {
+        self.shared
+            .store
+            .read(id.to_string())
+            .await
+            .map_err(WebhookError::Store)?
+            .ok_or(WebhookError::NotFound)
+    }
+
+    /// Writes `definition` over revision `expected` and takes it here.
+    async fn define(
+        &self,
+        hook: &Hook,
+        definition: Definition,
+        expected: u64,
+    ) -> Result<(), WebhookError> {
+        let revision = self
+            .shared
+            .store
+            .put_definition(definition.clone(), expected)
+            .await
+            .map_err(WebhookError::Store)?;
+        hook.set_definition(definition, revision);
+        Ok(())
+    }
+
+    /// Stops delivering; the cursor stays where it is. Whichever process
+    /// delivers it stops once it sees the change.
     pub async fn pause(&self, owner: &str, id: &str) -> Result<Value, WebhookError> {
         let entry = self.entry(owner, id)?;
         let mut worker = entry.worker.lock().await;
-        if let Some(running) = worker.take() {
-            running.stop().await;
+        stop(&mut worker).await;
+        let (mut definition, revision, progress) = self.fresh(id).await?;
+        if definition.paused.is_none() {
+            definition.paused = Some(Paused {
+                at: now_ms(),
+                reason: "paused by its owner".into(),
+            });
+            self.define(&entry.hook, definition, revision).await?;
         }
-        if entry.hook.definition().paused.is_none() {
-            entry
-                .hook
-                .pause(&*self.shared.store, now_ms(), "paused by its owner".into())
-                .await;
+        if !entry.hook.held() {
+            *entry.hook.progress() = progress;
         }
         Ok(view(&entry.hook))
     }
 
     /// Delivers again: from its cursor, or from where `subscribe` (the
-    /// definition's params with a new options object) starts. The
+    /// definition's params with a new options object) starts. Whatever
+    /// delivers it is stopped first (paused, then claimed here); the
     /// subscription is opened before the answer, so a start the chain no
-    /// longer holds is refused here and the webhook stays as it was.
+    /// longer holds is refused and the webhook stays as it was.
     pub async fn resume(
         &self,
         owner: &str,
@@ -334,66 +502,64 @@ impl Webhooks {
         subscribe: Option<Vec<Value>>,
     ) -> Result<Value, WebhookError> {
         let entry = self.entry(owner, id)?;
-        let mut worker = entry.worker.lock().await;
-        if let Some(running) = worker.take() {
-            running.stop().await;
-        }
         let hook = &entry.hook;
-        let mut definition = hook.definition().clone();
+        let mut worker = entry.worker.lock().await;
+        stop(&mut worker).await;
+        let (before, mut revision, _) = self.fresh(id).await?;
+        if before.paused.is_none() {
+            // Another process may deliver it: it lets go once it sees this.
+            let mut pausing = before.clone();
+            pausing.paused = Some(Paused {
+                at: now_ms(),
+                reason: "resuming".into(),
+            });
+            self.define(hook, pausing, revision).await?;
+            revision = hook.revision();
+        }
+        let claim = self.claim(id).await?;
+        let (mut definition, current, mut progress) = self.fresh(id).await?;
+        revision = revision.max(current);
         definition.paused = None;
-        let cursor = match &subscribe {
-            Some(subscribe) => {
-                definition.subscribe = subscribe.clone();
-                None
-            }
-            None => hook.progress().cursor.clone(),
-        };
-        let (sink, frames) = Sink::new(self.shared.config.queue);
-        let opened = self
-            .shared
-            .feeds
-            .open(&definition, cursor.as_deref(), sink)
-            .await;
-        let opened = match opened {
-            Ok(opened) => opened,
-            Err(refusal) => {
-                // As it was: running again if it ran.
-                if hook.definition().paused.is_none() {
-                    *worker = Some(self.spawn(hook, None));
-                }
-                return Err(WebhookError::Refused(refusal));
-            }
-        };
-        let mut progress = hook.progress().clone();
-        progress.trouble = None;
-        if subscribe.is_some() {
+        if let Some(subscribe) = subscribe {
+            definition.subscribe = subscribe;
             progress.cursor = None;
             progress.inflight = None;
         }
+        progress.trouble = None;
+        let opening = match self.open(&definition, progress.cursor.clone(), claim).await {
+            Ok(opening) => opening,
+            Err(refused) => {
+                // As it was: delivering again if it was.
+                if before.paused.is_none() {
+                    self.define(hook, before, revision).await?;
+                    *worker = Some(self.spawn(hook, None));
+                }
+                return Err(refused);
+            }
+        };
         let stored = async {
-            self.shared.store.put_definition(definition.clone()).await?;
             self.shared
                 .store
-                .put_progress(definition.id.clone(), progress.clone())
+                .put_progress(id.to_string(), progress.clone())
                 .await
+                .map_err(WebhookError::Store)?;
+            self.define(hook, definition, revision).await
         };
         if let Err(error) = stored.await {
-            opened.close().await;
-            return Err(WebhookError::Store(error));
+            opening.opened.close().await;
+            return Err(error);
         }
-        *hook.definition() = definition;
         *hook.progress() = progress;
-        *worker = Some(self.spawn(hook, Some((opened, frames))));
+        *worker = Some(self.spawn(hook, Some(opening)));
         Ok(view(hook))
     }
 
-    /// Stops and forgets a webhook.
+    /// Stops and forgets a webhook; whichever process delivers it stops
+    /// once it sees the change.
     pub async fn delete(&self, owner: &str, id: &str) -> Result<(), WebhookError> {
         let entry = self.entry(owner, id)?;
         let mut worker = entry.worker.lock().await;
-        if let Some(running) = worker.take() {
-            running.stop().await;
-        }
+        stop(&mut worker).await;
         self.shared
             .store
             .delete(id.to_string())

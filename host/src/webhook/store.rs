@@ -1,7 +1,9 @@
-//! Where webhooks persist. [`Store`] is what the service needs of it; the
-//! server of role `all` keeps them in the embedded database
-//! ([`LocalStore`]: `webhooks.redb` under `[log] data_dir`, or in memory),
-//! a definition and a progress record per webhook.
+//! Where webhooks persist. [`Store`] is what the service needs of it: a
+//! definition and a progress record per webhook, and, where other
+//! processes write them too (the bus's KV buckets, `bus/webhooks.rs`),
+//! their changes as they come. The server of role `all` keeps them in the
+//! embedded database ([`LocalStore`]: `webhooks.redb` under `[log]
+//! data_dir`, or in memory), where only it writes.
 //!
 //! Every delivery writes its webhook's progress before and after its POST,
 //! so writes are many and small: a task commits what queued up in one
@@ -11,7 +13,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use futures_util::StreamExt as _;
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -23,8 +27,25 @@ use super::definition::{Definition, Progress};
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Every webhook, with its progress.
     fn load(&self) -> BoxFuture<'_, anyhow::Result<Vec<(Definition, Progress)>>>;
-    /// Writes a definition (new or changed).
-    fn put_definition(&self, definition: Definition) -> BoxFuture<'_, anyhow::Result<()>>;
+    /// One webhook as the store holds it now, with its definition's
+    /// revision; where others write too, this process's progress writes
+    /// that follow expect the progress unchanged (one that lost its claim
+    /// cannot overwrite its successor's).
+    fn read(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, anyhow::Result<Option<(Definition, u64, Progress)>>>;
+    /// What other processes change, as they change it; never ends where
+    /// only this process writes.
+    fn changes(&self) -> BoxStream<'static, Change>;
+    /// Writes a definition, new (`expected` 0) or changed from revision
+    /// `expected` (refused if another write came since, where others
+    /// write too); answers its revision.
+    fn put_definition(
+        &self,
+        definition: Definition,
+        expected: u64,
+    ) -> BoxFuture<'_, anyhow::Result<u64>>;
     /// Writes a webhook's progress; done once it is durable.
     fn put_progress(&self, id: String, progress: Progress) -> BoxFuture<'_, anyhow::Result<()>>;
     /// Forgets a webhook.
@@ -38,6 +59,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 const DEFINITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("definitions");
 /// id → serde JSON of a [`Progress`].
 const PROGRESS: TableDefinition<&str, &[u8]> = TableDefinition::new("progress");
+
+/// A change a store reports, with the revision it was written at.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    Defined(Definition, u64),
+    Progressed(String, Progress),
+    Deleted(String),
+}
 
 /// The file's name under `[log] data_dir`.
 pub const FILE: &str = "webhooks.redb";
@@ -88,7 +117,7 @@ impl LocalStore {
         })
     }
 
-    fn queue(&self, write: Write) -> BoxFuture<'_, anyhow::Result<()>> {
+    fn queue(&self, write: Write) -> BoxFuture<'static, anyhow::Result<()>> {
         let (done, answer) = oneshot::channel();
         let sent = self.writes.send((write, done));
         Box::pin(async move {
@@ -110,8 +139,31 @@ impl Store for LocalStore {
         })
     }
 
-    fn put_definition(&self, definition: Definition) -> BoxFuture<'_, anyhow::Result<()>> {
-        self.queue(Write::Definition(definition))
+    fn read(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, anyhow::Result<Option<(Definition, u64, Progress)>>> {
+        let db = self.db.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || read_one(&db, &id))
+                .await
+                .context("reading the webhooks database")?
+        })
+    }
+
+    fn changes(&self) -> BoxStream<'static, Change> {
+        // Only this process writes here.
+        futures_util::stream::pending().boxed()
+    }
+
+    fn put_definition(
+        &self,
+        definition: Definition,
+        _expected: u64,
+    ) -> BoxFuture<'_, anyhow::Result<u64>> {
+        let written = self.queue(Write::Definition(definition));
+        // Revisions order a shared store's changes; this one reports none.
+        Box::pin(async move { written.await.map(|()| 0) })
     }
 
     fn put_progress(&self, id: String, progress: Progress) -> BoxFuture<'_, anyhow::Result<()>> {
@@ -125,6 +177,21 @@ impl Store for LocalStore {
     fn close(&self) {
         self.closing.cancel();
     }
+}
+
+fn read_one(db: &Database, id: &str) -> anyhow::Result<Option<(Definition, u64, Progress)>> {
+    let txn = db.begin_read()?;
+    let Some(definition) = txn.open_table(DEFINITIONS)?.get(id)? else {
+        return Ok(None);
+    };
+    let definition = serde_json::from_slice(definition.value())
+        .with_context(|| format!("reading webhook {id}"))?;
+    let progress = match txn.open_table(PROGRESS)?.get(id)? {
+        Some(bytes) => serde_json::from_slice(bytes.value())
+            .with_context(|| format!("reading webhook {id}'s progress"))?,
+        None => Progress::default(),
+    };
+    Ok(Some((definition, 0, progress)))
 }
 
 fn read_all(db: &Database) -> anyhow::Result<Vec<(Definition, Progress)>> {
@@ -247,7 +314,10 @@ mod tests {
         {
             let store = LocalStore::open(Some(dir.path()), &tasks).expect("opens");
             for id in ["a", "b", "c"] {
-                store.put_definition(definition(id)).await.expect("written");
+                store
+                    .put_definition(definition(id), 0)
+                    .await
+                    .expect("written");
             }
             let writes = (0..50u64).map(|n| {
                 store.put_progress(
@@ -279,6 +349,9 @@ mod tests {
         assert_eq!(loaded[0].1.deliveries, 49, "the last write wins");
         assert_eq!(loaded[0].1.cursor.as_deref(), Some("eth:49:0:00"));
         assert_eq!(loaded[1].1, Progress::default());
+        let read = store.read("a".into()).await.expect("reads");
+        assert_eq!(read, Some((loaded[0].0.clone(), 0, loaded[0].1.clone())));
+        assert_eq!(store.read("b".into()).await.expect("reads"), None);
     }
 
     /// Closed while a write is queued: the write is kept, the committing
@@ -288,14 +361,14 @@ mod tests {
     async fn a_close_writes_what_is_queued_then_ends() {
         let tasks = TaskTracker::new();
         let store = LocalStore::open(None, &tasks).expect("opens");
-        let queued = store.put_definition(definition("a"));
+        let queued = store.put_definition(definition("a"), 0);
         store.close();
         queued.await.expect("written before the close took effect");
         tasks.close();
         tokio::time::timeout(std::time::Duration::from_secs(5), tasks.wait())
             .await
             .expect("the committing task ends");
-        assert!(store.put_definition(definition("b")).await.is_err());
+        assert!(store.put_definition(definition("b"), 0).await.is_err());
         let loaded = store.load().await.expect("loads");
         assert_eq!(loaded.len(), 1);
     }

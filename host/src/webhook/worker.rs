@@ -13,7 +13,7 @@
 //! until the webhook has failed for `pause_after_secs` and is paused.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -53,16 +53,42 @@ pub(super) struct Hook {
     backlog: AtomicUsize,
     /// Since when the oldest waiting notification waits, for `/metrics`.
     behind_since: Mutex<Option<Instant>>,
+    /// The store's revision of `definition`: a change the store reports
+    /// at or below it is one this process wrote or already applied.
+    revision: AtomicU64,
+    /// Whether this process holds the webhook's claim: its progress is
+    /// then written here, not taken from the store's changes.
+    held: AtomicBool,
 }
 
 impl Hook {
-    pub fn new(definition: Definition, progress: Progress) -> Self {
+    pub fn new(definition: Definition, revision: u64, progress: Progress) -> Self {
         Self {
             definition: Mutex::new(definition),
             progress: Mutex::new(progress),
             backlog: AtomicUsize::new(0),
             behind_since: Mutex::new(None),
+            revision: AtomicU64::new(revision),
+            held: AtomicBool::new(false),
         }
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.revision.load(Ordering::Acquire)
+    }
+
+    /// Takes `definition`, at `revision` of the store.
+    pub fn set_definition(&self, definition: Definition, revision: u64) {
+        *self.definition() = definition;
+        self.revision.store(revision, Ordering::Release);
+    }
+
+    pub fn held(&self) -> bool {
+        self.held.load(Ordering::Acquire)
+    }
+
+    pub fn set_held(&self, held: bool) {
+        self.held.store(held, Ordering::Release);
     }
 
     pub fn definition(&self) -> MutexGuard<'_, Definition> {
@@ -120,8 +146,14 @@ impl Hook {
             definition.paused = Some(Paused { at, reason });
             definition.clone()
         };
-        if let Err(error) = store.put_definition(definition.clone()).await {
-            tracing::error!(webhook = %definition.id, error = format!("{error:#}"), "cannot persist a paused webhook");
+        match store
+            .put_definition(definition.clone(), self.revision())
+            .await
+        {
+            Ok(revision) => self.revision.store(revision, Ordering::Release),
+            Err(error) => {
+                tracing::error!(webhook = %definition.id, error = format!("{error:#}"), "cannot persist a paused webhook");
+            }
         }
     }
 }

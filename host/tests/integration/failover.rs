@@ -3,7 +3,9 @@
 //! (while no ingest leads, and under a leader):
 //! clients see every log exactly once, in order, on every edge, with the
 //! same cursors; a client of a killed edge resumes on another with its
-//! last cursor and misses nothing (docs/src/architecture.md, The bus).
+//! last cursor and misses nothing (docs/src/architecture.md, The bus); the
+//! edge delivering a webhook killed, another takes it over from its
+//! cursor (docs/src/architecture.md, Webhooks).
 
 use std::path::Path;
 use std::time::Instant;
@@ -12,6 +14,7 @@ use chainsieve_tests::WsClient;
 use chainsieve_tests::anvil::{Anvil, deploy_ping};
 use chainsieve_tests::nats::Nats;
 use chainsieve_tests::process::ServerProcess;
+use chainsieve_tests::receiver::{Delivery, Receiver, create, head_numbers};
 use serde_json::{Value, json};
 
 const KEY: &str = "failover-test";
@@ -33,6 +36,10 @@ chain_id = {chain_id}
 source = "{node}"
 [bus]
 urls = ["{bus}"]
+lease_ms = 1000
+[webhooks]
+allow_http = true
+allow_private_addresses = true
 lease_ms = 1000
 [logging]
 format = "json"
@@ -193,4 +200,60 @@ async fn the_leader_an_edge_and_the_bus_fail_and_clients_miss_nothing() {
         "the mover missed nothing; its cursors are the control's"
     );
     eprintln!("the standby took over {takeover:?} after the leader was killed");
+}
+
+/// The edge delivering a webhook is killed (`kill -9`): another edge takes
+/// it over once its lease expires, from the cursor; the receiver gets every
+/// head once, in order (a batch in flight at the kill comes again under
+/// the same id, which the receiver's count of each head once discounts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_edge_delivering_a_webhook_is_killed_and_another_takes_it_over() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let nats = Nats::start().await.expect("nats-server");
+    let mut ingest = start("ingest", &anvil, &nats).await;
+    ingest.logged("leading").await.expect("the ingest leads");
+    let mut first = edge(&anvil, &nats).await;
+    let mut second = edge(&anvil, &nats).await;
+    let mut receiver = Receiver::start().await.expect("receiver");
+    let mut client = WsClient::connect(&first.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    // A block in the edges' logs first: `fromBlock` needs one.
+    let start = anvil.mine_served(&mut client).await;
+    let (id, secret) = create(
+        &mut client,
+        &receiver.url(),
+        json!(["newHeads", {"fromBlock": format!("{start:#x}")}]),
+        Value::Null,
+    )
+    .await;
+    first
+        .logged("delivering")
+        .await
+        .expect("the edge that made it delivers it");
+    let numbers = |deliveries: &[Delivery]| head_numbers(deliveries, &id, &secret);
+    let through = |last: u64| move |deliveries: &[Delivery]| numbers(deliveries).contains(&last);
+    anvil.mine(2).await.expect("mine");
+    receiver
+        .wait_for("the first heads", through(start + 2))
+        .await;
+
+    drop(client);
+    first.kill().await.expect("kill -9 the edge delivering it");
+    let killed = Instant::now();
+    anvil.mine(2).await.expect("mined while nobody delivers");
+    second
+        .logged("delivering")
+        .await
+        .expect("the other edge takes it over");
+    let takeover = killed.elapsed();
+    receiver
+        .wait_for("the heads after the kill", through(start + 4))
+        .await;
+    assert_eq!(
+        numbers(&receiver.deliveries()),
+        (start..=start + 4).collect::<Vec<_>>(),
+        "every head once, in order"
+    );
+    eprintln!("another edge took the webhook over {takeover:?} after the kill");
 }

@@ -5,6 +5,7 @@
 
 mod bus;
 mod bus_history;
+mod bus_webhooks;
 mod clients;
 mod custom_filters;
 mod devnet_history;

@@ -15,8 +15,8 @@ use chainsieve::filters::registry::BUILT_FILTERS_DIR;
 use chainsieve::ingest::devnet::DevnetSettings;
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::filters::watching;
-use chainsieve_tests::receiver::{Answer, Delivery, Receiver, delivered};
-use chainsieve_tests::{TestServer, WsClient, fast_devnet, hex_address, quantity};
+use chainsieve_tests::receiver::{Answer, Delivery, Receiver, create, delivered, head_numbers};
+use chainsieve_tests::{TestServer, WsClient, fast_devnet, hex_address};
 use serde_json::{Value, json};
 
 /// Lets webhooks reach the receiver on 127.0.0.1 over plain http, and
@@ -30,26 +30,6 @@ fn reachable() -> WebhooksConfig {
         retry_max_ms: 400,
         ..WebhooksConfig::default()
     }
-}
-
-/// Creates a webhook over `ws`; (id, secret).
-async fn create(ws: &mut WsClient, url: &str, subscribe: Value, batch: Value) -> (String, String) {
-    let mut request = json!({"url": url, "subscribe": subscribe});
-    if !batch.is_null() {
-        request["batch"] = batch;
-    }
-    let created = ws
-        .call("webhook_create", json!([request]))
-        .await
-        .expect("call");
-    let webhook = &created["result"];
-    let text = |key: &str| {
-        webhook[key]
-            .as_str()
-            .unwrap_or_else(|| panic!("webhook_create answered {created}"))
-            .to_string()
-    };
-    (text("id"), text("secret"))
 }
 
 /// A notification's `result` and `cursor`: what a socket and a webhook
@@ -435,10 +415,7 @@ async fn a_restart_delivers_again_only_the_batch_in_flight() {
         .expect("connect");
     // A block in the server's log first: `fromBlock` is refused (-32002)
     // before the chain's first block.
-    let heads = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
-    anvil.mine(1).await.expect("mine");
-    let start = anvil.block_number().await.expect("a block number");
-    ws.until_head(&heads, start).await;
+    let start = anvil.mine_served(&mut ws).await;
     let (hook, secret) = create(
         &mut ws,
         &receiver.url(),
@@ -448,12 +425,7 @@ async fn a_restart_delivers_again_only_the_batch_in_flight() {
     .await;
     anvil.mine(3).await.expect("mine");
     let (hook, secret) = (hook.as_str(), secret.as_str());
-    let heads = |deliveries: &[Delivery]| -> Vec<u64> {
-        delivered(deliveries, hook, secret)
-            .iter()
-            .map(|params| quantity(&params["result"]["number"]))
-            .collect()
-    };
+    let heads = |deliveries: &[Delivery]| head_numbers(deliveries, hook, secret);
     let wait_heads =
         |through: u64| move |deliveries: &[Delivery]| heads(deliveries).contains(&through);
     receiver.wait_for("four heads", wait_heads(start + 3)).await;

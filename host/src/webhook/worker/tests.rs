@@ -136,7 +136,7 @@ impl Bench {
             paused: None,
         };
         store
-            .put_definition(definition.clone())
+            .put_definition(definition.clone(), 0)
             .await
             .expect("stored");
         let shared = Arc::new(Shared {
@@ -148,7 +148,7 @@ impl Bench {
             deliveries: AtomicU64::new(0),
             failures: AtomicU64::new(0),
         });
-        let hook = Arc::new(Hook::new(definition, progress));
+        let hook = Arc::new(Hook::new(definition, 0, progress));
         let stop = CancellationToken::new();
         let done = tokio::spawn(run(hook.clone(), shared, stop.clone(), None));
         Self {
