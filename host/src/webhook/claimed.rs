@@ -76,8 +76,13 @@ pub(super) async fn deliver(
         {
             close(first.take()).await;
         }
-        tracing::info!(webhook = %id, cursor = ?progress.cursor, "delivering");
         hook.set_definition(definition, revision);
+        // A pause applied since the read, or a stop.
+        if hook.definition().paused.is_some() || stop.is_cancelled() {
+            close(first).await;
+            return;
+        }
+        tracing::info!(webhook = %id, cursor = ?progress.cursor, "delivering");
         *hook.progress() = progress;
         hook.set_held(true);
         let running = stop.child_token();

@@ -610,3 +610,6 @@ fn view(hook: &Hook) -> Value {
     let progress = hook.progress().clone();
     definition::view(&definition, &progress)
 }
+
+#[cfg(test)]
+mod tests;

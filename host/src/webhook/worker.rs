@@ -77,10 +77,14 @@ impl Hook {
         self.revision.load(Ordering::Acquire)
     }
 
-    /// Takes `definition`, at `revision` of the store.
+    /// Takes `definition`, at `revision` of the store, unless it holds a
+    /// later one (a read that raced a change applied meanwhile).
     pub fn set_definition(&self, definition: Definition, revision: u64) {
-        *self.definition() = definition;
-        self.revision.store(revision, Ordering::Release);
+        let mut held = self.definition();
+        if revision >= self.revision() {
+            *held = definition;
+            self.revision.store(revision, Ordering::Release);
+        }
     }
 
     pub fn held(&self) -> bool {
