@@ -129,7 +129,7 @@ fn record(
 }
 
 async fn run(args: &Args) -> anyhow::Result<Run> {
-    let (child, ws_url) = bench::start_child(&[]).await?;
+    let (child, ws_url) = bench::start_child(&["devnet"]).await?;
     let pid = child.id().context("the child's pid")?;
     let http_url = ws_url.replacen("ws://", "http://", 1);
     let (receiver, mut bodies) = Receiver::streaming().await?;
