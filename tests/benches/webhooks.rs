@@ -16,13 +16,15 @@
 //! figure's median and spread.
 //!
 //! Run: `cargo bench -p chainsieve-tests --bench webhooks -- --runs 3`
+//! (`--durable`: the webhooks kept on disk, each progress write committed)
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use chainsieve::config::{Config, DevnetSettings, SourceConfig, WebhooksConfig};
+use chainsieve::config::{Config, DevnetSettings, LogConfig, SourceConfig, WebhooksConfig};
 use chainsieve_tests::bench::{self, quantiles, spread};
 use chainsieve_tests::load::{self, cpu_time};
 use chainsieve_tests::receiver::Receiver;
@@ -47,16 +49,25 @@ struct Args {
     seconds: u64,
     #[arg(long, default_value_t = 3)]
     warmup: u64,
+    /// Keep the webhooks in `webhooks.redb` in a temporary data directory
+    /// (each progress write committed to disk), as a server that must
+    /// survive restarts does; otherwise in memory.
+    #[arg(long)]
+    durable: bool,
     #[command(flatten)]
     common: bench::Common,
 }
 
 /// The load benchmark's server (one chain, `eth`, key `load`, no per-key
 /// limits) on a devnet that makes a block only when asked, with its own
-/// workload; webhooks to loopback allowed.
-fn config() -> Config {
+/// workload; webhooks to loopback allowed, kept in `data_dir` if given.
+fn config(data_dir: Option<PathBuf>) -> Config {
     let config = load::unlimited(load::chainsieve_config(SourceConfig::Devnet));
     Config {
+        log: LogConfig {
+            data_dir,
+            ..LogConfig::default()
+        },
         devnet: DevnetSettings {
             block_time_ms: Some(3_600_000),
             history_blocks: 0,
@@ -129,7 +140,12 @@ fn record(
 }
 
 async fn run(args: &Args) -> anyhow::Result<Run> {
-    let (child, ws_url) = bench::start_child(&["devnet"]).await?;
+    let data = tempfile::tempdir()?;
+    let serve = match args.durable {
+        true => format!("devnet:{}", data.path().display()),
+        false => "devnet".to_string(),
+    };
+    let (child, ws_url) = bench::start_child(&[serve.as_str()]).await?;
     let pid = child.id().context("the child's pid")?;
     let http_url = ws_url.replacen("ws://", "http://", 1);
     let (receiver, mut bodies) = Receiver::streaming().await?;
@@ -260,11 +276,21 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     bench::raise_file_limit();
     if args.common.serve.is_some() {
-        return bench::serve_child(config()).await;
+        let data_dir = args
+            .common
+            .serve
+            .as_deref()
+            .and_then(|serve| serve.strip_prefix("devnet:"))
+            .map(PathBuf::from);
+        return bench::serve_child(config(data_dir)).await;
     }
     println!(
-        "{} webhooks (half newHeads, half logs), {} sockets (newHeads + logs), a block every {} ms, {} s measured",
-        args.webhooks, args.sockets, args.block_ms, args.seconds
+        "{} webhooks (half newHeads, half logs, kept {}), {} sockets (newHeads + logs), a block every {} ms, {} s measured",
+        args.webhooks,
+        if args.durable { "on disk" } else { "in memory" },
+        args.sockets,
+        args.block_ms,
+        args.seconds
     );
     let runs = bench::each_run(args.common.runs, || run(&args), print).await?;
     if runs.len() > 1 {
