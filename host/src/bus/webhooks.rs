@@ -199,27 +199,49 @@ impl Store for KvStore {
 
     fn put_progress(&self, id: String, progress: Progress) -> BoxFuture<'_, anyhow::Result<()>> {
         Box::pin(async move {
-            let value = serde_json::to_vec(&progress).context("encoding a webhook's progress")?;
+            let value: bytes::Bytes = serde_json::to_vec(&progress)
+                .context("encoding a webhook's progress")?
+                .into();
             let baseline = self.baselines().get(&id).copied();
-            let written = match baseline {
-                Some(0) => tokio::time::timeout(ATTEMPT, self.progress.create(&id, value.into()))
-                    .await
-                    .context("no answer")?
-                    .map_err(anyhow::Error::new),
-                Some(revision) => {
-                    tokio::time::timeout(ATTEMPT, self.progress.update(&id, value.into(), revision))
+            let write = async {
+                match baseline {
+                    Some(0) => self
+                        .progress
+                        .create(&id, value.clone())
                         .await
-                        .context("no answer")?
-                        .map_err(anyhow::Error::new)
+                        .map_err(anyhow::Error::new),
+                    Some(revision) => self
+                        .progress
+                        .update(&id, value.clone(), revision)
+                        .await
+                        .map_err(anyhow::Error::new),
+                    None => self
+                        .progress
+                        .put(&id, value.clone())
+                        .await
+                        .map_err(anyhow::Error::new),
                 }
-                None => tokio::time::timeout(ATTEMPT, self.progress.put(&id, value.into()))
-                    .await
-                    .context("no answer")?
-                    .map_err(anyhow::Error::new),
             };
-            let revision = written.with_context(|| {
-                format!("writing webhook {id}'s progress (another edge may deliver it now)")
-            })?;
+            let written = tokio::time::timeout(ATTEMPT, write)
+                .await
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer")));
+            let revision = match written {
+                Ok(revision) => revision,
+                // An earlier write whose answer was lost may have landed:
+                // the entry holds what this one would write.
+                Err(error) => match self.progress.entry(&id).await {
+                    Ok(Some(entry))
+                        if entry.operation == kv::Operation::Put && entry.value == value =>
+                    {
+                        entry.revision
+                    }
+                    _ => {
+                        return Err(error.context(format!(
+                            "writing webhook {id}'s progress (another edge may deliver it now)"
+                        )));
+                    }
+                },
+            };
             self.baselines().insert(id, revision);
             Ok(())
         })

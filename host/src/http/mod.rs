@@ -124,7 +124,7 @@ impl AppState {
             history: &self.history,
             rate: &self.rate,
             limits: &self.limits,
-            webhooks: self.webhooks.as_deref(),
+            webhooks: self.webhooks.as_ref(),
         }
     }
 }

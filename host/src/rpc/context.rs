@@ -58,7 +58,7 @@ pub struct Context<'a> {
     pub rate: &'a RateLimit,
     pub limits: &'a LimitsConfig,
     /// The server's webhooks; `None` where this role serves none.
-    pub webhooks: Option<&'a Webhooks>,
+    pub webhooks: Option<&'a Arc<Webhooks>>,
 }
 
 /// Gates of the subscriptions one batch makes: they deliver only once the

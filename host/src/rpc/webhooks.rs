@@ -38,7 +38,8 @@ pub(super) async fn call(ctx: Context<'_>, call: &Call) -> Result<Box<RawValue>,
     match call.method.as_str() {
         "webhook_create" => {
             let request = create_request(ctx.chain, params)?;
-            result(&webhooks.create(&owner, request).await.map_err(error)?)
+            let hooks = webhooks.clone();
+            result(&to_the_end(async move { hooks.create(&owner, request).await }).await?)
         }
         "webhook_list" => {
             if params.as_array().is_some_and(|items| !items.is_empty()) || params.is_object() {
@@ -51,8 +52,9 @@ pub(super) async fn call(ctx: Context<'_>, call: &Call) -> Result<Box<RawValue>,
             result(&webhooks.get(&owner, id).map_err(error)?)
         }
         "webhook_pause" => {
-            let id = id_param(params, "webhook_pause", 1)?;
-            result(&webhooks.pause(&owner, id).await.map_err(error)?)
+            let id = id_param(params, "webhook_pause", 1)?.to_string();
+            let hooks = webhooks.clone();
+            result(&to_the_end(async move { hooks.pause(&owner, &id).await }).await?)
         }
         "webhook_resume" => {
             let id = id_param(params, "webhook_resume", 2)?;
@@ -63,20 +65,28 @@ pub(super) async fn call(ctx: Context<'_>, call: &Call) -> Result<Box<RawValue>,
                     Some(restart(&view["subscribe"], start)?)
                 }
             };
-            result(
-                &webhooks
-                    .resume(&owner, id, subscribe)
-                    .await
-                    .map_err(error)?,
-            )
+            let (id, hooks) = (id.to_string(), webhooks.clone());
+            result(&to_the_end(async move { hooks.resume(&owner, &id, subscribe).await }).await?)
         }
         "webhook_delete" => {
-            let id = id_param(params, "webhook_delete", 1)?;
-            webhooks.delete(&owner, id).await.map_err(error)?;
+            let id = id_param(params, "webhook_delete", 1)?.to_string();
+            let hooks = webhooks.clone();
+            to_the_end(async move { hooks.delete(&owner, &id).await }).await?;
             result(&true)
         }
         other => Err(RpcError::method_not_found(other)),
     }
+}
+
+/// Runs a call that changes webhooks to its end even if its caller goes
+/// (a WebSocket closed midway): a change is never left half made.
+async fn to_the_end<T: Send + 'static>(
+    work: impl Future<Output = Result<T, WebhookError>> + Send + 'static,
+) -> Result<T, RpcError> {
+    tokio::spawn(work)
+        .await
+        .map_err(|failed| RpcError::internal(format!("the webhook call failed: {failed}")))?
+        .map_err(error)
 }
 
 /// The JSON-RPC error of a refused webhook call.
@@ -89,6 +99,7 @@ fn error(error: WebhookError) -> RpcError {
         WebhookError::Limit(message) => RpcError::limit_exceeded(message),
         WebhookError::Refused(Refusal { code, message }) => RpcError::new(code, message),
         store @ WebhookError::Store(_) => RpcError::internal(store.to_string()),
+        WebhookError::Busy(message) => RpcError::unavailable(message),
     }
 }
 
@@ -259,6 +270,10 @@ impl Opener {
         )
         .await?;
         let key = self.subscriptions.next_key();
+        // Made before the actor is asked: if this call is dropped once the
+        // actor has the subscription, the guard's drop ends it.
+        let unsubscribe = filter.clone();
+        let opened = Opened::new(Box::pin(async move { unsubscribe.unsubscribe(key).await }));
         let request = Subscribe {
             key,
             id: definition.id.as_str().into(),
@@ -270,9 +285,7 @@ impl Opener {
             history,
         };
         filter.subscribe(request).await.map_err(refused)?;
-        Ok(Opened::new(Box::pin(async move {
-            filter.unsubscribe(key).await
-        })))
+        Ok(opened)
     }
 }
 

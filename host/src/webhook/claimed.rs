@@ -83,8 +83,7 @@ pub(super) async fn deliver(
             return;
         }
         tracing::info!(webhook = %id, cursor = ?progress.cursor, "delivering");
-        *hook.progress() = progress;
-        hook.set_held(true);
+        hook.hold(progress);
         let running = stop.child_token();
         let run = worker::run(
             hook.clone(),

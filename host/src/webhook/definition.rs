@@ -115,14 +115,13 @@ impl State {
         State::Paused,
     ];
 
-    pub fn of(definition: &Definition, progress: &Progress) -> Self {
-        match (&definition.paused, &progress.trouble) {
-            (Some(_), _) => State::Paused,
-            (None, Some(Trouble { kind, .. })) => match kind {
-                TroubleKind::Retrying => State::Retrying,
-                TroubleKind::Failing => State::Failing,
-            },
-            (None, None) => State::Active,
+    /// A webhook's state: paused first, then its trouble, else active.
+    pub fn of(paused: bool, trouble: Option<TroubleKind>) -> Self {
+        match (paused, trouble) {
+            (true, _) => State::Paused,
+            (false, Some(TroubleKind::Retrying)) => State::Retrying,
+            (false, Some(TroubleKind::Failing)) => State::Failing,
+            (false, None) => State::Active,
         }
     }
 
@@ -149,7 +148,10 @@ pub fn topic(subscribe: &[Value]) -> &str {
 
 /// A webhook as its owner reads it (never its secret).
 pub fn view(definition: &Definition, progress: &Progress) -> Value {
-    let state = State::of(definition, progress);
+    let state = State::of(
+        definition.paused.is_some(),
+        progress.trouble.as_ref().map(|trouble| trouble.kind),
+    );
     let mut view = json!({
         "id": definition.id,
         "chain": definition.chain,
@@ -193,17 +195,24 @@ mod tests {
         }
     }
 
+    fn state(definition: &Definition, progress: &Progress) -> State {
+        State::of(
+            definition.paused.is_some(),
+            progress.trouble.as_ref().map(|trouble| trouble.kind),
+        )
+    }
+
     #[test]
     fn the_state_is_paused_first_then_the_trouble_then_active() {
         let mut definition = definition();
         let mut progress = Progress::default();
-        assert_eq!(State::of(&definition, &progress), State::Active);
+        assert_eq!(state(&definition, &progress), State::Active);
         progress.trouble = Some(Trouble {
             kind: TroubleKind::Failing,
             since: 5,
             last_error: "HTTP 404".into(),
         });
-        assert_eq!(State::of(&definition, &progress), State::Failing);
+        assert_eq!(state(&definition, &progress), State::Failing);
         let view = view(&definition, &progress);
         assert_eq!(
             (view["since"].as_u64(), view["lastError"].as_str()),
@@ -213,7 +222,7 @@ mod tests {
             at: 9,
             reason: "paused by its owner".into(),
         });
-        assert_eq!(State::of(&definition, &progress), State::Paused);
+        assert_eq!(state(&definition, &progress), State::Paused);
     }
 
     #[test]

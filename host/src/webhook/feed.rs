@@ -21,18 +21,31 @@ pub trait Feeds: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Opened, Refusal>>;
 }
 
-/// An open subscription; [`Opened::close`] ends it.
-pub struct Opened(BoxFuture<'static, ()>);
+/// An open subscription; [`Opened::close`] ends it, and so does dropping
+/// it (a call or worker cancelled midway leaves no subscription behind).
+pub struct Opened(Option<BoxFuture<'static, ()>>);
 
 impl Opened {
     /// `close` ends the subscription when awaited: once done, nothing more
     /// is queued for it.
     pub fn new(close: BoxFuture<'static, ()>) -> Self {
-        Self(close)
+        Self(Some(close))
     }
 
-    pub async fn close(self) {
-        self.0.await
+    pub async fn close(mut self) {
+        if let Some(close) = self.0.take() {
+            close.await;
+        }
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        if let Some(close) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(close);
+        }
     }
 }
 
@@ -56,5 +69,28 @@ impl Refusal {
     /// a cursor or block the chain no longer holds.
     pub fn transient(&self) -> bool {
         !matches!(self.code, -32602 | -32001)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// A subscription whose holder is dropped (a call cancelled midway)
+    /// is closed all the same.
+    #[tokio::test]
+    async fn a_dropped_subscription_is_closed() {
+        let closed = Arc::new(AtomicBool::new(false));
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let flag = closed.clone();
+        drop(Opened::new(Box::pin(async move {
+            flag.store(true, Ordering::SeqCst);
+            let _ = done.send(());
+        })));
+        finished.await.expect("closed");
+        assert!(closed.load(Ordering::SeqCst));
     }
 }

@@ -73,6 +73,10 @@ pub enum WebhookError {
     /// The store failed: -32603.
     #[error("the webhooks database failed: {0:#}")]
     Store(anyhow::Error),
+    /// Another process holds the webhook for longer than a call waits:
+    /// -32002.
+    #[error("{0}")]
+    Busy(String),
 }
 
 /// What `webhook_create` asks for.
@@ -267,8 +271,8 @@ impl Webhooks {
             Change::Progressed(id, progress) => {
                 // Shown here; the process holding the claim writes it.
                 let entry = self.lock().get(&id).cloned();
-                if let Some(entry) = entry.filter(|entry| !entry.hook.held()) {
-                    *entry.hook.progress() = progress;
+                if let Some(entry) = entry {
+                    entry.hook.show_progress(progress);
                 }
             }
             Change::Deleted(id) => {
@@ -372,30 +376,33 @@ impl Webhooks {
         // Claimed before it is stored: no other process starts it first.
         let claim = self.claim(&definition.id).await?;
         let opening = self.open(&definition, None, claim).await?;
-        let revision = match self
+        // In the map (its worker slot locked) before it is stored: the
+        // store's report of this very write finds it and waits, then
+        // changes nothing.
+        let id = definition.id.clone();
+        let hook = Arc::new(Hook::new(definition.clone(), 0, Progress::default()));
+        let entry = Arc::new(Entry {
+            hook: hook.clone(),
+            worker: tokio::sync::Mutex::new(None),
+        });
+        let mut worker = entry.worker.lock().await;
+        self.lock().insert(id.clone(), entry.clone());
+        match self
             .shared
             .store
             .put_definition(definition.clone(), 0)
             .await
         {
-            Ok(revision) => revision,
+            Ok(revision) => hook.set_definition(definition.clone(), revision),
             Err(error) => {
+                self.lock().remove(&id);
                 opening.opened.close().await;
                 return Err(WebhookError::Store(error));
             }
-        };
+        }
+        *worker = Some(self.spawn(&hook, Some(opening)));
         let mut view = definition::view(&definition, &Progress::default());
-        view["secret"] = Value::String(definition.secret.clone());
-        let id = definition.id.clone();
-        let hook = Arc::new(Hook::new(definition, revision, Progress::default()));
-        let worker = self.spawn(&hook, Some(opening));
-        self.lock().insert(
-            id,
-            Arc::new(Entry {
-                hook,
-                worker: tokio::sync::Mutex::new(Some(worker)),
-            }),
-        );
+        view["secret"] = Value::String(definition.secret);
         Ok(view)
     }
 
@@ -475,7 +482,8 @@ impl Webhooks {
     pub async fn pause(&self, owner: &str, id: &str) -> Result<Value, WebhookError> {
         let entry = self.entry(owner, id)?;
         let mut worker = entry.worker.lock().await;
-        stop(&mut worker).await;
+        // Written before the worker stops, which gives its claim back: no
+        // other process may take it while it is still active.
         let (mut definition, revision, progress) = self.fresh(id).await?;
         if definition.paused.is_none() {
             definition.paused = Some(Paused {
@@ -484,9 +492,8 @@ impl Webhooks {
             });
             self.define(&entry.hook, definition, revision).await?;
         }
-        if !entry.hook.held() {
-            *entry.hook.progress() = progress;
-        }
+        stop(&mut worker).await;
+        entry.hook.show_progress(progress);
         Ok(view(&entry.hook))
     }
 
@@ -516,7 +523,18 @@ impl Webhooks {
             self.define(hook, pausing, revision).await?;
             revision = hook.revision();
         }
-        let claim = self.claim(id).await?;
+        // Bounded: the process delivering it lets go once it sees the
+        // pause, or its lease expires.
+        let wait = self.shared.config.lease() * 2;
+        let claim = match tokio::time::timeout(wait, self.claim(id)).await {
+            Ok(claim) => claim?,
+            Err(_) => {
+                self.restore(hook, &before, &mut worker).await;
+                return Err(WebhookError::Busy(format!(
+                    "another server still delivers webhook {id}; try again in a moment"
+                )));
+            }
+        };
         let (mut definition, current, mut progress) = self.fresh(id).await?;
         revision = revision.max(current);
         definition.paused = None;
@@ -529,11 +547,7 @@ impl Webhooks {
         let opening = match self.open(&definition, progress.cursor.clone(), claim).await {
             Ok(opening) => opening,
             Err(refused) => {
-                // As it was: delivering again if it was.
-                if before.paused.is_none() {
-                    self.define(hook, before, revision).await?;
-                    *worker = Some(self.spawn(hook, None));
-                }
+                self.restore(hook, &before, &mut worker).await;
                 return Err(refused);
             }
         };
@@ -547,6 +561,7 @@ impl Webhooks {
         };
         if let Err(error) = stored.await {
             opening.opened.close().await;
+            self.restore(hook, &before, &mut worker).await;
             return Err(error);
         }
         *hook.progress() = progress;
@@ -554,17 +569,37 @@ impl Webhooks {
         Ok(view(hook))
     }
 
+    /// Puts a webhook a resume could not finish back as it was: active
+    /// again (claimed by whichever process) if it was, over whatever the
+    /// store holds now.
+    async fn restore(&self, hook: &Arc<Hook>, before: &Definition, worker: &mut Option<Worker>) {
+        if before.paused.is_some() {
+            return;
+        }
+        let written = async {
+            let (_, revision, _) = self.fresh(&before.id).await?;
+            self.define(hook, before.clone(), revision).await
+        };
+        match written.await {
+            Ok(()) => *worker = Some(self.spawn(hook, None)),
+            Err(error) => {
+                tracing::error!(webhook = %before.id, %error, "cannot put a webhook back as it was after a failed resume");
+            }
+        }
+    }
+
     /// Stops and forgets a webhook; whichever process delivers it stops
     /// once it sees the change.
     pub async fn delete(&self, owner: &str, id: &str) -> Result<(), WebhookError> {
         let entry = self.entry(owner, id)?;
         let mut worker = entry.worker.lock().await;
-        stop(&mut worker).await;
+        // Deleted before the worker stops and gives its claim back.
         self.shared
             .store
             .delete(id.to_string())
             .await
             .map_err(WebhookError::Store)?;
+        stop(&mut worker).await;
         self.lock().remove(id);
         Ok(())
     }
@@ -590,7 +625,7 @@ impl Webhooks {
             .map(|state| (state, StateFigures::default()))
             .collect();
         for hook in hooks {
-            let state = State::of(&hook.definition(), &hook.progress());
+            let state = hook.state();
             let (backlog, lag) = hook.waiting();
             if let Some((_, figures)) = figures.iter_mut().find(|(s, _)| *s == state) {
                 figures.webhooks += 1;

@@ -84,6 +84,10 @@ fn non_public(ip: IpAddr) -> Option<&'static str> {
                 Some("an unspecified")
             } else if a == 100 && (64..128).contains(&b) {
                 Some("a shared (carrier-grade NAT)")
+            } else if (a == 192 && b == 0 && v4.octets()[2] == 0)
+                || (a == 198 && (18..20).contains(&b))
+            {
+                Some("a reserved (protocol assignments, benchmarking)")
             } else if v4.is_multicast() || v4.is_broadcast() || a >= 240 {
                 Some("a multicast or reserved")
             } else {
@@ -91,7 +95,7 @@ fn non_public(ip: IpAddr) -> Option<&'static str> {
             }
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
+            if let Some(v4) = embedded_v4(v6) {
                 return non_public(IpAddr::V4(v4));
             }
             if v6.is_loopback() {
@@ -108,6 +112,26 @@ fn non_public(ip: IpAddr) -> Option<&'static str> {
                 None
             }
         }
+    }
+}
+
+/// The IPv4 address an IPv6 one carries, where it reaches that IPv4
+/// host: mapped (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`), NAT64
+/// (`64:ff9b::/96`) and 6to4 (`2002::/16`).
+fn embedded_v4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let v4 = |high: u16, low: u16| {
+        let [a, b] = high.to_be_bytes();
+        let [c, d] = low.to_be_bytes();
+        std::net::Ipv4Addr::new(a, b, c, d)
+    };
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, high, low] => Some(v4(high, low)),
+        // `::` and `::1` are themselves, not IPv4 hosts.
+        [0, 0, 0, 0, 0, 0, high, low] if high != 0 => Some(v4(high, low)),
+        [0x64, 0xff9b, 0, 0, 0, 0, high, low] => Some(v4(high, low)),
+        [0x2002, high, low, ..] => Some(v4(high, low)),
+        _ => None,
     }
 }
 
@@ -209,6 +233,11 @@ mod tests {
             "fd00::1",
             "fe80::1",
             "::ffff:127.0.0.1",
+            "::10.0.0.1",
+            "64:ff9b::a00:1",
+            "2002:c0a8:101::1",
+            "192.0.0.8",
+            "198.18.0.1",
             "224.0.0.1",
         ] {
             let ip = IpAddr::from_str(inner).expect("an address");
@@ -219,7 +248,13 @@ mod tests {
             };
             open.check_address(ip).expect("allowed");
         }
-        for public in ["93.184.216.34", "2606:2800:220:1::1", "1.1.1.1"] {
+        for public in [
+            "93.184.216.34",
+            "2606:2800:220:1::1",
+            "1.1.1.1",
+            "64:ff9b::101:101",
+            "2002:101:101::1",
+        ] {
             let ip = IpAddr::from_str(public).expect("an address");
             STRICT.check_address(ip).expect("public");
         }

@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::body;
-use super::definition::{Definition, Paused, Progress, Trouble, TroubleKind, topic};
+use super::definition::{Definition, Paused, Progress, State, Trouble, TroubleKind, topic};
 use super::feed::{Feeds, Opened};
 use super::post::{Envelope, Outcome, Transport};
 use super::store::Store;
@@ -46,7 +46,10 @@ pub(super) struct Shared {
 /// API (pause, resume) only while no worker runs, and by its worker.
 #[derive(Debug)]
 pub(super) struct Hook {
-    /// Short critical sections only, never held across an await.
+    /// The webhook's id (fixed): read without locking the definition.
+    id: String,
+    /// Short critical sections only, never held across an await, and
+    /// never one lock taken while the other is held.
     definition: Mutex<Definition>,
     progress: Mutex<Progress>,
     /// Notifications waiting (queued, taken, in flight), for `/metrics`.
@@ -64,6 +67,7 @@ pub(super) struct Hook {
 impl Hook {
     pub fn new(definition: Definition, revision: u64, progress: Progress) -> Self {
         Self {
+            id: definition.id.clone(),
             definition: Mutex::new(definition),
             progress: Mutex::new(progress),
             backlog: AtomicUsize::new(0),
@@ -71,6 +75,36 @@ impl Hook {
             revision: AtomicU64::new(revision),
             held: AtomicBool::new(false),
         }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The state `webhook_get` shows, each lock taken in turn.
+    pub fn state(&self) -> State {
+        let paused = self.definition().paused.is_some();
+        let trouble = self.progress().trouble.as_ref().map(|trouble| trouble.kind);
+        State::of(paused, trouble)
+    }
+
+    /// Takes `progress` read from the store, unless this process holds the
+    /// claim (it writes the progress itself); checked under the progress
+    /// lock, which the claim's holder takes to set `held`.
+    pub fn show_progress(&self, progress: Progress) {
+        let mut shown = self.progress();
+        if !self.held() {
+            *shown = progress;
+        }
+    }
+
+    /// Marks the claim held and takes the progress read fresh with it, in
+    /// one step under the progress lock: a change read before cannot
+    /// overwrite it.
+    pub fn hold(&self, progress: Progress) {
+        let mut shown = self.progress();
+        self.held.store(true, Ordering::Release);
+        *shown = progress;
     }
 
     pub fn revision(&self) -> u64 {
@@ -131,16 +165,19 @@ impl Hook {
         }
     }
 
-    /// Changes the progress and writes it; done once durable.
-    async fn record(&self, store: &dyn Store, change: impl FnOnce(&mut Progress)) {
-        let (id, progress) = {
+    /// Changes the progress and writes it; done once durable, or the
+    /// store's error.
+    async fn record(
+        &self,
+        store: &dyn Store,
+        change: impl FnOnce(&mut Progress),
+    ) -> anyhow::Result<()> {
+        let progress = {
             let mut progress = self.progress();
             change(&mut progress);
-            (self.definition().id.clone(), progress.clone())
+            progress.clone()
         };
-        if let Err(error) = store.put_progress(id.clone(), progress).await {
-            tracing::error!(webhook = %id, error = format!("{error:#}"), "cannot persist a webhook's progress");
-        }
+        store.put_progress(self.id.clone(), progress).await
     }
 
     /// Pauses the webhook at `at` for `reason` and writes it.
@@ -393,16 +430,33 @@ async fn deliver(
         &delivery,
         &notices,
     );
-    hook.record(&*shared.store, |progress| {
-        progress.inflight = Some(delivery.clone())
-    })
-    .await;
     let envelope = Envelope {
         webhook: &definition.id,
         delivery: &delivery,
         secret: &definition.secret,
     };
     let mut tries = 0;
+    // Never POSTed before the store holds it as in flight.
+    loop {
+        let marked = hook.record(&*shared.store, |progress| {
+            progress.inflight = Some(delivery.clone());
+        });
+        let Err(error) = marked.await else { break };
+        let reason = format!("its progress could not be stored: {error:#}");
+        if !setback(
+            hook,
+            shared,
+            stop,
+            TroubleKind::Retrying,
+            reason,
+            None,
+            &mut tries,
+        )
+        .await
+        {
+            return false;
+        }
+    }
     loop {
         // An answer that came is recorded even if a stop came too: the
         // batch is not delivered twice for nothing.
@@ -414,7 +468,8 @@ async fn deliver(
         let (kind, reason, after) = match outcome {
             Outcome::Delivered => {
                 let count = notices.len() as u64;
-                hook.record(&*shared.store, |progress| {
+                shared.deliveries.fetch_add(1, Ordering::Relaxed);
+                let mut change = Some(|progress: &mut Progress| {
                     if last.is_some() {
                         progress.cursor = last;
                     }
@@ -423,10 +478,20 @@ async fn deliver(
                     progress.notifications += count;
                     progress.last_delivery_at = Some((shared.clock)());
                     progress.trouble = None;
-                })
-                .await;
-                shared.deliveries.fetch_add(1, Ordering::Relaxed);
-                return true;
+                });
+                // Stored before the next batch: tried until it is (the
+                // receiver has it; delivering it again is worse).
+                loop {
+                    let stored = match change.take() {
+                        Some(change) => hook.record(&*shared.store, change).await,
+                        None => hook.record(&*shared.store, |_| {}).await,
+                    };
+                    let Err(error) = stored else { return true };
+                    let reason = format!("its progress could not be stored: {error:#}");
+                    if !retry_store(hook, stop, reason, &mut tries, &shared.config).await {
+                        return false;
+                    }
+                }
             }
             Outcome::Retry { reason, after } => (TroubleKind::Retrying, reason, after),
             Outcome::Refused { reason } => (TroubleKind::Failing, reason, None),
@@ -464,7 +529,10 @@ async fn setback(
             last_error: reason.clone(),
         });
     })
-    .await;
+    .await
+    .unwrap_or_else(|error| {
+        tracing::warn!(webhook = %hook.id(), error = format!("{error:#}"), "cannot store a webhook's trouble");
+    });
     let pause_after = shared.config.pause_after_secs.saturating_mul(1_000);
     let failing = now.saturating_sub(since);
     if failing >= pause_after {
@@ -472,10 +540,31 @@ async fn setback(
         hook.pause(&*shared.store, now, reason).await;
         return false;
     }
+    // A receiver's Retry-After is honoured, never below the backoff.
     let delay = after
-        .unwrap_or_else(|| backoff(*tries, &shared.config))
+        .unwrap_or_default()
+        .max(backoff(*tries, &shared.config))
         // Tried once more when the time to pause comes.
         .min(Duration::from_millis(pause_after - failing));
+    *tries = tries.saturating_add(1);
+    tokio::select! {
+        () = stop.cancelled() => false,
+        () = tokio::time::sleep(delay) => true,
+    }
+}
+
+/// Waits its turn to store the progress again after `reason` (logged;
+/// the delivery is done, so nothing is recorded as trouble); false if
+/// stopped meanwhile.
+async fn retry_store(
+    hook: &Hook,
+    stop: &CancellationToken,
+    reason: String,
+    tries: &mut u32,
+    config: &WebhooksConfig,
+) -> bool {
+    tracing::warn!(webhook = %hook.id(), %reason, "storing a webhook's progress again");
+    let delay = backoff(*tries, config);
     *tries = tries.saturating_add(1);
     tokio::select! {
         () = stop.cancelled() => false,

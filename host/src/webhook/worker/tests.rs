@@ -177,7 +177,7 @@ impl Bench {
     }
 
     fn state(&self) -> State {
-        State::of(&self.hook.definition(), &self.hook.progress())
+        self.hook.state()
     }
 
     async fn stored(&self) -> Progress {
@@ -439,4 +439,31 @@ async fn a_webhook_failing_too_long_is_paused() {
         Some(&paused),
         "the pause is stored"
     );
+}
+
+/// A batch is never POSTed before the store holds it as in flight: with
+/// the store failing, the webhook retries storing it, says why, and
+/// nothing goes out.
+#[tokio::test(start_paused = true)]
+async fn nothing_is_posted_before_the_batch_in_flight_is_stored() {
+    let mut bench = Bench::start(quick(), Batching::default(), Progress::default(), vec![]).await;
+    let (_, sink) = bench.opened().await;
+    bench.store.close();
+    push(&sink, [1]).expect("room");
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if bench.hook.progress().failures >= 2 {
+            break;
+        }
+    }
+    let trouble = bench.hook.progress().trouble.clone().expect("trouble");
+    assert!(
+        trouble
+            .last_error
+            .starts_with("its progress could not be stored"),
+        "{}",
+        trouble.last_error
+    );
+    assert!(bench.tries.try_recv().is_err(), "nothing was posted");
+    assert_eq!(bench.state(), State::Retrying);
 }
