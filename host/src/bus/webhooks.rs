@@ -32,7 +32,7 @@ use super::Bus;
 use super::lease::Leases;
 use crate::webhook::claim::{Claim, Claims};
 use crate::webhook::definition::{Definition, Progress};
-use crate::webhook::store::{Change, Store};
+use crate::webhook::store::{Change, Store, changes_from};
 
 /// How long a request to a bucket may wait.
 const ATTEMPT: Duration = Duration::from_secs(5);
@@ -166,10 +166,7 @@ impl Store for KvStore {
             self.progress.clone(),
             changes,
         ));
-        futures_util::stream::unfold(taken, |mut taken| async move {
-            taken.recv().await.map(|change| (change, taken))
-        })
-        .boxed()
+        changes_from(taken)
     }
 
     fn put_definition(

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt as _;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use reqwest::Url;
@@ -20,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use super::claim::{Claim, Claims};
 use super::definition::Paused;
 use super::post::{Envelope, Outcome, Transport};
-use super::store::{Change, LocalStore, Store};
+use super::store::{Change, LocalStore, Store, changes_from};
 use super::*;
 use crate::fanout::{Notice, Via};
 
@@ -30,7 +29,7 @@ const WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 struct Shared {
     inner: LocalStore,
-    changes: Mutex<Option<mpsc::UnboundedReceiver<Change>>>,
+    changes: Mutex<Option<mpsc::Receiver<Change>>>,
 }
 
 impl Store for Shared {
@@ -50,10 +49,7 @@ impl Store for Shared {
             .expect("lock")
             .take()
             .expect("changes taken once");
-        futures_util::stream::unfold(taken, |mut taken| async move {
-            taken.recv().await.map(|change| (change, taken))
-        })
-        .boxed()
+        changes_from(taken)
     }
     fn put_definition(
         &self,
@@ -141,7 +137,7 @@ impl Claims for Granted {
 struct Bench {
     webhooks: Arc<Webhooks>,
     store: Arc<Shared>,
-    changes: mpsc::UnboundedSender<Change>,
+    changes: mpsc::Sender<Change>,
     seen: mpsc::UnboundedReceiver<Seen>,
     bodies: mpsc::UnboundedReceiver<Value>,
     asked: mpsc::UnboundedReceiver<()>,
@@ -165,7 +161,7 @@ fn definition(id: &str) -> Definition {
 
 impl Bench {
     async fn start() -> Self {
-        let (changes, reported) = mpsc::unbounded_channel();
+        let (changes, reported) = mpsc::channel(64);
         let (seen_in, seen) = mpsc::unbounded_channel();
         let (bodies_in, bodies) = mpsc::unbounded_channel();
         let (asked_in, asked) = mpsc::unbounded_channel();
@@ -208,7 +204,7 @@ impl Bench {
             .await
             .expect("stored");
         self.changes
-            .send(Change::Defined(definition, revision))
+            .try_send(Change::Defined(definition, revision))
             .expect("reported");
     }
 
@@ -309,7 +305,7 @@ async fn a_pause_from_elsewhere_stops_delivery_and_a_stale_change_is_ignored() {
         .expect("stored");
     bench
         .changes
-        .send(Change::Defined(paused, 4))
+        .try_send(Change::Defined(paused, 4))
         .expect("reported");
     bench.closed().await;
     let owner = definition::owner_of("elsewhere");
@@ -319,11 +315,11 @@ async fn a_pause_from_elsewhere_stops_delivery_and_a_stale_change_is_ignored() {
     );
     bench
         .changes
-        .send(Change::Defined(definition("0x02"), 3))
+        .try_send(Change::Defined(definition("0x02"), 3))
         .expect("reported");
     bench
         .changes
-        .send(Change::Deleted("0x02".into()))
+        .try_send(Change::Deleted("0x02".into()))
         .expect("reported");
     let deadline = tokio::time::Instant::now() + WAIT;
     while !bench.webhooks.list(&owner).is_empty() {

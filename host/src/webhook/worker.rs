@@ -172,11 +172,13 @@ impl Hook {
         store: &dyn Store,
         change: impl FnOnce(&mut Progress),
     ) -> anyhow::Result<()> {
-        let progress = {
-            let mut progress = self.progress();
-            change(&mut progress);
-            progress.clone()
-        };
+        change(&mut self.progress());
+        self.persist(store).await
+    }
+
+    /// Writes the progress as it is; done once durable.
+    async fn persist(&self, store: &dyn Store) -> anyhow::Result<()> {
+        let progress = self.progress().clone();
         store.put_progress(self.id.clone(), progress).await
     }
 
@@ -469,28 +471,27 @@ async fn deliver(
             Outcome::Delivered => {
                 let count = notices.len() as u64;
                 shared.deliveries.fetch_add(1, Ordering::Relaxed);
-                let mut change = Some(|progress: &mut Progress| {
-                    if last.is_some() {
-                        progress.cursor = last;
-                    }
-                    progress.inflight = None;
-                    progress.deliveries += 1;
-                    progress.notifications += count;
-                    progress.last_delivery_at = Some((shared.clock)());
-                    progress.trouble = None;
-                });
+                let mut stored = hook
+                    .record(&*shared.store, |progress| {
+                        if last.is_some() {
+                            progress.cursor = last;
+                        }
+                        progress.inflight = None;
+                        progress.deliveries += 1;
+                        progress.notifications += count;
+                        progress.last_delivery_at = Some((shared.clock)());
+                        progress.trouble = None;
+                    })
+                    .await;
                 // Stored before the next batch: tried until it is (the
                 // receiver has it; delivering it again is worse).
                 loop {
-                    let stored = match change.take() {
-                        Some(change) => hook.record(&*shared.store, change).await,
-                        None => hook.record(&*shared.store, |_| {}).await,
-                    };
                     let Err(error) = stored else { return true };
                     let reason = format!("its progress could not be stored: {error:#}");
                     if !retry_store(hook, stop, reason, &mut tries, &shared.config).await {
                         return false;
                     }
+                    stored = hook.persist(&*shared.store).await;
                 }
             }
             Outcome::Retry { reason, after } => (TroubleKind::Retrying, reason, after),
