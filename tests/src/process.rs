@@ -59,10 +59,18 @@ impl ServerProcess {
             }
             bail!("the server exited before it listened")
         };
-        let addr = tokio::time::timeout(TIMEOUT, announced)
+        let announced = tokio::time::timeout(TIMEOUT, announced)
             .await
-            .context("the server did not listen in time")?
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .context("the server did not listen in time")?;
+        let addr = match announced {
+            Ok(addr) => addr,
+            Err(error) => {
+                let said = last_words(log).await;
+                return Err(
+                    error.context(format!("starting {}; its log:\n{said}", binary.display()))
+                );
+            }
+        };
         tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
         Ok(Self {
             addr,
@@ -105,4 +113,17 @@ impl ServerProcess {
     pub async fn kill(&mut self) -> anyhow::Result<()> {
         self.child.kill().await.context("killing the server")
     }
+}
+
+/// What a server that stopped before it listened wrote to stderr: its
+/// stderr ends with it, or is cut after a few seconds.
+async fn last_words(mut log: mpsc::UnboundedReceiver<String>) -> String {
+    let mut lines = Vec::new();
+    let read = async {
+        while let Some(line) = log.recv().await {
+            lines.push(line);
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
+    lines.join("\n")
 }
