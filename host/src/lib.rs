@@ -86,6 +86,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::Config;
 pub use http::AppState;
+/// The allocator the `chainsieve` binary runs on, for every binary that
+/// serves as it does (the benchmarks' servers):
+/// `#[global_allocator] static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;`
+pub use mimalloc::MiMalloc as Allocator;
 
 /// Runs a server on `listener` until `shutdown` is cancelled.
 pub async fn run(

@@ -15,6 +15,9 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
+#[global_allocator]
+static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
+
 /// Blockchain events as JSON-RPC 2.0: `eth_subscribe` over WebSocket and
 /// `token_price` over HTTP, for Ethereum, BNB Chain and Polygon, with filter
 /// logic in WebAssembly components.

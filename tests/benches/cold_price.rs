@@ -26,6 +26,10 @@ use chainsieve_tests::uniswap::{Scene, scene};
 use clap::Parser;
 use serde_json::{Value, json};
 
+/// The server this binary runs (`--serve`) allocates as the binary does.
+#[global_allocator]
+static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
+
 #[derive(Parser, Debug)]
 struct Args {
     /// Empty blocks between the trades and the server's start.

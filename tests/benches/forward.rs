@@ -33,6 +33,10 @@ use clap::Parser;
 use hdrhistogram::Histogram;
 use serde_json::json;
 
+/// The server this binary runs (`--serve`) allocates as the binary does.
+#[global_allocator]
+static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
+
 #[derive(Parser, Debug)]
 struct Args {
     /// Calls per second, direct and forwarded.

@@ -32,6 +32,10 @@ use chainsieve_tests::load::{self, CHAIN_ID, cpu_time};
 use clap::Parser;
 use serde_json::json;
 
+/// The server this binary runs (`--serve`) allocates as the binary does.
+#[global_allocator]
+static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
+
 #[derive(Parser, Debug)]
 struct Args {
     /// Blocks of history, one call each.

@@ -24,6 +24,10 @@ use chainsieve_tests::nats::Nats;
 use clap::{Parser, ValueEnum};
 use tokio::process::Child;
 
+/// The server this binary runs (`--serve`) allocates as the binary does.
+#[global_allocator]
+static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
+
 #[derive(Parser, Debug)]
 struct Args {
     /// WebSocket clients.

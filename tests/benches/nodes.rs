@@ -34,6 +34,10 @@ use clap::Parser;
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 
+/// The server this binary runs (`--serve`) allocates as the binary does.
+#[global_allocator]
+static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
+
 #[derive(Parser, Debug)]
 struct Args {
     /// Blocks measured per chain (after a warm-up of a tenth as many).

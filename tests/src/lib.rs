@@ -28,7 +28,7 @@ use chainsieve::ingest::upstream::UpstreamStatus;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
@@ -337,6 +337,13 @@ impl WsClient {
     /// The next text or binary message as JSON, within [`TIMEOUT`] (pings
     /// and pongs meanwhile do not extend it).
     async fn next_json(&mut self) -> anyhow::Result<Value> {
+        Ok(serde_json::from_slice(&self.next_payload().await?)?)
+    }
+
+    /// The next text or binary message's bytes, unread, within
+    /// [`TIMEOUT`]: for a benchmark's client, which reads one field of
+    /// each and should cost the machine it shares no more than that.
+    pub async fn next_payload(&mut self) -> anyhow::Result<Bytes> {
         let deadline = tokio::time::Instant::now() + TIMEOUT;
         loop {
             let message = tokio::time::timeout_at(deadline, self.socket.next())
@@ -344,8 +351,7 @@ impl WsClient {
                 .context("timed out waiting for a message")?
                 .context("connection ended")??;
             match message {
-                Message::Text(text) => return Ok(serde_json::from_str(&text)?),
-                Message::Binary(bytes) => return Ok(serde_json::from_slice(&bytes)?),
+                Message::Text(_) | Message::Binary(_) => return Ok(message.into_data()),
                 Message::Close(frame) => bail!("connection closed: {frame:?}"),
                 _ => continue,
             }
