@@ -4,7 +4,9 @@
 //!
 //! Nothing is skipped and nothing repeated past the cursor: a batch's
 //! last cursor is recorded as in flight before its first try, and as
-//! delivered once the receiver answers 2xx. A receiver slower than the
+//! delivered once the receiver answers 2xx (written with the next batch's
+//! in-flight mark, or alone after [`PROGRESS_LINGER`] idle, or when the
+//! worker stops). A receiver slower than the
 //! chain lets the queue overflow; the worker delivers what was queued
 //! before the overflow (a gapless prefix: nothing is queued after it),
 //! then opens the subscription again after its cursor, which replays the
@@ -28,6 +30,13 @@ use super::post::{Envelope, Outcome, Transport};
 use super::store::Store;
 use crate::config::WebhooksConfig;
 use crate::fanout::{Frame, Frames, Notice, Sink};
+
+/// How long a delivery's progress waits for the next batch's in-flight
+/// mark to be written with (one write a batch while notifications keep
+/// coming, as on a chain of blocks a second or less apart) before it is
+/// written alone. A process killed meanwhile delivers that batch again,
+/// under its id (docs/src/architecture.md, Webhooks).
+pub(super) const PROGRESS_LINGER: Duration = Duration::from_secs(1);
 
 /// What the service and every worker share.
 pub(super) struct Shared {
@@ -62,6 +71,10 @@ pub(super) struct Hook {
     /// Whether this process holds the webhook's claim: its progress is
     /// then written here, not taken from the store's changes.
     held: AtomicBool,
+    /// Whether `progress` holds a delivery the store does not have yet:
+    /// written with the next batch's in-flight mark, or after
+    /// [`PROGRESS_LINGER`] without one, or when the worker stops.
+    unsaved: AtomicBool,
 }
 
 impl Hook {
@@ -74,6 +87,7 @@ impl Hook {
             behind_since: Mutex::new(None),
             revision: AtomicU64::new(revision),
             held: AtomicBool::new(false),
+            unsaved: AtomicBool::new(false),
         }
     }
 
@@ -178,8 +192,28 @@ impl Hook {
 
     /// Writes the progress as it is; done once durable.
     async fn persist(&self, store: &dyn Store) -> anyhow::Result<()> {
-        let progress = self.progress().clone();
-        store.put_progress(self.id.clone(), progress).await
+        let progress = {
+            let progress = self.progress();
+            self.unsaved.store(false, Ordering::Release);
+            progress.clone()
+        };
+        let written = store.put_progress(self.id.clone(), progress).await;
+        if written.is_err() {
+            self.unsaved.store(true, Ordering::Release);
+        }
+        written
+    }
+
+    /// Changes the progress for a delivery the receiver accepted, to be
+    /// written later ([`Hook::unsaved`]).
+    fn delivered(&self, change: impl FnOnce(&mut Progress)) {
+        let mut progress = self.progress();
+        change(&mut progress);
+        self.unsaved.store(true, Ordering::Release);
+    }
+
+    fn unsaved(&self) -> bool {
+        self.unsaved.load(Ordering::Acquire)
     }
 
     /// Pauses the webhook at `at` for `reason` and writes it.
@@ -211,11 +245,26 @@ pub(super) fn now_ms() -> u64 {
 }
 
 /// Delivers `hook` until `stop` is cancelled or it pauses; `first`: the
-/// subscription its creation (or resume) opened.
+/// subscription its creation (or resume) opened. The last delivery is
+/// written before it returns.
 pub(super) async fn run(
     hook: Arc<Hook>,
     shared: Arc<Shared>,
     stop: CancellationToken,
+    first: Option<(Opened, Frames)>,
+) {
+    deliver_all(&hook, &shared, &stop, first).await;
+    if hook.unsaved()
+        && let Err(error) = hook.persist(&*shared.store).await
+    {
+        tracing::warn!(webhook = %hook.id(), error = format!("{error:#}"), "cannot store a webhook's last delivery; it will come again under its id");
+    }
+}
+
+async fn deliver_all(
+    hook: &Hook,
+    shared: &Shared,
+    stop: &CancellationToken,
     mut first: Option<(Opened, Frames)>,
 ) {
     let mut tries = 0;
@@ -239,7 +288,7 @@ pub(super) async fn run(
                             TroubleKind::Failing
                         };
                         let reason = format!("its subscription could not be opened: {refusal}");
-                        if !setback(&hook, &shared, &stop, kind, reason, None, &mut tries).await {
+                        if !setback(hook, shared, stop, kind, reason, None, &mut tries).await {
                             return;
                         }
                         continue;
@@ -247,16 +296,16 @@ pub(super) async fn run(
                 }
             }
         };
-        let ended = pump(&hook, &shared, frames, &stop).await;
+        let ended = pump(hook, shared, frames, stop).await;
         opened.close().await;
         match ended {
             Ended::Stop => return,
             Ended::CaughtUp => tries = 0,
             Ended::Closed(reason) => {
                 if !setback(
-                    &hook,
-                    &shared,
-                    &stop,
+                    hook,
+                    shared,
+                    stop,
                     TroubleKind::Retrying,
                     reason,
                     None,
@@ -300,8 +349,15 @@ async fn pump(hook: &Hook, shared: &Shared, mut frames: Frames, stop: &Cancellat
     loop {
         if taken.is_empty() && !closed {
             hook.set_waiting(frames.queued());
+            let linger = hook.unsaved().then_some(PROGRESS_LINGER);
             let round = tokio::select! {
                 () = stop.cancelled() => return Ended::Stop,
+                () = sleep_or_never(linger) => {
+                    if !save(hook, shared, stop).await {
+                        return Ended::Stop;
+                    }
+                    continue;
+                }
                 round = frames.take(&mut taken, &mut unwritten, max) => round,
             };
             match round {
@@ -471,28 +527,19 @@ async fn deliver(
             Outcome::Delivered => {
                 let count = notices.len() as u64;
                 shared.deliveries.fetch_add(1, Ordering::Relaxed);
-                let mut stored = hook
-                    .record(&*shared.store, |progress| {
-                        if last.is_some() {
-                            progress.cursor = last;
-                        }
-                        progress.inflight = None;
-                        progress.deliveries += 1;
-                        progress.notifications += count;
-                        progress.last_delivery_at = Some((shared.clock)());
-                        progress.trouble = None;
-                    })
-                    .await;
-                // Stored before the next batch: tried until it is (the
-                // receiver has it; delivering it again is worse).
-                loop {
-                    let Err(error) = stored else { return true };
-                    let reason = format!("its progress could not be stored: {error:#}");
-                    if !retry_store(hook, stop, reason, &mut tries, &shared.config).await {
-                        return false;
+                // Written with the next batch's in-flight mark, or once
+                // the queue has been idle for PROGRESS_LINGER.
+                hook.delivered(|progress| {
+                    if last.is_some() {
+                        progress.cursor = last;
                     }
-                    stored = hook.persist(&*shared.store).await;
-                }
+                    progress.inflight = None;
+                    progress.deliveries += 1;
+                    progress.notifications += count;
+                    progress.last_delivery_at = Some((shared.clock)());
+                    progress.trouble = None;
+                });
+                return true;
             }
             Outcome::Retry { reason, after } => (TroubleKind::Retrying, reason, after),
             Outcome::Refused { reason } => (TroubleKind::Failing, reason, None),
@@ -551,6 +598,30 @@ async fn setback(
     tokio::select! {
         () = stop.cancelled() => false,
         () = tokio::time::sleep(delay) => true,
+    }
+}
+
+/// Writes the progress of a delivery the queue had nothing after, tried
+/// until it is stored (the receiver has it; delivering it again is
+/// worse); false if stopped meanwhile.
+async fn save(hook: &Hook, shared: &Shared, stop: &CancellationToken) -> bool {
+    let mut tries = 0;
+    loop {
+        let Err(error) = hook.persist(&*shared.store).await else {
+            return true;
+        };
+        let reason = format!("its progress could not be stored: {error:#}");
+        if !retry_store(hook, stop, reason, &mut tries, &shared.config).await {
+            return false;
+        }
+    }
+}
+
+/// Sleeps `delay`, or forever without one.
+async fn sleep_or_never(delay: Option<Duration>) {
+    match delay {
+        Some(delay) => tokio::time::sleep(delay).await,
+        None => std::future::pending().await,
     }
 }
 
