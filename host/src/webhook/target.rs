@@ -1,15 +1,13 @@
 //! Where a webhook may deliver: `https://` (or `http://` where the
 //! operator allows it), and only to public addresses unless the operator
 //! allows others. The address rule is checked at creation and again on
-//! every address each connection resolves to ([`Resolver`]), so a name
-//! that later resolves to an inner address (DNS rebinding) is refused
-//! too.
+//! every address each connection resolves to ([`Policy::resolve`]), so a
+//! name that later resolves to an inner address (DNS rebinding) is
+//! refused too.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
-use reqwest::Url;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use url::Url;
 
 /// What the operator allows of a target (`[webhooks]`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,11 +60,33 @@ impl Policy {
     /// Resolves `host` and checks what it resolves to: every address
     /// refused is an error naming the first.
     pub async fn check_host(&self, host: &str, port: u16) -> Result<(), String> {
+        self.resolve(host, port)
+            .await
+            .map(|_| ())
+            .map_err(|error| match error {
+                Unreachable::Unresolved(why) | Unreachable::Refused(why) => why,
+            })
+    }
+
+    /// The addresses `host` resolves to that may be connected to, at
+    /// every connection.
+    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, Unreachable> {
         let addrs = tokio::net::lookup_host((host, port))
             .await
-            .map_err(|error| format!("{host} could not be resolved: {error}"))?;
-        allowed(*self, host, addrs).map(|_| ())
+            .map_err(|error| {
+                Unreachable::Unresolved(format!("{host} could not be resolved: {error}"))
+            })?;
+        allowed(*self, host, addrs).map_err(Unreachable::Refused)
     }
+}
+
+/// Why a host cannot be connected to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unreachable {
+    /// Its name did not resolve (maybe for now).
+    Unresolved(String),
+    /// It resolves only to addresses the policy refuses.
+    Refused(String),
 }
 
 /// What kind of non-public address `ip` is, if it is one.
@@ -160,35 +180,6 @@ fn allowed(
     Ok(kept)
 }
 
-/// Why the resolver refused a connection: the name resolves only to
-/// addresses the policy refuses.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
-
-/// The HTTP client's resolver: the system's, less the addresses the
-/// policy refuses, at every connection.
-#[derive(Debug)]
-pub struct Resolver(pub Policy);
-
-impl Resolve for Resolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let policy = self.0;
-        Box::pin(async move {
-            let host = name.as_str();
-            let addrs = tokio::net::lookup_host((host, 0)).await?;
-            let kept = allowed(policy, host, addrs).map_err(Refused)?;
-            let addrs: Addrs = Box::new(kept.into_iter());
-            Ok(addrs)
-        })
-    }
-}
-
-/// The resolver for a client under `policy`.
-pub fn resolver(policy: Policy) -> Arc<Resolver> {
-    Arc::new(Resolver(policy))
-}
-
 #[cfg(test)]
 mod tests {
     use std::str::FromStr;
@@ -280,20 +271,17 @@ mod tests {
             error.starts_with("localhost resolves to") && error.contains("loopback"),
             "{error}"
         );
-        let resolved = Resolver(STRICT)
-            .resolve(Name::from_str("localhost").expect("a name"))
-            .await;
-        let error = resolved.err().expect("refused at connection").to_string();
-        assert!(error.contains("loopback"), "{error}");
+        let resolved = STRICT.resolve("localhost", 443).await;
+        assert!(
+            matches!(&resolved, Err(Unreachable::Refused(why)) if why.contains("loopback")),
+            "{resolved:?}"
+        );
         let open = Policy {
             allow_private_addresses: true,
             ..STRICT
         };
-        let addrs = Resolver(open)
-            .resolve(Name::from_str("localhost").expect("a name"))
-            .await
-            .expect("allowed");
-        assert!(addrs.count() > 0);
+        let addrs = open.resolve("localhost", 443).await.expect("allowed");
+        assert!(!addrs.is_empty());
         let mixed = [
             SocketAddr::from(([127, 0, 0, 1], 1)),
             SocketAddr::from(([1, 1, 1, 1], 1)),

@@ -9,16 +9,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
-use reqwest::Url;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use url::Url;
 
 use super::claim::{Claim, Claims};
 use super::definition::Paused;
-use super::post::{Envelope, Outcome, Transport};
+use super::post::{Envelope, Line, Outcome, Transport};
 use super::store::{Change, LocalStore, Store, changes_from};
 use super::*;
 use crate::fanout::{Notice, Via};
@@ -101,6 +101,7 @@ struct Accept(mpsc::UnboundedSender<Value>);
 impl Transport for Accept {
     fn post<'a>(
         &'a self,
+        _line: &'a mut Line,
         _url: &'a Url,
         _envelope: Envelope<'a>,
         body: Bytes,

@@ -19,14 +19,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use reqwest::Url;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use url::Url;
 
 use super::body;
 use super::definition::{Definition, Paused, Progress, State, Trouble, TroubleKind, topic};
 use super::feed::{Feeds, Opened};
-use super::post::{Envelope, Outcome, Transport};
+use super::post::{Envelope, Line, Outcome, Transport};
 use super::store::Store;
 use crate::config::WebhooksConfig;
 use crate::fanout::{Frame, Frames, Notice, Sink};
@@ -268,6 +268,7 @@ async fn deliver_all(
     mut first: Option<(Opened, Frames)>,
 ) {
     let mut tries = 0;
+    let mut line = Line::default();
     loop {
         let (opened, frames) = match first.take() {
             Some(open) => open,
@@ -296,7 +297,7 @@ async fn deliver_all(
                 }
             }
         };
-        let ended = pump(hook, shared, frames, stop).await;
+        let ended = pump(hook, shared, &mut line, frames, stop).await;
         opened.close().await;
         match ended {
             Ended::Stop => return,
@@ -332,7 +333,13 @@ enum Ended {
 }
 
 /// Delivers one subscription's notifications, batch after batch.
-async fn pump(hook: &Hook, shared: &Shared, mut frames: Frames, stop: &CancellationToken) -> Ended {
+async fn pump(
+    hook: &Hook,
+    shared: &Shared,
+    line: &mut Line,
+    mut frames: Frames,
+    stop: &CancellationToken,
+) -> Ended {
     let definition = hook.definition().clone();
     let url = match Url::parse(&definition.url) {
         Ok(url) => url,
@@ -401,7 +408,9 @@ async fn pump(hook: &Hook, shared: &Shared, mut frames: Frames, stop: &Cancellat
         }
         let (notices, ended) = cut(&mut taken, max, inflight.take().as_deref());
         hook.set_waiting(taken.len() + notices.len() + frames.queued());
-        if !notices.is_empty() && !deliver(hook, shared, &definition, &url, notices, stop).await {
+        if !notices.is_empty()
+            && !deliver(hook, shared, line, &definition, &url, notices, stop).await
+        {
             return Ended::Stop;
         }
         if let Some(reason) = ended {
@@ -468,6 +477,7 @@ fn ending(text: &str) -> String {
 async fn deliver(
     hook: &Hook,
     shared: &Shared,
+    line: &mut Line,
     definition: &Definition,
     url: &Url,
     notices: Vec<Notice>,
@@ -520,7 +530,7 @@ async fn deliver(
         // batch is not delivered twice for nothing.
         let outcome = tokio::select! {
             biased;
-            outcome = shared.transport.post(url, envelope, body.clone()) => outcome,
+            outcome = shared.transport.post(line, url, envelope, body.clone()) => outcome,
             () = stop.cancelled() => return false,
         };
         let (kind, reason, after) = match outcome {

@@ -9,19 +9,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use reqwest::Url;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use url::Url;
 
 use super::{Hook, Shared, run};
 use crate::config::WebhooksConfig;
 use crate::fanout::{Notice, Sink, Via};
 use crate::webhook::definition::{Batching, Definition, Progress, State};
 use crate::webhook::feed::{Feeds, Opened, Refusal};
-use crate::webhook::post::{Envelope, Outcome, Transport};
+use crate::webhook::post::{Envelope, Line, Outcome, Transport};
 use crate::webhook::store::{LocalStore, Store};
 
 const ID: &str = "0x00000000000000000000000000000001";
@@ -66,6 +66,7 @@ struct Script(mpsc::UnboundedSender<Try>);
 impl Transport for Script {
     fn post<'a>(
         &'a self,
+        _line: &'a mut Line,
         _url: &'a Url,
         envelope: Envelope<'a>,
         body: Bytes,
