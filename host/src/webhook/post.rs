@@ -2,8 +2,9 @@
 //! try again (a timeout, a connection that failed, 408, 429, 5xx; after
 //! the receiver's `Retry-After` if it gave one) or a refusal recorded on
 //! the webhook (any other status). Redirects are not followed: the target
-//! is the URL its owner gave. Only a short excerpt of a response body is
-//! read.
+//! is the URL its owner gave. Only a short excerpt of a refusal's body is
+//! read. Each worker keeps its own connection ([`Line`]) between
+//! deliveries (docs/src/architecture.md, Webhooks).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -88,7 +89,6 @@ pub trait Transport: Send + Sync + 'static {
 /// Mozilla roots) for `https://`. No proxy (it would connect to addresses
 /// the policy never saw) and no redirects (the target is the URL its
 /// owner gave).
-#[derive(Clone)]
 pub struct Poster {
     policy: Policy,
     timeout: Duration,

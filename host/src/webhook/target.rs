@@ -32,6 +32,10 @@ impl Policy {
             }
             other => return Err(format!("url {text:?} must be https://, not {other}://")),
         }
+        // Never echoed: the URL is shown by webhook_get and in logs.
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("the url carries credentials (user:password@); a receiver authenticates deliveries by their signature (X-Chainsieve-Signature), and webhook_get shows the url".into());
+        }
         let Some(host) = url.host() else {
             return Err(format!("url {text:?} names no host"));
         };
@@ -194,6 +198,13 @@ mod tests {
     #[test]
     fn only_https_unless_http_is_allowed() {
         STRICT.check_url("https://example.com/hook").expect("https");
+        let error = STRICT
+            .check_url("https://user:hunter2@example.com/hook")
+            .expect_err("credentials");
+        assert!(
+            error.starts_with("the url carries credentials") && !error.contains("hunter2"),
+            "{error}"
+        );
         let error = STRICT
             .check_url("http://example.com/hook")
             .expect_err("http");

@@ -5,8 +5,8 @@
 //! Nothing is skipped and nothing repeated past the cursor: a batch's
 //! last cursor is recorded as in flight before its first try, and as
 //! delivered once the receiver answers 2xx (written with the next batch's
-//! in-flight mark, or alone after [`PROGRESS_LINGER`] idle, or when the
-//! worker stops). A receiver slower than the
+//! in-flight mark when that batch goes at once, else at once). A receiver
+//! slower than the
 //! chain lets the queue overflow; the worker delivers what was queued
 //! before the overflow (a gapless prefix: nothing is queued after it),
 //! then opens the subscription again after its cursor, which replays the
@@ -30,13 +30,6 @@ use super::post::{Envelope, Line, Outcome, Transport};
 use super::store::Store;
 use crate::config::WebhooksConfig;
 use crate::fanout::{Frame, Frames, Notice, Sink};
-
-/// How long a delivery's progress waits for the next batch's in-flight
-/// mark to be written with (one write a batch while notifications keep
-/// coming, as on a chain of blocks a second or less apart) before it is
-/// written alone. A process killed meanwhile delivers that batch again,
-/// under its id (docs/src/architecture.md, Webhooks).
-pub(super) const PROGRESS_LINGER: Duration = Duration::from_secs(1);
 
 /// What the service and every worker share.
 pub(super) struct Shared {
@@ -72,8 +65,8 @@ pub(super) struct Hook {
     /// then written here, not taken from the store's changes.
     held: AtomicBool,
     /// Whether `progress` holds a delivery the store does not have yet:
-    /// written with the next batch's in-flight mark, or after
-    /// [`PROGRESS_LINGER`] without one, or when the worker stops.
+    /// written with the next batch's in-flight mark when that batch goes
+    /// at once, else at once (and in any case before the worker stops).
     unsaved: AtomicBool,
 }
 
@@ -356,15 +349,8 @@ async fn pump(
     loop {
         if taken.is_empty() && !closed {
             hook.set_waiting(frames.queued());
-            let linger = hook.unsaved().then_some(PROGRESS_LINGER);
             let round = tokio::select! {
                 () = stop.cancelled() => return Ended::Stop,
-                () = sleep_or_never(linger) => {
-                    if !save(hook, shared, stop).await {
-                        return Ended::Stop;
-                    }
-                    continue;
-                }
                 round = frames.take(&mut taken, &mut unwritten, max) => round,
             };
             match round {
@@ -411,6 +397,15 @@ async fn pump(
         if !notices.is_empty()
             && !deliver(hook, shared, line, &definition, &url, notices, stop).await
         {
+            return Ended::Stop;
+        }
+        // A batch that goes at once carries this delivery's cursor with
+        // its in-flight mark: one write a batch while a backlog drains.
+        let next_at_once = ended.is_none()
+            && !(closed && taken.is_empty())
+            && max_wait.is_zero()
+            && (!taken.is_empty() || frames.queued() > 0);
+        if hook.unsaved() && !next_at_once && !save(hook, shared, stop).await {
             return Ended::Stop;
         }
         if let Some(reason) = ended {
@@ -537,8 +532,8 @@ async fn deliver(
             Outcome::Delivered => {
                 let count = notices.len() as u64;
                 shared.deliveries.fetch_add(1, Ordering::Relaxed);
-                // Written with the next batch's in-flight mark, or once
-                // the queue has been idle for PROGRESS_LINGER.
+                // Written by the caller: with the next batch's in-flight
+                // mark if that batch goes at once, else now.
                 hook.delivered(|progress| {
                     if last.is_some() {
                         progress.cursor = last;
@@ -611,7 +606,7 @@ async fn setback(
     }
 }
 
-/// Writes the progress of a delivery the queue had nothing after, tried
+/// Writes the progress of a delivery no batch follows at once, tried
 /// until it is stored (the receiver has it; delivering it again is
 /// worse); false if stopped meanwhile.
 async fn save(hook: &Hook, shared: &Shared, stop: &CancellationToken) -> bool {
@@ -624,14 +619,6 @@ async fn save(hook: &Hook, shared: &Shared, stop: &CancellationToken) -> bool {
         if !retry_store(hook, stop, reason, &mut tries, &shared.config).await {
             return false;
         }
-    }
-}
-
-/// Sleeps `delay`, or forever without one.
-async fn sleep_or_never(delay: Option<Duration>) {
-    match delay {
-        Some(delay) => tokio::time::sleep(delay).await,
-        None => std::future::pending().await,
     }
 }
 
