@@ -69,8 +69,7 @@ impl Bus {
     pub async fn finality(&self) -> anyhow::Result<FinalityMarks> {
         let bucket = format!("{}-finality", self.config.prefix);
         let kv = self
-            .jetstream
-            .create_or_update_key_value(kv::Config {
+            .create_bucket(kv::Config {
                 bucket: bucket.clone(),
                 history: 1,
                 storage: async_nats::jetstream::stream::StorageType::File,

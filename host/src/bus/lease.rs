@@ -115,8 +115,7 @@ impl Bus {
     ) -> anyhow::Result<Leases> {
         let bucket = format!("{}-{name}", self.config.prefix);
         let kv = self
-            .jetstream
-            .create_or_update_key_value(kv::Config {
+            .create_bucket(kv::Config {
                 bucket: bucket.clone(),
                 history: 1,
                 max_age: ttl,

@@ -21,6 +21,7 @@ pub mod lease;
 pub mod linear;
 pub mod prices;
 pub mod publish;
+mod setup;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -126,8 +127,7 @@ impl Bus {
             num_replicas: self.config.replicas,
             ..Default::default()
         };
-        self.jetstream
-            .create_or_update_stream(config)
+        self.create_stream(config)
             .await
             .with_context(|| format!("creating the stream {name}"))?;
         // Once open, every request waits REQUEST_TIMEOUT at most.

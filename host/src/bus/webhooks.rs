@@ -63,8 +63,7 @@ impl Bus {
             let config = bucket(name);
             async move {
                 let bucket = config.bucket.clone();
-                self.jetstream
-                    .create_or_update_key_value(config)
+                self.create_bucket(config)
                     .await
                     .with_context(|| format!("creating the bucket {bucket}"))
             }
