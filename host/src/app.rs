@@ -5,7 +5,6 @@
 //! below reaches back up here.
 
 use std::collections::BTreeMap;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -19,6 +18,9 @@ use crate::config::{Config, Role};
 use crate::filters::{FilterEngine, FilterRegistry};
 use crate::history::limits::Streams;
 use crate::http::{AppState, Stats};
+use crate::keys::Keys;
+use crate::keys::plan::Plans;
+use crate::keys::store::{KeyStore, LocalStore as LocalKeys};
 use crate::metrics::Metrics;
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
@@ -37,7 +39,6 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         Role::All => None,
         role => Some(Bus::connect(&config.bus, &format!("chainsieve {}", role.name())).await?),
     };
-    let keys = config.keys()?.into_iter().collect();
     let engine = FilterEngine::new(&config.filters)?;
     let registry = FilterRegistry::load(&engine, &config.filters.dir)?;
     let metrics = Arc::new(Metrics::default());
@@ -86,12 +87,18 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         &tasks,
     )
     .inspect_err(|_| chains_running.cancel())?;
-    let rate = NonZeroU32::new(config.limits.requests_per_second_per_key)
-        .context("limits.requests_per_second_per_key must be at least 1")?;
-    let history = Arc::new(Streams::new(
-        config.history.max_streams,
-        config.history.max_streams_per_key,
-    ));
+    let plans = Plans::from_config(config);
+    let keys = start_keys(
+        config,
+        plans.clone(),
+        chains.keys().cloned().collect(),
+        bus.as_ref(),
+        &tasks,
+        &chains_running,
+    )
+    .await
+    .inspect_err(|_| chains_running.cancel())?;
+    let history = Arc::new(Streams::new(config.history.max_streams));
     let subscriptions = Arc::new(Subscriptions::default());
     let webhooks = match config.role {
         // An ingest serves no client.
@@ -100,6 +107,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
             let opener = Opener {
                 chains: chains.clone(),
                 history: history.clone(),
+                keys: keys.clone(),
                 subscriptions: subscriptions.clone(),
             };
             let started = start_webhooks(config, opener, bus.as_ref(), &tasks, &chains_running);
@@ -116,7 +124,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         history,
         connections: Arc::default(),
         metrics,
-        rate: RateLimit::new(rate),
+        rate: RateLimit::new(&plans),
         limits: config.limits.clone(),
         shutdown,
         sessions: TaskTracker::new(),
@@ -125,6 +133,37 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         filter_reloads,
         webhooks,
     }))
+}
+
+/// The API keys: those of `[auth] keys` (or the demo key) and the managed
+/// ones, kept on a server of role `all` in `keys.redb` under `[log]
+/// data_dir` (in memory without one), on the bus in its KV bucket (an
+/// ingest serves no client: it keeps only the config's).
+async fn start_keys(
+    config: &Config,
+    plans: Plans,
+    served: Vec<String>,
+    bus: Option<&Bus>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Arc<Keys>> {
+    let store: Arc<dyn KeyStore> = match (config.role, bus) {
+        (Role::Edge, Some(bus)) => Arc::new(bus.keys().await?),
+        _ => Arc::new(LocalKeys::open(match config.role {
+            Role::All => config.log.data_dir.as_deref(),
+            _ => None,
+        })?),
+    };
+    Keys::start(
+        plans,
+        served,
+        &config.keys()?,
+        store,
+        tasks,
+        shutdown.clone(),
+    )
+    .await
+    .context("loading the API keys")
 }
 
 /// The webhooks: on a server of role `all`, kept in `webhooks.redb` under

@@ -9,8 +9,8 @@
 //! - [`app`] — the wiring: config in, filters loaded, chains started, the
 //!   HTTP state built; shutdown passed down.
 //! - [`http`] — axum routes and keys, one task pair per WebSocket
-//!   ([`http::session`]), `/admin/filters`, `/healthz`, `/readyz`,
-//!   `/metrics`, connections per key.
+//!   ([`http::session`]), `/admin/filters` and `/admin/keys`,
+//!   `/healthz`, `/readyz`, `/metrics`, connections per key.
 //! - [`rpc`] — the JSON-RPC envelope, errors and methods for both
 //!   transports; live subscriptions by public id; requests per second per
 //!   key; on a node chain, what it does not answer goes to the node, on a
@@ -54,6 +54,9 @@
 //! - [`model`] — the chain data model everyone reads (blocks,
 //!   transactions, logs, the events between the layers) and its wire
 //!   shapes.
+//! - [`keys`] — API keys and their plans: the config's and those made by
+//!   the admin API, stored as digests (the embedded database, or the
+//!   bus's KV bucket on the edges) and followed as they change.
 //! - [`config`] — the TOML configuration and its defaults; [`metrics`] — the
 //!   metric handles the pipeline counts with; [`per_key`] — places per API
 //!   key (connections, history streams).
@@ -71,6 +74,7 @@ pub mod filters;
 pub mod history;
 pub mod http;
 pub mod ingest;
+pub mod keys;
 pub mod metrics;
 pub mod model;
 pub mod node;

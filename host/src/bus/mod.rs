@@ -17,6 +17,7 @@ pub mod finality;
 pub mod follow;
 pub mod indexing;
 pub mod ingest;
+pub mod keys;
 pub mod lease;
 pub mod linear;
 pub mod prices;

@@ -14,12 +14,14 @@ use serde::{Deserialize, Serialize};
 mod bus;
 mod devnet;
 mod nodes;
+mod plans;
 mod rpc;
 mod span;
 mod webhooks;
 pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
 pub use nodes::{Agreement, MIN_STALL, NodeConfig, NodeSpec, NodesSpec, Source, SourceConfig};
+pub use plans::{DEFAULT_PLAN, PlanConfig, check_chains, check_methods, is_plain_name};
 pub use rpc::RpcConfig;
 use span::duration_text;
 pub use span::{Span, cadence};
@@ -58,6 +60,9 @@ pub struct Config {
     pub chains: BTreeMap<String, ChainConfig>,
     pub devnet: DevnetSettings,
     pub limits: LimitsConfig,
+    /// What API keys on each plan may do (`[plans.<name>]`); the plan
+    /// `default` exists even when not written.
+    pub plans: BTreeMap<String, PlanConfig>,
     pub price: PriceConfig,
     pub log: LogConfig,
     pub history: HistoryConfig,
@@ -215,6 +220,7 @@ impl Default for Config {
             chains,
             devnet: DevnetSettings::default(),
             limits: LimitsConfig::default(),
+            plans: BTreeMap::new(),
             price: PriceConfig::default(),
             log: LogConfig::default(),
             history: HistoryConfig::default(),
@@ -535,6 +541,7 @@ impl Config {
         self.auth.validate()?;
         self.filters.validate()?;
         self.limits.validate()?;
+        plans::validate(&self.plans, specs.iter().map(|spec| spec.name.as_str()))?;
         self.log.validate()?;
         self.history.validate()?;
         in_range(

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
+use crate::keys::plan::{Limit, Plan};
 use crate::per_key::{PerKey, Place};
 
 /// The history streams running on the server.
@@ -16,8 +17,6 @@ use crate::per_key::{PerKey, Place};
 pub struct Streams {
     /// `[history] max_streams`.
     max: usize,
-    /// `[history] max_streams_per_key`.
-    per_key: usize,
     /// Streams running, all keys.
     total: Arc<AtomicUsize>,
     /// Streams running, by key.
@@ -33,24 +32,28 @@ pub struct Admitted {
 }
 
 impl Streams {
-    pub fn new(max: usize, per_key: usize) -> Self {
+    pub fn new(max: usize) -> Self {
         Self {
             max,
-            per_key,
             total: Arc::default(),
             by_key: Arc::default(),
         }
     }
 
-    /// A place for one more stream of `key`, or why there is none (for a
-    /// -32005).
-    pub fn admit(&self, key: &Arc<str>) -> Result<Admitted, String> {
-        let of_key = self.by_key.open(key, self.per_key).ok_or_else(|| {
-            format!(
-                "this API key has {} history streams running, its limit ([history] max_streams_per_key); try again when one has caught up",
-                self.per_key
-            )
-        })?;
+    /// A place for one more stream of key `key` on `plan`, or why there is
+    /// none (for a -32005).
+    pub fn admit(&self, key: &Arc<str>, plan: &Plan) -> Result<Admitted, String> {
+        let of_key = self
+            .by_key
+            .open(key, plan.max_history_streams)
+            .ok_or_else(|| {
+                format!(
+                    "this API key has {} history streams running, the most its plan \"{}\" allows ({}); try again when one has caught up",
+                    plan.max_history_streams,
+                    plan.name,
+                    plan.origin(Limit::HistoryStreams)
+                )
+            })?;
         self.total
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |total| {
                 (total < self.max).then_some(total + 1)
@@ -112,18 +115,27 @@ mod tests {
 
     #[test]
     fn streams_are_admitted_up_to_each_limit_and_given_back() {
-        let streams = Arc::new(Streams::new(3, 2));
+        let mut config = crate::config::Config::default();
+        config.history.max_streams_per_key = 2;
+        let plans = crate::keys::plan::Plans::from_config(&config);
+        let plan = plans.get("default").expect("default plan");
+        let streams = Arc::new(Streams::new(3));
         let (alice, bob): (Arc<str>, Arc<str>) = ("alice".into(), "bob".into());
-        let first = streams.admit(&alice).expect("one");
-        let _second = streams.admit(&alice).expect("two");
-        let refused = streams.admit(&alice).expect_err("a third for one key");
-        assert!(refused.contains("max_streams_per_key"), "{refused}");
-        let _third = streams.admit(&bob).expect("another key");
-        let refused = streams.admit(&bob).expect_err("the server is full");
+        let first = streams.admit(&alice, plan).expect("one");
+        let _second = streams.admit(&alice, plan).expect("two");
+        let refused = streams
+            .admit(&alice, plan)
+            .expect_err("a third for one key");
+        assert!(
+            refused.contains("plan \"default\" allows (history.max_streams_per_key)"),
+            "{refused}"
+        );
+        let _third = streams.admit(&bob, plan).expect("another key");
+        let refused = streams.admit(&bob, plan).expect_err("the server is full");
         assert!(refused.contains("[history] max_streams)"), "{refused}");
         drop(first);
         assert_eq!(streams.running(), 2);
-        streams.admit(&alice).expect("a place given back");
+        streams.admit(&alice, plan).expect("a place given back");
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod session;
 pub mod socket;
 pub mod upgrade;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -38,12 +38,14 @@ use crate::chain::Chain;
 use crate::chain::reload::ReloadReport;
 use crate::config::{LimitsConfig, Role};
 use crate::history::limits::Streams;
+use crate::keys::plan::{Limit, Plan};
+use crate::keys::{Key, Keys, Refusal};
 use crate::metrics::Metrics;
 use crate::per_key::PerKey;
 use crate::rpc::methods::{self, Context};
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
-use crate::rpc::{RpcError, error_response};
+use crate::rpc::{RpcError, error_response, refused};
 use crate::webhook::Webhooks;
 use socket::{Listener, Socket};
 use upgrade::WebSocketRequest;
@@ -57,16 +59,18 @@ pub struct AppState {
     pub chains: BTreeMap<String, Arc<Chain>>,
     /// Served at `/v1/<key>`.
     pub default_chain: String,
-    pub keys: HashSet<String>,
+    /// The keys accepted, configured and managed (`/admin/keys`).
+    pub keys: Arc<Keys>,
     /// The bearer token of `/admin/*`; `None` turns them off.
     pub admin_token: Option<String>,
     /// Shared with the webhooks' opener, which keys subscriptions from it.
     pub subscriptions: Arc<Subscriptions>,
     /// History streams reading the nodes, for `[history] max_streams`.
     pub history: Arc<Streams>,
-    /// Open WebSocket connections per key, for `max_connections_per_key`.
+    /// Open WebSocket connections per key id, for its plan's
+    /// `max_connections`.
     pub connections: Arc<PerKey>,
-    /// Token buckets per key, for `requests_per_second_per_key`.
+    /// Token buckets per key id, for its plan's `requests_per_second`.
     pub rate: RateLimit,
     /// What `/metrics` reports; shared with chains and filter actors.
     pub metrics: Arc<Metrics>,
@@ -113,12 +117,12 @@ impl AppState {
     pub fn rpc_context<'a>(
         &'a self,
         chain: &'a Arc<Chain>,
-        api_key: &'a Arc<str>,
+        key: &'a Arc<Key>,
         connection: Option<&'a methods::Connection>,
     ) -> Context<'a> {
         Context {
             chain,
-            api_key,
+            key,
             connection,
             subscriptions: &self.subscriptions,
             history: &self.history,
@@ -143,7 +147,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         Role::All | Role::Edge => (
             probes
                 .route("/v1/{key}", get(ws_default).post(http_default))
-                .route("/admin/filters", get(admin::filters))
+                .merge(admin::routes())
                 .route("/{chain}/v1/{key}", get(ws_chain).post(http_chain)),
             "unknown path; use /{chain}/v1/{key} or /v1/{key}",
         ),
@@ -185,12 +189,19 @@ pub(crate) fn json_error(status: StatusCode, error: RpcError) -> Response {
         .into_response()
 }
 
+/// Who calls, on what: an authorized request's chain, key and its plan.
+struct Caller {
+    chain: Arc<Chain>,
+    key: Arc<Key>,
+    plan: Arc<Plan>,
+}
+
 /// Resolves the chain and checks the key; the error is the HTTP answer.
 fn authorize(
     state: &AppState,
     chain: &str,
-    key: &str,
-) -> Result<(Arc<Chain>, Arc<str>), (StatusCode, RpcError)> {
+    secret: &str,
+) -> Result<Caller, (StatusCode, RpcError)> {
     let Some(chain) = state.chains.get(chain) else {
         let known: Vec<&str> = state.chains.keys().map(String::as_str).collect();
         return Err((
@@ -201,13 +212,20 @@ fn authorize(
             )),
         ));
     };
-    if !state.keys.contains(key) {
-        return Err((
-            StatusCode::UNAUTHORIZED,
-            RpcError::generic("unauthorized: unknown API key"),
-        ));
-    }
-    Ok((chain.clone(), key.into()))
+    let refusal = |refusal: Refusal| {
+        let status = match refusal {
+            Refusal::Unknown | Refusal::Revoked | Refusal::Expired => StatusCode::UNAUTHORIZED,
+            Refusal::NoPlan(_) | Refusal::Chain(_) => StatusCode::FORBIDDEN,
+        };
+        (status, refused(&refusal))
+    };
+    let key = state.keys.find(secret).map_err(refusal)?;
+    let (_, plan) = key.admit(&chain.name).map_err(refusal)?;
+    Ok(Caller {
+        chain: chain.clone(),
+        key,
+        plan,
+    })
 }
 
 async fn http_default(
@@ -228,7 +246,7 @@ async fn http_chain(
 }
 
 async fn http(state: Arc<AppState>, chain: &str, key: &str, body: Body) -> Response {
-    let (chain, api_key) = match authorize(&state, chain, key) {
+    let Caller { chain, key, .. } = match authorize(&state, chain, key) {
         Ok(found) => found,
         Err((status, error)) => return json_error(status, error),
     };
@@ -250,7 +268,7 @@ async fn http(state: Arc<AppState>, chain: &str, key: &str, body: Body) -> Respo
             );
         }
     };
-    let ctx = state.rpc_context(&chain, &api_key, None);
+    let ctx = state.rpc_context(&chain, &key, None);
     match methods::process(ctx, &bytes).await.response {
         Some(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
@@ -291,16 +309,18 @@ async fn ws_chain(
 const READ_BUFFER: usize = 512;
 
 fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketRequest) -> Response {
-    let (chain, api_key) = match authorize(&state, chain, key) {
+    let Caller { chain, key, plan } = match authorize(&state, chain, key) {
         Ok(found) => found,
         Err((status, error)) => return json_error(status, error),
     };
-    let limit = state.limits.max_connections_per_key;
-    let Some(permit) = state.connections.open(&api_key, limit) else {
+    let limit = plan.max_connections;
+    let Some(permit) = state.connections.open(&key.id, limit) else {
         return json_error(
             StatusCode::TOO_MANY_REQUESTS,
             RpcError::limit_exceeded(format!(
-                "connection limit reached: this API key has {limit} open WebSocket connections (limits.max_connections_per_key)"
+                "connection limit reached: this API key has {limit} open WebSocket connections, the most its plan \"{}\" allows ({})",
+                plan.name,
+                plan.origin(Limit::Connections)
             )),
         );
     };
@@ -325,7 +345,7 @@ fn upgrade(state: Arc<AppState>, chain: &str, key: &str, ws: WebSocketRequest) -
         sessions.track_future(async move {
             let open = state.metrics.connections(&chain.name);
             open.inc();
-            session::serve(reader, socket, state, chain, api_key).await;
+            session::serve(reader, socket, state, chain, key).await;
             open.dec();
             drop(permit);
         })

@@ -14,6 +14,7 @@ use crate::chain::Chain;
 use crate::config::LimitsConfig;
 use crate::fanout::{SendError, Sink};
 use crate::history::limits::Streams;
+use crate::keys::Key;
 use crate::webhook::Webhooks;
 
 /// A WebSocket connection as the methods see it.
@@ -49,7 +50,8 @@ impl Connection {
 #[derive(Clone, Copy, Debug)]
 pub struct Context<'a> {
     pub chain: &'a Arc<Chain>,
-    pub api_key: &'a Arc<str>,
+    /// The caller's key; its plan is read at every call (it may change).
+    pub key: &'a Arc<Key>,
     /// `None` over HTTP.
     pub connection: Option<&'a Connection>,
     pub subscriptions: &'a Subscriptions,

@@ -4,6 +4,20 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use crate::keys::Refusal;
+
+/// The error for a key that may not be used (as it is, or on this chain):
+/// -32000 when it is not a key any more, -32004 when its plan or grant
+/// leaves the chain out.
+pub fn refused(refusal: &Refusal) -> RpcError {
+    match refusal {
+        Refusal::Unknown | Refusal::Revoked | Refusal::Expired => {
+            RpcError::generic(refusal.to_string())
+        }
+        Refusal::NoPlan(_) | Refusal::Chain(_) => RpcError::not_supported(refusal.to_string()),
+    }
+}
+
 /// EIP-1474 error codes used by chainsieve.
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
@@ -14,6 +28,7 @@ pub mod code {
     pub const GENERIC: i64 = -32000;
     pub const NOT_FOUND: i64 = -32001;
     pub const UNAVAILABLE: i64 = -32002;
+    pub const NOT_SUPPORTED: i64 = -32004;
     pub const LIMIT_EXCEEDED: i64 = -32005;
 }
 
@@ -97,6 +112,12 @@ impl RpcError {
     /// -32002: what the call needs (the chain's node) is unavailable.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(code::UNAVAILABLE, message)
+    }
+
+    /// -32004: the method exists and is served, not to this caller (its
+    /// key's plan leaves it out).
+    pub fn not_supported(message: impl Into<String>) -> Self {
+        Self::new(code::NOT_SUPPORTED, message)
     }
 
     pub fn limit_exceeded(message: impl Into<String>) -> Self {

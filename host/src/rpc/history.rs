@@ -9,6 +9,7 @@ use crate::chain::Chain;
 use crate::eventlog::cursor::{Cursor, ResumeFrom};
 use crate::history::limits::Streams;
 use crate::history::{self, Blocks, HistoryFeed, Source, StartAt};
+use crate::keys::plan::Plan;
 
 /// A history stream for a `fromBlock` older than (or at the edge of)
 /// `chain`'s log window, or a cursor whose block has left it, read from
@@ -20,11 +21,12 @@ use crate::history::{self, Blocks, HistoryFeed, Source, StartAt};
 pub(super) async fn feed(
     chain: &Chain,
     streams: &Streams,
-    api_key: &Arc<str>,
+    key: &Arc<str>,
+    plan: &Plan,
     asked: Option<&ResumeFrom>,
     source: chainsieve_filter_core::Source,
 ) -> Result<Option<HistoryFeed>, RpcError> {
-    let admit = || streams.admit(api_key).map_err(RpcError::limit_exceeded);
+    let admit = || streams.admit(key, plan).map_err(RpcError::limit_exceeded);
     let nodes = chain.history_blocks();
     let Some(asked) = asked.filter(|_| nodes.is_some() || chain.stream().is_some()) else {
         return Ok(None);

@@ -13,7 +13,7 @@ pub use super::context::{Connection, Context, Reply};
 use super::context::{Gates, Outcome};
 use super::{
     Call, Incoming, RpcError, batch_response, blocks, devnet, error_response, forward, logs, parse,
-    response, result, submit, subscribe, token_price, webhooks,
+    refused, response, result, submit, subscribe, token_price, webhooks,
 };
 use crate::history::Blocks;
 use crate::history::archive::Archive;
@@ -59,15 +59,24 @@ pub fn refuse(error: RpcError) -> Reply {
 /// One call; `batch` holds the gates of the batch it is part of.
 async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome {
     let reply = |outcome| Outcome::Reply(outcome);
-    if let Err(limited) = ctx.rate.check(ctx.api_key) {
+    // The key's grant now: a session's key may have been re-planned or
+    // revoked since it connected.
+    let (grant, plan) = match ctx.key.admit(&ctx.chain.name) {
+        Ok(admitted) => admitted,
+        Err(refusal) => return reply(Err(refused(&refusal))),
+    };
+    if let Err(limited) = ctx.rate.check(&ctx.key.id, &plan) {
         return reply(Err(limited));
+    }
+    if let Some(refusal) = grant.method_refusal(&plan, &call.method) {
+        return reply(Err(RpcError::not_supported(refusal)));
     }
     match call.method.as_str() {
         "eth_subscribe" => match ctx.connection {
             None => reply(Err(RpcError::method_not_found_msg(
                 "notifications not supported",
             ))),
-            Some(connection) => subscribe::subscribe(ctx, connection, call, batch).await,
+            Some(connection) => subscribe::subscribe(ctx, &plan, connection, call, batch).await,
         },
         "eth_unsubscribe" => reply(subscribe::unsubscribe(ctx, &call.params).await),
         "eth_chainId" => reply(result(&U64::from(ctx.chain.chain_id))),
@@ -92,7 +101,9 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
         ),
         "eth_getLogs" => reply(held(ctx, call, logs::get_logs(ctx.chain, &call.params)).await),
         "token_price" => reply(token_price::token_price(ctx.chain, &call.params).await),
-        method if webhooks::is_webhook_method(method) => reply(webhooks::call(ctx, call).await),
+        method if webhooks::is_webhook_method(method) => {
+            reply(webhooks::call(ctx, &plan, call).await)
+        }
         "eth_sendRawTransaction" => match ctx.chain.submissions() {
             Some(submissions) => {
                 reply(submit::send_raw_transaction(ctx.chain, submissions, &call.params).await)

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-pub use error::RpcError;
+pub use error::{RpcError, refused};
 
 /// A request id as the client sent it (number, string or null), echoed
 /// verbatim. `None` marks a notification, which gets no response.

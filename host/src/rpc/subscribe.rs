@@ -15,9 +15,11 @@ use crate::chain::Chain;
 use crate::fanout;
 use crate::filters::actor::{Start, Subscribe};
 use crate::filters::{FilterHandle, SubscribeError};
+use crate::keys::plan::{Limit, Plan};
 
 pub(super) async fn subscribe(
     ctx: Context<'_>,
+    plan: &Plan,
     connection: &Connection,
     call: &Call,
     batch: Option<&Gates>,
@@ -33,10 +35,12 @@ pub(super) async fn subscribe(
         Ok(parts) => parts,
         Err(error) => return Outcome::Reply(Err(error)),
     };
-    let limit = ctx.limits.max_subscriptions_per_connection;
+    let limit = plan.max_subscriptions_per_connection;
     if connection.owned().len() >= limit {
         return Outcome::Reply(Err(RpcError::limit_exceeded(format!(
-            "subscription limit reached: this connection has {limit} subscriptions (limits.max_subscriptions_per_connection); unsubscribe one first"
+            "subscription limit reached: this connection has {limit} subscriptions, the most its key's plan \"{}\" allows ({}); unsubscribe one first",
+            plan.name,
+            plan.origin(Limit::SubscriptionsPerConnection)
         ))));
     }
     let id = fanout::new_id();
@@ -47,7 +51,7 @@ pub(super) async fn subscribe(
     ctx.subscriptions.insert(
         id.clone(),
         key,
-        ctx.api_key.clone(),
+        ctx.key.id.clone(),
         filter.clone(),
         &connection.owned,
     );
@@ -55,7 +59,8 @@ pub(super) async fn subscribe(
     let history = history::feed(
         ctx.chain,
         ctx.history,
-        ctx.api_key,
+        &ctx.key.id,
+        plan,
         options.from.as_ref(),
         filter.source,
     );
@@ -63,7 +68,7 @@ pub(super) async fn subscribe(
         Ok(history) => history,
         Err(error) => {
             connection.owned().remove(&id);
-            ctx.subscriptions.remove(&id, ctx.api_key).await;
+            ctx.subscriptions.remove(&id, &ctx.key.id).await;
             return Outcome::Reply(Err(error));
         }
     };
@@ -89,7 +94,7 @@ pub(super) async fn subscribe(
         Ok(()) => Outcome::Reply(result(&id)),
         Err(error) => {
             connection.owned().remove(&id);
-            ctx.subscriptions.remove(&id, ctx.api_key).await;
+            ctx.subscriptions.remove(&id, &ctx.key.id).await;
             Outcome::Reply(Err(refused(error)))
         }
     }
@@ -151,7 +156,7 @@ pub(super) async fn unsubscribe(
         Some(connection) => connection.owned().remove(id.as_str()),
         None => true,
     };
-    if allowed && ctx.subscriptions.remove(id, ctx.api_key).await {
+    if allowed && ctx.subscriptions.remove(id, &ctx.key.id).await {
         result(&true)
     } else {
         Err(RpcError::generic("subscription not found"))

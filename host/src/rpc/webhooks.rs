@@ -23,23 +23,33 @@ use crate::chain::Chain;
 use crate::fanout::Sink;
 use crate::filters::actor::{Start, Subscribe};
 use crate::history::limits::Streams;
-use crate::webhook::definition::owner_of;
-use crate::webhook::{Batching, Create, Definition, Feeds, Opened, Refusal, WebhookError};
+use crate::keys::Keys;
+use crate::keys::plan::{Limit, Plan};
+use crate::webhook::{Batching, Create, Definition, Feeds, Most, Opened, Refusal, WebhookError};
 
 /// Answers a `webhook_*` call.
-pub(super) async fn call(ctx: Context<'_>, call: &Call) -> Result<Box<RawValue>, RpcError> {
+pub(super) async fn call(
+    ctx: Context<'_>,
+    plan: &Plan,
+    call: &Call,
+) -> Result<Box<RawValue>, RpcError> {
     let Some(webhooks) = ctx.webhooks else {
         return Err(RpcError::method_not_found_msg(
             "webhooks are served by a server of role all or edge",
         ));
     };
-    let owner = owner_of(ctx.api_key);
+    let owner = ctx.key.owner.to_string();
     let params = &call.params;
     match call.method.as_str() {
         "webhook_create" => {
             let request = create_request(ctx.chain, params)?;
             let hooks = webhooks.clone();
-            result(&to_the_end(async move { hooks.create(&owner, request).await }).await?)
+            let most = Most {
+                webhooks: plan.max_webhooks,
+                plan: plan.name.clone(),
+                origin: plan.origin(Limit::Webhooks),
+            };
+            result(&to_the_end(async move { hooks.create(&owner, request, most).await }).await?)
         }
         "webhook_list" => {
             if params.as_array().is_some_and(|items| !items.is_empty()) || params.is_object() {
@@ -239,6 +249,8 @@ pub struct Opener {
     pub chains: BTreeMap<String, Arc<Chain>>,
     /// History streams: a webhook's count against its owner's places.
     pub history: Arc<Streams>,
+    /// Whose plan a webhook's history stream counts under.
+    pub keys: Arc<Keys>,
     /// Where subscription keys come from (unique in the process).
     pub subscriptions: Arc<Subscriptions>,
 }
@@ -260,11 +272,12 @@ impl Opener {
             let mut from = vec![json!({"resumeFrom": cursor})];
             options.from = resume::take_options(&mut from, filter.source)?.from;
         }
-        let owner: Arc<str> = definition.owner.as_str().into();
+        let (owner, plan) = self.keys.plan_of(&definition.owner);
         let history = history::feed(
             chain,
             &self.history,
             &owner,
+            &plan,
             options.from.as_ref(),
             filter.source,
         )

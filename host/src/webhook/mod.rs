@@ -89,6 +89,15 @@ pub struct Create {
     pub batch: Batching,
 }
 
+/// How many webhooks the caller's key may hold: its plan's limit, and the
+/// setting it comes from (for the refusal's message).
+#[derive(Clone, Debug)]
+pub struct Most {
+    pub webhooks: usize,
+    pub plan: Arc<str>,
+    pub origin: String,
+}
+
 /// Every webhook of the process and its workers.
 pub struct Webhooks {
     shared: Arc<Shared>,
@@ -331,11 +340,17 @@ impl Webhooks {
         })
     }
 
-    /// Makes a webhook for `owner` (see [`definition::owner_of`]): checks
+    /// Makes a webhook for `owner` (the digest of its key's secret,
+    /// [`crate::keys::record::digest`]), within `most`: checks
     /// its target and batching, claims it, opens its subscription (refused
     /// as `eth_subscribe` would refuse it), stores it and starts
     /// delivering. Answers its view and, this once, its secret.
-    pub async fn create(&self, owner: &str, request: Create) -> Result<Value, WebhookError> {
+    pub async fn create(
+        &self,
+        owner: &str,
+        request: Create,
+        most: Most,
+    ) -> Result<Value, WebhookError> {
         let _creating = self.creating.lock().await;
         let config = &self.shared.config;
         let held = self
@@ -343,9 +358,10 @@ impl Webhooks {
             .values()
             .filter(|entry| entry.hook.definition().owner == owner)
             .count();
-        if held >= config.max_per_key {
+        if held >= most.webhooks {
             return Err(WebhookError::Limit(format!(
-                "webhook limit reached: this API key has {held} webhooks (webhooks.max_per_key); delete one first"
+                "webhook limit reached: this API key has {held} webhooks, the most its plan \"{}\" allows ({}); delete one first",
+                most.plan, most.origin
             )));
         }
         self.check_target(&request.url).await?;

@@ -149,7 +149,7 @@ struct Bench {
 fn definition(id: &str) -> Definition {
     Definition {
         id: id.into(),
-        owner: definition::owner_of("elsewhere"),
+        owner: crate::keys::record::digest("elsewhere"),
         chain: "eth".into(),
         url: "https://example.com/hook".into(),
         subscribe: vec![json!("newHeads")],
@@ -269,7 +269,7 @@ async fn a_webhook_made_elsewhere_is_claimed_and_delivered_here() {
     let mut bench = Bench::start().await;
     bench.written_elsewhere(definition("0x01"), 3).await;
     bench.asked_for_a_claim().await;
-    let owner = definition::owner_of("elsewhere");
+    let owner = crate::keys::record::digest("elsewhere");
     assert_eq!(
         bench.webhooks.list(&owner).len(),
         1,
@@ -309,7 +309,7 @@ async fn a_pause_from_elsewhere_stops_delivery_and_a_stale_change_is_ignored() {
         .try_send(Change::Defined(paused, 4))
         .expect("reported");
     bench.closed().await;
-    let owner = definition::owner_of("elsewhere");
+    let owner = crate::keys::record::digest("elsewhere");
     assert_eq!(
         bench.webhooks.get(&owner, "0x02").expect("known")["state"],
         "paused"

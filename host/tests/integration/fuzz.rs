@@ -9,7 +9,6 @@
 //! 1,000,000.
 
 use std::cell::{Cell, RefCell};
-use std::sync::Arc;
 
 use chainsieve::config::Config;
 use chainsieve::fanout::{Frame, Sink};
@@ -221,7 +220,7 @@ fn the_frame_handler_answers_every_input_well_formed() {
         ))
         .expect("server");
     let chain = state.chains["eth"].clone();
-    let api_key: Arc<str> = "demo".into();
+    let key = state.keys.find("demo").expect("the demo key");
     // A connection whose queue the test drains after each input (replies
     // queued there are the session's to write; the handler must still
     // answer).
@@ -232,7 +231,7 @@ fn the_frame_handler_answers_every_input_well_formed() {
         // A runner of its own per transport: a runner counts the cases it
         // has passed, and a second run on it would run none.
         let mut runner = runner();
-        let ctx = state.rpc_context(&chain, &api_key, over_websocket.then_some(&connection));
+        let ctx = state.rpc_context(&chain, &key, over_websocket.then_some(&connection));
         // The answered frames: most inputs are requests, so most must be.
         let (cases, answered) = (Cell::new(0), Cell::new(0));
         let answers_well = |bytes: Vec<u8>| {

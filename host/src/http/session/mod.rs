@@ -4,8 +4,8 @@
 //! while the writer waits on it empty, so their order is kept and no
 //! producer ever waits on this socket. The [`writer`] drains the queue; the reader keeps
 //! the [`heartbeat`]; the connection is closed with a reason when the
-//! queue overflows, a ping went unanswered for a whole interval, or the
-//! server shuts down.
+//! queue overflows, a ping went unanswered for a whole interval, its API
+//! key is revoked or expires, or the server shuts down.
 
 mod heartbeat;
 mod writer;
@@ -24,6 +24,7 @@ use super::socket::Socket;
 use super::upgrade::Reader;
 use crate::chain::Chain;
 use crate::fanout::{Frame, SendError, Sink};
+use crate::keys::{Ended, Key};
 use crate::rpc::RpcError;
 use crate::rpc::methods::{self, Connection, Context, Reply};
 use heartbeat::{Heartbeat, Unanswered};
@@ -47,6 +48,8 @@ enum Ending {
     TooSlow,
     /// A ping went a whole interval without a pong.
     Unresponsive,
+    /// The API key was revoked, or expired.
+    KeyEnded(Ended),
     /// The server is shutting down.
     Shutdown,
 }
@@ -56,7 +59,7 @@ pub async fn serve(
     socket: Socket,
     state: Arc<AppState>,
     chain: Arc<Chain>,
-    api_key: Arc<str>,
+    key: Arc<Key>,
 ) {
     let (sink, frames) = Sink::wired(state.limits.outbound_queue, socket.clone());
     let closing = sink.closing();
@@ -66,9 +69,10 @@ pub async fn serve(
         let (mut socket, closing) = (socket.clone(), closing.clone());
         async move { writer::write(&mut socket, frames, &closing).await }
     });
-    let ctx = state.rpc_context(&chain, &api_key, Some(&connection));
+    let ctx = state.rpc_context(&chain, &key, Some(&connection));
     let (read_ending, writer_stop) = tokio::select! {
         ending = read(&mut reader, ctx, heartbeat) => (Some(ending), None),
+        ended = key.ended() => (Some(Ending::KeyEnded(ended)), None),
         () = state.shutdown.cancelled() => (Some(Ending::Shutdown), None),
         stop = &mut writing => (None, Some(stop.ok())),
     };
@@ -83,7 +87,7 @@ pub async fn serve(
     let (ending, unwritten) = settle(read_ending, stop);
     // Cancel first: a peer that stopped reading may never take the close.
     for id in connection.take_owned() {
-        state.subscriptions.remove(&id, &api_key).await;
+        state.subscriptions.remove(&id, &key.id).await;
     }
     let close = |code, reason: &str| {
         Some(CloseFrame {
@@ -114,6 +118,8 @@ pub async fn serve(
             tracing::info!(chain = %chain.name, "closed a connection that did not answer a ping");
             close(CLOSE_TOO_SLOW, "no pong to the last ping")
         }
+        Ending::KeyEnded(Ended::Revoked) => close(CloseCode::Policy, "key revoked"),
+        Ending::KeyEnded(Ended::Expired) => close(CloseCode::Policy, "key expired"),
         Ending::Shutdown => close(CloseCode::Away, "server shutting down"),
     };
     // The closing handshake: send ours, then read (and drop) what the peer

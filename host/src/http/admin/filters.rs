@@ -1,5 +1,4 @@
-//! Admin endpoints, behind `Authorization: Bearer <auth.admin_token>`:
-//! `GET /admin/filters` lists what every chain runs for every topic (the
+//! `GET /admin/filters`: what every chain runs for every topic (the
 //! component, its hash and contract version, when it loaded, its live
 //! subscriptions, failures, whether it is disabled) and the files of the
 //! filters directory that are not served, with the reason.
@@ -8,13 +7,12 @@ use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use subtle::ConstantTimeEq;
 
-use super::{AppState, json_error};
-use crate::rpc::RpcError;
+use super::refusal;
+use crate::http::AppState;
 
 pub async fn filters(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Some(refusal) = refusal(&state, &headers) {
@@ -53,27 +51,4 @@ pub async fn filters(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
         "scans": report.scans,
     }))
     .into_response()
-}
-
-/// The answer to a request that may not see the admin view: 404 (off)
-/// without a configured token, 401 for a missing or wrong one.
-fn refusal(state: &AppState, headers: &HeaderMap) -> Option<Response> {
-    let Some(token) = &state.admin_token else {
-        return Some(json_error(
-            StatusCode::NOT_FOUND,
-            RpcError::invalid_request("the admin endpoints are off; set auth.admin_token"),
-        ));
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    // Compared in constant time: the token guards the whole server.
-    let matches = given.is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())));
-    (!matches).then(|| {
-        json_error(
-            StatusCode::UNAUTHORIZED,
-            RpcError::invalid_request("missing or wrong admin token (Authorization: Bearer …)"),
-        )
-    })
 }

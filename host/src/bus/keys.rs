@@ -1,0 +1,160 @@
+//! API keys on the bus (docs/src/bus.md, Keys): the managed keys' records
+//! in the KV bucket `<prefix>-keys`, one entry per key id. Every edge
+//! watches it, so a key made, re-planned or revoked on one edge counts on
+//! every edge within a moment, and an edge started later loads them all.
+//! A record changes only over the revision its writer read.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::kv;
+use futures_util::StreamExt as _;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use tokio::sync::mpsc;
+
+use super::Bus;
+use crate::keys::record::Record;
+use crate::keys::store::{KeyStore, PutError};
+
+/// How long a request to the bucket may wait.
+const ATTEMPT: Duration = Duration::from_secs(5);
+/// The pause before watching again after a watch failed or ended.
+const REWATCH: Duration = Duration::from_millis(250);
+/// Changes the watch may hold before the registry takes them.
+const QUEUED: usize = 1_024;
+
+/// The keys' bucket.
+#[derive(Debug)]
+pub struct KvKeys {
+    bucket: kv::Store,
+}
+
+impl Bus {
+    /// The keys' bucket, created if it does not exist.
+    pub async fn keys(&self) -> anyhow::Result<KvKeys> {
+        let config = kv::Config {
+            bucket: format!("{}-keys", self.config.prefix),
+            history: 1,
+            storage: async_nats::jetstream::stream::StorageType::File,
+            num_replicas: self.config.replicas,
+            ..Default::default()
+        };
+        let name = config.bucket.clone();
+        let bucket = self
+            .create_bucket(config)
+            .await
+            .with_context(|| format!("creating the bucket {name}"))?;
+        Ok(KvKeys { bucket })
+    }
+}
+
+impl KeyStore for KvKeys {
+    fn load(&self) -> BoxFuture<'_, anyhow::Result<Vec<(Record, u64)>>> {
+        Box::pin(async move {
+            let ids = tokio::time::timeout(ATTEMPT, async {
+                let ids = self.bucket.keys().await?;
+                anyhow::Ok(
+                    ids.filter_map(|id| async move { id.ok() })
+                        .collect::<Vec<String>>()
+                        .await,
+                )
+            })
+            .await
+            .context("listing the keys: no answer")?
+            .context("listing the keys")?;
+            let mut records = Vec::with_capacity(ids.len());
+            for id in ids {
+                let entry = tokio::time::timeout(ATTEMPT, self.bucket.entry(&id))
+                    .await
+                    .context("reading a key: no answer")?
+                    .with_context(|| format!("reading key {id}"))?;
+                if let Some(record) = entry.and_then(record_of) {
+                    records.push(record);
+                }
+            }
+            Ok(records)
+        })
+    }
+
+    fn changes(&self) -> BoxStream<'static, (Record, u64)> {
+        let (changes, taken) = mpsc::channel(QUEUED);
+        tokio::spawn(watch(self.bucket.clone(), changes));
+        futures_util::stream::unfold(taken, |mut taken| async move {
+            taken.recv().await.map(|change| (change, taken))
+        })
+        .boxed()
+    }
+
+    fn put(&self, record: Record, expected: u64) -> BoxFuture<'_, Result<u64, PutError>> {
+        Box::pin(async move {
+            let value = serde_json::to_vec(&record).context("encoding a key")?;
+            let written = if expected == 0 {
+                tokio::time::timeout(ATTEMPT, self.bucket.create(&record.id, value.into()))
+                    .await
+                    .context("writing a key: no answer")?
+                    .map_err(|error| match error.kind() {
+                        kv::CreateErrorKind::AlreadyExists => PutError::Conflict,
+                        _ => PutError::Failed(anyhow::Error::new(error).context("writing a key")),
+                    })?
+            } else {
+                tokio::time::timeout(
+                    ATTEMPT,
+                    self.bucket.update(&record.id, value.into(), expected),
+                )
+                .await
+                .context("writing a key: no answer")?
+                .map_err(|error| match error.kind() {
+                    kv::UpdateErrorKind::WrongLastRevision => PutError::Conflict,
+                    _ => PutError::Failed(anyhow::Error::new(error).context("writing a key")),
+                })?
+            };
+            Ok(written)
+        })
+    }
+}
+
+/// Watches the bucket (each key's latest value first, then every change)
+/// into `changes`, watching again after a failure, until the registry
+/// drops the stream.
+async fn watch(bucket: kv::Store, changes: mpsc::Sender<(Record, u64)>) {
+    loop {
+        let watched = async {
+            let mut entries = bucket.watch_with_history(">").await?;
+            while let Some(entry) = entries.next().await {
+                if let Some(change) = record_of(entry?)
+                    && changes.send(change).await.is_err()
+                {
+                    return anyhow::Ok(());
+                }
+            }
+            anyhow::Ok(())
+        };
+        tokio::select! {
+            () = changes.closed() => return,
+            watched = watched => {
+                if let Err(error) = watched {
+                    tracing::debug!(error = format!("{error:#}"), "watching the keys again");
+                }
+            }
+        }
+        if changes.is_closed() {
+            return;
+        }
+        tokio::time::sleep(REWATCH).await;
+    }
+}
+
+fn record_of(entry: kv::Entry) -> Option<(Record, u64)> {
+    match entry.operation {
+        kv::Operation::Put => match serde_json::from_slice(&entry.value) {
+            Ok(record) => Some((record, entry.revision)),
+            Err(error) => {
+                tracing::warn!(key = %entry.key, %error, "skipping a key record that cannot be read");
+                None
+            }
+        },
+        // Keys are revoked, never deleted: a record is never taken back.
+        kv::Operation::Delete | kv::Operation::Purge => None,
+    }
+}

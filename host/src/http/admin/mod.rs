@@ -1,0 +1,52 @@
+//! Admin endpoints, behind `Authorization: Bearer <auth.admin_token>`
+//! (docs/src/operations.md): [`filters`] — what every chain runs;
+//! [`keys`] — API keys made, listed, re-planned and revoked while the
+//! server runs.
+
+mod filters;
+mod keys;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use axum::routing::get;
+use subtle::ConstantTimeEq;
+
+use super::{AppState, json_error};
+use crate::rpc::RpcError;
+
+/// The admin routes.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/admin/filters", get(filters::filters))
+        .route("/admin/keys", get(keys::list).post(keys::create))
+        .route(
+            "/admin/keys/{id}",
+            get(keys::get).patch(keys::update).delete(keys::revoke),
+        )
+}
+
+/// The answer to a request that may not see the admin view: 404 (off)
+/// without a configured token, 401 for a missing or wrong one.
+fn refusal(state: &AppState, headers: &HeaderMap) -> Option<Response> {
+    let Some(token) = &state.admin_token else {
+        return Some(json_error(
+            StatusCode::NOT_FOUND,
+            RpcError::invalid_request("the admin endpoints are off; set auth.admin_token"),
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    // Compared in constant time: the token guards the whole server.
+    let matches = given.is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())));
+    (!matches).then(|| {
+        json_error(
+            StatusCode::UNAUTHORIZED,
+            RpcError::invalid_request("missing or wrong admin token (Authorization: Bearer …)"),
+        )
+    })
+}
