@@ -17,6 +17,7 @@ mod filter_isolation;
 mod finality;
 mod forward;
 mod history;
+mod keys;
 mod limits;
 mod load;
 mod node_parity;

@@ -1,0 +1,455 @@
+//! API keys and plans on a running server: made by the admin API, used
+//! over HTTP and WebSocket, held to their plan (-32005 naming it),
+//! re-planned, revoked (the open socket closed with 1008 "key revoked"),
+//! kept across a restart with the data directory; on the bus, made on one
+//! edge and used on another, revoked there, known to an edge started
+//! later.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chainsieve::config::{BusConfig, Config, PlanConfig, Role};
+use chainsieve_tests::anvil::Anvil;
+use chainsieve_tests::nats::Nats;
+use chainsieve_tests::{TIMEOUT, TestServer, WsClient, test_config};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "admin-token-for-keys-0123";
+const CONFIGURED: &str = "configured-key";
+
+/// `method` on `path` of `server`'s admin API with `token`; (status, body).
+async fn admin(
+    server: &TestServer,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request =
+        reqwest::Client::new().request(method, format!("http://{}{path}", server.addr));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("admin request");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, body)
+}
+
+async fn create(server: &TestServer, body: Value) -> (String, String) {
+    let (status, view) = admin(
+        server,
+        reqwest::Method::POST,
+        "/admin/keys",
+        Some(TOKEN),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, 201, "{view}");
+    let secret = view["key"].as_str().expect("the secret, once").to_string();
+    (view["id"].as_str().expect("id").to_string(), secret)
+}
+
+fn plans() -> BTreeMap<String, PlanConfig> {
+    BTreeMap::from([
+        (
+            "free".to_string(),
+            PlanConfig {
+                requests_per_second: Some(5),
+                max_connections: Some(1),
+                chains: Some(vec!["eth".into()]),
+                methods: Some(vec!["eth".into()]),
+                ..PlanConfig::default()
+            },
+        ),
+        (
+            "pro".to_string(),
+            PlanConfig {
+                max_connections: Some(10),
+                ..PlanConfig::default()
+            },
+        ),
+    ])
+}
+
+fn config(data_dir: &std::path::Path) -> Config {
+    let mut config = test_config();
+    config
+        .chains
+        .retain(|name, _| name == "eth" || name == "bsc");
+    config.auth.keys = vec![CONFIGURED.into()];
+    config.auth.admin_token = Some(TOKEN.into());
+    config.plans = plans();
+    config.log.data_dir = Some(data_dir.to_path_buf());
+    config
+}
+
+/// A batch of `calls` `eth_chainId` over HTTP: how many were answered
+/// and the first refusal.
+async fn batch(server: &TestServer, chain: &str, key: &str, calls: usize) -> (usize, Value) {
+    let body: Vec<Value> = (0..calls)
+        .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "eth_chainId"}))
+        .collect();
+    let (status, answers) = server
+        .post(chain, key, &Value::Array(body).to_string())
+        .await;
+    assert_eq!(status, 200, "{answers}");
+    let answers = answers.as_array().expect("a batch answer").clone();
+    let answered = answers.iter().filter(|a| a.get("result").is_some()).count();
+    let refused = answers
+        .iter()
+        .find(|a| a.get("error").is_some())
+        .map_or(Value::Null, |a| a["error"].clone());
+    (answered, refused)
+}
+
+fn message(error: &Value) -> &str {
+    error["message"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = TestServer::start(config(dir.path())).await.expect("server");
+    use reqwest::Method;
+
+    // The admin API wants the token.
+    let (status, body) = admin(&server, Method::GET, "/admin/keys", None, None).await;
+    assert_eq!(status, 401, "{body}");
+    let wrong = Some("admin-token-for-keys-9999");
+    let (status, body) = admin(&server, Method::POST, "/admin/keys", wrong, Some(json!({}))).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = admin(
+        &server,
+        Method::POST,
+        "/admin/keys",
+        Some(TOKEN),
+        Some(json!({"plan": "gold"})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_i64()),
+        (400, Some(-32602)),
+        "{body}"
+    );
+    assert!(
+        message(&body["error"]).contains("unknown plan \"gold\" (configured: default, free, pro)")
+    );
+
+    let (id, secret) = create(&server, json!({"name": "bots", "plan": "free"})).await;
+    let (status, view) = admin(
+        &server,
+        Method::GET,
+        &format!("/admin/keys/{id}"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (view["name"].as_str(), view["plan"].as_str()),
+        (Some("bots"), Some("free"))
+    );
+    assert!(
+        !view.to_string().contains(&secret),
+        "the secret is shown once: {view}"
+    );
+
+    // Used over HTTP and WebSocket, within its plan.
+    let (answered, _) = batch(&server, "eth", &secret, 1).await;
+    assert_eq!(answered, 1);
+    let mut socket = WsClient::connect(&server.ws_url("eth", &secret))
+        .await
+        .expect("connect");
+    let heads = socket
+        .subscribe(json!(["newHeads"]))
+        .await
+        .expect("subscribe");
+    let (subscription, _) = socket.next_notification().await.expect("a head");
+    assert_eq!(subscription, heads);
+
+    // Its plan's limits, each answered naming the plan.
+    let refused = WsClient::connect(&server.ws_url("eth", &secret)).await;
+    let error = format!("{:#}", refused.err().expect("one connection on free"));
+    assert!(error.contains("429"), "{error}");
+    let (status, body) = server
+        .post(
+            "eth",
+            &secret,
+            r#"{"jsonrpc":"2.0","id":1,"method":"token_price","params":[]}"#,
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_i64()),
+        (200, Some(-32004)),
+        "{body}"
+    );
+    assert!(message(&body["error"]).contains("plan \"free\""), "{body}");
+    let (status, body) = server
+        .post(
+            "bsc",
+            &secret,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        message(&body["error"]).contains("may not use chain \"bsc\""),
+        "{body}"
+    );
+    let (answered, refusal) = batch(&server, "eth", &secret, 20).await;
+    assert!(answered <= 5, "{answered} answered at 5 a second");
+    assert_eq!(refusal["code"], -32005, "{refusal}");
+    assert!(
+        message(&refusal).contains(
+            "plan \"free\" allows 5 requests per second (plans.free.requests_per_second)"
+        ),
+        "{refusal}"
+    );
+
+    // Re-planned: the new plan counts at once, on the open socket too.
+    let (status, view) = admin(
+        &server,
+        Method::PATCH,
+        &format!("/admin/keys/{id}"),
+        Some(TOKEN),
+        Some(json!({"plan": "pro", "name": null})),
+    )
+    .await;
+    assert_eq!(
+        (status, view["plan"].as_str(), &view["name"]),
+        (200, Some("pro"), &Value::Null),
+        "{view}"
+    );
+    let (answered, refusal) = batch(&server, "bsc", &secret, 20).await;
+    assert_eq!(answered, 20, "{refusal}");
+    let mut second = WsClient::connect(&server.ws_url("eth", &secret))
+        .await
+        .expect("pro allows more connections");
+    second.call("eth_chainId", json!([])).await.expect("call");
+    let price = socket.call("token_price", json!([])).await.expect("call");
+    assert_ne!(
+        price["error"]["code"], -32004,
+        "pro allows every method: {price}"
+    );
+
+    // Revoked: its sockets close, its calls are refused.
+    let (status, view) = admin(
+        &server,
+        Method::DELETE,
+        &format!("/admin/keys/{id}"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{view}");
+    assert!(view["revokedAt"].is_u64(), "{view}");
+    assert_eq!(
+        socket.closed().await.expect("closed"),
+        (1008, "key revoked".to_string())
+    );
+    assert_eq!(
+        second.closed().await.expect("closed"),
+        (1008, "key revoked".to_string())
+    );
+    let (status, body) = server
+        .post(
+            "eth",
+            &secret,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+        )
+        .await;
+    assert_eq!(status, 401, "{body}");
+    assert!(message(&body["error"]).contains("revoked"), "{body}");
+    let (status, _) = admin(
+        &server,
+        Method::PATCH,
+        &format!("/admin/keys/{id}"),
+        Some(TOKEN),
+        Some(json!({"plan": "free"})),
+    )
+    .await;
+    assert_eq!(status, 409, "a revoked key stays revoked");
+
+    // The config's key: listed, not managed here.
+    let (_, listed) = admin(&server, Method::GET, "/admin/keys", Some(TOKEN), None).await;
+    let configured = listed["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .find(|key| key["source"] == "config")
+        .expect("the configured key is listed")
+        .clone();
+    assert_eq!(configured["id"], "config-1");
+    assert!(
+        !listed.to_string().contains(CONFIGURED),
+        "no secret listed: {listed}"
+    );
+    let (status, _) = admin(
+        &server,
+        Method::DELETE,
+        "/admin/keys/config-1",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409);
+    let (status, _) = admin(
+        &server,
+        Method::DELETE,
+        "/admin/keys/key_000000000000",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // Restarted on the same data directory: keys and revocations kept.
+    let (kept_id, kept) = create(&server, json!({"chains": ["bsc"]})).await;
+    server.stop().await;
+    let server = TestServer::start(config(dir.path()))
+        .await
+        .expect("restarted");
+    let (answered, _) = batch(&server, "bsc", &kept, 1).await;
+    assert_eq!(answered, 1, "a key made before the restart works after it");
+    let (status, _) = server
+        .post(
+            "eth",
+            &kept,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+        )
+        .await;
+    assert_eq!(status, 403, "and keeps its grant: bsc only");
+    let (status, _) = server
+        .post(
+            "eth",
+            &secret,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+        )
+        .await;
+    assert_eq!(status, 401, "a revoked key stays revoked");
+    let (answered, _) = batch(&server, "eth", CONFIGURED, 1).await;
+    assert_eq!(answered, 1, "the config's key works as before");
+    let (_, view) = admin(
+        &server,
+        Method::GET,
+        &format!("/admin/keys/{kept_id}"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(view["chains"], json!(["bsc"]));
+    // The database holds digests, never a secret.
+    let stored = std::fs::read(dir.path().join("keys.redb")).expect("keys.redb");
+    let stored = String::from_utf8_lossy(&stored);
+    assert!(
+        !stored.contains(&kept) && !stored.contains(&secret),
+        "no secret in keys.redb"
+    );
+}
+
+/// An edge on the bus, with the admin API on.
+async fn edge(anvil: &Anvil, nats: &Nats, role: Role) -> TestServer {
+    let mut config = Config {
+        role,
+        bus: BusConfig {
+            urls: vec![nats.url()],
+            ..BusConfig::default()
+        },
+        ..anvil.config(CONFIGURED)
+    };
+    config.auth.admin_token = Some(TOKEN.into());
+    config.plans = plans();
+    let server = TestServer::start(config).await.expect("server starts");
+    if role == Role::Ingest {
+        server.wait_live("eth").await;
+    }
+    server
+}
+
+/// Until `key` gets `status` for `eth_chainId` on `server` (the change
+/// comes through the bus's watch).
+async fn until_status(server: &TestServer, key: &str, status: u16) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let (now, body) = server
+            .post(
+                "eth",
+                key,
+                r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+            )
+            .await;
+        if now == status {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {now}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_made_on_one_edge_is_used_and_revoked_on_every_edge() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let nats = Nats::start().await.expect("nats-server");
+    let _ingest = edge(&anvil, &nats, Role::Ingest).await;
+    let first = edge(&anvil, &nats, Role::Edge).await;
+    let second = edge(&anvil, &nats, Role::Edge).await;
+
+    let (id, secret) = create(&first, json!({"plan": "free"})).await;
+    until_status(&second, &secret, 200).await;
+    let mut socket = WsClient::connect(&second.ws_url("eth", &secret))
+        .await
+        .expect("the other edge accepts the key");
+    let answer = socket.call("token_price", json!([])).await.expect("call");
+    assert_eq!(
+        answer["error"]["code"], -32004,
+        "its plan there too: {answer}"
+    );
+
+    // An edge started later knows it, and its plan, from the start.
+    let later = edge(&anvil, &nats, Role::Edge).await;
+    let (status, view) = admin(
+        &later,
+        reqwest::Method::GET,
+        &format!("/admin/keys/{id}"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, view["plan"].as_str()),
+        (200, Some("free")),
+        "{view}"
+    );
+    let (status, _) = later
+        .post(
+            "eth",
+            &secret,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // Revoked on the first edge: the socket on the second closes.
+    let (status, _) = admin(
+        &first,
+        reqwest::Method::DELETE,
+        &format!("/admin/keys/{id}"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        socket.closed().await.expect("closed"),
+        (1008, "key revoked".to_string())
+    );
+    until_status(&later, &secret, 401).await;
+}
