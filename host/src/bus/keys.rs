@@ -14,11 +14,10 @@ use futures_util::stream::BoxStream;
 use tokio::sync::mpsc;
 
 use super::Bus;
+use super::bucket::{self, ATTEMPT};
 use crate::keys::record::Record;
 use crate::keys::store::{KeyStore, PutError};
 
-/// How long a request to the bucket may wait.
-const ATTEMPT: Duration = Duration::from_secs(5);
 /// The pause before watching again after a watch failed or ended.
 const REWATCH: Duration = Duration::from_millis(250);
 /// Changes the watch may hold before the registry takes them.
@@ -52,17 +51,7 @@ impl Bus {
 impl KeyStore for KvKeys {
     fn load(&self) -> BoxFuture<'_, anyhow::Result<Vec<(Record, u64)>>> {
         Box::pin(async move {
-            let ids = tokio::time::timeout(ATTEMPT, async {
-                let ids = self.bucket.keys().await?;
-                anyhow::Ok(
-                    ids.filter_map(|id| async move { id.ok() })
-                        .collect::<Vec<String>>()
-                        .await,
-                )
-            })
-            .await
-            .context("listing the keys: no answer")?
-            .context("listing the keys")?;
+            let ids = bucket::keys(&self.bucket, "keys").await?;
             let mut records = Vec::with_capacity(ids.len());
             for id in ids {
                 let entry = tokio::time::timeout(ATTEMPT, self.bucket.entry(&id))
@@ -80,10 +69,7 @@ impl KeyStore for KvKeys {
     fn changes(&self) -> BoxStream<'static, (Record, u64)> {
         let (changes, taken) = mpsc::channel(QUEUED);
         tokio::spawn(watch(self.bucket.clone(), changes));
-        futures_util::stream::unfold(taken, |mut taken| async move {
-            taken.recv().await.map(|change| (change, taken))
-        })
-        .boxed()
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(taken))
     }
 
     fn put(&self, record: Record, expected: u64) -> BoxFuture<'_, Result<u64, PutError>> {

@@ -12,6 +12,7 @@
 //! webhooks' buckets ([`webhooks`]) let every edge serve every webhook,
 //! one delivering each.
 
+pub mod bucket;
 pub mod codec;
 pub mod finality;
 pub mod follow;

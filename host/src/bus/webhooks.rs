@@ -29,13 +29,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Bus;
+use super::bucket::{self, ATTEMPT};
 use super::lease::Leases;
 use crate::webhook::claim::{Claim, Claims};
 use crate::webhook::definition::{Definition, Progress};
-use crate::webhook::store::{Change, Store, changes_from};
+use crate::webhook::store::{Change, Store};
 
-/// How long a request to a bucket may wait.
-const ATTEMPT: Duration = Duration::from_secs(5);
 /// The pause before watching again after a watch failed or ended.
 const REWATCH: Duration = Duration::from_millis(250);
 
@@ -116,17 +115,7 @@ impl KvStore {
     }
 
     async fn load_all(&self) -> anyhow::Result<Vec<(Definition, Progress)>> {
-        let keys = tokio::time::timeout(ATTEMPT, async {
-            let keys = self.definitions.keys().await?;
-            anyhow::Ok(
-                keys.filter_map(|key| async move { key.ok() })
-                    .collect::<Vec<String>>()
-                    .await,
-            )
-        })
-        .await
-        .context("listing the webhooks: no answer")?
-        .context("listing the webhooks")?;
+        let keys = bucket::keys(&self.definitions, "webhooks").await?;
         let mut loaded = Vec::with_capacity(keys.len());
         for id in keys {
             if let Some((definition, _)) = self.definition(&id).await? {
@@ -165,7 +154,7 @@ impl Store for KvStore {
             self.progress.clone(),
             changes,
         ));
-        changes_from(taken)
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(taken))
     }
 
     fn put_definition(

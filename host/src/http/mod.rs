@@ -147,7 +147,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         Role::All | Role::Edge => (
             probes
                 .route("/v1/{key}", get(ws_default).post(http_default))
-                .merge(admin::routes())
+                .merge(admin::routes(state.clone()))
                 .route("/{chain}/v1/{key}", get(ws_chain).post(http_chain)),
             "unknown path; use /{chain}/v1/{key} or /v1/{key}",
         ),

@@ -32,10 +32,7 @@ impl KeyStore for Shared {
             .expect("lock")
             .take()
             .expect("changes taken once");
-        Box::pin(futures_util::stream::unfold(
-            taken,
-            |mut taken| async move { taken.recv().await.map(|change| (change, taken)) },
-        ))
+        Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(taken))
     }
 
     fn put(&self, record: Record, expected: u64) -> BoxFuture<'_, Result<u64, PutError>> {

@@ -68,15 +68,6 @@ pub enum Change {
     Deleted(String),
 }
 
-/// The changes a task sends on a channel, as [`Store::changes`] hands
-/// them over: ends once the task drops its sender.
-pub fn changes_from(taken: tokio::sync::mpsc::Receiver<Change>) -> BoxStream<'static, Change> {
-    futures_util::stream::unfold(taken, |mut taken| async move {
-        taken.recv().await.map(|change| (change, taken))
-    })
-    .boxed()
-}
-
 /// The file's name under `[log] data_dir`.
 pub const FILE: &str = "webhooks.redb";
 

@@ -19,7 +19,7 @@ use url::Url;
 use super::claim::{Claim, Claims};
 use super::definition::Paused;
 use super::post::{Envelope, Line, Outcome, Transport};
-use super::store::{Change, LocalStore, Store, changes_from};
+use super::store::{Change, LocalStore, Store};
 use super::*;
 use crate::fanout::{Notice, Via};
 
@@ -49,7 +49,7 @@ impl Store for Shared {
             .expect("lock")
             .take()
             .expect("changes taken once");
-        changes_from(taken)
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(taken))
     }
     fn put_definition(
         &self,

@@ -12,6 +12,7 @@ use chainsieve::config::{BusConfig, Config, PlanConfig, Role};
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::nats::Nats;
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient, test_config};
+use reqwest::Method;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "admin-token-for-keys-0123";
@@ -40,15 +41,31 @@ async fn admin(
     (status, body)
 }
 
-async fn create(server: &TestServer, body: Value) -> (String, String) {
-    let (status, view) = admin(
+/// `method` on `/admin/keys/{id}` of `server`.
+async fn on_key(
+    server: &TestServer,
+    method: reqwest::Method,
+    id: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    admin(
         server,
-        reqwest::Method::POST,
-        "/admin/keys",
+        method,
+        &format!("/admin/keys/{id}"),
         Some(TOKEN),
-        Some(body),
+        body,
     )
-    .await;
+    .await
+}
+
+/// `eth_chainId` over HTTP with `key`: (status, body).
+async fn chain_id(server: &TestServer, chain: &str, key: &str) -> (u16, Value) {
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    server.post(chain, key, call).await
+}
+
+async fn create(server: &TestServer, body: Value) -> (String, String) {
+    let (status, view) = admin(server, Method::POST, "/admin/keys", Some(TOKEN), Some(body)).await;
     assert_eq!(status, 201, "{view}");
     let secret = view["key"].as_str().expect("the secret, once").to_string();
     (view["id"].as_str().expect("id").to_string(), secret)
@@ -115,7 +132,6 @@ fn message(error: &Value) -> &str {
 async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = TestServer::start(config(dir.path())).await.expect("server");
-    use reqwest::Method;
 
     // The admin API wants the token.
     let (status, body) = admin(&server, Method::GET, "/admin/keys", None, None).await;
@@ -141,14 +157,7 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     );
 
     let (id, secret) = create(&server, json!({"name": "bots", "plan": "free"})).await;
-    let (status, view) = admin(
-        &server,
-        Method::GET,
-        &format!("/admin/keys/{id}"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, view) = on_key(&server, Method::GET, &id, None).await;
     assert_eq!(status, 200);
     assert_eq!(
         (view["name"].as_str(), view["plan"].as_str()),
@@ -189,13 +198,7 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
         "{body}"
     );
     assert!(message(&body["error"]).contains("plan \"free\""), "{body}");
-    let (status, body) = server
-        .post(
-            "bsc",
-            &secret,
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
-        )
-        .await;
+    let (status, body) = chain_id(&server, "bsc", &secret).await;
     assert_eq!(status, 403, "{body}");
     assert!(
         message(&body["error"]).contains("may not use chain \"bsc\""),
@@ -212,11 +215,10 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     );
 
     // Re-planned: the new plan counts at once, on the open socket too.
-    let (status, view) = admin(
+    let (status, view) = on_key(
         &server,
         Method::PATCH,
-        &format!("/admin/keys/{id}"),
-        Some(TOKEN),
+        &id,
         Some(json!({"plan": "pro", "name": null})),
     )
     .await;
@@ -238,14 +240,7 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     );
 
     // Revoked: its sockets close, its calls are refused.
-    let (status, view) = admin(
-        &server,
-        Method::DELETE,
-        &format!("/admin/keys/{id}"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, view) = on_key(&server, Method::DELETE, &id, None).await;
     assert_eq!(status, 200, "{view}");
     assert!(view["revokedAt"].is_u64(), "{view}");
     assert_eq!(
@@ -256,23 +251,10 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
         second.closed().await.expect("closed"),
         (1008, "key revoked".to_string())
     );
-    let (status, body) = server
-        .post(
-            "eth",
-            &secret,
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
-        )
-        .await;
+    let (status, body) = chain_id(&server, "eth", &secret).await;
     assert_eq!(status, 401, "{body}");
     assert!(message(&body["error"]).contains("revoked"), "{body}");
-    let (status, _) = admin(
-        &server,
-        Method::PATCH,
-        &format!("/admin/keys/{id}"),
-        Some(TOKEN),
-        Some(json!({"plan": "free"})),
-    )
-    .await;
+    let (status, _) = on_key(&server, Method::PATCH, &id, Some(json!({"plan": "free"}))).await;
     assert_eq!(status, 409, "a revoked key stays revoked");
 
     // The config's key: listed, not managed here.
@@ -289,23 +271,9 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
         !listed.to_string().contains(CONFIGURED),
         "no secret listed: {listed}"
     );
-    let (status, _) = admin(
-        &server,
-        Method::DELETE,
-        "/admin/keys/config-1",
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, _) = on_key(&server, Method::DELETE, "config-1", None).await;
     assert_eq!(status, 409);
-    let (status, _) = admin(
-        &server,
-        Method::DELETE,
-        "/admin/keys/key_000000000000",
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, _) = on_key(&server, Method::DELETE, "key_000000000000", None).await;
     assert_eq!(status, 404);
 
     // Restarted on the same data directory: keys and revocations kept.
@@ -316,32 +284,13 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
         .expect("restarted");
     let (answered, _) = batch(&server, "bsc", &kept, 1).await;
     assert_eq!(answered, 1, "a key made before the restart works after it");
-    let (status, _) = server
-        .post(
-            "eth",
-            &kept,
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
-        )
-        .await;
+    let (status, _) = chain_id(&server, "eth", &kept).await;
     assert_eq!(status, 403, "and keeps its grant: bsc only");
-    let (status, _) = server
-        .post(
-            "eth",
-            &secret,
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
-        )
-        .await;
+    let (status, _) = chain_id(&server, "eth", &secret).await;
     assert_eq!(status, 401, "a revoked key stays revoked");
     let (answered, _) = batch(&server, "eth", CONFIGURED, 1).await;
     assert_eq!(answered, 1, "the config's key works as before");
-    let (_, view) = admin(
-        &server,
-        Method::GET,
-        &format!("/admin/keys/{kept_id}"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (_, view) = on_key(&server, Method::GET, &kept_id, None).await;
     assert_eq!(view["chains"], json!(["bsc"]));
     // The database holds digests, never a secret.
     let stored = std::fs::read(dir.path().join("keys.redb")).expect("keys.redb");
@@ -376,13 +325,7 @@ async fn edge(anvil: &Anvil, nats: &Nats, role: Role) -> TestServer {
 async fn until_status(server: &TestServer, key: &str, status: u16) {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
-        let (now, body) = server
-            .post(
-                "eth",
-                key,
-                r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
-            )
-            .await;
+        let (now, body) = chain_id(server, "eth", key).await;
         if now == status {
             return;
         }
@@ -415,37 +358,17 @@ async fn a_key_made_on_one_edge_is_used_and_revoked_on_every_edge() {
 
     // An edge started later knows it, and its plan, from the start.
     let later = edge(&anvil, &nats, Role::Edge).await;
-    let (status, view) = admin(
-        &later,
-        reqwest::Method::GET,
-        &format!("/admin/keys/{id}"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, view) = on_key(&later, Method::GET, &id, None).await;
     assert_eq!(
         (status, view["plan"].as_str()),
         (200, Some("free")),
         "{view}"
     );
-    let (status, _) = later
-        .post(
-            "eth",
-            &secret,
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
-        )
-        .await;
+    let (status, _) = chain_id(&later, "eth", &secret).await;
     assert_eq!(status, 200);
 
     // Revoked on the first edge: the socket on the second closes.
-    let (status, _) = admin(
-        &first,
-        reqwest::Method::DELETE,
-        &format!("/admin/keys/{id}"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, _) = on_key(&first, Method::DELETE, &id, None).await;
     assert_eq!(status, 200);
     assert_eq!(
         socket.closed().await.expect("closed"),

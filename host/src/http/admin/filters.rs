@@ -7,17 +7,12 @@ use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::refusal;
 use crate::http::AppState;
 
-pub async fn filters(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Some(refusal) = refusal(&state, &headers) {
-        return refusal;
-    }
+pub async fn filters(State(state): State<Arc<AppState>>) -> Response {
     let mut filters = Vec::new();
     for (chain_name, chain) in &state.chains {
         for (topic, handle) in chain.filters().iter() {

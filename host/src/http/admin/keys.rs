@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use super::refusal;
 use crate::http::{AppState, json_error};
 use crate::keys::manage::{Create, KeyError, Update};
 use crate::rpc::RpcError;
@@ -21,32 +20,15 @@ use crate::rpc::RpcError;
 /// The fields a body may have.
 const FIELDS: &str = "name, plan, chains, methods, expiresAt";
 
-pub async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Some(refusal) = refusal(&state, &headers) {
-        return refusal;
-    }
+pub async fn list(State(state): State<Arc<AppState>>) -> Response {
     axum::Json(json!({ "keys": state.keys.list() })).into_response()
 }
 
-pub async fn get(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(refusal) = refusal(&state, &headers) {
-        return refusal;
-    }
+pub async fn get(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
     answer(StatusCode::OK, state.keys.view(&id))
 }
 
-pub async fn create(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Some(refusal) = refusal(&state, &headers) {
-        return refusal;
-    }
+pub async fn create(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let request = fields(&body).and_then(|mut fields| {
         let create = Create {
             name: take(&mut fields, "name")?.flatten(),
@@ -67,12 +49,8 @@ pub async fn create(
 pub async fn update(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(refusal) = refusal(&state, &headers) {
-        return refusal;
-    }
     let request = fields(&body).and_then(|mut fields| {
         let plan = take::<String>(&mut fields, "plan")?;
         if matches!(plan, Some(None)) {
@@ -96,14 +74,7 @@ pub async fn update(
     }
 }
 
-pub async fn revoke(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(refusal) = refusal(&state, &headers) {
-        return refusal;
-    }
+pub async fn revoke(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
     answer(StatusCode::OK, state.keys.revoke(&id).await)
 }
 

@@ -9,7 +9,9 @@ mod keys;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
 use subtle::ConstantTimeEq;
@@ -17,8 +19,8 @@ use subtle::ConstantTimeEq;
 use super::{AppState, json_error};
 use crate::rpc::RpcError;
 
-/// The admin routes.
-pub fn routes() -> Router<Arc<AppState>> {
+/// The admin routes, each behind the token.
+pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/admin/filters", get(filters::filters))
         .route("/admin/keys", get(keys::list).post(keys::create))
@@ -26,6 +28,15 @@ pub fn routes() -> Router<Arc<AppState>> {
             "/admin/keys/{id}",
             get(keys::get).patch(keys::update).delete(keys::revoke),
         )
+        .route_layer(middleware::from_fn_with_state(state, guard))
+}
+
+/// Lets a request through only with the admin token.
+async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    match refusal(&state, request.headers()) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
 }
 
 /// The answer to a request that may not see the admin view: 404 (off)
