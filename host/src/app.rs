@@ -25,6 +25,8 @@ use crate::metrics::Metrics;
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::webhooks::Opener;
+use crate::usage::Ledger;
+use crate::usage::ledger::{LocalStore as LocalUsage, UsageStore};
 use crate::webhook::claim::{Always, Claims};
 use crate::webhook::post::Poster;
 use crate::webhook::store::LocalStore;
@@ -99,6 +101,17 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
     .await
     .inspect_err(|_| chains_running.cancel())?;
     let history = Arc::new(Streams::new(config.history.max_streams));
+    let sessions = TaskTracker::new();
+    let ledger = start_ledger(
+        config,
+        &keys,
+        bus.as_ref(),
+        &sessions,
+        &tasks,
+        &chains_running,
+    )
+    .await
+    .inspect_err(|_| chains_running.cancel())?;
     let subscriptions = Arc::new(Subscriptions::default());
     let webhooks = match config.role {
         // An ingest serves no client.
@@ -127,7 +140,8 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         rate: RateLimit::new(&plans),
         limits: config.limits.clone(),
         shutdown,
-        sessions: TaskTracker::new(),
+        sessions,
+        ledger,
         tasks,
         stats: Stats::default(),
         filter_reloads,
@@ -147,6 +161,7 @@ async fn start_keys(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Arc<Keys>> {
+    let metering = config.usage.enabled && config.role != Role::Ingest;
     let store: Arc<dyn KeyStore> = match (config.role, bus) {
         (Role::Edge, Some(bus)) => Arc::new(bus.keys().await?),
         _ => Arc::new(LocalKeys::open(match config.role {
@@ -158,12 +173,44 @@ async fn start_keys(
         plans,
         served,
         &config.keys()?,
+        metering,
         store,
         tasks,
         shutdown.clone(),
     )
     .await
     .context("loading the API keys")
+}
+
+/// The usage ledger, flushing every key's meter to hourly buckets: on a
+/// server of role `all` in `usage.redb` under `[log] data_dir` (in memory
+/// without one), on an edge in the bus's KV bucket; none on an ingest or
+/// with `[usage] enabled = false`.
+async fn start_ledger(
+    config: &Config,
+    keys: &Arc<Keys>,
+    bus: Option<&Bus>,
+    sessions: &TaskTracker,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Arc<Ledger>>> {
+    if !config.usage.enabled || config.role == Role::Ingest {
+        return Ok(None);
+    }
+    let retention = config.usage.retention();
+    let store: Arc<dyn UsageStore> = match bus {
+        Some(bus) => Arc::new(bus.usage(retention, holder_name()).await?),
+        None => Arc::new(LocalUsage::open(config.log.data_dir.as_deref(), retention)?),
+    };
+    let keys = keys.clone();
+    Ok(Some(Ledger::spawn(
+        store,
+        Box::new(move || keys.meters()),
+        config.usage.flush_every(),
+        sessions.clone(),
+        tasks,
+        shutdown.clone(),
+    )))
 }
 
 /// The webhooks: on a server of role `all`, kept in `webhooks.redb` under

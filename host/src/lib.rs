@@ -57,15 +57,19 @@
 //! - [`keys`] — API keys and their plans: the config's and those made by
 //!   the admin API, stored as digests (the embedded database, or the
 //!   bus's KV bucket on the edges) and followed as they change.
+//! - [`usage`] — what each key used: counted by its meter on the hot path,
+//!   summed into hourly buckets (the embedded database, or the bus's KV
+//!   bucket) by the ledger.
 //! - [`config`] — the TOML configuration and its defaults; [`metrics`] — the
 //!   metric handles the pipeline counts with; [`per_key`] — places per API
-//!   key (connections, history streams).
+//!   key (connections, history streams); [`clock`] — Unix seconds.
 
 #![deny(unsafe_code)]
 
 pub mod app;
 pub mod bus;
 pub mod chain;
+pub mod clock;
 pub mod config;
 pub mod contracts;
 pub mod eventlog;
@@ -81,6 +85,7 @@ pub mod node;
 pub mod per_key;
 pub mod price;
 pub mod rpc;
+pub mod usage;
 pub mod webhook;
 
 use std::sync::Arc;

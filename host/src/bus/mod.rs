@@ -24,6 +24,7 @@ pub mod linear;
 pub mod prices;
 pub mod publish;
 mod setup;
+pub mod usage;
 pub mod webhooks;
 
 use std::sync::Arc;

@@ -17,6 +17,7 @@ mod nodes;
 mod plans;
 mod rpc;
 mod span;
+mod usage;
 mod webhooks;
 pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
@@ -25,6 +26,7 @@ pub use plans::{DEFAULT_PLAN, PlanConfig, check_chains, check_methods, is_plain_
 pub use rpc::RpcConfig;
 use span::duration_text;
 pub use span::{Span, cadence};
+pub use usage::UsageConfig;
 pub use webhooks::WebhooksConfig;
 
 /// How far back a chain keeps its recent blocks by default
@@ -70,6 +72,8 @@ pub struct Config {
     /// What node-fed chains forward to their node.
     pub rpc: RpcConfig,
     pub webhooks: WebhooksConfig,
+    /// Counting what each key used.
+    pub usage: UsageConfig,
     pub logging: LoggingConfig,
 }
 
@@ -227,6 +231,7 @@ impl Default for Config {
             bus: BusConfig::default(),
             rpc: RpcConfig::default(),
             webhooks: WebhooksConfig::default(),
+            usage: UsageConfig::default(),
             logging: LoggingConfig::default(),
         }
     }
@@ -559,6 +564,7 @@ impl Config {
         self.devnet.validate()?;
         self.rpc.validate()?;
         self.webhooks.validate()?;
+        self.usage.validate()?;
         self.logging.validate()?;
         if self.role != Role::All {
             self.bus.validate()?;

@@ -160,7 +160,7 @@ impl Notice {
     }
 
     /// The length of the notification's text to `subscription`.
-    fn len_to(&self, subscription: &str) -> usize {
+    pub fn len_to(&self, subscription: &str) -> usize {
         PREFIX.len() + subscription.len() + self.0.rest.len()
     }
 }

@@ -26,6 +26,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::frame::{Frame, Notice};
 use super::wire::{Wire, with_scratch};
+use crate::usage::Meter;
 
 /// The sending side of one connection's outbound queue.
 #[derive(Debug)]
@@ -64,6 +65,9 @@ struct Shared {
     /// The connection's socket, for a sender to write to while the writer
     /// waits ([`Queue::idle`]); `None`: every frame goes through the queue.
     wire: Option<Box<dyn Wire>>,
+    /// Counts the notifications taken for the connection's key (its
+    /// usage); `None`: not counted.
+    meter: Option<Arc<Meter>>,
 }
 
 #[derive(Debug, Default)]
@@ -211,22 +215,32 @@ impl Queue {
 impl Sink {
     /// A queue of `capacity` frames, all of them passed to its writer.
     pub fn new(capacity: usize) -> (Self, Frames) {
-        Self::with_wire(capacity, None)
+        Self::with_wire(capacity, None, None)
     }
 
     /// A queue of `capacity` frames for `wire`, which its senders write to
-    /// themselves while the writer waits on an empty queue.
-    pub fn wired(capacity: usize, wire: impl Wire + 'static) -> (Self, Frames) {
-        Self::with_wire(capacity, Some(Box::new(wire)))
+    /// themselves while the writer waits on an empty queue; the
+    /// notifications it takes are counted by `meter`.
+    pub fn wired(
+        capacity: usize,
+        wire: impl Wire + 'static,
+        meter: Option<Arc<Meter>>,
+    ) -> (Self, Frames) {
+        Self::with_wire(capacity, Some(Box::new(wire)), meter)
     }
 
-    fn with_wire(capacity: usize, wire: Option<Box<dyn Wire>>) -> (Self, Frames) {
+    fn with_wire(
+        capacity: usize,
+        wire: Option<Box<dyn Wire>>,
+        meter: Option<Arc<Meter>>,
+    ) -> (Self, Frames) {
         let shared = Arc::new(Shared {
             queue: Mutex::default(),
             capacity: capacity.max(1),
             closed: AtomicBool::new(false),
             senders: AtomicUsize::new(1),
             wire,
+            meter,
         });
         (
             Self {
@@ -276,13 +290,17 @@ impl Sink {
             queue.make_room(count, self.shared.capacity)?;
             queue
                 .frames
-                .extend(notices.map(|notice| Frame::Notification {
+                .extend(notices.clone().map(|notice| Frame::Notification {
                     subscription: subscription.clone(),
                     notice: notice.clone(),
                 }));
             Ok(Sent::Queued)
-        })
-        .map(|()| count)
+        })?;
+        if let Some(meter) = &self.shared.meter {
+            let bytes: usize = notices.map(|notice| notice.len_to(subscription)).sum();
+            meter.notified(count as u64, bytes as u64);
+        }
+        Ok(count)
     }
 
     /// Offers `change`; an overflow closes the connection.
@@ -656,7 +674,7 @@ mod tests {
     /// (its wakes counted).
     fn waiting_writer(room: usize) -> (Sink, Frames, Arc<Pipe>, Arc<Wakes>) {
         let pipe = Pipe::with_room(room);
-        let (sink, mut frames) = Sink::wired(4, pipe.wire());
+        let (sink, mut frames) = Sink::wired(4, pipe.wire(), None);
         let wakes = Arc::new(Wakes::default());
         let waker = Waker::from(wakes.clone());
         let mut cx = Context::from_waker(&waker);
@@ -680,7 +698,7 @@ mod tests {
     /// them queued.
     #[test]
     fn a_sender_writes_to_the_socket_itself_while_the_writer_waits() {
-        let (sink, mut frames) = Sink::wired(4, Pipe::with_room(0).wire());
+        let (sink, mut frames) = Sink::wired(4, Pipe::with_room(0).wire(), None);
         sink.send("early".to_string()).expect("room");
         assert_eq!(frames.try_recv(), Some(Frame::Text("early".into())));
 
@@ -749,6 +767,38 @@ mod tests {
         assert_eq!(round, Poll::Ready(Round::Closing));
         assert_eq!(unwritten, encoded(&[Frame::Text("cut short".into())])[3..]);
         assert!(taken.is_empty());
+    }
+
+    /// The notifications a queue takes, written or queued, count in its
+    /// key's meter, with their text's bytes; those an overflow refused do
+    /// not.
+    #[test]
+    fn notifications_taken_are_counted_with_their_bytes() {
+        let meter = Arc::new(crate::usage::Meter::default());
+        let (sink, _frames) = Sink::wired(4, Pipe::with_room(1 << 20).wire(), Some(meter.clone()));
+        let subscription: Arc<str> = "0xab".into();
+        let notices = [Notice::new("1", None), Notice::new("22", Some("c"))];
+        sink.notify_all(&subscription, notices.iter(), Via::Socket)
+            .expect("room");
+        sink.notify_all(&subscription, notices.iter(), Via::Queue)
+            .expect("room");
+        let text: usize = notices
+            .iter()
+            .map(|notice| {
+                let frame = Frame::Notification {
+                    subscription: subscription.clone(),
+                    notice: notice.clone(),
+                };
+                frame.to_text().len()
+            })
+            .sum();
+        let totals = meter.totals();
+        assert_eq!((totals.notifications, totals.bytes), (4, 2 * text as u64));
+        assert_eq!(
+            sink.notify_all(&subscription, notices.iter(), Via::Queue),
+            Err(SendError::Overflow)
+        );
+        assert_eq!(meter.totals().notifications, 4, "refused: not counted");
     }
 
     /// A subscriber's notifications are queued all or none: a queue

@@ -26,6 +26,7 @@ use crate::eventlog::EventLog;
 use crate::eventlog::cursor::Plan;
 use crate::model::Block;
 use crate::node::{At, Call, NodeError, NodePool, blocks, decode};
+use crate::usage::Meter;
 use archive::Archive;
 use limits::{Admitted, Budget};
 
@@ -64,14 +65,26 @@ pub struct HistoryFeed {
     /// The stream's place among `[history] max_streams`, given back with
     /// the feed.
     _admitted: Admitted,
+    /// Counts the blocks handed over, in the subscriber's key's usage.
+    meter: Option<Arc<Meter>>,
 }
 
 impl HistoryFeed {
+    /// The feed, its blocks counted by `meter`.
+    pub fn metered(self, meter: Option<Arc<Meter>>) -> Self {
+        Self { meter, ..self }
+    }
+
     /// The next item if one is ready; `None` while the reader is at work.
     /// A reader that stopped without a word fails the stream.
     pub fn try_next(&mut self) -> Option<HistoryItem> {
         match self.items.try_recv() {
-            Ok(item) => Some(item),
+            Ok(item) => {
+                if let (HistoryItem::Block(_), Some(meter)) = (&item, &self.meter) {
+                    meter.replayed(1);
+                }
+                Some(item)
+            }
             Err(mpsc::error::TryRecvError::Empty) => None,
             Err(mpsc::error::TryRecvError::Disconnected) => Some(HistoryItem::Failed {
                 code: UNAVAILABLE,
@@ -243,5 +256,6 @@ where
         items,
         _reader: stop.drop_guard(),
         _admitted: admitted,
+        meter: None,
     }
 }

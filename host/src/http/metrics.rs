@@ -18,8 +18,10 @@ use prometheus_client::registry::Registry;
 
 use super::AppState;
 use crate::ingest::upstream::UpstreamStatus;
+use crate::keys::Keys;
 use crate::metrics::{ChainLabel, NodeLabels, TopicLabels};
 use crate::node::NodeState;
+use crate::usage::Counts;
 use crate::webhook::Webhooks;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -159,7 +161,92 @@ fn scrape(state: &AppState) -> Registry {
     if let Some(webhooks) = &state.webhooks {
         register_webhooks(&mut registry, webhooks);
     }
+    register_keys(&mut registry, &state.keys);
     registry
+}
+
+/// A key, by id and name (never its secret).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    key: String,
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyMethodLabels {
+    key: String,
+    name: String,
+    method: String,
+}
+
+/// A key's figure: its metric's name and help, and how it is read.
+type Figure = (&'static str, &'static str, fn(&Counts) -> u64);
+
+/// What each key used since the server started (its meter's totals).
+fn register_keys(registry: &mut Registry, keys: &Keys) {
+    let calls = Family::<KeyMethodLabels, Counter>::default();
+    let figures: [Figure; 6] = [
+        (
+            "key_notifications",
+            "Notifications taken for the key's WebSockets",
+            |c| c.notifications,
+        ),
+        (
+            "key_notification_bytes",
+            "Bytes of the notifications taken for the key's WebSockets",
+            |c| c.bytes,
+        ),
+        (
+            "key_webhook_deliveries",
+            "Webhook deliveries of the key's webhooks the receiver accepted",
+            |c| c.webhook_deliveries,
+        ),
+        (
+            "key_webhook_notifications",
+            "Notifications in the key's accepted webhook deliveries",
+            |c| c.webhook_notifications,
+        ),
+        (
+            "key_webhook_bytes",
+            "Bytes of the key's accepted webhook deliveries",
+            |c| c.webhook_bytes,
+        ),
+        (
+            "key_history_blocks",
+            "Blocks history streams replayed to the key's subscriptions",
+            |c| c.history_blocks,
+        ),
+    ];
+    let families: Vec<Family<KeyLabels, Counter>> =
+        figures.iter().map(|_| Family::default()).collect();
+    for key in keys.all() {
+        let Some(meter) = &key.meter else { continue };
+        let totals = meter.totals();
+        let labels = KeyLabels {
+            key: key.id.to_string(),
+            name: key.grant().record.name.clone().unwrap_or_default(),
+        };
+        for (method, count) in &totals.calls {
+            calls
+                .get_or_create(&KeyMethodLabels {
+                    key: labels.key.clone(),
+                    name: labels.name.clone(),
+                    method: method.clone(),
+                })
+                .inc_by(*count);
+        }
+        for ((_, _, figure), family) in figures.iter().zip(&families) {
+            family.get_or_create(&labels).inc_by(figure(&totals));
+        }
+    }
+    registry.register(
+        "key_calls",
+        "JSON-RPC calls each key made, by method",
+        calls,
+    );
+    for ((name, help, _), family) in figures.into_iter().zip(families) {
+        registry.register(name, help, family);
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

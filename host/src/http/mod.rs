@@ -46,6 +46,7 @@ use crate::rpc::methods::{self, Context};
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::{RpcError, error_response, refused};
+use crate::usage::Ledger;
 use crate::webhook::Webhooks;
 use socket::{Listener, Socket};
 use upgrade::WebSocketRequest;
@@ -77,6 +78,9 @@ pub struct AppState {
     pub limits: LimitsConfig,
     /// Cancelled on shutdown: sessions close with 1001, sources stop.
     pub shutdown: CancellationToken,
+    /// Every key's hourly usage; `None` on an ingest or with `[usage]
+    /// enabled = false`.
+    pub ledger: Option<Arc<Ledger>>,
     /// Every WebSocket session: [`serve`] returns only once they have all
     /// sent their close frames (hyper does not wait for upgraded
     /// connections).

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::record::{Record, digest, new_id, new_secret, unix_now};
+use super::record::{Record, digest, new_id, new_secret};
 use super::store::PutError;
 use super::{Key, Keys};
+use crate::clock::unix_now;
 use crate::config::{DEFAULT_PLAN, check_chains, check_methods};
 
 /// A new key's settings.

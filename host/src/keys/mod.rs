@@ -30,9 +30,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::clock::unix_now;
 use crate::config::DEFAULT_PLAN;
+use crate::usage::Meter;
 use plan::{Methods, Plan, Plans, chain_allowed, method_allowed};
-use record::{Record, digest, unix_now};
+use record::{Record, digest};
 use store::KeyStore;
 
 /// What one key may do now: its record as last written, and what it
@@ -116,6 +118,9 @@ pub struct Key {
     pub owner: Arc<str>,
     /// A key of `[auth] keys` (or the demo key), not managed by the API.
     pub configured: bool,
+    /// What it used since the server started; `None` with `[usage]
+    /// enabled = false`.
+    pub meter: Option<Arc<Meter>>,
     /// The grant now, replaced at every change; sessions watch it to
     /// close when the key is revoked or expires.
     grant: watch::Sender<Arc<Grant>>,
@@ -196,6 +201,8 @@ pub struct Keys {
     /// The chains this server serves, for grants that name chains.
     served: Vec<String>,
     store: Arc<dyn KeyStore>,
+    /// Whether keys count their usage.
+    metering: bool,
     /// Read at every HTTP request and WebSocket upgrade, written at a
     /// change: short critical sections only.
     known: RwLock<Known>,
@@ -212,6 +219,7 @@ impl Keys {
         plans: Plans,
         served: Vec<String>,
         configured: &[String],
+        metering: bool,
         store: Arc<dyn KeyStore>,
         tasks: &TaskTracker,
         shutdown: CancellationToken,
@@ -220,6 +228,7 @@ impl Keys {
             plans,
             served,
             store,
+            metering,
             known: RwLock::default(),
             writing: tokio::sync::Mutex::new(()),
         });
@@ -296,14 +305,29 @@ impl Keys {
         self.read().by_id.values().cloned().collect()
     }
 
-    /// The id and plan of the key whose secret has digest `owner` (what
-    /// its webhooks count under); the digest itself and the default plan
-    /// for a key this server does not know, or whose plan it lacks.
-    pub fn plan_of(&self, owner: &str) -> (Arc<str>, Arc<Plan>) {
+    /// The id, plan and meter of the key whose secret has digest `owner`
+    /// (what its webhooks count under); the digest itself, the default
+    /// plan and no meter for a key this server does not know, or whose
+    /// plan it lacks.
+    pub fn plan_of(&self, owner: &str) -> (Arc<str>, Arc<Plan>, Option<Arc<Meter>>) {
         let known = self.read().by_digest.get(owner).cloned();
         known
-            .and_then(|key| Some((key.id.clone(), key.grant().plan.clone()?)))
-            .unwrap_or_else(|| (owner.into(), self.plans.default_plan().clone()))
+            .and_then(|key| Some((key.id.clone(), key.grant().plan.clone()?, key.meter.clone())))
+            .unwrap_or_else(|| (owner.into(), self.plans.default_plan().clone(), None))
+    }
+
+    /// The meter of the key whose secret has digest `owner`.
+    pub fn meter_of(&self, owner: &str) -> Option<Arc<Meter>> {
+        self.read().by_digest.get(owner)?.meter.clone()
+    }
+
+    /// Every key's meter, by key id (for the ledger and `/metrics`).
+    pub fn meters(&self) -> Vec<(Arc<str>, Arc<Meter>)> {
+        self.read()
+            .by_id
+            .values()
+            .filter_map(|key| Some((key.id.clone(), key.meter.clone()?)))
+            .collect()
     }
 
     pub fn plans(&self) -> &Plans {
@@ -315,6 +339,7 @@ impl Keys {
             id: record.id.as_str().into(),
             owner: record.digest.as_str().into(),
             configured,
+            meter: self.metering.then(Arc::default),
             grant: watch::Sender::new(Arc::new(Grant::new(record, revision, &self.plans))),
         });
         let mut known = self.write();

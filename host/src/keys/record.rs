@@ -2,8 +2,6 @@
 //! the secret: a leaked database or bus bucket reveals no usable key),
 //! its plan and grants, and when it was made, expires and was revoked.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -53,13 +51,6 @@ pub fn new_id() -> String {
 /// random, not passwords to guess.
 pub fn digest(secret: &str) -> String {
     alloy_primitives::hex::encode(Sha256::digest(secret.as_bytes()))
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs())
 }
 
 #[cfg(test)]

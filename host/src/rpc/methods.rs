@@ -71,6 +71,9 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
     if let Some(refusal) = grant.method_refusal(&plan, &call.method) {
         return reply(Err(RpcError::not_supported(refusal)));
     }
+    if let Some(meter) = &ctx.key.meter {
+        meter.called(&call.method);
+    }
     match call.method.as_str() {
         "eth_subscribe" => match ctx.connection {
             None => reply(Err(RpcError::method_not_found_msg(

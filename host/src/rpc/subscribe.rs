@@ -65,7 +65,7 @@ pub(super) async fn subscribe(
         filter.source,
     );
     let history = match history.await {
-        Ok(history) => history,
+        Ok(history) => history.map(|feed| feed.metered(ctx.key.meter.clone())),
         Err(error) => {
             connection.owned().remove(&id);
             ctx.subscriptions.remove(&id, &ctx.key.id).await;

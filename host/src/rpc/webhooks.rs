@@ -25,6 +25,7 @@ use crate::filters::actor::{Start, Subscribe};
 use crate::history::limits::Streams;
 use crate::keys::Keys;
 use crate::keys::plan::{Limit, Plan};
+use crate::usage::Meter;
 use crate::webhook::{Batching, Create, Definition, Feeds, Most, Opened, Refusal, WebhookError};
 
 /// Answers a `webhook_*` call.
@@ -272,7 +273,7 @@ impl Opener {
             let mut from = vec![json!({"resumeFrom": cursor})];
             options.from = resume::take_options(&mut from, filter.source)?.from;
         }
-        let (owner, plan) = self.keys.plan_of(&definition.owner);
+        let (owner, plan, meter) = self.keys.plan_of(&definition.owner);
         let history = history::feed(
             chain,
             &self.history,
@@ -281,7 +282,8 @@ impl Opener {
             options.from.as_ref(),
             filter.source,
         )
-        .await?;
+        .await?
+        .map(|feed| feed.metered(meter));
         let key = self.subscriptions.next_key();
         // Made before the actor is asked: if this call is dropped once the
         // actor has the subscription, the guard's drop ends it.
@@ -317,6 +319,10 @@ impl Feeds for Opener {
                     message: error.message,
                 })
         })
+    }
+
+    fn meter_of(&self, owner: &str) -> Option<Arc<Meter>> {
+        self.keys.meter_of(owner)
     }
 }
 

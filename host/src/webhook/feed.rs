@@ -3,10 +3,13 @@
 //! (`eth_subscribe`'s checks, the log's replay, history from the nodes),
 //! handed down by the wiring, so this part never reaches up to it.
 
+use std::sync::Arc;
+
 use futures_util::future::BoxFuture;
 
 use super::definition::Definition;
 use crate::fanout::Sink;
+use crate::usage::Meter;
 
 /// Opens subscriptions for webhooks.
 pub trait Feeds: Send + Sync + 'static {
@@ -19,6 +22,13 @@ pub trait Feeds: Send + Sync + 'static {
         cursor: Option<&'a str>,
         sink: Sink,
     ) -> BoxFuture<'a, Result<Opened, Refusal>>;
+
+    /// What counts the usage of the key whose secret has digest `owner`
+    /// (a webhook's deliveries count in its owner's); none by default.
+    fn meter_of(&self, owner: &str) -> Option<Arc<Meter>> {
+        let _ = owner;
+        None
+    }
 }
 
 /// An open subscription; [`Opened::close`] ends it, and so does dropping

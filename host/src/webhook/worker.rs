@@ -532,6 +532,9 @@ async fn deliver(
             Outcome::Delivered => {
                 let count = notices.len() as u64;
                 shared.deliveries.fetch_add(1, Ordering::Relaxed);
+                if let Some(meter) = shared.feeds.meter_of(&definition.owner) {
+                    meter.webhook_delivered(count, body.len() as u64);
+                }
                 // Written by the caller: with the next batch's in-flight
                 // mark if that batch goes at once, else now.
                 hook.delivered(|progress| {

@@ -376,3 +376,174 @@ async fn a_key_made_on_one_edge_is_used_and_revoked_on_every_edge() {
     );
     until_status(&later, &secret, 401).await;
 }
+
+/// The text a `newHeads` subscriber reads on `ws` (as raw frames) until
+/// the answer to `eth_unsubscribe`: how many notifications, their bytes,
+/// and the last head's number.
+async fn read_until_unsubscribed(ws: &mut WsClient, subscription: &str, until: u64) -> (u64, u64) {
+    let (mut count, mut bytes, mut unsubscribing) = (0, 0, false);
+    loop {
+        let payload = ws.next_payload().await.expect("a frame");
+        let frame: Value = serde_json::from_slice(&payload).expect("JSON");
+        if frame["method"] == "eth_subscription" {
+            assert_eq!(frame["params"]["subscription"], subscription);
+            count += 1;
+            bytes += payload.len() as u64;
+            let number = chainsieve_tests::quantity(&frame["params"]["result"]["number"]);
+            if number >= until && !unsubscribing {
+                unsubscribing = true;
+                ws.send_text(
+                    &json!({"jsonrpc": "2.0", "id": 99, "method": "eth_unsubscribe", "params": [subscription]})
+                        .to_string(),
+                )
+                .await;
+            }
+        } else {
+            assert_eq!(
+                (frame["id"].as_u64(), &frame["result"]),
+                (Some(99), &json!(true)),
+                "{frame}"
+            );
+            return (count, bytes);
+        }
+    }
+}
+
+/// `GET /admin/keys/{id}/usage` on `server`: the total.
+async fn usage_total(server: &TestServer, id: &str) -> Value {
+    let (status, usage) = admin(
+        server,
+        Method::GET,
+        &format!("/admin/keys/{id}/usage"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{usage}");
+    usage["total"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_counts_what_a_key_sent_and_received_and_is_kept() {
+    use chainsieve::config::{LogConfig, Span, WebhooksConfig};
+    use chainsieve_tests::receiver::{Receiver, create as create_webhook};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = {
+        let mut config = config(dir.path());
+        config.chains.retain(|name, _| name == "eth");
+        config.devnet = chainsieve_tests::stepped_devnet();
+        config.devnet.history_blocks = 20;
+        config.log = LogConfig {
+            window: Span::Blocks(8),
+            ..config.log
+        };
+        config.webhooks = WebhooksConfig {
+            allow_http: true,
+            allow_private_addresses: true,
+            ..WebhooksConfig::default()
+        };
+        config.usage.flush_secs = 1;
+        config
+    };
+    let server = TestServer::start(config.clone()).await.expect("server");
+    let (id, secret) = create(&server, json!({"name": "metered"})).await;
+
+    // Calls over HTTP: each call of a batch counts.
+    batch(&server, "eth", &secret, 5).await;
+    for _ in 0..2 {
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#;
+        assert_eq!(server.post("eth", &secret, call).await.0, 200);
+    }
+    // A subscription replaying history, then live heads.
+    let mut ws = WsClient::connect(&server.ws_url("eth", &secret))
+        .await
+        .expect("connect");
+    let heads = ws
+        .subscribe(json!(["newHeads", {"fromBlock": "0x1"}]))
+        .await
+        .expect("subscribe");
+    server.mine("eth", &secret).await;
+    server.mine("eth", &secret).await;
+    let (notifications, bytes) = read_until_unsubscribed(&mut ws, &heads, 22).await;
+    assert_eq!(notifications, 22, "blocks 1 to 22");
+    // A webhook's deliveries.
+    let mut receiver = Receiver::start().await.expect("receiver");
+    let (webhook, webhook_secret) =
+        create_webhook(&mut ws, &receiver.url(), json!(["newHeads"]), Value::Null).await;
+    server.mine("eth", &secret).await;
+    receiver
+        .wait_for("a delivery", |deliveries| {
+            chainsieve_tests::receiver::head_numbers(deliveries, &webhook, &webhook_secret)
+                .contains(&23)
+        })
+        .await;
+    let deleted = ws
+        .call("webhook_delete", json!([webhook]))
+        .await
+        .expect("call");
+    assert_eq!(deleted["result"], true, "{deleted}");
+    let delivered: Vec<_> = receiver
+        .deliveries()
+        .into_iter()
+        .filter(|delivery| delivery.webhook == webhook && delivery.accepted())
+        .collect();
+
+    let total = usage_total(&server, &id).await;
+    assert_eq!(
+        total["calls"],
+        json!({"eth_chainId": 5, "eth_blockNumber": 2, "evm_mine": 3, "eth_subscribe": 1,
+               "eth_unsubscribe": 1, "webhook_create": 1, "webhook_delete": 1}),
+        "{total}"
+    );
+    assert_eq!(
+        (total["notifications"].as_u64(), total["bytes"].as_u64()),
+        (Some(notifications), Some(bytes))
+    );
+    assert_eq!(
+        total["webhookDeliveries"].as_u64(),
+        Some(delivered.len() as u64),
+        "{total}"
+    );
+    let webhook_bytes: usize = delivered.iter().map(|delivery| delivery.body.len()).sum();
+    assert_eq!(
+        total["webhookBytes"].as_u64(),
+        Some(webhook_bytes as u64),
+        "{total}"
+    );
+    let replayed = total["historyBlocks"].as_u64().expect("history blocks");
+    assert!(
+        replayed > 0 && replayed < notifications,
+        "the blocks older than the log's window came from the archive: {total}"
+    );
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            "chainsieve_key_calls_total{{key=\"{id}\",name=\"metered\",method=\"eth_chainId\"}} 5"
+        )),
+        "{metrics}"
+    );
+    assert!(!metrics.contains(&secret), "no secret in /metrics");
+
+    // Restarted on the same data directory: the hours are kept.
+    drop(ws);
+    server.stop().await;
+    let server = TestServer::start(config).await.expect("restarted");
+    assert_eq!(
+        usage_total(&server, &id).await,
+        total,
+        "kept across the restart"
+    );
+    let (status, body) = admin(
+        &server,
+        Method::GET,
+        &format!("/admin/keys/{id}/usage?from=2030-01-01T00:00:00Z&to=1"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_i64()),
+        (400, Some(-32602)),
+        "{body}"
+    );
+}

@@ -618,7 +618,7 @@ async fn a_replay_that_falls_out_of_the_window_ends_with_an_error() {
 async fn an_actor_behind_its_batches_queues_instead_of_writing() {
     let mut h = harness().await;
     let pipe = Pipe::with_room(1 << 20);
-    let (sink, mut frames) = fanout::Sink::wired(8, pipe.wire());
+    let (sink, mut frames) = fanout::Sink::wired(8, pipe.wire(), None);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let waiting = frames.poll_take(&mut cx, &mut VecDeque::new(), &mut Vec::new(), 8);
     assert!(

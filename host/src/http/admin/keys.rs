@@ -142,19 +142,23 @@ fn expiry(fields: &mut Map<String, Value>) -> Result<Option<Option<u64>>, RpcErr
                 ))
             })
         }
-        Some(Value::String(text)) => humantime::parse_rfc3339_weak(&text)
-            .ok()
-            .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|since| Some(Some(since.as_secs())))
-            .ok_or_else(|| {
-                RpcError::invalid_params(format!(
-                    "expiresAt: \"{text}\" is not an RFC 3339 time (2027-01-31T00:00:00Z)"
-                ))
-            }),
+        Some(Value::String(text)) => rfc3339(&text).map(|at| Some(Some(at))).ok_or_else(|| {
+            RpcError::invalid_params(format!(
+                "expiresAt: \"{text}\" is not an RFC 3339 time (2027-01-31T00:00:00Z)"
+            ))
+        }),
         Some(other) => Err(RpcError::invalid_params(format!(
             "expiresAt: {other} is neither Unix seconds nor an RFC 3339 time"
         ))),
     }
+}
+
+/// An RFC 3339 time as Unix seconds.
+pub(super) fn rfc3339(text: &str) -> Option<u64> {
+    humantime::parse_rfc3339_weak(text)
+        .ok()
+        .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|since| since.as_secs())
 }
 
 fn no_others(fields: &Map<String, Value>) -> Result<(), RpcError> {

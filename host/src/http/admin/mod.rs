@@ -1,10 +1,11 @@
 //! Admin endpoints, behind `Authorization: Bearer <auth.admin_token>`
 //! (docs/src/operations.md): [`filters`] — what every chain runs;
 //! [`keys`] — API keys made, listed, re-planned and revoked while the
-//! server runs.
+//! server runs; [`usage`] — what each used, hour by hour.
 
 mod filters;
 mod keys;
+mod usage;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
             "/admin/keys/{id}",
             get(keys::get).patch(keys::update).delete(keys::revoke),
         )
+        .route("/admin/keys/{id}/usage", get(usage::usage))
         .route_layer(middleware::from_fn_with_state(state, guard))
 }
 

@@ -61,7 +61,11 @@ pub async fn serve(
     chain: Arc<Chain>,
     key: Arc<Key>,
 ) {
-    let (sink, frames) = Sink::wired(state.limits.outbound_queue, socket.clone());
+    let (sink, frames) = Sink::wired(
+        state.limits.outbound_queue,
+        socket.clone(),
+        key.meter.clone(),
+    );
     let closing = sink.closing();
     let connection = Connection::new(sink);
     let heartbeat = Heartbeat::new(Duration::from_secs(state.limits.ping_interval_secs.max(1)));
