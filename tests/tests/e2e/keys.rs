@@ -313,6 +313,7 @@ async fn edge(anvil: &Anvil, nats: &Nats, role: Role) -> TestServer {
     };
     config.auth.admin_token = Some(TOKEN.into());
     config.plans = plans();
+    config.usage.flush_secs = 1;
     let server = TestServer::start(config).await.expect("server starts");
     if role == Role::Ingest {
         server.wait_live("eth").await;
@@ -366,6 +367,18 @@ async fn a_key_made_on_one_edge_is_used_and_revoked_on_every_edge() {
     );
     let (status, _) = chain_id(&later, "eth", &secret).await;
     assert_eq!(status, 200);
+
+    // Its usage, asked of the edge it never called: the other edges'
+    // hourly buckets summed (each edge writes its own every second).
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let total = usage_total(&first, &id).await;
+        if total["calls"] == json!({"eth_chainId": 2}) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{total}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Revoked on the first edge: the socket on the second closes.
     let (status, _) = on_key(&first, Method::DELETE, &id, None).await;
