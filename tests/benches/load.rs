@@ -5,7 +5,10 @@
 //! itself (`eth_sendRawTransaction`), where sending is ingesting. Prints
 //! notifications/s, pending-transaction latency (send to receipt), CPU and
 //! memory of the serving process, and the ratio of notifications per
-//! CPU-second against anvil.
+//! CPU-second against anvil. The target `unmetered` (asked by name) is
+//! chainsieve over anvil with usage metering off (`[usage] enabled =
+//! false`): with `--target chainsieve --target unmetered`, the run prints
+//! what metering costs.
 //!
 //! Run: `cargo bench -p chainsieve-tests --bench load -- --connections 1000`
 //!
@@ -48,8 +51,9 @@ struct Args {
     /// Clients whose pending notifications are timed.
     #[arg(long, default_value_t = 100)]
     timed: usize,
-    #[arg(long, value_enum, default_value_t = Target::All)]
-    target: Target,
+    /// Targets to run (repeatable); `all` runs every one but `unmetered`.
+    #[arg(long, value_enum, default_values_t = [Target::All])]
+    target: Vec<Target>,
     /// Blocks of history before the run. Devnet: generated at start, 50
     /// transactions each (and as many a second live), into the event log.
     /// Chainsieve: mined on anvil (empty) before chainsieve starts, so all
@@ -81,6 +85,9 @@ struct Args {
     /// Internal: the child's NATS server, for the ingest and edge roles.
     #[arg(long, hide = true)]
     bus: Option<String>,
+    /// Internal: the child counts no usage.
+    #[arg(long, hide = true)]
+    unmetered: bool,
     /// Passed by `cargo bench`.
     #[arg(long, hide = true)]
     bench: bool,
@@ -94,6 +101,8 @@ enum Target {
     Anvil,
     /// Clients on chainsieve, anvil its upstream.
     Chainsieve,
+    /// The same with usage metering off (`[usage] enabled = false`).
+    Unmetered,
     /// Clients on chainsieve, transactions sent to its devnet.
     Devnet,
     /// Clients on a chainsieve edge; anvil the upstream of an ingest,
@@ -128,10 +137,12 @@ async fn main() -> anyhow::Result<()> {
         for target in [
             Target::Anvil,
             Target::Chainsieve,
+            Target::Unmetered,
             Target::Bus,
             Target::Devnet,
         ] {
-            if args.target == Target::All || args.target == target {
+            let all = args.target.contains(&Target::All) && target != Target::Unmetered;
+            if all || args.target.contains(&target) {
                 let report = run_target(target, &args, &spec, &workload).await?;
                 print(target, &spec, &report);
                 reports.push((target, report));
@@ -171,11 +182,15 @@ async fn run_target(
             )
             .await?
         }
-        Target::Chainsieve => {
+        Target::Chainsieve | Target::Unmetered => {
             let anvil = workload.start_node().await?;
             anvil.mine(args.history_blocks).await?;
             let node = anvil.ws_url();
-            let (child, url) = start_chainsieve(&[&node], 0).await?;
+            let mut serve = vec![node.as_str()];
+            if target == Target::Unmetered {
+                serve.push("--unmetered");
+            }
+            let (child, url) = start_chainsieve(&serve, 0).await?;
             let pid = child.id().context("chainsieve exited")?;
             with_replay(
                 args,
@@ -230,10 +245,27 @@ fn ratios(reports: &[(Target, Report)], spec: &Spec) -> Vec<(Target, f64)> {
     let Some(anvil) = per_cpu(Target::Anvil) else {
         return Vec::new();
     };
-    [Target::Chainsieve, Target::Bus, Target::Devnet]
-        .into_iter()
-        .filter_map(|target| per_cpu(target).map(|ours| (target, ours / anvil)))
-        .collect()
+    [
+        Target::Chainsieve,
+        Target::Unmetered,
+        Target::Bus,
+        Target::Devnet,
+    ]
+    .into_iter()
+    .filter_map(|target| per_cpu(target).map(|ours| (target, ours / anvil)))
+    .collect()
+}
+
+/// Chainsieve's notifications per CPU-second metered against unmetered,
+/// within one run.
+fn metering_ratio(reports: &[(Target, Report)], spec: &Spec) -> Option<f64> {
+    let per_cpu = |wanted| {
+        reports
+            .iter()
+            .find(|(target, _)| *target == wanted)
+            .and_then(|(_, report)| report.per_cpu_second(spec.measure))
+    };
+    Some(per_cpu(Target::Chainsieve)? / per_cpu(Target::Unmetered)?)
 }
 
 fn print_ratios(reports: &[(Target, Report)], spec: &Spec) {
@@ -243,11 +275,24 @@ fn print_ratios(reports: &[(Target, Report)], spec: &Spec) {
             name(target)
         );
     }
+    if let Some(ratio) = metering_ratio(reports, spec) {
+        println!("notifications per CPU-second: chainsieve / unmetered = {ratio:.3}×");
+    }
 }
 
 /// Medians and spreads over the runs, per target.
 fn summarize(runs: &[Vec<(Target, Report)>], spec: &Spec) {
     println!("summary of {} runs: median (min–max)", runs.len());
+    let metering: Vec<f64> = runs
+        .iter()
+        .filter_map(|run| metering_ratio(run, spec))
+        .collect();
+    if !metering.is_empty() {
+        println!(
+            "  per CPU-second, metered / unmetered, same run {}",
+            spread(metering)
+        );
+    }
     let targets: Vec<Target> = runs[0].iter().map(|(target, _)| *target).collect();
     for target in targets {
         let reports: Vec<&Report> = runs
@@ -495,6 +540,7 @@ async fn serve(source: &str, args: &Args) -> anyhow::Result<()> {
     if let Some(bus) = &args.bus {
         config.bus.urls = vec![bus.clone()];
     }
+    config.usage.enabled = !args.unmetered;
     if history > 0 {
         config.devnet.history_blocks = history;
         config.devnet.transactions_per_block = 50;

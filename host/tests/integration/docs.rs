@@ -13,7 +13,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use chainsieve::Config;
-use chainsieve::config::ChainConfig;
+use chainsieve::config::{ChainConfig, PlanConfig};
 use pulldown_cmark::{Event, Parser, Tag, TagEnd};
 use serde_json::Value;
 
@@ -33,7 +33,7 @@ fn read(path: &Path) -> String {
 }
 
 /// The leaves of a serialized config as dotted keys with their values;
-/// `chains` is a map of tables, written `chains.<name>.key`.
+/// `chains` and `plans` are maps of tables, written `chains.<name>.key`.
 fn leaves(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
     match value {
         Value::Object(map) => {
@@ -53,11 +53,13 @@ fn leaves(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
 }
 
 /// Every key of the config with its default: `Config::default()` with its
-/// chains replaced by one chain of defaults.
+/// chains replaced by one chain of defaults, and one plan of defaults.
 fn config_keys() -> BTreeMap<String, Value> {
     let mut config = serde_json::to_value(Config::default()).expect("the config serializes");
     let chain = serde_json::to_value(ChainConfig::default()).expect("a chain serializes");
     config["chains"] = serde_json::json!({ "<name>": chain });
+    let plan = serde_json::to_value(PlanConfig::default()).expect("a plan serializes");
+    config["plans"] = serde_json::json!({ "<name>": plan });
     let mut keys = BTreeMap::new();
     leaves("", &config, &mut keys);
     keys
