@@ -13,8 +13,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::bus::Bus;
 use crate::bus::webhooks::holder_name;
+use crate::chain::uploads::Uploads;
 use crate::chain::{Chain, reload};
 use crate::config::{Config, Role};
+use crate::filters::uploads::{LocalStore as LocalUploads, UploadStore};
 use crate::filters::{FilterEngine, FilterRegistry};
 use crate::history::limits::Streams;
 use crate::http::{AppState, Stats};
@@ -42,7 +44,18 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         role => Some(Bus::connect(&config.bus, &format!("chainsieve {}", role.name())).await?),
     };
     let engine = FilterEngine::new(&config.filters)?;
-    let registry = FilterRegistry::load(&engine, &config.filters.dir)?;
+    let mut registry = FilterRegistry::load(&engine, &config.filters.dir)?;
+    let upload_store = upload_store(config, bus.as_ref()).await?;
+    // Followed from before the load: an upload made in between comes
+    // again (the hot swap leaves one it serves alone).
+    let upload_changes = match &upload_store {
+        Some(store) => {
+            let changes = store.changes();
+            load_uploads(&engine, &mut registry, store.as_ref()).await?;
+            changes
+        }
+        None => Box::pin(futures_util::stream::pending()),
+    };
     let metrics = Arc::new(Metrics::default());
     // The chains' tasks stop with the server, or at once if a later chain
     // fails to start (nothing is left running behind an error).
@@ -75,9 +88,9 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         .default_chain()
         .context("no chains configured")?
         .to_string();
-    let filter_reloads = reload::spawn(
+    let (filter_reloads, commands) = reload::spawn(
         registry,
-        engine,
+        engine.clone(),
         config.filters.dir.clone(),
         // An ingest runs no filters.
         chains
@@ -85,10 +98,12 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
             .filter(|_| config.role != Role::Ingest)
             .cloned()
             .collect(),
+        upload_changes,
         chains_running.clone(),
         &tasks,
     )
     .inspect_err(|_| chains_running.cancel())?;
+    let uploads = upload_store.map(|store| Arc::new(Uploads::new(engine, store, commands)));
     let plans = Plans::from_config(config);
     let keys = start_keys(
         config,
@@ -145,8 +160,47 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         tasks,
         stats: Stats::default(),
         filter_reloads,
+        uploads,
         webhooks,
     }))
+}
+
+/// Where uploaded filter components are kept: on a server of role `all`
+/// in `filters.redb` under `[log] data_dir` (in memory without one), on an
+/// edge in the bus's object store; an ingest runs no filters.
+async fn upload_store(
+    config: &Config,
+    bus: Option<&Bus>,
+) -> anyhow::Result<Option<Arc<dyn UploadStore>>> {
+    Ok(match (config.role, bus) {
+        (Role::Ingest, _) => None,
+        (Role::Edge, Some(bus)) => Some(Arc::new(bus.uploads().await?)),
+        _ => Some(Arc::new(LocalUploads::open(
+            config.log.data_dir.as_deref(),
+        )?)),
+    })
+}
+
+/// Serves the kept uploads from the start. One that no longer loads (a
+/// host whose contract changed) is logged and left out: the built-in or
+/// the directory's file of its topic serves.
+async fn load_uploads(
+    engine: &FilterEngine,
+    registry: &mut FilterRegistry,
+    store: &dyn UploadStore,
+) -> anyhow::Result<()> {
+    for (topic, bytes) in store.load().await.context("reading the uploaded filters")? {
+        match engine.load(&reload::upload_origin(&topic), &bytes) {
+            Ok(component) if component.manifest.topic == topic => registry.upload(component),
+            Ok(component) => {
+                tracing::error!(%topic, declared = %component.manifest.topic, "an upload declares another topic; not served")
+            }
+            Err(error) => {
+                tracing::error!(%topic, error = format!("{error:#}"), "an upload no longer loads; not served")
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The API keys: those of `[auth] keys` (or the demo key) and the managed

@@ -14,6 +14,7 @@
 
 pub mod bucket;
 pub mod codec;
+pub mod filters;
 pub mod finality;
 pub mod follow;
 pub mod indexing;

@@ -8,9 +8,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_nats::jetstream::context::{
-    CreateKeyValueError, CreateKeyValueErrorKind, CreateStreamError, CreateStreamErrorKind,
+    CreateKeyValueError, CreateKeyValueErrorKind, CreateObjectStoreError, CreateStreamError,
+    CreateStreamErrorKind,
 };
-use async_nats::jetstream::{kv, stream};
+use async_nats::jetstream::{kv, object_store, stream};
 use tokio::time::Instant;
 
 use super::Bus;
@@ -50,6 +51,32 @@ impl Bus {
             &config.bucket,
             |error: &CreateKeyValueError| error.kind() == CreateKeyValueErrorKind::TimedOut,
             || self.jetstream.create_or_update_key_value(config.clone()),
+        )
+        .await
+    }
+}
+
+impl Bus {
+    /// Creates the object store `config` names (or finds it as it is).
+    pub(super) async fn create_object_store(
+        &self,
+        config: object_store::Config,
+    ) -> Result<object_store::ObjectStore, CreateObjectStoreError> {
+        patiently(
+            &config.bucket,
+            |error: &CreateObjectStoreError| {
+                // Its stream's creation timed out, behind the store's error.
+                std::error::Error::source(error)
+                    .and_then(|source| source.downcast_ref::<CreateStreamError>())
+                    .is_some_and(|error| {
+                        matches!(
+                            error.kind(),
+                            CreateStreamErrorKind::TimedOut
+                                | CreateStreamErrorKind::JetStreamUnavailable
+                        )
+                    })
+            },
+            || self.jetstream.create_object_store(config.clone()),
         )
         .await
     }

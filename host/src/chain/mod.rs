@@ -11,6 +11,7 @@ pub mod edge;
 pub mod ingest;
 pub mod pipeline;
 pub mod reload;
+pub mod uploads;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;

@@ -1,5 +1,6 @@
-//! Hot swap: watches the filters directory and brings every chain's actors
-//! in line with it, without a restart.
+//! Hot swap: watches the filters directory and the uploads (the admin
+//! API's, and on the bus every edge's) and brings every chain's actors in
+//! line with them, without a restart.
 //!
 //! - a changed component (or one replacing a built-in) is swapped into the
 //!   topic's actor between two batches, every live subscription replayed
@@ -13,7 +14,8 @@
 //!
 //! Operators should place files atomically (write elsewhere, then rename):
 //! a half-written file fails to load, is reported, and is retried on its
-//! next change.
+//! next change. An upload is compiled before it is kept
+//! ([`super::uploads::Uploads`]), then applied here like a changed file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,14 +23,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use futures_util::StreamExt as _;
+use futures_util::stream::BoxStream;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Chain;
 use super::pipeline::PipelineState;
 use crate::filters::registry::Rejected;
+use crate::filters::uploads::UploadChange;
 use crate::filters::{FilterComponent, FilterEngine, FilterHandle, FilterRegistry};
 use crate::metrics::Metrics;
 
@@ -46,16 +51,33 @@ pub struct ReloadReport {
     pub rejected: Vec<Rejected>,
 }
 
+/// What the admin API asks of the hot swap.
+#[derive(Debug)]
+pub enum Command {
+    /// Serve this uploaded (and compiled) component for its topic;
+    /// answered with what the chains refused of it.
+    Upload(Box<FilterComponent>, oneshot::Sender<Vec<Rejected>>),
+    /// Stop serving `topic`'s upload; answered whether there was one.
+    Remove(String, oneshot::Sender<bool>),
+}
+
+/// The origin an uploaded component of `topic` is known by.
+pub fn upload_origin(topic: &str) -> String {
+    format!("uploaded {topic}")
+}
+
 /// Starts watching `dir` (or, while it does not exist, its parent for its
-/// creation). Reports after each scan; stops at `shutdown`.
+/// creation), following `uploads` (the store's changes) and taking
+/// [`Command`]s. Reports after each change; stops at `shutdown`.
 pub fn spawn(
     registry: FilterRegistry,
     engine: Arc<FilterEngine>,
     dir: PathBuf,
     chains: Vec<Arc<Chain>>,
+    uploads: BoxStream<'static, UploadChange>,
     shutdown: CancellationToken,
     tasks: &TaskTracker,
-) -> anyhow::Result<watch::Receiver<ReloadReport>> {
+) -> anyhow::Result<(watch::Receiver<ReloadReport>, mpsc::Sender<Command>)> {
     // Events name absolute paths when the watch does; compare like with like.
     let dir = std::path::absolute(&dir)
         .with_context(|| format!("resolving the filters directory {}", dir.display()))?;
@@ -88,8 +110,9 @@ pub fn spawn(
         watching_dir,
         report,
     };
-    tasks.spawn(reloader.run(rx, shutdown));
-    Ok(reports)
+    let (commands, asked) = mpsc::channel(16);
+    tasks.spawn(reloader.run(rx, asked, uploads, shutdown));
+    Ok((reports, commands))
 }
 
 /// The directory that holds `dir`: watched for `dir` being created or
@@ -116,11 +139,21 @@ impl Reloader {
     async fn run(
         mut self,
         mut changes: mpsc::UnboundedReceiver<notify::Result<notify::Event>>,
+        mut commands: mpsc::Receiver<Command>,
+        mut uploads: BoxStream<'static, UploadChange>,
         shutdown: CancellationToken,
     ) {
         loop {
             let change = tokio::select! {
                 () = shutdown.cancelled() => return,
+                Some(command) = commands.recv() => {
+                    self.command(command).await;
+                    continue;
+                }
+                Some(upload) = uploads.next() => {
+                    self.uploaded(upload).await;
+                    continue;
+                }
                 change = changes.recv() => change,
             };
             let Some(change) = change else { return };
@@ -190,15 +223,82 @@ impl Reloader {
                 return;
             }
         }
+        self.apply_all().await;
+        self.report.send_modify(|report| report.scans += 1);
+    }
+
+    /// Brings every chain in line with the registry and reports what is
+    /// not served; answers what the chains refused.
+    async fn apply_all(&mut self) -> Vec<Rejected> {
         let mut rejected = self.registry.rejected();
         let active = self.registry.active();
+        let mut refused = Vec::new();
         for chain in &self.chains {
-            rejected.extend(apply(&Topics::of(chain), &self.engine, &active).await);
+            refused.extend(apply(&Topics::of(chain), &self.engine, &active).await);
         }
-        self.report.send_modify(|report| {
-            report.scans += 1;
-            report.rejected = rejected;
-        });
+        rejected.extend(refused.iter().cloned());
+        self.report.send_modify(|report| report.rejected = rejected);
+        refused
+    }
+
+    async fn command(&mut self, command: Command) {
+        match command {
+            Command::Upload(component, answer) => {
+                let origin = PathBuf::from(&component.origin);
+                tracing::info!(topic = %component.manifest.topic, hash = %component.hash, "filter uploaded");
+                self.registry.upload(*component);
+                let refused = self.apply_all().await;
+                let _ = answer.send(refused.into_iter().filter(|r| r.file == origin).collect());
+            }
+            Command::Remove(topic, answer) => {
+                let removed = self.registry.remove_upload(&topic);
+                if removed {
+                    tracing::info!(%topic, "uploaded filter removed");
+                    self.apply_all().await;
+                }
+                let _ = answer.send(removed);
+            }
+        }
+    }
+
+    /// Takes an upload another server made (or this one: an upload it
+    /// already serves is left alone).
+    async fn uploaded(&mut self, change: UploadChange) {
+        match change {
+            UploadChange::Put(topic, bytes) => {
+                let hash = alloy_primitives::keccak256(&bytes).to_string();
+                if self
+                    .registry
+                    .uploaded(&topic)
+                    .is_some_and(|served| served.hash == hash)
+                {
+                    return;
+                }
+                let engine = self.engine.clone();
+                let origin = upload_origin(&topic);
+                let loaded = tokio::task::spawn_blocking(move || engine.load(&origin, &bytes))
+                    .await
+                    .context("compiling an upload")
+                    .and_then(|loaded| loaded);
+                match loaded {
+                    Ok(component) if component.manifest.topic == topic => {
+                        self.registry.upload(component);
+                        self.apply_all().await;
+                    }
+                    Ok(component) => {
+                        tracing::error!(%topic, declared = %component.manifest.topic, "an upload declares another topic; not served")
+                    }
+                    Err(error) => {
+                        tracing::error!(%topic, error = format!("{error:#}"), "an upload failed to load here; not served")
+                    }
+                }
+            }
+            UploadChange::Removed(topic) => {
+                if self.registry.remove_upload(&topic) {
+                    self.apply_all().await;
+                }
+            }
+        }
     }
 }
 

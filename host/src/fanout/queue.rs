@@ -27,6 +27,7 @@ use std::task::{Context, Poll, Waker};
 use super::frame::{Frame, Notice};
 use super::wire::{Wire, with_scratch};
 use crate::usage::Meter;
+use crate::usage::meter::Tally;
 
 /// The sending side of one connection's outbound queue.
 #[derive(Debug)]
@@ -67,7 +68,25 @@ struct Shared {
     wire: Option<Box<dyn Wire>>,
     /// Counts the notifications taken for the connection's key (its
     /// usage); `None`: not counted.
-    meter: Option<Arc<Meter>>,
+    metered: Option<Metered>,
+}
+
+/// A connection's place in its key's meter.
+#[derive(Debug)]
+struct Metered {
+    meter: Arc<Meter>,
+    /// The connection's number in the meter, to detach it.
+    number: u64,
+    /// Added to under the queue lock.
+    tally: Arc<Tally>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(metered) = &self.metered {
+            metered.meter.detach(metered.number);
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -240,7 +259,14 @@ impl Sink {
             closed: AtomicBool::new(false),
             senders: AtomicUsize::new(1),
             wire,
-            meter,
+            metered: meter.map(|meter| {
+                let (number, tally) = meter.attach();
+                Metered {
+                    meter,
+                    number,
+                    tally,
+                }
+            }),
         });
         (
             Self {
@@ -276,6 +302,18 @@ impl Sink {
         via: Via,
     ) -> Result<usize, SendError> {
         let count = notices.clone().count();
+        let tally = self.shared.metered.as_ref().map(|metered| &metered.tally);
+        // Counted under the queue's lock, which makes this sender the
+        // tally's only writer.
+        let counted = || {
+            if let Some(tally) = tally {
+                let bytes: usize = notices
+                    .clone()
+                    .map(|notice| notice.len_to(subscription))
+                    .sum();
+                tally.add(count as u64, bytes as u64);
+            }
+        };
         self.push(|queue| {
             let encode = |out: &mut Vec<u8>| {
                 for notice in notices.clone() {
@@ -285,6 +323,7 @@ impl Sink {
             if via == Via::Socket
                 && let Some(sent) = self.shared.write_through(queue, encode)
             {
+                counted();
                 return Ok(sent);
             }
             queue.make_room(count, self.shared.capacity)?;
@@ -294,13 +333,10 @@ impl Sink {
                     subscription: subscription.clone(),
                     notice: notice.clone(),
                 }));
+            counted();
             Ok(Sent::Queued)
-        })?;
-        if let Some(meter) = &self.shared.meter {
-            let bytes: usize = notices.map(|notice| notice.len_to(subscription)).sum();
-            meter.notified(count as u64, bytes as u64);
-        }
-        Ok(count)
+        })
+        .map(|()| count)
     }
 
     /// Offers `change`; an overflow closes the connection.

@@ -1,7 +1,9 @@
-//! The components a server runs: the built-ins embedded at build time, then
-//! every `*.wasm` in the filters directory. A directory component whose
-//! topic matches a built-in replaces it; a new topic becomes a new
-//! `eth_subscribe` event type.
+//! The components a server runs: the built-ins embedded at build time,
+//! every `*.wasm` in the filters directory, and the components uploaded
+//! through the admin API (`PUT /admin/filters/<topic>`). A directory
+//! component whose topic matches a built-in replaces it, and an upload
+//! replaces both (an upload is the whole deployment's, a file one
+//! server's); a new topic becomes a new `eth_subscribe` event type.
 //!
 //! At startup a component that fails to load stops the server with a
 //! message naming the file and the reason. A later [`FilterRegistry::rescan`]
@@ -42,6 +44,8 @@ pub struct FilterRegistry {
     builtins: BTreeMap<String, FilterComponent>,
     /// By file, in name order (the first file declaring a topic wins).
     from_dir: BTreeMap<PathBuf, FilterComponent>,
+    /// Uploaded, by topic: over the directory's and the built-ins.
+    uploaded: BTreeMap<String, FilterComponent>,
     /// What the last scan refused.
     rejected: Vec<Rejected>,
 }
@@ -128,9 +132,27 @@ impl FilterRegistry {
         self.from_dir = next;
     }
 
-    /// The component serving each topic: the directory's over the built-in.
-    /// Of two files declaring one topic the first by name serves; the other
-    /// is reported.
+    /// Serves `component` for its topic over the directory and the
+    /// built-ins.
+    pub fn upload(&mut self, component: FilterComponent) {
+        self.uploaded
+            .insert(component.manifest.topic.clone(), component);
+    }
+
+    /// Stops serving the upload for `topic` (the directory's file or the
+    /// built-in serves again, if any); false if there was none.
+    pub fn remove_upload(&mut self, topic: &str) -> bool {
+        self.uploaded.remove(topic).is_some()
+    }
+
+    /// The upload serving `topic`, if any.
+    pub fn uploaded(&self, topic: &str) -> Option<&FilterComponent> {
+        self.uploaded.get(topic)
+    }
+
+    /// The component serving each topic: an upload over the directory's
+    /// over the built-in. Of two files declaring one topic the first by
+    /// name serves; the other is reported.
     pub fn active(&self) -> BTreeMap<String, FilterComponent> {
         let mut active = self.builtins.clone();
         let mut claimed: BTreeMap<&str, &Path> = BTreeMap::new();
@@ -142,6 +164,9 @@ impl FilterRegistry {
             claimed.insert(topic, path);
             active.insert(topic.to_string(), component.clone());
         }
+        for (topic, component) in &self.uploaded {
+            active.insert(topic.clone(), component.clone());
+        }
         active
     }
 
@@ -152,15 +177,20 @@ impl FilterRegistry {
         let mut claimed: BTreeMap<&str, &Path> = BTreeMap::new();
         for (path, component) in &self.from_dir {
             let topic = component.manifest.topic.as_str();
-            match claimed.get(topic) {
-                Some(first) => rejected.push(Rejected {
-                    file: path.clone(),
-                    reason: format!("topic {topic} is already served by {}", first.display()),
-                }),
-                None => {
-                    claimed.insert(topic, path);
-                }
-            }
+            let reason = if self.uploaded.contains_key(topic) {
+                format!(
+                    "topic {topic} is served by its upload (PUT /admin/filters/{topic}), which wins over the directory"
+                )
+            } else if let Some(first) = claimed.get(topic) {
+                format!("topic {topic} is already served by {}", first.display())
+            } else {
+                claimed.insert(topic, path);
+                continue;
+            };
+            rejected.push(Rejected {
+                file: path.clone(),
+                reason,
+            });
         }
         rejected
     }
@@ -195,4 +225,43 @@ fn wasm_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     files.retain(|p| p.extension().is_some_and(|e| e == "wasm") && p.is_file());
     files.sort();
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filters::testing::builtin;
+
+    /// An upload serves over the directory's file and the built-in of its
+    /// topic; the file is reported as not served, saying why; removing the
+    /// upload gives the topic back to the file.
+    #[test]
+    fn an_upload_wins_over_the_directory_and_the_built_in() {
+        let (engine, heads) = builtin("newHeads");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut registry = FilterRegistry::load(&engine, dir.path()).expect("built-ins");
+        let mut file = heads.clone();
+        file.origin = dir.path().join("heads.wasm").display().to_string();
+        registry
+            .from_dir
+            .insert(dir.path().join("heads.wasm"), file.clone());
+        assert_eq!(registry.active()["newHeads"].origin, file.origin);
+
+        let mut uploaded = heads.clone();
+        uploaded.origin = "uploaded newHeads".into();
+        registry.upload(uploaded);
+        assert_eq!(registry.active()["newHeads"].origin, "uploaded newHeads");
+        let rejected = registry.rejected();
+        assert_eq!(rejected.len(), 1);
+        assert!(
+            rejected[0].reason.contains("served by its upload"),
+            "{}",
+            rejected[0].reason
+        );
+
+        assert!(registry.remove_upload("newHeads"));
+        assert!(!registry.remove_upload("newHeads"), "gone already");
+        assert_eq!(registry.active()["newHeads"].origin, file.origin);
+        assert!(registry.rejected().is_empty());
+    }
 }

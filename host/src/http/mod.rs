@@ -36,6 +36,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::chain::Chain;
 use crate::chain::reload::ReloadReport;
+use crate::chain::uploads::Uploads;
 use crate::config::{LimitsConfig, Role};
 use crate::history::limits::Streams;
 use crate::keys::plan::{Limit, Plan};
@@ -94,6 +95,9 @@ pub struct AppState {
     pub stats: Stats,
     /// A new report after each scan of the filters directory.
     pub filter_reloads: watch::Receiver<ReloadReport>,
+    /// Filter components uploaded by the admin API; `None` on an ingest,
+    /// which runs no filters.
+    pub uploads: Option<Arc<Uploads>>,
     /// The webhooks (of the deployment, on an edge); `None` on an ingest,
     /// which serves no client.
     pub webhooks: Option<Arc<Webhooks>>,

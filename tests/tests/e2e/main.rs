@@ -14,6 +14,7 @@ mod faulty_node;
 mod filter_contract_v02;
 mod filter_hot_swap;
 mod filter_isolation;
+mod filter_uploads;
 mod finality;
 mod forward;
 mod history;

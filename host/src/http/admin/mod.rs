@@ -10,20 +10,28 @@ mod usage;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, put};
 use subtle::ConstantTimeEq;
 
 use super::{AppState, json_error};
+use crate::chain::uploads::MAX_UPLOAD_BYTES;
 use crate::rpc::RpcError;
 
 /// The admin routes, each behind the token.
 pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/admin/filters", get(filters::filters))
+        .route(
+            "/admin/filters/{topic}",
+            put(filters::upload)
+                .delete(filters::remove)
+                .layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES)),
+        )
         .route("/admin/keys", get(keys::list).post(keys::create))
         .route(
             "/admin/keys/{id}",

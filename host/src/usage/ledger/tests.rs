@@ -53,14 +53,15 @@ async fn flushes_fill_hourly_buckets_and_a_refused_one_is_tried_again() {
     let ledger = ledger(store.clone());
     let meter = Arc::new(Meter::default());
     let meters = [(Arc::<str>::from("key_a"), meter.clone())];
+    let (_, connection) = meter.attach();
 
     meter.called("eth_call");
-    meter.notified(3, 300);
+    connection.add(3, 300);
     ledger.flush(&meters, H + 10).await.expect("flushed");
     meter.called("eth_call");
     ledger.flush(&meters, H + 20).await.expect("flushed");
     // The next hour; its first flush refused, then tried again.
-    meter.notified(1, 100);
+    connection.add(1, 100);
     store.failing.store(true, Ordering::Relaxed);
     ledger
         .flush(&meters, H + HOUR + 5)
