@@ -62,7 +62,8 @@
 //!   bucket) by the ledger.
 //! - [`config`] — the TOML configuration and its defaults; [`metrics`] — the
 //!   metric handles the pipeline counts with; [`per_key`] — places per API
-//!   key (connections, history streams); [`clock`] — Unix seconds.
+//!   key (connections, history streams); [`clock`] — Unix seconds;
+//!   [`embedded`] — the embedded database's files.
 
 #![deny(unsafe_code)]
 
@@ -72,6 +73,7 @@ pub mod chain;
 pub mod clock;
 pub mod config;
 pub mod contracts;
+pub mod embedded;
 pub mod eventlog;
 pub mod fanout;
 pub mod filters;

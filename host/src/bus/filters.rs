@@ -13,11 +13,8 @@ use tokio::io::AsyncReadExt as _;
 use tokio::sync::mpsc;
 
 use super::Bus;
-use super::bucket::ATTEMPT;
+use super::bucket::{self, ATTEMPT};
 use crate::filters::uploads::{UploadChange, UploadStore, Uploaded};
-
-/// The pause before watching again after a watch failed or ended.
-const REWATCH: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The uploads' object store.
 #[derive(Clone)]
@@ -113,14 +110,14 @@ impl UploadStore for ObjectUploads {
         })
     }
 
-    fn remove(&self, topic: String) -> BoxFuture<'_, anyhow::Result<()>> {
+    fn remove(&self, topic: String) -> BoxFuture<'_, anyhow::Result<bool>> {
         Box::pin(async move {
             match tokio::time::timeout(ATTEMPT, self.store.delete(topic.as_str()))
                 .await
                 .context("removing the upload: no answer")?
             {
-                Ok(()) => Ok(()),
-                Err(error) if error.kind() == object_store::DeleteErrorKind::NotFound => Ok(()),
+                Ok(()) => Ok(true),
+                Err(error) if error.kind() == object_store::DeleteErrorKind::NotFound => Ok(false),
                 Err(error) => Err(error).with_context(|| format!("removing the upload of {topic}")),
             }
         })
@@ -131,36 +128,23 @@ impl UploadStore for ObjectUploads {
 /// change) into `changes`, watching again after a failure, until the
 /// stream is dropped.
 async fn watch(store: ObjectStore, changes: mpsc::Sender<UploadChange>) {
-    loop {
-        let watched = async {
-            let mut infos = store.watch_with_history().await?;
-            while let Some(info) = infos.next().await {
-                let info = info?;
-                let change = if info.deleted {
-                    UploadChange::Removed(info.name)
-                } else {
-                    match ObjectUploads::read(&store, &info.name).await? {
-                        Some(bytes) => UploadChange::Put(info.name, bytes),
-                        None => UploadChange::Removed(info.name),
-                    }
-                };
-                if changes.send(change).await.is_err() {
-                    return anyhow::Ok(());
+    bucket::rewatch(&changes, "the uploads", || async {
+        let mut infos = store.watch_with_history().await?;
+        while let Some(info) = infos.next().await {
+            let info = info?;
+            let change = if info.deleted {
+                UploadChange::Removed(info.name)
+            } else {
+                match ObjectUploads::read(&store, &info.name).await? {
+                    Some(bytes) => UploadChange::Put(info.name, bytes),
+                    None => UploadChange::Removed(info.name),
                 }
-            }
-            anyhow::Ok(())
-        };
-        tokio::select! {
-            () = changes.closed() => return,
-            watched = watched => {
-                if let Err(error) = watched {
-                    tracing::debug!(error = format!("{error:#}"), "watching the uploads again");
-                }
+            };
+            if changes.send(change).await.is_err() {
+                break;
             }
         }
-        if changes.is_closed() {
-            return;
-        }
-        tokio::time::sleep(REWATCH).await;
-    }
+        anyhow::Ok(())
+    })
+    .await;
 }

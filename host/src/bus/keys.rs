@@ -18,8 +18,6 @@ use super::bucket::{self, ATTEMPT};
 use crate::keys::record::Record;
 use crate::keys::store::{KeyStore, PutError};
 
-/// The pause before watching again after a watch failed or ended.
-const REWATCH: Duration = Duration::from_millis(250);
 /// Changes the watch may hold before the registry takes them.
 const QUEUED: usize = 1_024;
 
@@ -32,19 +30,9 @@ pub struct KvKeys {
 impl Bus {
     /// The keys' bucket, created if it does not exist.
     pub async fn keys(&self) -> anyhow::Result<KvKeys> {
-        let config = kv::Config {
-            bucket: format!("{}-keys", self.config.prefix),
-            history: 1,
-            storage: async_nats::jetstream::stream::StorageType::File,
-            num_replicas: self.config.replicas,
-            ..Default::default()
-        };
-        let name = config.bucket.clone();
-        let bucket = self
-            .create_bucket(config)
-            .await
-            .with_context(|| format!("creating the bucket {name}"))?;
-        Ok(KvKeys { bucket })
+        Ok(KvKeys {
+            bucket: self.latest_bucket("keys", Duration::ZERO).await?,
+        })
     }
 }
 
@@ -104,31 +92,18 @@ impl KeyStore for KvKeys {
 /// into `changes`, watching again after a failure, until the registry
 /// drops the stream.
 async fn watch(bucket: kv::Store, changes: mpsc::Sender<(Record, u64)>) {
-    loop {
-        let watched = async {
-            let mut entries = bucket.watch_with_history(">").await?;
-            while let Some(entry) = entries.next().await {
-                if let Some(change) = record_of(entry?)
-                    && changes.send(change).await.is_err()
-                {
-                    return anyhow::Ok(());
-                }
-            }
-            anyhow::Ok(())
-        };
-        tokio::select! {
-            () = changes.closed() => return,
-            watched = watched => {
-                if let Err(error) = watched {
-                    tracing::debug!(error = format!("{error:#}"), "watching the keys again");
-                }
+    bucket::rewatch(&changes, "the keys", || async {
+        let mut entries = bucket.watch_with_history(">").await?;
+        while let Some(entry) = entries.next().await {
+            if let Some(change) = record_of(entry?)
+                && changes.send(change).await.is_err()
+            {
+                break;
             }
         }
-        if changes.is_closed() {
-            return;
-        }
-        tokio::time::sleep(REWATCH).await;
-    }
+        anyhow::Ok(())
+    })
+    .await;
 }
 
 fn record_of(entry: kv::Entry) -> Option<(Record, u64)> {

@@ -7,6 +7,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use async_nats::jetstream::context::{
     CreateKeyValueError, CreateKeyValueErrorKind, CreateObjectStoreError, CreateStreamError,
     CreateStreamErrorKind,
@@ -57,6 +58,28 @@ impl Bus {
 }
 
 impl Bus {
+    /// The KV bucket `<prefix>-<name>`, created if it does not exist: each
+    /// key's latest value, on file, with the streams' replicas; an entry
+    /// unwritten for `max_age` goes (zero: never).
+    pub(super) async fn latest_bucket(
+        &self,
+        name: &str,
+        max_age: Duration,
+    ) -> anyhow::Result<kv::Store> {
+        let config = kv::Config {
+            bucket: format!("{}-{name}", self.config.prefix),
+            history: 1,
+            max_age,
+            storage: async_nats::jetstream::stream::StorageType::File,
+            num_replicas: self.config.replicas,
+            ..Default::default()
+        };
+        let bucket = config.bucket.clone();
+        self.create_bucket(config)
+            .await
+            .with_context(|| format!("creating the bucket {bucket}"))
+    }
+
     /// Creates the object store `config` names (or finds it as it is).
     pub(super) async fn create_object_store(
         &self,

@@ -33,21 +33,8 @@ impl Bus {
     /// The usage bucket, created if it does not exist; `edge` names this
     /// process's entries.
     pub async fn usage(&self, retention: Duration, edge: String) -> anyhow::Result<KvUsage> {
-        let config = kv::Config {
-            bucket: format!("{}-usage", self.config.prefix),
-            history: 1,
-            max_age: retention,
-            storage: async_nats::jetstream::stream::StorageType::File,
-            num_replicas: self.config.replicas,
-            ..Default::default()
-        };
-        let name = config.bucket.clone();
-        let bucket = self
-            .create_bucket(config)
-            .await
-            .with_context(|| format!("creating the bucket {name}"))?;
         Ok(KvUsage {
-            bucket,
+            bucket: self.latest_bucket("usage", retention).await?,
             edge,
             client: self.jetstream.client(),
         })

@@ -35,9 +35,6 @@ use crate::webhook::claim::{Claim, Claims};
 use crate::webhook::definition::{Definition, Progress};
 use crate::webhook::store::{Change, Store};
 
-/// The pause before watching again after a watch failed or ended.
-const REWATCH: Duration = Duration::from_millis(250);
-
 /// Webhooks in the bus's KV buckets.
 #[derive(Debug)]
 pub struct KvStore {
@@ -51,25 +48,11 @@ pub struct KvStore {
 impl Bus {
     /// The webhooks' buckets, created if they do not exist.
     pub async fn webhooks(&self) -> anyhow::Result<KvStore> {
-        let bucket = |name: &str| kv::Config {
-            bucket: format!("{}-{name}", self.config.prefix),
-            history: 1,
-            storage: async_nats::jetstream::stream::StorageType::File,
-            num_replicas: self.config.replicas,
-            ..Default::default()
-        };
-        let open = |name: &'static str| {
-            let config = bucket(name);
-            async move {
-                let bucket = config.bucket.clone();
-                self.create_bucket(config)
-                    .await
-                    .with_context(|| format!("creating the bucket {bucket}"))
-            }
-        };
         Ok(KvStore {
-            definitions: open("webhooks").await?,
-            progress: open("webhook-progress").await?,
+            definitions: self.latest_bucket("webhooks", Duration::ZERO).await?,
+            progress: self
+                .latest_bucket("webhook-progress", Duration::ZERO)
+                .await?,
             baselines: Mutex::default(),
         })
     }
@@ -254,41 +237,28 @@ impl Store for KvStore {
 /// change) into `changes`, watching again after a failure, until the
 /// stream is dropped.
 async fn watch(definitions: kv::Store, progress: kv::Store, changes: mpsc::Sender<Change>) {
-    loop {
-        let watched = async {
-            let mut defined = definitions.watch_with_history(">").await?;
-            let mut progressed = progress.watch_with_history(">").await?;
-            loop {
-                let change = tokio::select! {
-                    entry = defined.next() => match entry {
-                        Some(entry) => definition_change(entry?),
-                        None => return anyhow::Ok(()),
-                    },
-                    entry = progressed.next() => match entry {
-                        Some(entry) => progress_change(entry?),
-                        None => return anyhow::Ok(()),
-                    },
-                };
-                if let Some(change) = change
-                    && changes.send(change).await.is_err()
-                {
-                    return anyhow::Ok(());
-                }
-            }
-        };
-        tokio::select! {
-            () = changes.closed() => return,
-            watched = watched => {
-                if let Err(error) = watched {
-                    tracing::debug!(error = format!("{error:#}"), "watching the webhooks again");
-                }
+    bucket::rewatch(&changes, "the webhooks", || async {
+        let mut defined = definitions.watch_with_history(">").await?;
+        let mut progressed = progress.watch_with_history(">").await?;
+        loop {
+            let change = tokio::select! {
+                entry = defined.next() => match entry {
+                    Some(entry) => definition_change(entry?),
+                    None => return anyhow::Ok(()),
+                },
+                entry = progressed.next() => match entry {
+                    Some(entry) => progress_change(entry?),
+                    None => return anyhow::Ok(()),
+                },
+            };
+            if let Some(change) = change
+                && changes.send(change).await.is_err()
+            {
+                return anyhow::Ok(());
             }
         }
-        if changes.is_closed() {
-            return;
-        }
-        tokio::time::sleep(REWATCH).await;
-    }
+    })
+    .await;
 }
 
 fn definition_change(entry: kv::Entry) -> Option<Change> {

@@ -57,8 +57,9 @@ pub enum Command {
     /// Serve this uploaded (and compiled) component for its topic;
     /// answered with what the chains refused of it.
     Upload(Box<FilterComponent>, oneshot::Sender<Vec<Rejected>>),
-    /// Stop serving `topic`'s upload; answered whether there was one.
-    Remove(String, oneshot::Sender<bool>),
+    /// Stop serving `topic`'s upload (if it still does); answered once
+    /// done.
+    Remove(String, oneshot::Sender<()>),
 }
 
 /// The origin an uploaded component of `topic` is known by.
@@ -251,12 +252,11 @@ impl Reloader {
                 let _ = answer.send(refused.into_iter().filter(|r| r.file == origin).collect());
             }
             Command::Remove(topic, answer) => {
-                let removed = self.registry.remove_upload(&topic);
-                if removed {
+                if self.registry.remove_upload(&topic) {
                     tracing::info!(%topic, "uploaded filter removed");
                     self.apply_all().await;
                 }
-                let _ = answer.send(removed);
+                let _ = answer.send(());
             }
         }
     }

@@ -110,15 +110,19 @@ impl Uploads {
         })
     }
 
-    /// Stops serving `topic`'s upload and forgets it.
+    /// Forgets `topic`'s upload and stops serving it. The store says
+    /// whether there was one: on the bus this edge may learn of the
+    /// removal from the store's watch before its own command comes.
     pub async fn remove(&self, topic: &str) -> Result<(), UploadError> {
-        self.store
+        let kept = self
+            .store
             .remove(topic.to_string())
             .await
             .map_err(UploadError::Failed)?;
         let (answer, removed) = oneshot::channel();
         self.ask(Command::Remove(topic.to_string(), answer)).await?;
-        match removed.await.map_err(|_| stopped())? {
+        removed.await.map_err(|_| stopped())?;
+        match kept {
             true => Ok(()),
             false => Err(UploadError::NotFound(topic.to_string())),
         }

@@ -34,8 +34,8 @@ pub trait UploadStore: Send + Sync + std::fmt::Debug + 'static {
     fn changes(&self) -> BoxStream<'static, UploadChange>;
     /// Keeps `bytes` as `topic`'s upload; done once durable.
     fn put(&self, topic: String, bytes: Vec<u8>) -> BoxFuture<'_, anyhow::Result<()>>;
-    /// Forgets `topic`'s upload.
-    fn remove(&self, topic: String) -> BoxFuture<'_, anyhow::Result<()>>;
+    /// Forgets `topic`'s upload; answers whether there was one.
+    fn remove(&self, topic: String) -> BoxFuture<'_, anyhow::Result<bool>>;
 }
 
 /// topic → the component's bytes.
@@ -54,17 +54,7 @@ impl LocalStore {
     /// Opens (or creates) `dir/filters.redb`, or a database in memory
     /// without `dir`.
     pub fn open(dir: Option<&Path>) -> anyhow::Result<Self> {
-        let db = match dir {
-            Some(dir) => {
-                let path = dir.join(FILE);
-                Database::create(&path).with_context(|| {
-                    format!("opening the uploaded filters' database {}", path.display())
-                })?
-            }
-            None => Database::builder()
-                .create_with_backend(redb::backends::InMemoryBackend::new())
-                .context("creating the uploaded filters' database in memory")?,
-        };
+        let db = crate::embedded::open(dir, FILE, "the uploaded filters' database")?;
         let txn = db.begin_write()?;
         txn.open_table(UPLOADS)?;
         txn.commit().context("creating the uploads table")?;
@@ -72,16 +62,17 @@ impl LocalStore {
     }
 
     /// Runs `write` in a transaction of its own, off the runtime.
-    fn write(
+    fn write<T: Send + 'static>(
         &self,
-        write: impl FnOnce(&mut redb::Table<'_, &str, &[u8]>) -> anyhow::Result<()> + Send + 'static,
-    ) -> BoxFuture<'_, anyhow::Result<()>> {
+        write: impl FnOnce(&mut redb::Table<'_, &str, &[u8]>) -> anyhow::Result<T> + Send + 'static,
+    ) -> BoxFuture<'_, anyhow::Result<T>> {
         let db = self.db.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
                 let txn = db.begin_write()?;
-                write(&mut txn.open_table(UPLOADS)?)?;
-                txn.commit().context("committing an upload")
+                let written = write(&mut txn.open_table(UPLOADS)?)?;
+                txn.commit().context("committing an upload")?;
+                Ok(written)
             })
             .await
             .context("writing an upload")?
@@ -119,11 +110,8 @@ impl UploadStore for LocalStore {
         })
     }
 
-    fn remove(&self, topic: String) -> BoxFuture<'_, anyhow::Result<()>> {
-        self.write(move |table| {
-            table.remove(topic.as_str())?;
-            Ok(())
-        })
+    fn remove(&self, topic: String) -> BoxFuture<'_, anyhow::Result<bool>> {
+        self.write(move |table| Ok(table.remove(topic.as_str())?.is_some()))
     }
 }
 
@@ -139,7 +127,8 @@ mod tests {
             store.put("a".into(), vec![1, 2]).await.expect("put");
             store.put("b".into(), vec![3]).await.expect("put");
             store.put("a".into(), vec![4]).await.expect("replaced");
-            store.remove("b".into()).await.expect("removed");
+            assert!(store.remove("b".into()).await.expect("removed"));
+            assert!(!store.remove("b".into()).await.expect("gone already"));
         }
         let store = LocalStore::open(Some(dir.path())).expect("reopen");
         assert_eq!(

@@ -63,16 +63,7 @@ impl LocalStore {
     /// Opens (or creates) `dir/keys.redb`, or a database in memory without
     /// `dir`.
     pub fn open(dir: Option<&Path>) -> anyhow::Result<Self> {
-        let db = match dir {
-            Some(dir) => {
-                let path = dir.join(FILE);
-                Database::create(&path)
-                    .with_context(|| format!("opening the keys database {}", path.display()))?
-            }
-            None => Database::builder()
-                .create_with_backend(redb::backends::InMemoryBackend::new())
-                .context("creating the keys database in memory")?,
-        };
+        let db = crate::embedded::open(dir, FILE, "the keys database")?;
         let txn = db.begin_write()?;
         txn.open_table(KEYS)?;
         txn.commit().context("creating the keys table")?;

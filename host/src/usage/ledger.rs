@@ -210,16 +210,7 @@ pub const FILE: &str = "usage.redb";
 
 impl LocalStore {
     pub fn open(dir: Option<&Path>, retention: Duration) -> anyhow::Result<Self> {
-        let db = match dir {
-            Some(dir) => {
-                let path = dir.join(FILE);
-                Database::create(&path)
-                    .with_context(|| format!("opening the usage database {}", path.display()))?
-            }
-            None => Database::builder()
-                .create_with_backend(redb::backends::InMemoryBackend::new())
-                .context("creating the usage database in memory")?,
-        };
+        let db = crate::embedded::open(dir, FILE, "the usage database")?;
         let txn = db.begin_write()?;
         txn.open_table(USAGE)?;
         txn.commit().context("creating the usage table")?;

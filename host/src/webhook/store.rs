@@ -92,16 +92,7 @@ impl LocalStore {
     /// without `dir`, and starts its committing task on `tasks`: it ends
     /// once the store is closed or dropped.
     pub fn open(dir: Option<&Path>, tasks: &TaskTracker) -> anyhow::Result<Self> {
-        let db = match dir {
-            Some(dir) => {
-                let path = dir.join(FILE);
-                Database::create(&path)
-                    .with_context(|| format!("opening the webhooks database {}", path.display()))?
-            }
-            None => Database::builder()
-                .create_with_backend(redb::backends::InMemoryBackend::new())
-                .context("creating the webhooks database in memory")?,
-        };
+        let db = crate::embedded::open(dir, FILE, "the webhooks database")?;
         let txn = db.begin_write()?;
         txn.open_table(DEFINITIONS)?;
         txn.open_table(PROGRESS)?;

@@ -77,6 +77,16 @@ async fn until_even_only(ws: &mut WsClient, subscription: &str, seen: &mut Vec<u
     }
 }
 
+/// The numbers of the next `count` heads on `ws`.
+async fn first_heads(ws: &mut WsClient, count: usize) -> Vec<u64> {
+    let mut seen = Vec::new();
+    while seen.len() < count {
+        let (_, head) = ws.next_notification().await.expect("a head");
+        seen.push(quantity(&head["number"]));
+    }
+    seen
+}
+
 /// Every head once, in order: increasing, and the blocks missing are odd
 /// ones (the even-only component's turn).
 fn exactly_once(seen: &[u64]) {
@@ -168,11 +178,7 @@ async fn an_upload_is_checked_served_over_the_directory_kept_and_removed() {
         .await
         .expect("connect");
     let heads = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
-        let (_, head) = ws.next_notification().await.expect("a head");
-        seen.push(quantity(&head["number"]));
-    }
+    let mut seen = first_heads(&mut ws, 2).await;
     let (status, accepted) =
         filters(&server, Method::PUT, "newHeads", Some(TOKEN), even_heads()).await;
     assert_eq!(status, 200, "{accepted}");
@@ -262,11 +268,7 @@ async fn a_component_uploaded_on_one_edge_serves_every_edge() {
         .expect("connect");
     let heads = ws.subscribe(json!(["newHeads"])).await.expect("subscribe");
     anvil.mine(2).await.expect("mine");
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
-        let (_, head) = ws.next_notification().await.expect("a head");
-        seen.push(quantity(&head["number"]));
-    }
+    let mut seen = first_heads(&mut ws, 2).await;
     let (status, accepted) =
         filters(&first, Method::PUT, "newHeads", Some(TOKEN), even_heads()).await;
     assert_eq!(status, 200, "{accepted}");
