@@ -316,6 +316,22 @@ impl Keys {
             .unwrap_or_else(|| (owner.into(), self.plans.default_plan().clone(), None))
     }
 
+    /// Why the key whose secret has digest `owner` is no longer in use
+    /// (revoked or expired), if it is not; none for a key this server
+    /// does not know.
+    pub fn ended_reason(&self, owner: &str) -> Option<String> {
+        let key = self.read().by_digest.get(owner).cloned()?;
+        let grant = key.grant();
+        if grant.record.revoked_at.is_some() {
+            return Some(format!("its API key {} was revoked", key.id));
+        }
+        grant
+            .record
+            .expires_at
+            .filter(|&expiry| expiry <= unix_now())
+            .map(|_| format!("its API key {} expired", key.id))
+    }
+
     /// The meter of the key whose secret has digest `owner`.
     pub fn meter_of(&self, owner: &str) -> Option<Arc<Meter>> {
         self.read().by_digest.get(owner)?.meter.clone()
@@ -328,10 +344,6 @@ impl Keys {
             .values()
             .filter_map(|key| Some((key.id.clone(), key.meter.clone()?)))
             .collect()
-    }
-
-    pub fn plans(&self) -> &Plans {
-        &self.plans
     }
 
     fn insert(&self, record: Record, revision: u64, configured: bool) {

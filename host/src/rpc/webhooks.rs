@@ -324,6 +324,10 @@ impl Feeds for Opener {
     fn meter_of(&self, owner: &str) -> Option<Arc<Meter>> {
         self.keys.meter_of(owner)
     }
+
+    fn owner_refusal(&self, owner: &str) -> Option<String> {
+        self.keys.ended_reason(owner)
+    }
 }
 
 /// Whether `method` is one of the webhook methods.

@@ -81,11 +81,6 @@ impl Counts {
     pub fn is_empty(&self) -> bool {
         *self == Counts::default()
     }
-
-    /// All calls, every method together.
-    pub fn total_calls(&self) -> u64 {
-        self.calls.values().sum()
-    }
 }
 
 /// The start of the hour `unix` seconds fall in.
@@ -118,7 +113,7 @@ mod tests {
             (since.notifications, since.bytes, since.history_blocks),
             (0, 10, 3)
         );
-        assert_eq!(since.total_calls(), 5);
+        assert_eq!(since.calls.values().sum::<u64>(), 5);
         assert!(later.since(&later).is_empty());
         assert_eq!(hour_of(7_205), 7_200);
     }

@@ -29,6 +29,14 @@ pub trait Feeds: Send + Sync + 'static {
         let _ = owner;
         None
     }
+
+    /// Why the webhooks of the key whose secret has digest `owner` may
+    /// deliver no more (it was revoked or expired), if so; a key this
+    /// server does not know is let be. None by default.
+    fn owner_refusal(&self, owner: &str) -> Option<String> {
+        let _ = owner;
+        None
+    }
 }
 
 /// An open subscription; [`Opened::close`] ends it, and so does dropping

@@ -498,6 +498,12 @@ async fn deliver(
         delivery: &delivery,
         secret: &definition.secret,
     };
+    // A webhook whose key was revoked or expired delivers no more: it
+    // pauses, saying why (the batch in flight, if any, went already).
+    if let Some(reason) = shared.feeds.owner_refusal(&definition.owner) {
+        hook.pause(&*shared.store, (shared.clock)(), reason).await;
+        return false;
+    }
     let mut tries = 0;
     // Never POSTed before the store holds it as in flight.
     loop {

@@ -102,6 +102,8 @@ fn config(data_dir: &std::path::Path) -> Config {
     config.auth.admin_token = Some(TOKEN.into());
     config.plans = plans();
     config.log.data_dir = Some(data_dir.to_path_buf());
+    config.webhooks.allow_http = true;
+    config.webhooks.allow_private_addresses = true;
     config
 }
 
@@ -239,7 +241,25 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
         "pro allows every method: {price}"
     );
 
-    // Revoked: its sockets close, its calls are refused.
+    // A webhook of the key, delivering.
+    let mut receiver = chainsieve_tests::receiver::Receiver::start()
+        .await
+        .expect("receiver");
+    let (webhook, _) = chainsieve_tests::receiver::create(
+        &mut second,
+        &receiver.url(),
+        json!(["newHeads"]),
+        Value::Null,
+    )
+    .await;
+    receiver
+        .wait_for("a delivery", |deliveries| {
+            deliveries.iter().any(|d| d.webhook == webhook)
+        })
+        .await;
+
+    // Revoked: its sockets close, its calls are refused, its webhook
+    // pauses.
     let (status, view) = on_key(&server, Method::DELETE, &id, None).await;
     assert_eq!(status, 200, "{view}");
     assert!(view["revokedAt"].is_u64(), "{view}");
@@ -256,6 +276,26 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     assert!(message(&body["error"]).contains("revoked"), "{body}");
     let (status, _) = on_key(&server, Method::PATCH, &id, Some(json!({"plan": "free"}))).await;
     assert_eq!(status, 409, "a revoked key stays revoked");
+    let webhooks = server.state.webhooks.clone().expect("webhooks");
+    let owner = chainsieve::keys::record::digest(&secret);
+    let deadline = tokio::time::Instant::now() + chainsieve_tests::TIMEOUT;
+    let view = loop {
+        let view = webhooks.get(&owner, &webhook).expect("the webhook");
+        if view["state"] == "paused" {
+            break view;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{view}");
+        // The next head makes its worker look at the key again.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        view["pausedReason"],
+        format!("its API key {id} was revoked"),
+        "{view}"
+    );
+    // The webhooks hold the keys (whose webhooks they are), and the keys
+    // their database: let go before the restart below.
+    drop(webhooks);
 
     // The config's key: listed, not managed here.
     let (_, listed) = admin(&server, Method::GET, "/admin/keys", Some(TOKEN), None).await;
