@@ -259,3 +259,47 @@ where
         meter: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A metered feed counts each block it hands over, once, in its
+    /// subscriber's key's usage; nothing else it hands over counts.
+    #[tokio::test]
+    async fn a_metered_feed_counts_the_blocks_it_hands_over() {
+        let plans = crate::keys::plan::Plans::from_config(&crate::config::Config::default());
+        let admitted = limits::Streams::new(1)
+            .admit(&"key".into(), plans.default_plan())
+            .expect("a place");
+        let meter = Arc::new(Meter::default());
+        let mut feed = feed(StartAt::Block(1), admitted, |_, _, out, _| async move {
+            let mut parent = B256::ZERO;
+            for number in 1..=3 {
+                let block = Arc::new(Block::fixture(number, 1, parent, &[]));
+                parent = block.hash;
+                let _ = out.send(HistoryItem::Block(block)).await;
+            }
+            let _ = out
+                .send(HistoryItem::Failed {
+                    code: GONE,
+                    reason: "the chain moved".into(),
+                })
+                .await;
+        })
+        .metered(Some(meter.clone()));
+        let mut handed = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while handed.len() < 4 {
+                match feed.try_next() {
+                    Some(item) => handed.push(item),
+                    None => tokio::task::yield_now().await,
+                }
+            }
+        })
+        .await
+        .expect("the reader's items in time");
+        assert!(matches!(handed[3], HistoryItem::Failed { .. }));
+        assert_eq!(meter.totals().history_blocks, 3);
+    }
+}
