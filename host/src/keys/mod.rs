@@ -64,6 +64,18 @@ impl Grant {
         }
     }
 
+    /// Whether the key has ended by `now` (Unix seconds): revoked, or past
+    /// its expiry.
+    pub fn ended(&self, now: u64) -> Option<Ended> {
+        if self.record.revoked_at.is_some() {
+            Some(Ended::Revoked)
+        } else if self.record.expires_at.is_some_and(|expiry| expiry <= now) {
+            Some(Ended::Expired)
+        } else {
+            None
+        }
+    }
+
     /// Why `method` may not be called with this grant, if it may not.
     pub fn method_refusal(&self, plan: &Plan, method: &str) -> Option<String> {
         if !method_allowed(plan.methods.as_ref(), method) {
@@ -134,15 +146,10 @@ impl Key {
     /// The grant, if the key may be used on `chain` now, with its plan.
     pub fn admit(&self, chain: &str) -> Result<(Arc<Grant>, Arc<Plan>), Refusal> {
         let grant = self.grant();
-        if grant.record.revoked_at.is_some() {
-            return Err(Refusal::Revoked);
-        }
-        if grant
-            .record
-            .expires_at
-            .is_some_and(|expiry| expiry <= unix_now())
-        {
-            return Err(Refusal::Expired);
+        match grant.ended(unix_now()) {
+            Some(Ended::Revoked) => return Err(Refusal::Revoked),
+            Some(Ended::Expired) => return Err(Refusal::Expired),
+            None => {}
         }
         let Some(plan) = grant.plan.clone() else {
             return Err(Refusal::NoPlan(grant.record.plan.clone()));
@@ -239,7 +246,7 @@ impl Keys {
                 format!("config-{}", place + 1)
             };
             keys.insert(
-                Record {
+                &Record {
                     id,
                     digest: digest(secret),
                     name: None,
@@ -321,15 +328,11 @@ impl Keys {
     /// does not know.
     pub fn ended_reason(&self, owner: &str) -> Option<String> {
         let key = self.read().by_digest.get(owner).cloned()?;
-        let grant = key.grant();
-        if grant.record.revoked_at.is_some() {
-            return Some(format!("its API key {} was revoked", key.id));
-        }
-        grant
-            .record
-            .expires_at
-            .filter(|&expiry| expiry <= unix_now())
-            .map(|_| format!("its API key {} expired", key.id))
+        let ended = key.grant().ended(unix_now())?;
+        Some(match ended {
+            Ended::Revoked => format!("its API key {} was revoked", key.id),
+            Ended::Expired => format!("its API key {} expired", key.id),
+        })
     }
 
     /// The meter of the key whose secret has digest `owner`.
@@ -346,34 +349,42 @@ impl Keys {
             .collect()
     }
 
-    fn insert(&self, record: Record, revision: u64, configured: bool) {
+    /// The key of `record`'s id: the one known, or one made of `record` at
+    /// `revision` (of `[auth] keys` if `configured`), in one step under the
+    /// lock, so two appliers never make two.
+    fn insert(&self, record: &Record, revision: u64, configured: bool) -> Arc<Key> {
+        let mut known = self.write();
+        if let Some(key) = known.by_id.get(record.id.as_str()) {
+            return key.clone();
+        }
         let key = Arc::new(Key {
             id: record.id.as_str().into(),
             owner: record.digest.as_str().into(),
             configured,
             meter: self.metering.then(Arc::default),
-            grant: watch::Sender::new(Arc::new(Grant::new(record, revision, &self.plans))),
+            grant: watch::Sender::new(Arc::new(Grant::new(record.clone(), revision, &self.plans))),
         });
-        let mut known = self.write();
         known.by_digest.insert(key.owner.clone(), key.clone());
-        known.by_id.insert(key.id.clone(), key);
+        known.by_id.insert(key.id.clone(), key.clone());
+        key
     }
 
-    /// Takes `record` at `revision` unless an equal or later one is known.
+    /// Takes `record` at `revision` unless an equal or later one is known
+    /// (the follower and the admin API may apply one key at once: the
+    /// check and the change are one step under the grant's lock).
     fn apply(&self, record: Record, revision: u64) {
-        let existing = self.by_id(&record.id);
-        match existing {
-            Some(key) if key.configured => {
-                tracing::warn!(key = %key.id, "a stored key has the id of a configured key; ignored");
-            }
-            Some(key) => {
-                if key.grant().revision < revision {
-                    key.grant
-                        .send_replace(Arc::new(Grant::new(record, revision, &self.plans)));
-                }
-            }
-            None => self.insert(record, revision, false),
+        let key = self.insert(&record, revision, false);
+        if key.configured {
+            tracing::warn!(key = %key.id, "a stored key has the id of a configured key; ignored");
+            return;
         }
+        key.grant.send_if_modified(|grant| {
+            let newer = grant.revision < revision;
+            if newer {
+                *grant = Arc::new(Grant::new(record, revision, &self.plans));
+            }
+            newer
+        });
     }
 }
 

@@ -62,9 +62,11 @@ struct Flushed {
 #[derive(Debug)]
 pub struct Ledger {
     store: Arc<dyn UsageStore>,
-    /// By key id; one flush at a time (the task's), read by usage
-    /// queries. Held for a computation, never across the store's write.
-    flushed: Mutex<HashMap<Arc<str>, Flushed>>,
+    /// By key id. Held by a flush from its reading of the meters until it
+    /// has noted what the store took, and by a query while it reads: a
+    /// query never sees a flush's counts both in the store and still
+    /// unflushed.
+    flushed: tokio::sync::Mutex<HashMap<Arc<str>, Flushed>>,
 }
 
 impl Ledger {
@@ -81,7 +83,7 @@ impl Ledger {
     ) -> Arc<Self> {
         let ledger = Arc::new(Self {
             store,
-            flushed: Mutex::default(),
+            flushed: tokio::sync::Mutex::default(),
         });
         let flushing = ledger.clone();
         tasks.spawn(async move {
@@ -100,10 +102,6 @@ impl Ledger {
         ledger
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Flushed>> {
-        self.flushed.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     async fn flush_logged(&self, meters: &[(Arc<str>, Arc<Meter>)]) {
         if let Err(error) = self.flush(meters, record_now()).await {
             tracing::warn!(
@@ -116,44 +114,42 @@ impl Ledger {
     /// Hands what `meters` counted since the last flush to the store, in
     /// the bucket of the hour `now` falls in.
     pub async fn flush(&self, meters: &[(Arc<str>, Arc<Meter>)], now: u64) -> anyhow::Result<()> {
+        let mut flushed = self.flushed.lock().await;
         let hour = hour_of(now);
         let mut flushes = Vec::new();
         let mut taken = Vec::new();
-        {
-            let flushed = self.lock();
-            for (id, meter) in meters {
-                let totals = meter.totals();
-                let before = flushed.get(id);
-                let delta = before.map_or_else(|| totals.clone(), |f| totals.since(&f.totals));
-                if delta.is_empty() {
-                    continue;
-                }
-                let mut in_hour = match before {
-                    Some(before) if before.hour == hour => before.in_hour.clone(),
-                    _ => Counts::default(),
-                };
-                in_hour.add(&delta);
-                flushes.push(Flush {
-                    id: id.to_string(),
-                    hour,
-                    delta,
-                    this_process: in_hour.clone(),
-                });
-                taken.push((
-                    id.clone(),
-                    Flushed {
-                        totals,
-                        hour,
-                        in_hour,
-                    },
-                ));
+        for (id, meter) in meters {
+            let totals = meter.totals();
+            let before = flushed.get(id);
+            let delta = before.map_or_else(|| totals.clone(), |f| totals.since(&f.totals));
+            if delta.is_empty() {
+                continue;
             }
+            let mut in_hour = match before {
+                Some(before) if before.hour == hour => before.in_hour.clone(),
+                _ => Counts::default(),
+            };
+            in_hour.add(&delta);
+            flushes.push(Flush {
+                id: id.to_string(),
+                hour,
+                delta,
+                this_process: in_hour.clone(),
+            });
+            taken.push((
+                id.clone(),
+                Flushed {
+                    totals,
+                    hour,
+                    in_hour,
+                },
+            ));
         }
         if flushes.is_empty() {
             return Ok(());
         }
         self.store.record(flushes).await?;
-        self.lock().extend(taken);
+        flushed.extend(taken);
         Ok(())
     }
 
@@ -167,17 +163,15 @@ impl Ledger {
         from: u64,
         to: u64,
     ) -> anyhow::Result<BTreeMap<u64, Counts>> {
+        let flushed = self.flushed.lock().await;
         let mut hours = self
             .store
             .read(id.to_string(), hour_of(from), to)
             .await
             .with_context(|| format!("reading the usage of key {id}"))?;
-        let unflushed = {
-            let flushed = self.lock();
-            match flushed.get(id) {
-                Some(flushed) => meter.totals().since(&flushed.totals),
-                None => meter.totals(),
-            }
+        let unflushed = match flushed.get(id) {
+            Some(flushed) => meter.totals().since(&flushed.totals),
+            None => meter.totals(),
         };
         let now = hour_of(record_now());
         if !unflushed.is_empty() && (hour_of(from)..=to).contains(&now) {
