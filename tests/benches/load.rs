@@ -5,7 +5,10 @@
 //! itself (`eth_sendRawTransaction`), where sending is ingesting. Prints
 //! notifications/s, pending-transaction latency (send to receipt), CPU and
 //! memory of the serving process, and the ratio of notifications per
-//! CPU-second against anvil. The target `unmetered` (asked by name) is
+//! CPU-second against anvil. The target `floor` is the least a program
+//! can do to deliver the same notifications (`chainsieve_tests::floor`):
+//! each target's CPU per notification is also printed as a multiple of the
+//! floor's in the same run. The target `unmetered` (asked by name) is
 //! chainsieve over anvil with usage metering off (`[usage] enabled =
 //! false`): with `--target chainsieve --target unmetered`, the run prints
 //! what metering costs.
@@ -22,6 +25,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chainsieve::config::SourceConfig;
 use chainsieve_tests::bench::{self, quantiles, spread};
+use chainsieve_tests::floor::Floor;
 use chainsieve_tests::load::{self, CpuTime, Kind, Report, Spec, Workload};
 use chainsieve_tests::nats::Nats;
 use clap::{Parser, ValueEnum};
@@ -88,6 +92,9 @@ struct Args {
     /// Internal: the child counts no usage.
     #[arg(long, hide = true)]
     unmetered: bool,
+    /// Internal: the child is the floor, reading the node it serves.
+    #[arg(long, hide = true)]
+    floor: bool,
     /// Passed by `cargo bench`.
     #[arg(long, hide = true)]
     bench: bool,
@@ -99,6 +106,9 @@ enum Target {
     All,
     /// Clients on anvil's own `eth_subscribe`.
     Anvil,
+    /// Clients on the floor, anvil its upstream: one write per socket per
+    /// batch of the node's announcements, nothing else.
+    Floor,
     /// Clients on chainsieve, anvil its upstream.
     Chainsieve,
     /// The same with usage metering off (`[usage] enabled = false`).
@@ -136,6 +146,7 @@ async fn main() -> anyhow::Result<()> {
         let mut reports = Vec::new();
         for target in [
             Target::Anvil,
+            Target::Floor,
             Target::Chainsieve,
             Target::Unmetered,
             Target::Bus,
@@ -182,13 +193,15 @@ async fn run_target(
             )
             .await?
         }
-        Target::Chainsieve | Target::Unmetered => {
+        Target::Chainsieve | Target::Unmetered | Target::Floor => {
             let anvil = workload.start_node().await?;
             anvil.mine(args.history_blocks).await?;
             let node = anvil.ws_url();
             let mut serve = vec![node.as_str()];
-            if target == Target::Unmetered {
-                serve.push("--unmetered");
+            match target {
+                Target::Unmetered => serve.push("--unmetered"),
+                Target::Floor => serve.push("--floor"),
+                _ => {}
             }
             let (child, url) = start_chainsieve(&serve, 0).await?;
             let pid = child.id().context("chainsieve exited")?;
@@ -233,45 +246,63 @@ async fn run_target(
     })
 }
 
-/// Each chainsieve target's notifications per CPU-second against anvil's,
-/// within one run.
+/// The targets measured against a reference (anvil, the floor).
+const MEASURED: [Target; 5] = [
+    Target::Floor,
+    Target::Chainsieve,
+    Target::Unmetered,
+    Target::Bus,
+    Target::Devnet,
+];
+
+/// Notifications per CPU-second of `wanted` in one run's reports.
+fn per_cpu(reports: &[(Target, Report)], spec: &Spec, wanted: Target) -> Option<f64> {
+    reports
+        .iter()
+        .find(|(target, _)| *target == wanted)
+        .and_then(|(_, report)| report.per_cpu_second(spec.measure))
+}
+
+/// Each target's notifications per CPU-second against anvil's, within one
+/// run.
 fn ratios(reports: &[(Target, Report)], spec: &Spec) -> Vec<(Target, f64)> {
-    let per_cpu = |wanted| {
-        reports
-            .iter()
-            .find(|(target, _)| *target == wanted)
-            .and_then(|(_, report)| report.per_cpu_second(spec.measure))
-    };
-    let Some(anvil) = per_cpu(Target::Anvil) else {
+    let Some(anvil) = per_cpu(reports, spec, Target::Anvil) else {
         return Vec::new();
     };
-    [
-        Target::Chainsieve,
-        Target::Unmetered,
-        Target::Bus,
-        Target::Devnet,
-    ]
-    .into_iter()
-    .filter_map(|target| per_cpu(target).map(|ours| (target, ours / anvil)))
-    .collect()
+    MEASURED
+        .into_iter()
+        .filter_map(|target| per_cpu(reports, spec, target).map(|ours| (target, ours / anvil)))
+        .collect()
+}
+
+/// Each target's CPU per notification as a multiple of the floor's, within
+/// one run: the figure the project steers by.
+fn over_floor(reports: &[(Target, Report)], spec: &Spec) -> Vec<(Target, f64)> {
+    let Some(floor) = per_cpu(reports, spec, Target::Floor) else {
+        return Vec::new();
+    };
+    MEASURED[1..]
+        .iter()
+        .filter_map(|&target| per_cpu(reports, spec, target).map(|ours| (target, floor / ours)))
+        .collect()
 }
 
 /// Chainsieve's notifications per CPU-second metered against unmetered,
 /// within one run.
 fn metering_ratio(reports: &[(Target, Report)], spec: &Spec) -> Option<f64> {
-    let per_cpu = |wanted| {
-        reports
-            .iter()
-            .find(|(target, _)| *target == wanted)
-            .and_then(|(_, report)| report.per_cpu_second(spec.measure))
-    };
-    Some(per_cpu(Target::Chainsieve)? / per_cpu(Target::Unmetered)?)
+    Some(per_cpu(reports, spec, Target::Chainsieve)? / per_cpu(reports, spec, Target::Unmetered)?)
 }
 
 fn print_ratios(reports: &[(Target, Report)], spec: &Spec) {
     for (target, ratio) in ratios(reports, spec) {
         println!(
             "notifications per CPU-second: {} / anvil = {ratio:.1}×",
+            name(target)
+        );
+    }
+    for (target, ratio) in over_floor(reports, spec) {
+        println!(
+            "CPU per notification: {} / floor = {ratio:.2}×",
             name(target)
         );
     }
@@ -355,6 +386,16 @@ fn summarize(runs: &[Vec<(Target, Report)>], spec: &Spec) {
         );
         if target != Target::Anvil {
             println!("    per CPU-second against anvil, same run {ratio}");
+        }
+        let over = spread(
+            runs.iter()
+                .flat_map(|run| over_floor(run, spec))
+                .filter(|(t, _)| *t == target)
+                .map(|(_, ratio)| ratio)
+                .collect(),
+        );
+        if !matches!(target, Target::Anvil | Target::Floor) {
+            println!("    CPU per notification against the floor, same run {over}");
         }
     }
 }
@@ -529,6 +570,11 @@ async fn start_chainsieve(serve: &[&str], history: u64) -> anyhow::Result<(Child
 /// `args.role` on `args.bus`, limits raised past the benchmark's load,
 /// until stdin closes.
 async fn serve(source: &str, args: &Args) -> anyhow::Result<()> {
+    if args.floor {
+        let floor = Floor::start(source)?;
+        bench::serve_until_stdin_closes(&floor.url()).await;
+        return Ok(());
+    }
     let history = args.history_blocks;
     let source = if source == "devnet" {
         SourceConfig::Devnet

@@ -97,10 +97,17 @@ pub async fn serve_child(config: Config) -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    println!("ws://{addr}/eth/v1/load");
-    let _ = tokio::io::stdin().read_to_end(&mut Vec::new()).await;
+    serve_until_stdin_closes(&format!("ws://{addr}/eth/v1/load")).await;
     shutdown.cancel();
     Ok(())
+}
+
+/// A child's last step: prints the URL it serves (what [`start_child`]
+/// waits for) and returns once stdin closes (the parent exited or dropped
+/// it).
+pub async fn serve_until_stdin_closes(url: &str) {
+    println!("{url}");
+    let _ = tokio::io::stdin().read_to_end(&mut Vec::new()).await;
 }
 
 /// The CPU model and the cores this machine offers, for the figures.

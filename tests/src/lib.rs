@@ -8,6 +8,7 @@ pub mod calls;
 pub mod dex;
 pub mod faulty;
 pub mod filters;
+pub mod floor;
 pub mod load;
 pub mod nats;
 pub mod process;

@@ -123,7 +123,8 @@ impl Kind {
         }
     }
 
-    fn params(self) -> Value {
+    /// The subscription's `eth_subscribe` parameters.
+    pub fn params(self) -> Value {
         match self {
             Kind::Pending => json!(["newPendingTransactions"]),
             Kind::Heads => json!(["newHeads"]),

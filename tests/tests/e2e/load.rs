@@ -1,6 +1,6 @@
 //! The load benchmark's engine, small: every target (anvil's own
-//! `eth_subscribe`, chainsieve with anvil upstream, chainsieve's devnet
-//! taking the transactions) delivers every pending transaction to every
+//! `eth_subscribe`, chainsieve with anvil upstream, the floor relaying
+//! anvil, chainsieve's devnet taking the transactions) delivers every pending transaction to every
 //! pending subscription, heads, the emitter's logs where contract code runs,
 //! nothing for a silent address, and closes no client.
 
@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chainsieve::config::SourceConfig;
 use chainsieve_tests::TestServer;
+use chainsieve_tests::floor::Floor;
 use chainsieve_tests::load::{self, Kind, Report, Spec, Workload};
 
 /// `logs`: whether the emitter's logs are due (not on the devnet, which
@@ -36,7 +37,7 @@ fn check(target: &str, report: &Report, logs: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_targets_deliver_the_whole_stream() {
+async fn every_target_delivers_the_whole_stream() {
     let spec = Spec {
         connections: 8,
         subscriptions_per_connection: 4,
@@ -75,6 +76,23 @@ async fn both_targets_deliver_the_whole_stream() {
     .await
     .expect("run on chainsieve");
     check("chainsieve", &through, true);
+
+    let anvil = workload.start_node().await.expect("anvil");
+    let node = anvil.ws_url();
+    let floor = {
+        let node = node.clone();
+        tokio::task::spawn_blocking(move || Floor::start(&node))
+            .await
+            .expect("the floor's start")
+            .expect("floor")
+    };
+    let floored = load::run(&spec, workload.clone(), &node, &floor.url(), None, &[])
+        .await
+        .expect("run on the floor");
+    check("floor", &floored, true);
+    tokio::task::spawn_blocking(move || drop(floor))
+        .await
+        .expect("the floor stops");
 
     let server = TestServer::start(load::chainsieve_config(SourceConfig::Devnet))
         .await
