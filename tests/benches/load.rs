@@ -263,6 +263,9 @@ fn per_cpu(reports: &[(Target, Report)], spec: &Spec, wanted: Target) -> Option<
         .and_then(|(_, report)| report.per_cpu_second(spec.measure))
 }
 
+/// A ratio of each target's figure against a reference's, within one run.
+type Ratios = fn(&[(Target, Report)], &Spec) -> Vec<(Target, f64)>;
+
 /// Each target's notifications per CPU-second against anvil's, within one
 /// run.
 fn ratios(reports: &[(Target, Report)], spec: &Spec) -> Vec<(Target, f64)> {
@@ -287,10 +290,20 @@ fn over_floor(reports: &[(Target, Report)], spec: &Spec) -> Vec<(Target, f64)> {
         .collect()
 }
 
-/// Chainsieve's notifications per CPU-second metered against unmetered,
-/// within one run.
+/// `a`'s notifications per CPU-second against `b`'s, within one run.
+fn ratio(reports: &[(Target, Report)], spec: &Spec, a: Target, b: Target) -> Option<f64> {
+    Some(per_cpu(reports, spec, a)? / per_cpu(reports, spec, b)?)
+}
+
+/// Chainsieve's notifications per CPU-second metered against unmetered.
 fn metering_ratio(reports: &[(Target, Report)], spec: &Spec) -> Option<f64> {
-    Some(per_cpu(reports, spec, Target::Chainsieve)? / per_cpu(reports, spec, Target::Unmetered)?)
+    ratio(reports, spec, Target::Chainsieve, Target::Unmetered)
+}
+
+/// The devnet's CPU per notification against the node path's (chainsieve
+/// over anvil).
+fn devnet_ratio(reports: &[(Target, Report)], spec: &Spec) -> Option<f64> {
+    ratio(reports, spec, Target::Chainsieve, Target::Devnet)
 }
 
 fn print_ratios(reports: &[(Target, Report)], spec: &Spec) {
@@ -309,6 +322,9 @@ fn print_ratios(reports: &[(Target, Report)], spec: &Spec) {
     if let Some(ratio) = metering_ratio(reports, spec) {
         println!("notifications per CPU-second: chainsieve / unmetered = {ratio:.3}×");
     }
+    if let Some(ratio) = devnet_ratio(reports, spec) {
+        println!("CPU per notification: devnet / chainsieve = {ratio:.2}×");
+    }
 }
 
 /// Medians and spreads over the runs, per target.
@@ -322,6 +338,16 @@ fn summarize(runs: &[Vec<(Target, Report)>], spec: &Spec) {
         println!(
             "  per CPU-second, metered / unmetered, same run {}",
             spread(metering)
+        );
+    }
+    let devnet: Vec<f64> = runs
+        .iter()
+        .filter_map(|run| devnet_ratio(run, spec))
+        .collect();
+    if !devnet.is_empty() {
+        println!(
+            "  CPU per notification, devnet / chainsieve, same run {}",
+            spread(devnet)
         );
     }
     let targets: Vec<Target> = runs[0].iter().map(|(target, _)| *target).collect();
@@ -377,25 +403,20 @@ fn summarize(runs: &[Vec<(Target, Report)>], spec: &Spec) {
             "    memory per connection, KiB {}",
             figure(&|r| r.memory_per_connection.map(|m| m / 1024.0))
         );
-        let ratio = spread(
-            runs.iter()
-                .flat_map(|run| ratios(run, spec))
+        let of_target = |each: Ratios| {
+            let ratios: Vec<f64> = runs
+                .iter()
+                .flat_map(|run| each(run, spec))
                 .filter(|(t, _)| *t == target)
                 .map(|(_, ratio)| ratio)
-                .collect(),
-        );
-        if target != Target::Anvil {
+                .collect();
+            (!ratios.is_empty()).then(|| spread(ratios))
+        };
+        if let Some(ratio) = of_target(ratios) {
             println!("    per CPU-second against anvil, same run {ratio}");
         }
-        let over = spread(
-            runs.iter()
-                .flat_map(|run| over_floor(run, spec))
-                .filter(|(t, _)| *t == target)
-                .map(|(_, ratio)| ratio)
-                .collect(),
-        );
-        if !matches!(target, Target::Anvil | Target::Floor) {
-            println!("    CPU per notification against the floor, same run {over}");
+        if let Some(ratio) = of_target(over_floor) {
+            println!("    CPU per notification against the floor, same run {ratio}");
         }
     }
 }

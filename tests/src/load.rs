@@ -157,6 +157,18 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// Whether connection number `connection` is timed: every n-th, spread
+    /// over the connection order, so a server that writes an event to its
+    /// clients in the order they came (the floor does) does not time its
+    /// earliest writes only.
+    pub fn is_timed(&self, connection: usize) -> bool {
+        if self.timed_connections == 0 {
+            return false;
+        }
+        let stride = (self.connections / self.timed_connections).max(1);
+        connection.is_multiple_of(stride) && connection / stride < self.timed_connections
+    }
+
     /// Transactions the run sends.
     pub fn transactions(&self) -> usize {
         (self.rate as f64 * (self.warmup + self.measure).as_secs_f64()) as usize
@@ -534,7 +546,7 @@ async fn connect_all(
                 let (connection, subscribed) = opened.context("a client panicked")?;
                 let (socket, ids) = subscribed
                     .with_context(|| format!("connecting and subscribing client {connection}"))?;
-                let timed = connection < spec.timed_connections;
+                let timed = spec.is_timed(connection);
                 readers.spawn(listen(socket, ids, shared.clone(), workload.clone(), timed));
             }
         }
@@ -849,6 +861,29 @@ mod tests {
             tenths.iter().all(|&n| (90..=110).contains(&n)),
             "{tenths:?}"
         );
+    }
+
+    #[test]
+    fn timed_connections_spread_over_the_connection_order() {
+        let spec = |connections, timed_connections| Spec {
+            connections,
+            subscriptions_per_connection: 4,
+            rate: 10,
+            warmup: Duration::ZERO,
+            measure: Duration::ZERO,
+            timed_connections,
+        };
+        let timed = |spec: Spec| {
+            (0..spec.connections)
+                .filter(|&c| spec.is_timed(c))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(timed(spec(10, 3)), [0, 3, 6]);
+        assert_eq!(timed(spec(10_000, 100)).len(), 100);
+        assert_eq!(timed(spec(10_000, 100))[99], 9_900);
+        assert_eq!(timed(spec(8, 8)), (0..8).collect::<Vec<_>>());
+        assert_eq!(timed(spec(8, 20)), (0..8).collect::<Vec<_>>());
+        assert!(timed(spec(8, 0)).is_empty());
     }
 
     #[test]

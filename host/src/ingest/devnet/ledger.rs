@@ -93,8 +93,9 @@ impl Ledger {
         self.inner().mined.get(hash).copied()
     }
 
-    /// Transactions announced pending.
-    pub(super) fn announced(&self, txs: &[std::sync::Arc<Transaction>]) {
+    /// Transactions pending (a submission once accepted, the devnet's own
+    /// once announced): their senders' pending nonces count them.
+    pub(super) fn pending(&self, txs: &[std::sync::Arc<Transaction>]) {
         let mut inner = self.inner();
         for tx in txs {
             let entry = inner.nonces.entry(tx.from).or_default();

@@ -19,7 +19,7 @@ pub const POOL_LIMIT: usize = 65_536;
 
 /// A transaction sent to the devnet (`eth_sendRawTransaction`): decoded
 /// and its signer recovered by the caller, answered on `reply` once
-/// announced (or refused).
+/// accepted (or refused).
 #[derive(Debug)]
 pub struct Submission {
     pub envelope: TxEnvelope,

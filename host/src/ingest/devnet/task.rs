@@ -1,8 +1,9 @@
 //! The devnet's task: [`run`] drives a [`Devnet`] in real time, builds
 //! blocks and signs its own pending batches on the blocking pool,
-//! announces submissions as they come, and mines the next block at once
-//! when asked (`evm_mine`).
+//! announces submissions (together when they come close), and mines the
+//! next block at once when asked (`evm_mine`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -12,10 +13,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::mempool::Submission;
 use super::{Devnet, Done, FinalityDepths, Ledger, Step};
-use crate::model::SourceEvent;
+use crate::model::{SourceEvent, Transaction};
 
 /// Submissions taken into one pending announcement at most.
 const SUBMISSIONS_PER_BATCH: usize = 1_024;
+
+/// The least time between two announcements of submissions: what comes
+/// sooner waits for the mark with whatever else arrives by then, as a
+/// node's pool announces in batches. Every announcement is a write to
+/// every pending subscriber's socket, and the kernel's cost is per write
+/// (docs/src/benchmarks.md, The devnet's announcements); a quiet devnet
+/// still announces a submission at once.
+const ANNOUNCE_GAP: Duration = Duration::from_millis(30);
 
 /// A request to mine the next block now (`evm_mine`), answered once the
 /// block has been sent on.
@@ -25,11 +34,13 @@ pub type MineRequest = oneshot::Sender<()>;
 /// receiver is gone: genesis first, then one step per
 /// `block_time / (pending_batches_per_block + 1)`, so a block's pending
 /// batches and the block itself share the block time evenly. Submitted
-/// transactions are announced as they come: what arrived together is one
-/// pending batch, with no waiting for more. A request on `mines` runs the
-/// steps up to the next block back to back, without waiting for ticks (a
-/// test, or a client's, way to step the chain block by block: with a long
-/// block time, only requested blocks come).
+/// transactions are answered as they are accepted, and announced at once
+/// unless an announcement went less than [`ANNOUNCE_GAP`] before: then
+/// together with what else arrives by its mark, and always before the
+/// block that mines them. A request on `mines` runs the steps up to the
+/// next block back to back, without waiting for ticks (a test, or a
+/// client's, way to step the chain block by block: with a long block time,
+/// only requested blocks come).
 pub async fn run(
     mut devnet: Devnet,
     out: mpsc::Sender<SourceEvent>,
@@ -79,10 +90,22 @@ pub async fn run(
     // own.
     let mut mining: Vec<MineRequest> = Vec::new();
     let mut mines_open = true;
+    // Submissions accepted and waiting for the gap's mark; when the last
+    // announcement went.
+    let mut held = Vec::new();
+    let mut last_announced: Option<tokio::time::Instant> = None;
     loop {
+        let mark = last_announced.map(|at| at + ANNOUNCE_GAP);
         let events = tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
+            () = tokio::time::sleep_until(mark.unwrap_or_else(tokio::time::Instant::now)), if !held.is_empty() => {
+                if !announce(&sink, &mut held).await {
+                    return;
+                }
+                last_announced = Some(tokio::time::Instant::now());
+                continue;
+            }
             done = async { working.as_mut().expect("guarded").await }, if working.is_some() => {
                 working = None;
                 match done {
@@ -115,28 +138,33 @@ pub async fn run(
             received = submissions.recv_many(&mut arrived, SUBMISSIONS_PER_BATCH), if open => {
                 // Closed: the chain no longer takes submissions.
                 open = received > 0;
-                let mut announced = Vec::new();
-                let mut replies = Vec::with_capacity(arrived.len());
                 for submission in arrived.drain(..) {
                     let outcome = devnet
                         .accept(submission.envelope, submission.from)
-                        .map(|tx| announced.push(tx));
-                    replies.push((submission.reply, outcome));
+                        .map(|tx| {
+                            // Its sender's pending nonce counts it from
+                            // now, as a node's pool does, announced or
+                            // not yet.
+                            ledger.pending(std::slice::from_ref(&tx));
+                            held.push(tx);
+                        });
+                    let _ = submission.reply.send(outcome);
                 }
-                // Announced before answered: a client holding the hash
-                // finds the transaction pending.
-                if !announced.is_empty()
-                    && !sink.send(SourceEvent::Pending(announced)).await
-                {
-                    return;
-                }
-                for (reply, outcome) in replies {
-                    let _ = reply.send(outcome);
+                let due = mark.is_none_or(|mark| tokio::time::Instant::now() >= mark);
+                if due {
+                    if !announce(&sink, &mut held).await {
+                        return;
+                    }
+                    last_announced = Some(tokio::time::Instant::now());
                 }
                 continue;
             }
         };
         let mined = events.iter().any(|e| matches!(e, SourceEvent::Block(_)));
+        // What waits for the mark goes first: pending before mined.
+        if !announce(&sink, &mut held).await {
+            return;
+        }
         for event in events {
             if !sink.send(event).await {
                 return;
@@ -147,6 +175,12 @@ pub async fn run(
             let _ = mining.remove(0).send(());
         }
     }
+}
+
+/// Announces the `held` submissions, if any; false when the devnet should
+/// stop.
+async fn announce(sink: &Sink<'_>, held: &mut Vec<Arc<Transaction>>) -> bool {
+    held.is_empty() || sink.send(SourceEvent::Pending(std::mem::take(held))).await
 }
 
 /// Takes `devnet`'s next step: its events if they are ready, or `None`
@@ -177,7 +211,7 @@ impl Sink<'_> {
     /// it counted. A block is followed by the finality it brings.
     async fn send(&self, event: SourceEvent) -> bool {
         if let SourceEvent::Pending(txs) = &event {
-            self.ledger.announced(txs);
+            self.ledger.pending(txs);
         }
         let finality = match &event {
             SourceEvent::Block(block) => Some(self.finality.at(block.number())),
@@ -331,6 +365,75 @@ mod tests {
                 })
             ]
         );
+        shutdown.cancel();
+    }
+
+    /// The nonces of the next pending announcement (nothing else comes
+    /// with an hour per block).
+    async fn pending(events: &mut mpsc::Receiver<SourceEvent>) -> Vec<u64> {
+        match next_event(events, "announced").await {
+            SourceEvent::Pending(txs) => txs.iter().map(|tx| tx.nonce).collect(),
+            other => panic!("a pending announcement, not {other:?}"),
+        }
+    }
+
+    /// A submission within [`ANNOUNCE_GAP`] of the last announcement waits
+    /// for the gap's mark, with whatever else arrives by then, while its
+    /// sender is answered and its pending nonce counted at once; once the
+    /// devnet is quiet again, a submission is announced at once.
+    #[tokio::test(start_paused = true)]
+    async fn submissions_close_together_are_announced_together_at_the_gap() {
+        let slow = DevnetSettings {
+            block_time_ms: Some(3_600_000),
+            history_blocks: 0,
+            ..quiet()
+        };
+        let devnet = Devnet::new(1, &slow);
+        let ledger = devnet.ledger();
+        let (out, mut events) = mpsc::channel(16);
+        let (submit, submitted) = mpsc::channel(16);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(run(devnet, out, submitted, no_mines(), shutdown.clone()));
+        let send = |nonce| {
+            let submit = submit.clone();
+            async move {
+                let (envelope, from) = outside(nonce, 21_000, &[]);
+                let (reply, answer) = oneshot::channel();
+                submit
+                    .send(Submission {
+                        envelope,
+                        from,
+                        reply,
+                    })
+                    .await
+                    .expect("the devnet runs");
+                answer.await.expect("answered").expect("accepted");
+                from
+            }
+        };
+        while !matches!(
+            next_event(&mut events, "genesis, then live").await,
+            SourceEvent::Synced
+        ) {}
+
+        let first = tokio::time::Instant::now();
+        let from = send(0).await;
+        assert_eq!(pending(&mut events).await, [0], "the first at once");
+        assert_eq!(tokio::time::Instant::now(), first);
+
+        tokio::time::advance(Duration::from_millis(1)).await;
+        send(1).await;
+        send(2).await;
+        assert_eq!(ledger.nonce(from, true), 3, "counted when accepted");
+        assert!(events.try_recv().is_err(), "held for the mark");
+        assert_eq!(pending(&mut events).await, [1, 2], "together");
+        assert_eq!(tokio::time::Instant::now(), first + ANNOUNCE_GAP);
+
+        tokio::time::advance(ANNOUNCE_GAP * 5).await;
+        let quiet = tokio::time::Instant::now();
+        send(3).await;
+        assert_eq!(pending(&mut events).await, [3], "quiet again: at once");
+        assert_eq!(tokio::time::Instant::now(), quiet);
         shutdown.cancel();
     }
 
