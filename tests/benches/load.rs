@@ -295,6 +295,9 @@ fn ratio(reports: &[(Target, Report)], spec: &Spec, a: Target, b: Target) -> Opt
     Some(per_cpu(reports, spec, a)? / per_cpu(reports, spec, b)?)
 }
 
+/// One ratio between two targets, within one run.
+type Pair = fn(&[(Target, Report)], &Spec) -> Option<f64>;
+
 /// Chainsieve's notifications per CPU-second metered against unmetered.
 fn metering_ratio(reports: &[(Target, Report)], spec: &Spec) -> Option<f64> {
     ratio(reports, spec, Target::Chainsieve, Target::Unmetered)
@@ -330,25 +333,15 @@ fn print_ratios(reports: &[(Target, Report)], spec: &Spec) {
 /// Medians and spreads over the runs, per target.
 fn summarize(runs: &[Vec<(Target, Report)>], spec: &Spec) {
     println!("summary of {} runs: median (min–max)", runs.len());
-    let metering: Vec<f64> = runs
-        .iter()
-        .filter_map(|run| metering_ratio(run, spec))
-        .collect();
-    if !metering.is_empty() {
-        println!(
-            "  per CPU-second, metered / unmetered, same run {}",
-            spread(metering)
-        );
-    }
-    let devnet: Vec<f64> = runs
-        .iter()
-        .filter_map(|run| devnet_ratio(run, spec))
-        .collect();
-    if !devnet.is_empty() {
-        println!(
-            "  CPU per notification, devnet / chainsieve, same run {}",
-            spread(devnet)
-        );
+    let pairs: [(&str, Pair); 2] = [
+        ("per CPU-second, metered / unmetered", metering_ratio),
+        ("CPU per notification, devnet / chainsieve", devnet_ratio),
+    ];
+    for (label, pair) in pairs {
+        let each: Vec<f64> = runs.iter().filter_map(|run| pair(run, spec)).collect();
+        if !each.is_empty() {
+            println!("  {label}, same run {}", spread(each));
+        }
     }
     let targets: Vec<Target> = runs[0].iter().map(|(target, _)| *target).collect();
     for target in targets {

@@ -330,17 +330,7 @@ mod tests {
         ));
         let mut answers = Vec::new();
         for nonce in [0, 1, 1] {
-            let (envelope, from) = outside(nonce, 21_000, &[]);
-            let (reply, answer) = oneshot::channel();
-            submit
-                .send(Submission {
-                    envelope,
-                    from,
-                    reply,
-                })
-                .await
-                .expect("the devnet runs");
-            answers.push(answer);
+            answers.push(send_transfer(&submit, nonce).await.0);
         }
         let mut announced = Vec::new();
         while announced.len() < 2 {
@@ -366,6 +356,28 @@ mod tests {
             ]
         );
         shutdown.cancel();
+    }
+
+    /// Submits a transfer from the outside sender with `nonce`; returns
+    /// where its answer comes and the sender.
+    async fn send_transfer(
+        submit: &mpsc::Sender<Submission>,
+        nonce: u64,
+    ) -> (
+        oneshot::Receiver<Result<(), Refusal>>,
+        alloy_primitives::Address,
+    ) {
+        let (envelope, from) = outside(nonce, 21_000, &[]);
+        let (reply, answer) = oneshot::channel();
+        submit
+            .send(Submission {
+                envelope,
+                from,
+                reply,
+            })
+            .await
+            .expect("the devnet runs");
+        (answer, from)
     }
 
     /// The nonces of the next pending announcement (nothing else comes
@@ -397,16 +409,7 @@ mod tests {
         let send = |nonce| {
             let submit = submit.clone();
             async move {
-                let (envelope, from) = outside(nonce, 21_000, &[]);
-                let (reply, answer) = oneshot::channel();
-                submit
-                    .send(Submission {
-                        envelope,
-                        from,
-                        reply,
-                    })
-                    .await
-                    .expect("the devnet runs");
+                let (answer, from) = send_transfer(&submit, nonce).await;
                 answer.await.expect("answered").expect("accepted");
                 from
             }
