@@ -38,6 +38,8 @@ use crate::load::Kind;
 /// A running floor; dropping it stops its threads and closes its sockets.
 pub struct Floor {
     addr: SocketAddr,
+    /// Set on drop: the acceptor stops at its next connection, which the
+    /// drop then makes.
     stopping: Arc<AtomicBool>,
     /// The node connection's socket, shut down on drop so the relay's
     /// blocking read returns.
