@@ -284,9 +284,10 @@ fn over_floor(reports: &[(Target, Report)], spec: &Spec) -> Vec<(Target, f64)> {
     let Some(floor) = per_cpu(reports, spec, Target::Floor) else {
         return Vec::new();
     };
-    MEASURED[1..]
-        .iter()
-        .filter_map(|&target| per_cpu(reports, spec, target).map(|ours| (target, floor / ours)))
+    MEASURED
+        .into_iter()
+        .filter(|&target| target != Target::Floor)
+        .filter_map(|target| per_cpu(reports, spec, target).map(|ours| (target, floor / ours)))
         .collect()
 }
 

@@ -33,7 +33,7 @@ use serde_json::value::RawValue;
 use tokio_tungstenite::tungstenite::{self, Message, WebSocket};
 
 use crate::TIMEOUT;
-use crate::load::Kind;
+use crate::load::{self, Kind};
 
 /// A running floor; dropping it stops its threads and closes its sockets.
 pub struct Floor {
@@ -118,7 +118,7 @@ fn subscribe_upstream(node_ws: &str) -> anyhow::Result<(Upstream, TcpStream)> {
         tungstenite::client(node_ws, stream).context("the node's WebSocket handshake")?;
     for (id, kind) in Kind::ALL.iter().enumerate() {
         let params = match kind {
-            Kind::Pending => serde_json::json!(["newPendingTransactions", true]),
+            Kind::Pending => load::full_pending(),
             _ => kind.params(),
         };
         let request = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "eth_subscribe", "params": params});

@@ -141,6 +141,12 @@ impl Kind {
     }
 }
 
+/// The node's pending transactions in full: what chainsieve ingests (the
+/// probe and the floor read it too).
+pub fn full_pending() -> Value {
+    json!(["newPendingTransactions", true])
+}
+
 /// How hard to push.
 #[derive(Clone, Debug)]
 pub struct Spec {
@@ -384,7 +390,8 @@ pub async fn run(
         None
     } else {
         let (mut socket, _) = connect(node_ws).await.context("connecting the probe")?;
-        let request = json!({"jsonrpc": "2.0", "id": 0, "method": "eth_subscribe", "params": ["newPendingTransactions", true]});
+        let request =
+            json!({"jsonrpc": "2.0", "id": 0, "method": "eth_subscribe", "params": full_pending()});
         socket.send(Message::text(request.to_string())).await?;
         Some(tokio::spawn(probe(
             socket,

@@ -99,6 +99,8 @@ pub async fn run(
         let events = tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
+            // Held submissions, once the gap since the last announcement
+            // has passed (at once if it has).
             () = tokio::time::sleep_until(mark.unwrap_or_else(tokio::time::Instant::now)), if !held.is_empty() => {
                 if !announce(&sink, &mut held).await {
                     return;
@@ -138,24 +140,22 @@ pub async fn run(
             received = submissions.recv_many(&mut arrived, SUBMISSIONS_PER_BATCH), if open => {
                 // Closed: the chain no longer takes submissions.
                 open = received > 0;
-                for submission in arrived.drain(..) {
-                    let outcome = devnet
-                        .accept(submission.envelope, submission.from)
-                        .map(|tx| {
-                            // Its sender's pending nonce counts it from
-                            // now, as a node's pool does, announced or
-                            // not yet.
-                            ledger.pending(std::slice::from_ref(&tx));
-                            held.push(tx);
-                        });
-                    let _ = submission.reply.send(outcome);
-                }
-                let due = mark.is_none_or(|mark| tokio::time::Instant::now() >= mark);
-                if due {
-                    if !announce(&sink, &mut held).await {
-                        return;
-                    }
-                    last_announced = Some(tokio::time::Instant::now());
+                let accepted_from = held.len();
+                let outcomes: Vec<_> = arrived
+                    .drain(..)
+                    .map(|submission| {
+                        let outcome = devnet
+                            .accept(submission.envelope, submission.from)
+                            .map(|tx| held.push(tx));
+                        (submission.reply, outcome)
+                    })
+                    .collect();
+                // Their senders' pending nonces count them from now, as a
+                // node's pool does, announced or not yet; the mark's arm
+                // above announces them (at once when no mark is ahead).
+                ledger.pending(&held[accepted_from..]);
+                for (reply, outcome) in outcomes {
+                    let _ = reply.send(outcome);
                 }
                 continue;
             }
@@ -208,7 +208,8 @@ impl Sink<'_> {
     /// keep the devnet alive); false when the devnet should stop. The
     /// ledger notes the nonces of what is announced first, so a sender
     /// that reads its pending nonce once its transaction is announced sees
-    /// it counted. A block is followed by the finality it brings.
+    /// it counted (the devnet's own; a submission was counted when
+    /// accepted, and counting it again changes nothing). A block is followed by the finality it brings.
     async fn send(&self, event: SourceEvent) -> bool {
         if let SourceEvent::Pending(txs) = &event {
             self.ledger.pending(txs);
