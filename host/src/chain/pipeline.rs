@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::eventlog::store::Persist;
 use crate::eventlog::{EventLog, Position, Step};
+use crate::fanout::Together;
 use crate::filters::FilterHandle;
 use crate::filters::batch::EventBatch;
 use crate::ingest::canonical::CanonicalChain;
@@ -311,18 +312,47 @@ impl Pipeline {
     /// without subscribers is skipped: one that gains a resuming
     /// subscription reads what it skipped from the log (the subscriber
     /// count it raised first is seen here, as the append came after).
+    ///
+    /// When several actors take the step and none has batches waiting,
+    /// they deliver it [`Together`]: a connection gets the step in one
+    /// write once the last is done. The last batch is moved, not cloned,
+    /// into its last actor, so that write is made on an actor's thread.
     async fn dispatch(&self, step: &Step) {
-        for batch in EventBatch::of_step(step, &self.chain) {
+        let topics = self.state.topics();
+        let mut deliveries: Vec<(EventBatch, Vec<&FilterHandle>)> =
+            EventBatch::of_step(step, &self.chain)
+                .into_iter()
+                .map(|batch| {
+                    let takers = topics
+                        .values()
+                        .filter(|filter| filter.source == batch.source && filter.has_subscribers())
+                        .collect();
+                    (batch, takers)
+                })
+                .collect();
+        let mut takers = deliveries.iter().flat_map(|(_, takers)| takers);
+        if takers.clone().count() > 1 && takers.all(|filter| filter.is_idle()) {
+            let together = Arc::new(Together::default());
+            for (batch, _) in &mut deliveries {
+                batch.deliver_together(together.clone());
+            }
+        }
+        for (batch, takers) in deliveries {
             self.ingested[stream_slot(batch.source)].inc_by(batch.len() as u64);
             let batch = Arc::new(batch);
-            for filter in self.state.topics().values() {
-                if filter.source == batch.source
-                    && filter.has_subscribers()
-                    && !filter.send_batch(batch.clone()).await
-                {
-                    tracing::error!(chain = %self.chain, topic = %filter.topic, "filter actor stopped");
-                }
+            let Some((last, others)) = takers.split_last() else {
+                continue;
+            };
+            for filter in others {
+                self.hand(filter, batch.clone()).await;
             }
+            self.hand(last, batch).await;
+        }
+    }
+
+    async fn hand(&self, filter: &FilterHandle, batch: Arc<EventBatch>) {
+        if !filter.send_batch(batch).await {
+            tracing::error!(chain = %self.chain, topic = %filter.topic, "filter actor stopped");
         }
     }
 }
@@ -334,8 +364,9 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::fanout::Frames;
-    use crate::filters::testing::{self, builtin, subscribe_all};
+    use crate::fanout::testing::Pipe;
+    use crate::fanout::{Frames, Sink};
+    use crate::filters::testing::{self, builtin, subscribe_all, to_everything};
     use crate::ingest::devnet::{Devnet, DevnetSettings};
     use crate::model::Block;
 
@@ -410,6 +441,55 @@ mod tests {
 
     fn devnet() -> Devnet {
         Devnet::new(1, &DevnetSettings::default())
+    }
+
+    /// A block's heads and logs reach a connection subscribed to both in
+    /// one write, made once both actors are done with the block.
+    #[tokio::test]
+    async fn a_steps_topics_reach_a_connection_in_one_write() {
+        let log = testing::log();
+        let mut topics = BTreeMap::new();
+        for topic in ["newHeads", "logs"] {
+            let (engine, component) = builtin(topic);
+            let metrics = Metrics::default().actor("eth", topic);
+            let handle = FilterHandle::spawn(engine, component, &log, metrics).expect("actor");
+            topics.insert(topic.to_string(), handle);
+        }
+        let pipe = Pipe::with_room(1 << 20);
+        let (sink, mut frames) = Sink::wired(1_024, pipe.wire(), None);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let (mut taken, mut unwritten) = (std::collections::VecDeque::new(), Vec::new());
+        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
+        assert!(round.is_pending(), "the writer waits");
+        for (key, topic) in [(1, "newHeads"), (2, "logs")] {
+            topics[topic]
+                .subscribe(to_everything(key, sink.clone()))
+                .await
+                .expect("subscribed");
+        }
+        let (mut pipeline, _state, _indexed) = pipeline(topics, log);
+        let mut devnet = devnet();
+        pipeline.apply(SourceEvent::Block(devnet.genesis())).await;
+        let logged = loop {
+            let block = blocks(&mut devnet, 1).remove(0);
+            if !block.logs.is_empty() {
+                break block;
+            }
+            pipeline.apply(SourceEvent::Block(block)).await;
+        };
+        pipeline.apply(SourceEvent::Synced).await;
+        pipeline.apply(SourceEvent::Block(logged.clone())).await;
+        pipe.written().await;
+        let taken = String::from_utf8_lossy(&pipe.taken()).into_owned();
+        assert!(
+            taken.contains(r#""subscription":"0x1""#),
+            "the head: {taken}"
+        );
+        assert!(
+            taken.matches(r#""subscription":"0x2""#).count() == logged.logs.len(),
+            "every log: {taken}"
+        );
+        assert_eq!(pipe.writes(), 1, "in one write");
     }
 
     /// What a source sends before `Synced` fills the window and the price

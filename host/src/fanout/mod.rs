@@ -11,13 +11,17 @@
 //! reference counts and no allocation (docs/src/architecture.md, Fan-out).
 //! While the writer waits on an empty queue, a sender writes to the
 //! connection's [`Wire`] itself, and the notification is not queued at all.
+//! The topics of one step hold their frames to a connection until the last
+//! of them is done, and the step goes out in one write ([`Together`]).
 
 mod frame;
 mod queue;
 #[cfg(test)]
 pub mod testing;
+mod together;
 mod wire;
 
 pub use frame::{Frame, Notice, ended, new_id};
-pub use queue::{Closing, Frames, Round, SendError, Sink, Via};
+pub use queue::{Closing, Frames, Held, Round, SendError, Sink, Via};
+pub use together::Together;
 pub use wire::{Wire, with_scratch};

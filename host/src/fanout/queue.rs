@@ -17,6 +17,12 @@
 //! frames to the socket under the lock, and wakes nobody unless the socket
 //! took them only in part (the writer writes the rest, before anything
 //! queued after them).
+//!
+//! A sender may also hold its frames back ([`Sink::hold_all`]): encoded
+//! for the socket without waking the waiting writer, until the [`Held`] it
+//! was given is dropped, which writes everything held in one write. A
+//! step's topics hold a connection's frames this way so that the step goes
+//! out in one write ([`super::Together`]).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -105,9 +111,14 @@ struct Queue {
     /// The writer waits on this queue with nothing in flight, and nobody
     /// has woken it since: a sender may write to the socket itself.
     idle: bool,
-    /// The rest of a sender's own write the socket took only in part: the
-    /// writer writes it first, then what it takes from the queue.
+    /// The rest of a sender's own write the socket took only in part, or
+    /// the frames held for a [`Held`], encoded: the writer writes it
+    /// first, then what it takes from the queue.
     unwritten: Vec<u8>,
+    /// `unwritten` is held for a [`Held`] while the writer waits, not
+    /// woken: nobody writes to the socket past it, and the next frame
+    /// queued, a wake or the writer's own round ends the hold early.
+    held: bool,
 }
 
 /// How a sender's frames may reach the socket.
@@ -126,8 +137,29 @@ pub enum Via {
 enum Sent {
     /// Written whole to the socket: the writer is not woken.
     Written,
+    /// Held for a release: the writer is not woken.
+    Held,
     /// Queued, or written in part: the writer is woken to go on.
     Queued,
+}
+
+/// How [`Sink::notify`] sends.
+enum How<'h> {
+    Via(Via),
+    /// Held for the release of a [`Held`], pushed here if this hold is new.
+    Hold(&'h mut Vec<Held>),
+}
+
+/// A connection whose frames are held ([`Sink::hold_all`]): dropped, it
+/// writes them in one write if the writer still waits, else leaves them to
+/// the writer, which something woke since.
+#[derive(Debug)]
+pub struct Held(Arc<Shared>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.release();
+    }
 }
 
 /// Why a frame was not queued.
@@ -180,7 +212,7 @@ impl Shared {
                 return Err(SendError::Closed);
             }
             match change(&mut queue)? {
-                Sent::Written => None,
+                Sent::Written | Sent::Held => None,
                 Sent::Queued => queue.wake(),
             }
         };
@@ -193,7 +225,7 @@ impl Shared {
     /// wrote nothing (the caller queues the frames instead).
     fn write_through(&self, queue: &mut Queue, encode: impl FnOnce(&mut Vec<u8>)) -> Option<Sent> {
         let wire = self.wire.as_ref()?;
-        if !queue.idle || self.is_closed() {
+        if !queue.idle || queue.held || self.is_closed() {
             return None;
         }
         with_scratch(|scratch| {
@@ -210,15 +242,45 @@ impl Shared {
         })
     }
 
+    /// Ends a hold: writes the held frames in one write while the writer
+    /// still waits, else wakes it to write them.
+    fn release(&self) {
+        let (waker, written) = {
+            let mut queue = self.lock();
+            if !std::mem::take(&mut queue.held) {
+                // Something woke the writer since: it writes them.
+                return;
+            }
+            let sent = match &self.wire {
+                Some(wire) if !self.is_closed() && !queue.receiver_gone => {
+                    wire.try_write(&queue.unwritten).unwrap_or(0)
+                }
+                _ => 0,
+            };
+            if sent == queue.unwritten.len() {
+                // Given back outside the lock: a step can be large.
+                (None, std::mem::take(&mut queue.unwritten))
+            } else {
+                // A failed socket is left to the writer, which stops on it.
+                queue.unwritten.drain(..sent);
+                (queue.wake(), Vec::new())
+            }
+        };
+        drop(written);
+        wake(waker);
+    }
+
     fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 }
 
 impl Queue {
-    /// Takes the writer's waker to wake it: it is no longer idle.
+    /// Takes the writer's waker to wake it: it is no longer idle, and
+    /// writes what was held.
     fn wake(&mut self) -> Option<Waker> {
         self.idle = false;
+        self.held = false;
         self.writer.take()
     }
 
@@ -301,6 +363,31 @@ impl Sink {
         notices: impl Iterator<Item = &'a Notice> + Clone,
         via: Via,
     ) -> Result<usize, SendError> {
+        self.notify(subscription, notices, How::Via(via))
+    }
+
+    /// Sends an `eth_subscription` notification of each of `notices` to
+    /// `subscription` as [`Self::notify_all`] does, but while the writer
+    /// waits holds them instead of writing: they go out, with whatever else
+    /// is held, when the [`Held`] pushed to `held` is dropped (one per hold:
+    /// none is pushed when this queue is held already, or its writer is
+    /// busy and simply takes them queued). Held frames take no room in the
+    /// queue: one step's. `Ok`: how many were sent.
+    pub fn hold_all<'a>(
+        &self,
+        subscription: &Arc<str>,
+        notices: impl Iterator<Item = &'a Notice> + Clone,
+        held: &mut Vec<Held>,
+    ) -> Result<usize, SendError> {
+        self.notify(subscription, notices, How::Hold(held))
+    }
+
+    fn notify<'a>(
+        &self,
+        subscription: &Arc<str>,
+        notices: impl Iterator<Item = &'a Notice> + Clone,
+        how: How<'_>,
+    ) -> Result<usize, SendError> {
         let count = notices.clone().count();
         let tally = self.shared.metered.as_ref().map(|metered| &metered.tally);
         // Counted under the queue's lock, which makes this sender the
@@ -314,13 +401,27 @@ impl Sink {
                 tally.add(count as u64, bytes as u64);
             }
         };
+        let mut newly_held = false;
         self.push(|queue| {
             let encode = |out: &mut Vec<u8>| {
                 for notice in notices.clone() {
                     notice.encode_to(subscription, out);
                 }
             };
-            if via == Via::Socket
+            if matches!(how, How::Hold(_))
+                && queue.idle
+                && self.shared.wire.is_some()
+                && !self.shared.is_closed()
+            {
+                // The writer waits, so nothing is queued or unwritten but
+                // what is held: the frames go after it, encoded for the
+                // socket (a queue without one is read frame by frame).
+                encode(&mut queue.unwritten);
+                counted();
+                newly_held = !std::mem::replace(&mut queue.held, true);
+                return Ok(Sent::Held);
+            }
+            if matches!(how, How::Via(Via::Socket))
                 && let Some(sent) = self.shared.write_through(queue, encode)
             {
                 counted();
@@ -335,8 +436,11 @@ impl Sink {
                 }));
             counted();
             Ok(Sent::Queued)
-        })
-        .map(|()| count)
+        })?;
+        if let (How::Hold(held), true) = (how, newly_held) {
+            held.push(Held(self.shared.clone()));
+        }
+        Ok(count)
     }
 
     /// Offers `change`; an overflow closes the connection.
@@ -444,6 +548,8 @@ impl Frames {
     ) -> Poll<Round> {
         let mut queue = self.shared.lock();
         queue.idle = false;
+        // The writer takes what was held itself.
+        queue.held = false;
         let had_unwritten = !queue.unwritten.is_empty();
         if had_unwritten {
             // Taken whole: a burst's buffer leaves the idle queue with it.
@@ -757,6 +863,98 @@ mod tests {
         assert_eq!(pipe.writes(), 2, "one per send");
         assert_eq!(wakes.0.load(Ordering::Relaxed), 0, "nobody woken");
         assert_eq!(frames.try_recv(), None, "nothing queued");
+    }
+
+    /// Held frames wait for the release, with the writer asleep, and go
+    /// out in one write with every other subscription's held on the
+    /// connection; one hold per connection is handed out.
+    #[test]
+    fn held_frames_go_out_in_one_write_at_the_release() {
+        let (sink, mut frames, pipe, wakes) = waiting_writer(1 << 20);
+        let (first, second): (Arc<str>, Arc<str>) = ("0x1".into(), "0x2".into());
+        let notices = [Notice::new("1", None), Notice::new("2", None)];
+        let mut held = Vec::new();
+        sink.hold_all(&first, notices.iter(), &mut held)
+            .expect("room");
+        sink.hold_all(&second, notices[..1].iter(), &mut held)
+            .expect("room");
+        assert_eq!(held.len(), 1, "one hold for the connection");
+        assert_eq!((pipe.writes(), wakes.0.load(Ordering::Relaxed)), (0, 0));
+        drop(held);
+        let notification = |subscription: &Arc<str>, notice: &Notice| Frame::Notification {
+            subscription: subscription.clone(),
+            notice: notice.clone(),
+        };
+        let want = encoded(&[
+            notification(&first, &notices[0]),
+            notification(&first, &notices[1]),
+            notification(&second, &notices[0]),
+        ]);
+        assert_eq!(pipe.taken(), want);
+        assert_eq!(pipe.writes(), 1, "one write");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 0, "nobody woken");
+        assert_eq!(frames.try_recv(), None, "nothing left queued");
+    }
+
+    /// A frame sent behind a hold is queued after the held ones, never
+    /// written ahead of them, and wakes the writer for all of it: the
+    /// release then has nothing to do. A release the socket refuses wakes
+    /// the writer too.
+    #[test]
+    fn what_comes_behind_a_hold_wakes_the_writer_for_all_of_it() {
+        let (sink, mut frames, pipe, wakes) = waiting_writer(1 << 20);
+        let subscription: Arc<str> = "0x1".into();
+        let notice = Notice::new("1", None);
+        let mut held = Vec::new();
+        sink.hold_all(&subscription, [&notice].into_iter(), &mut held)
+            .expect("room");
+        sink.send("after".to_string()).expect("room");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1, "woken");
+        drop(held);
+        assert_eq!(pipe.writes(), 0, "the writer's to write");
+        let notification = encoded(&[Frame::Notification {
+            subscription: subscription.clone(),
+            notice: notice.clone(),
+        }]);
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
+        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
+        assert_eq!(round, Poll::Ready(Round::Frames));
+        assert_eq!(unwritten, notification, "the held frame first");
+        assert_eq!(taken, [Frame::Text("after".into())]);
+
+        let (sink, mut frames, pipe, wakes) = waiting_writer(0);
+        let mut held = Vec::new();
+        sink.hold_all(&subscription, [&notice].into_iter(), &mut held)
+            .expect("room");
+        drop(held);
+        assert_eq!(pipe.writes(), 0);
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1, "woken to write it");
+        let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
+        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
+        assert_eq!(round, Poll::Ready(Round::Frames));
+        assert_eq!(unwritten, notification, "still to write");
+    }
+
+    /// A queue without a socket (a webhook's) is read frame by frame: a
+    /// hold there queues the frames and wakes the reader at once.
+    #[test]
+    fn a_queue_without_a_socket_is_never_held() {
+        let (sink, mut frames) = Sink::new(4);
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
+        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
+        assert_eq!(round, Poll::Pending);
+        let subscription: Arc<str> = "0x1".into();
+        let mut held = Vec::new();
+        sink.hold_all(
+            &subscription,
+            [&Notice::new("1", None)].into_iter(),
+            &mut held,
+        )
+        .expect("room");
+        assert!(held.is_empty(), "no hold");
+        assert_eq!(frames.queued(), 1);
     }
 
     /// What the socket took only in part, the writer is woken to finish,

@@ -13,6 +13,8 @@ pub struct Pipe {
     taken: Mutex<Vec<u8>>,
     room: AtomicUsize,
     writes: AtomicUsize,
+    /// The writes so far, for a test to wait on from another thread.
+    written: tokio::sync::watch::Sender<usize>,
 }
 
 impl Pipe {
@@ -37,6 +39,19 @@ impl Pipe {
     pub fn writes(&self) -> usize {
         self.writes.load(Ordering::Relaxed)
     }
+
+    /// Waits until the pipe has taken a write.
+    pub async fn written(&self) {
+        let mut written = self.written.subscribe();
+        let waited = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            written.wait_for(|writes| *writes > 0),
+        );
+        waited
+            .await
+            .expect("a write in time")
+            .expect("the pipe lives");
+    }
 }
 
 #[derive(Debug)]
@@ -51,11 +66,12 @@ impl Wire for Wired {
         }
         let sent = room.min(bytes.len());
         pipe.room.store(room - sent, Ordering::Relaxed);
-        pipe.writes.fetch_add(1, Ordering::Relaxed);
         pipe.taken
             .lock()
             .expect("unpoisoned")
             .extend_from_slice(&bytes[..sent]);
+        let writes = pipe.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        pipe.written.send_replace(writes);
         Ok(sent)
     }
 }

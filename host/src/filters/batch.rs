@@ -12,7 +12,7 @@ use chainsieve_filter_core::{Payload, Source};
 
 use crate::eventlog::cursor::Cursor;
 use crate::eventlog::{self, Position, Step};
-use crate::fanout::Notice;
+use crate::fanout::{Notice, Together};
 use crate::model::{Block, Transaction};
 use crate::model::{ChainEvent, StreamEvent};
 
@@ -61,6 +61,10 @@ pub struct EventBatch {
     /// set is encoded once.
     projected: Mutex<Vec<(u32, Arc<[u8]>)>>,
     slots: Vec<Slot>,
+    /// Shared by the step's batches when several actors take them: their
+    /// frames to a connection go out in one write once the last batch is
+    /// let go.
+    together: Option<Arc<Together>>,
 }
 
 impl EventBatch {
@@ -74,6 +78,7 @@ impl EventBatch {
             encoded: OnceLock::new(),
             projected: Mutex::default(),
             slots,
+            together: None,
         }
     }
 
@@ -140,6 +145,16 @@ impl EventBatch {
 
     pub fn len(&self) -> usize {
         self.events.len()
+    }
+
+    /// Makes this batch one of the step's delivered [`Together`].
+    pub fn deliver_together(&mut self, together: Arc<Together>) {
+        self.together = Some(together);
+    }
+
+    /// The step's group, if its actors hold their frames for one write.
+    pub fn together(&self) -> Option<&Together> {
+        self.together.as_deref()
     }
 
     pub fn is_empty(&self) -> bool {

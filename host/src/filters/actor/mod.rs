@@ -34,7 +34,7 @@ use super::engine::FilterComponent;
 use super::instance::{Instance, Instantiate};
 use crate::eventlog::cursor::{AsOf, Mark, ResumeError, ResumeFrom};
 use crate::eventlog::{EventLog, Position};
-use crate::fanout::{self, Notice, Sink, Via};
+use crate::fanout::{self, Held, Notice, Sink, Via};
 use crate::filters::batch::EventBatch;
 use crate::history::HistoryFeed;
 use crate::metrics::ActorMetrics;
@@ -219,6 +219,12 @@ impl FilterHandle {
         self.subscribers.load(Ordering::Relaxed) > 0
     }
 
+    /// Whether nothing waits in the actor's queue (it may be busy with the
+    /// last command it took).
+    pub fn is_idle(&self) -> bool {
+        self.commands.capacity() == self.commands.max_capacity()
+    }
+
     pub fn subscriber_count(&self) -> usize {
         self.subscribers.load(Ordering::Relaxed)
     }
@@ -319,8 +325,10 @@ struct Record {
     finality: Option<Grade>,
     /// For a `fromBlock` replay: the logged steps it passes over.
     as_of: Option<AsOf>,
-    /// Blocks older than the log, while [`Feed::History`].
-    history: Option<history::Reading>,
+    /// Blocks older than the log, while [`Feed::History`]. Boxed: a
+    /// reading carries a whole batch, and every live delivery looks records
+    /// up, so a small one is a cache line or two.
+    history: Option<Box<history::Reading>>,
 }
 
 /// Where a subscription's notifications come from now.
@@ -382,6 +390,20 @@ impl Record {
         let notices = pairs.filter_map(|pair| self.notice(batch, pair));
         self.sink
             .notify_all(&self.id, notices, via)
+            .map_or(0, |sent| sent as u64)
+    }
+
+    /// [`Self::notify_all`], held for the step's one write: a new hold on
+    /// the connection is pushed to `held`.
+    fn hold_all<'a>(
+        &self,
+        batch: &EventBatch,
+        pairs: impl Iterator<Item = &'a Pair> + Clone,
+        held: &mut Vec<Held>,
+    ) -> u64 {
+        let notices = pairs.filter_map(|pair| self.notice(batch, pair));
+        self.sink
+            .hold_all(&self.id, notices, held)
             .map_or(0, |sent| sent as u64)
     }
 }
@@ -600,7 +622,7 @@ impl Actor {
                 feed,
                 finality,
                 as_of,
-                history: history.map(history::Reading::new),
+                history: history.map(|feed| Box::new(history::Reading::new(feed))),
             },
         );
         self.count_subscribers();
@@ -640,14 +662,23 @@ impl Actor {
             tracing::warn!(chain = %self.chain, topic = %self.topic(), event, len = batch.len(), "filter returned an event index outside the batch");
         }
         let position = batch.position();
+        // An actor behind on its batches lets the writers gather instead.
+        let together = batch.together().filter(|_| via == Via::Socket);
+        let mut held = Vec::new();
         let mut sent = 0;
         for pairs in pairs.chunk_by(|a, b| a.key == b.key) {
             if let Some(record) = self.subscriptions.get(&pairs[0].key)
                 && record.announced()
                 && matches!(record.feed, Feed::Live { after } if position > after)
             {
-                sent += record.notify_all(batch, pairs.iter(), via);
+                sent += match together {
+                    Some(_) => record.hold_all(batch, pairs.iter(), &mut held),
+                    None => record.notify_all(batch, pairs.iter(), via),
+                };
             }
+        }
+        if let Some(together) = together {
+            together.keep(held);
         }
         self.metrics.notifications.inc_by(sent);
     }
