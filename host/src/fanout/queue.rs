@@ -18,11 +18,11 @@
 //! took them only in part (the writer writes the rest, before anything
 //! queued after them).
 //!
-//! A sender may also hold its frames back ([`Sink::hold_all`]): encoded
-//! for the socket without waking the waiting writer, until the [`Held`] it
-//! was given is dropped, which writes everything held in one write. A
-//! step's topics hold a connection's frames this way so that the step goes
-//! out in one write ([`super::Together`]).
+//! A sender may also hold its frames back ([`Sink::hold_all`]): queued
+//! without waking the waiting writer, until the [`Held`] it was given is
+//! dropped, which writes everything held in one write. A step's topics hold
+//! a connection's frames this way so that the step goes out in one write
+//! ([`super::Together`]).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -111,13 +111,12 @@ struct Queue {
     /// The writer waits on this queue with nothing in flight, and nobody
     /// has woken it since: a sender may write to the socket itself.
     idle: bool,
-    /// The rest of a sender's own write the socket took only in part, or
-    /// the frames held for a [`Held`], encoded: the writer writes it
-    /// first, then what it takes from the queue.
+    /// The rest of a sender's own write the socket took only in part: the
+    /// writer writes it first, then what it takes from the queue.
     unwritten: Vec<u8>,
-    /// `unwritten` is held for a [`Held`] while the writer waits, not
-    /// woken: nobody writes to the socket past it, and the next frame
-    /// queued, a wake or the writer's own round ends the hold early.
+    /// The queued frames are held for a [`Held`] while the writer waits,
+    /// not woken: nobody writes to the socket past them, and the next
+    /// frame queued, a wake or the writer's own round ends the hold early.
     held: bool,
 }
 
@@ -137,7 +136,7 @@ pub enum Via {
 enum Sent {
     /// Written whole to the socket: the writer is not woken.
     Written,
-    /// Held for a release: the writer is not woken.
+    /// Queued behind a hold, for its release: the writer is not woken.
     Held,
     /// Queued, or written in part: the writer is woken to go on.
     Queued,
@@ -224,17 +223,28 @@ impl Shared {
     /// waits with nothing in flight and the queue is open; `None` when it
     /// wrote nothing (the caller queues the frames instead).
     fn write_through(&self, queue: &mut Queue, encode: impl FnOnce(&mut Vec<u8>)) -> Option<Sent> {
-        let wire = self.wire.as_ref()?;
         if !queue.idle || queue.held || self.is_closed() {
             return None;
         }
+        self.write_now(&mut queue.unwritten, encode)
+    }
+
+    /// Writes what `encode` makes to the socket, keeping in `unwritten`
+    /// what it took only in part (`Queued`: the writer must be woken);
+    /// `None` when it wrote nothing.
+    fn write_now(
+        &self,
+        unwritten: &mut Vec<u8>,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Option<Sent> {
+        let wire = self.wire.as_ref()?;
         with_scratch(|scratch| {
             encode(scratch);
             // A failed socket is left to the writer, which stops on it.
             match wire.try_write(scratch) {
                 Ok(sent) if sent == scratch.len() => Some(Sent::Written),
                 Ok(sent) if sent > 0 => {
-                    queue.unwritten.extend_from_slice(&scratch[sent..]);
+                    unwritten.extend_from_slice(&scratch[sent..]);
                     Some(Sent::Queued)
                 }
                 _ => None,
@@ -251,21 +261,29 @@ impl Shared {
                 // Something woke the writer since: it writes them.
                 return;
             }
-            let sent = match &self.wire {
-                Some(wire) if !self.is_closed() && !queue.receiver_gone => {
-                    wire.try_write(&queue.unwritten).unwrap_or(0)
-                }
-                _ => 0,
-            };
-            if sent == queue.unwritten.len() {
-                // Given back outside the lock: a step can be large.
-                (None, std::mem::take(&mut queue.unwritten))
+            let sent = if self.is_closed() || queue.receiver_gone {
+                None
             } else {
-                // A failed socket is left to the writer, which stops on it.
-                queue.unwritten.drain(..sent);
-                (queue.wake(), Vec::new())
-            }
+                let Queue {
+                    frames, unwritten, ..
+                } = &mut *queue;
+                self.write_now(unwritten, |out| {
+                    for frame in frames.iter() {
+                        frame.encode(out);
+                    }
+                })
+            };
+            let written = match sent {
+                Some(_) => std::mem::take(&mut queue.frames),
+                None => VecDeque::new(),
+            };
+            let waker = match sent {
+                Some(Sent::Written) => None,
+                _ => queue.wake(),
+            };
+            (waker, written)
         };
+        // Dropped outside the lock: the last reference to a notice frees it.
         drop(written);
         wake(waker);
     }
@@ -371,8 +389,7 @@ impl Sink {
     /// waits holds them instead of writing: they go out, with whatever else
     /// is held, when the [`Held`] pushed to `held` is dropped (one per hold:
     /// none is pushed when this queue is held already, or its writer is
-    /// busy and simply takes them queued). Held frames take no room in the
-    /// queue: one step's. `Ok`: how many were sent.
+    /// busy and simply takes them). `Ok`: how many were queued.
     pub fn hold_all<'a>(
         &self,
         subscription: &Arc<str>,
@@ -408,19 +425,6 @@ impl Sink {
                     notice.encode_to(subscription, out);
                 }
             };
-            if matches!(how, How::Hold(_))
-                && queue.idle
-                && self.shared.wire.is_some()
-                && !self.shared.is_closed()
-            {
-                // The writer waits, so nothing is queued or unwritten but
-                // what is held: the frames go after it, encoded for the
-                // socket (a queue without one is read frame by frame).
-                encode(&mut queue.unwritten);
-                counted();
-                newly_held = !std::mem::replace(&mut queue.held, true);
-                return Ok(Sent::Held);
-            }
             if matches!(how, How::Via(Via::Socket))
                 && let Some(sent) = self.shared.write_through(queue, encode)
             {
@@ -435,6 +439,10 @@ impl Sink {
                     notice: notice.clone(),
                 }));
             counted();
+            if matches!(how, How::Hold(_)) && queue.idle {
+                newly_held = !std::mem::replace(&mut queue.held, true);
+                return Ok(Sent::Held);
+            }
             Ok(Sent::Queued)
         })?;
         if let (How::Hold(held), true) = (how, newly_held) {
@@ -899,12 +907,16 @@ mod tests {
     /// A frame sent behind a hold is queued after the held ones, never
     /// written ahead of them, and wakes the writer for all of it: the
     /// release then has nothing to do. A release the socket refuses wakes
-    /// the writer too.
+    /// the writer too, as does a hold on a queue without a socket.
     #[test]
     fn what_comes_behind_a_hold_wakes_the_writer_for_all_of_it() {
         let (sink, mut frames, pipe, wakes) = waiting_writer(1 << 20);
         let subscription: Arc<str> = "0x1".into();
         let notice = Notice::new("1", None);
+        let notification = Frame::Notification {
+            subscription: subscription.clone(),
+            notice: notice.clone(),
+        };
         let mut held = Vec::new();
         sink.hold_all(&subscription, [&notice].into_iter(), &mut held)
             .expect("room");
@@ -912,16 +924,11 @@ mod tests {
         assert_eq!(wakes.0.load(Ordering::Relaxed), 1, "woken");
         drop(held);
         assert_eq!(pipe.writes(), 0, "the writer's to write");
-        let notification = encoded(&[Frame::Notification {
-            subscription: subscription.clone(),
-            notice: notice.clone(),
-        }]);
         let mut cx = Context::from_waker(Waker::noop());
-        let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
-        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
+        let mut taken = VecDeque::new();
+        let round = frames.poll_take(&mut cx, &mut taken, &mut Vec::new(), 8);
         assert_eq!(round, Poll::Ready(Round::Frames));
-        assert_eq!(unwritten, notification, "the held frame first");
-        assert_eq!(taken, [Frame::Text("after".into())]);
+        assert_eq!(taken, [notification.clone(), Frame::Text("after".into())]);
 
         let (sink, mut frames, pipe, wakes) = waiting_writer(0);
         let mut held = Vec::new();
@@ -930,31 +937,24 @@ mod tests {
         drop(held);
         assert_eq!(pipe.writes(), 0);
         assert_eq!(wakes.0.load(Ordering::Relaxed), 1, "woken to write it");
-        let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
-        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
-        assert_eq!(round, Poll::Ready(Round::Frames));
-        assert_eq!(unwritten, notification, "still to write");
-    }
+        assert_eq!(
+            frames.try_recv(),
+            Some(notification.clone()),
+            "still queued"
+        );
 
-    /// A queue without a socket (a webhook's) is read frame by frame: a
-    /// hold there queues the frames and wakes the reader at once.
-    #[test]
-    fn a_queue_without_a_socket_is_never_held() {
         let (sink, mut frames) = Sink::new(4);
-        let mut cx = Context::from_waker(Waker::noop());
-        let (mut taken, mut unwritten) = (VecDeque::new(), Vec::new());
-        let round = frames.poll_take(&mut cx, &mut taken, &mut unwritten, 8);
+        let round = frames.poll_take(&mut cx, &mut VecDeque::new(), &mut Vec::new(), 8);
         assert_eq!(round, Poll::Pending);
-        let subscription: Arc<str> = "0x1".into();
         let mut held = Vec::new();
-        sink.hold_all(
-            &subscription,
-            [&Notice::new("1", None)].into_iter(),
-            &mut held,
-        )
-        .expect("room");
-        assert!(held.is_empty(), "no hold");
-        assert_eq!(frames.queued(), 1);
+        sink.hold_all(&subscription, [&notice].into_iter(), &mut held)
+            .expect("room");
+        drop(held);
+        assert_eq!(
+            frames.try_recv(),
+            Some(notification),
+            "handed to the reader"
+        );
     }
 
     /// What the socket took only in part, the writer is woken to finish,
