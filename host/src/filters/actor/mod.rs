@@ -387,24 +387,24 @@ impl Record {
         pairs: impl Iterator<Item = &'a Pair> + Clone,
         via: Via,
     ) -> u64 {
-        let notices = pairs.filter_map(|pair| self.notice(batch, pair));
-        self.sink
-            .notify_all(&self.id, notices, via)
-            .map_or(0, |sent| sent as u64)
+        self.notify_or_hold(batch, pairs, via, None)
     }
 
-    /// [`Self::notify_all`], held for the step's one write: a new hold on
-    /// the connection is pushed to `held`.
-    fn hold_all<'a>(
+    /// [`Self::notify_all`], or with `held` the same held for the step's
+    /// one write (a new hold on the connection is pushed to `held`).
+    fn notify_or_hold<'a>(
         &self,
         batch: &EventBatch,
         pairs: impl Iterator<Item = &'a Pair> + Clone,
-        held: &mut Vec<Held>,
+        via: Via,
+        held: Option<&mut Vec<Held>>,
     ) -> u64 {
         let notices = pairs.filter_map(|pair| self.notice(batch, pair));
-        self.sink
-            .hold_all(&self.id, notices, held)
-            .map_or(0, |sent| sent as u64)
+        let sent = match held {
+            Some(held) => self.sink.hold_all(&self.id, notices, held),
+            None => self.sink.notify_all(&self.id, notices, via),
+        };
+        sent.map_or(0, |sent| sent as u64)
     }
 }
 
@@ -671,10 +671,8 @@ impl Actor {
                 && record.announced()
                 && matches!(record.feed, Feed::Live { after } if position > after)
             {
-                sent += match together {
-                    Some(_) => record.hold_all(batch, pairs.iter(), &mut held),
-                    None => record.notify_all(batch, pairs.iter(), via),
-                };
+                let hold = together.is_some().then_some(&mut held);
+                sent += record.notify_or_hold(batch, pairs.iter(), via, hold);
             }
         }
         if let Some(together) = together {
