@@ -33,7 +33,7 @@ use std::task::{Context, Poll, Waker};
 use super::frame::{Frame, Notice};
 use super::wire::{Wire, with_scratch};
 use crate::usage::Meter;
-use crate::usage::meter::Tally;
+use crate::usage::meter::Counted;
 
 /// The sending side of one connection's outbound queue.
 #[derive(Debug)]
@@ -45,6 +45,9 @@ pub struct Sink {
 #[derive(Debug)]
 pub struct Frames {
     shared: Arc<Shared>,
+    /// The connection's place in its key's meter, left when the receiver
+    /// goes (nothing is counted after that); `None`: not counted.
+    metered: Option<Metered>,
 }
 
 /// Tells a connection's writer to stop: set by a send that found the queue
@@ -72,27 +75,17 @@ struct Shared {
     /// The connection's socket, for a sender to write to while the writer
     /// waits ([`Queue::idle`]); `None`: every frame goes through the queue.
     wire: Option<Box<dyn Wire>>,
-    /// Counts the notifications taken for the connection's key (its
-    /// usage); `None`: not counted.
-    metered: Option<Metered>,
+    /// Whether the notifications taken are counted ([`Queue::counts`]),
+    /// for the connection's key's meter.
+    counted: bool,
 }
 
-/// A connection's place in its key's meter.
+/// A connection's place in its key's meter, which reads its counts.
 #[derive(Debug)]
 struct Metered {
     meter: Arc<Meter>,
     /// The connection's number in the meter, to detach it.
     number: u64,
-    /// Added to under the queue lock.
-    tally: Arc<Tally>,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        if let Some(metered) = &self.metered {
-            metered.meter.detach(metered.number);
-        }
-    }
 }
 
 #[derive(Debug, Default)]
@@ -118,6 +111,10 @@ struct Queue {
     /// not woken: nobody writes to the socket past them, and the next
     /// frame queued, a wake or the writer's own round ends the hold early.
     held: bool,
+    /// Notifications taken for the connection (written or queued) and
+    /// their bytes, when [`Shared::counted`]: kept here, in the lines a
+    /// sender touches anyway, and read by the meter under this lock.
+    counts: (u64, u64),
 }
 
 /// How a sender's frames may reach the socket.
@@ -339,20 +336,17 @@ impl Sink {
             closed: AtomicBool::new(false),
             senders: AtomicUsize::new(1),
             wire,
-            metered: meter.map(|meter| {
-                let (number, tally) = meter.attach();
-                Metered {
-                    meter,
-                    number,
-                    tally,
-                }
-            }),
+            counted: meter.is_some(),
+        });
+        let metered = meter.map(|meter| Metered {
+            number: meter.attach(shared.clone()),
+            meter,
         });
         (
             Self {
                 shared: shared.clone(),
             },
-            Frames { shared },
+            Frames { shared, metered },
         )
     }
 
@@ -406,16 +400,14 @@ impl Sink {
         how: How<'_>,
     ) -> Result<usize, SendError> {
         let count = notices.clone().count();
-        let tally = self.shared.metered.as_ref().map(|metered| &metered.tally);
-        // Counted under the queue's lock, which makes this sender the
-        // tally's only writer.
-        let counted = || {
-            if let Some(tally) = tally {
+        let count_them = |queue: &mut Queue| {
+            if self.shared.counted {
                 let bytes: usize = notices
                     .clone()
                     .map(|notice| notice.len_to(subscription))
                     .sum();
-                tally.add(count as u64, bytes as u64);
+                queue.counts.0 += count as u64;
+                queue.counts.1 += bytes as u64;
             }
         };
         let mut newly_held = false;
@@ -428,7 +420,7 @@ impl Sink {
             if matches!(how, How::Via(Via::Socket))
                 && let Some(sent) = self.shared.write_through(queue, encode)
             {
-                counted();
+                count_them(queue);
                 return Ok(sent);
             }
             queue.make_room(count, self.shared.capacity)?;
@@ -438,7 +430,7 @@ impl Sink {
                     subscription: subscription.clone(),
                     notice: notice.clone(),
                 }));
-            counted();
+            count_them(queue);
             if matches!(how, How::Hold(_)) && queue.idle {
                 newly_held = !std::mem::replace(&mut queue.held, true);
                 return Ok(Sent::Held);
@@ -620,6 +612,17 @@ impl Drop for Frames {
         };
         // Dropped outside the lock: the last reference to a notice frees it.
         drop(frames);
+        // No sender counts past `receiver_gone`: the meter keeps the last
+        // counts.
+        if let Some(metered) = &self.metered {
+            metered.meter.detach(metered.number);
+        }
+    }
+}
+
+impl Counted for Shared {
+    fn counts(&self) -> (u64, u64) {
+        self.lock().counts
     }
 }
 
@@ -1005,11 +1008,13 @@ mod tests {
 
     /// The notifications a queue takes, written or queued, count in its
     /// key's meter, with their text's bytes; those an overflow refused do
-    /// not.
+    /// not. The meter keeps them when the connection closes, and lets its
+    /// queue and socket go.
     #[test]
     fn notifications_taken_are_counted_with_their_bytes() {
         let meter = Arc::new(crate::usage::Meter::default());
-        let (sink, _frames) = Sink::wired(4, Pipe::with_room(1 << 20).wire(), Some(meter.clone()));
+        let pipe = Pipe::with_room(1 << 20);
+        let (sink, frames) = Sink::wired(4, pipe.wire(), Some(meter.clone()));
         let subscription: Arc<str> = "0xab".into();
         let notices = [Notice::new("1", None), Notice::new("22", Some("c"))];
         sink.notify_all(&subscription, notices.iter(), Via::Socket)
@@ -1033,6 +1038,10 @@ mod tests {
             Err(SendError::Overflow)
         );
         assert_eq!(meter.totals().notifications, 4, "refused: not counted");
+        drop((sink, frames));
+        let totals = meter.totals();
+        assert_eq!((totals.notifications, totals.bytes), (4, 2 * text as u64));
+        assert_eq!(Arc::strong_count(&pipe), 1, "the socket is let go");
     }
 
     /// A subscriber's notifications are queued all or none: a queue

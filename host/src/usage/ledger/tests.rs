@@ -53,7 +53,7 @@ async fn flushes_fill_hourly_buckets_and_a_refused_one_is_tried_again() {
     let ledger = ledger(store.clone());
     let meter = Arc::new(Meter::default());
     let meters = [(Arc::<str>::from("key_a"), meter.clone())];
-    let (_, connection) = meter.attach();
+    let (_, connection) = crate::usage::meter::attached(&meter);
 
     meter.called("eth_call");
     connection.add(3, 300);
