@@ -83,7 +83,11 @@ impl NodeConnection {
             // A connection whose socket task has ended is not reused.
             Some(client) if !client.is_closed() => Ok(client.clone()),
             _ => {
-                let (client, _notifications) = NodeClient::connect(&self.url).await?;
+                // Boxed: connecting (a TLS and WebSocket handshake) is a
+                // ~4 KiB future, taken once a connection, and every call's
+                // future would carry it inline: a hedged read three times,
+                // and every request's future on a connection that forwards.
+                let (client, _notifications) = Box::pin(NodeClient::connect(&self.url)).await?;
                 let client = Arc::new(client);
                 *slot = Some(client.clone());
                 Ok(client)

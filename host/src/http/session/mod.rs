@@ -175,8 +175,9 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, mut heartbeat: Heartbeat) -
     let limit = ctx.limits.max_request_bytes;
     // Boxed: the set keeps a stub task as large as one of its futures for
     // the connection's life, and a request's future holds any method's
-    // state (~8 KiB): unboxed, that was most of an idle connection's
-    // memory (docs/src/benchmarks.md, Latest figures).
+    // state (~5 KiB; 15 KiB before the node's connect was boxed): unboxed,
+    // that was most of an idle connection's memory (docs/src/benchmarks.md,
+    // Memory per connection).
     let mut answering: FuturesUnordered<BoxFuture<'_, Reply>> = FuturesUnordered::new();
     let ending = loop {
         // Past that many in flight the reader waits for an answer first.
