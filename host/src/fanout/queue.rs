@@ -837,6 +837,14 @@ mod tests {
         (sink, frames, pipe, wakes)
     }
 
+    /// The notification of `notice` to `subscription`.
+    fn notification(subscription: &Arc<str>, notice: &Notice) -> Frame {
+        Frame::Notification {
+            subscription: subscription.clone(),
+            notice: notice.clone(),
+        }
+    }
+
     fn encoded(frames: &[Frame]) -> Vec<u8> {
         let mut out = Vec::new();
         for frame in frames {
@@ -861,14 +869,10 @@ mod tests {
         let notices = [Notice::new("1", None), Notice::new("2", None)];
         sink.notify_all(&subscription, notices.iter(), Via::Socket)
             .expect("room");
-        let notification = |notice: &Notice| Frame::Notification {
-            subscription: subscription.clone(),
-            notice: notice.clone(),
-        };
         let want = encoded(&[
             Frame::Text("a".into()),
-            notification(&notices[0]),
-            notification(&notices[1]),
+            notification(&subscription, &notices[0]),
+            notification(&subscription, &notices[1]),
         ]);
         assert_eq!(pipe.taken(), want);
         assert_eq!(pipe.writes(), 2, "one per send");
@@ -892,10 +896,6 @@ mod tests {
         assert_eq!(held.len(), 1, "one hold for the connection");
         assert_eq!((pipe.writes(), wakes.0.load(Ordering::Relaxed)), (0, 0));
         drop(held);
-        let notification = |subscription: &Arc<str>, notice: &Notice| Frame::Notification {
-            subscription: subscription.clone(),
-            notice: notice.clone(),
-        };
         let want = encoded(&[
             notification(&first, &notices[0]),
             notification(&first, &notices[1]),
@@ -916,10 +916,7 @@ mod tests {
         let (sink, mut frames, pipe, wakes) = waiting_writer(1 << 20);
         let subscription: Arc<str> = "0x1".into();
         let notice = Notice::new("1", None);
-        let notification = Frame::Notification {
-            subscription: subscription.clone(),
-            notice: notice.clone(),
-        };
+        let notification = notification(&subscription, &notice);
         let mut held = Vec::new();
         sink.hold_all(&subscription, [&notice].into_iter(), &mut held)
             .expect("room");
@@ -1023,13 +1020,7 @@ mod tests {
             .expect("room");
         let text: usize = notices
             .iter()
-            .map(|notice| {
-                let frame = Frame::Notification {
-                    subscription: subscription.clone(),
-                    notice: notice.clone(),
-                };
-                frame.to_text().len()
-            })
+            .map(|notice| notification(&subscription, notice).to_text().len())
             .sum();
         let totals = meter.totals();
         assert_eq!((totals.notifications, totals.bytes), (4, 2 * text as u64));
