@@ -74,7 +74,10 @@ struct Shared {
     senders: AtomicUsize,
     /// The connection's socket, for a sender to write to while the writer
     /// waits ([`Queue::idle`]); `None`: every frame goes through the queue.
-    wire: Option<Box<dyn Wire>>,
+    /// Shared with the socket's other owners, so no box of its own between
+    /// the queue and the socket's descriptor: a sender reaches it in one
+    /// pointer from the queue's lines.
+    wire: Option<Arc<dyn Wire>>,
     /// Whether the notifications taken are counted ([`Queue::counts`]),
     /// for the connection's key's meter.
     counted: bool,
@@ -319,15 +322,15 @@ impl Sink {
     /// notifications it takes are counted by `meter`.
     pub fn wired(
         capacity: usize,
-        wire: impl Wire + 'static,
+        wire: Arc<dyn Wire>,
         meter: Option<Arc<Meter>>,
     ) -> (Self, Frames) {
-        Self::with_wire(capacity, Some(Box::new(wire)), meter)
+        Self::with_wire(capacity, Some(wire), meter)
     }
 
     fn with_wire(
         capacity: usize,
-        wire: Option<Box<dyn Wire>>,
+        wire: Option<Arc<dyn Wire>>,
         meter: Option<Arc<Meter>>,
     ) -> (Self, Frames) {
         let shared = Arc::new(Shared {

@@ -26,8 +26,8 @@ impl Pipe {
     }
 
     /// A [`Wire`] writing into this pipe.
-    pub fn wire(self: &Arc<Self>) -> impl Wire + 'static {
-        Wired(self.clone())
+    pub fn wire(self: &Arc<Self>) -> Arc<dyn Wire> {
+        Arc::new(Wired(self.clone()))
     }
 
     /// The bytes taken so far.

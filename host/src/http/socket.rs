@@ -51,7 +51,7 @@ impl axum::serve::Listener for Listener {
 /// An accepted TCP socket that several owners read and write through
 /// `&TcpStream`'s readiness calls: hyper reads (and, before an upgrade,
 /// writes) through one clone, a WebSocket session writes through another,
-/// and its queue's senders through a third ([`Wire`]).
+/// and its queue's senders through a third ([`Socket::wire`]).
 /// A request's handler gets its connection's clone as
 /// `ConnectInfo<Socket>`.
 #[derive(Clone, Debug)]
@@ -85,17 +85,26 @@ impl AsyncRead for Socket {
     }
 }
 
-impl Wire for Socket {
+/// What a connection's queue writes to: the shared stream itself, so a
+/// sender reaches the descriptor through one pointer (a box around the
+/// `Arc` was one more cache miss per notification with thousands of
+/// connections taking turns).
+impl Wire for TcpStream {
     /// The system call alone, without tokio's readiness check first: with
     /// thousands of sockets each one's readiness word is a cache miss per
     /// notification. A `WouldBlock` here leaves tokio's readiness stale,
     /// which costs the writer one `WouldBlock` of its own before it waits.
     fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
-        socket2::SockRef::from(&*self.0).send(bytes)
+        socket2::SockRef::from(self).send(bytes)
     }
 }
 
 impl Socket {
+    /// The socket for a connection's queue to write to ([`Wire`]).
+    pub fn wire(&self) -> Arc<dyn Wire> {
+        self.0.clone()
+    }
+
     /// Waits for the socket to be writable and makes one `write` attempt;
     /// a spurious readiness is cleared by its WouldBlock.
     fn poll_write_with(
@@ -150,8 +159,9 @@ mod tests {
 
     use super::*;
 
-    /// Two clones of one socket: what one writes and the other reads
-    /// arrive, and a shutdown through either ends the peer's stream.
+    /// Two clones of one socket and its queue's wire: what they write and
+    /// read arrive, and a shutdown through either clone ends the peer's
+    /// stream.
     #[tokio::test]
     async fn clones_of_a_socket_read_and_write_it_independently() {
         let mut listener = Listener::new(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
@@ -177,6 +187,11 @@ mod tests {
         let mut got = vec![0u8; written];
         peer.read_exact(&mut got).await.expect("read");
         assert_eq!(&got, &b"two pieces"[..written]);
+        let wire = writer.wire();
+        assert_eq!(wire.try_write(b"from a sender").expect("taken"), 13);
+        let mut got = [0u8; 13];
+        peer.read_exact(&mut got).await.expect("read");
+        assert_eq!(&got, b"from a sender");
         writer.shutdown().await.expect("shut down");
         let mut rest = Vec::new();
         peer.read_to_end(&mut rest).await.expect("the end");

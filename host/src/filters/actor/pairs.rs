@@ -51,7 +51,10 @@ pub fn delivery_order(matches: &Matches, batch: &EventBatch) -> (Vec<Pair>, Vec<
         .first()
         .is_none_or(|first| pairs.iter().all(|pair| pair.event == first.event));
     if !single_event {
-        pairs.sort_unstable_by_key(|pair| (pair.key, pair.event));
+        // Stable, so it merges the runs an answer comes in (a component's
+        // event by event, each in subscriber order; the host's broadcast
+        // subscriber by subscriber) instead of sorting every pair afresh.
+        pairs.sort_by_key(|pair| (pair.key, pair.event));
     }
     (pairs, outside)
 }

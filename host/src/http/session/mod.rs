@@ -64,7 +64,7 @@ pub async fn serve(
 ) {
     let (sink, frames) = Sink::wired(
         state.limits.outbound_queue,
-        socket.clone(),
+        socket.wire(),
         key.meter.clone(),
     );
     let closing = sink.closing();

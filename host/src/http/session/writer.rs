@@ -391,7 +391,7 @@ mod tests {
             inner: Arc::new(std::sync::Mutex::new(server)),
             wire_writes: Arc::new(AtomicUsize::new(0)),
         };
-        let (sink, frames) = Sink::wired(8, pipe.clone(), None);
+        let (sink, frames) = Sink::wired(8, Arc::new(pipe.clone()), None);
         let mut client = websocket_client(client);
         let closing = sink.closing();
         let mut socket = pipe.clone();
