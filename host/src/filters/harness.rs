@@ -140,8 +140,10 @@ impl Harness {
     }
 
     /// Matches one batch already in the layout the component reads, of
-    /// `len` events; the matches in the component's order, with the
-    /// payloads it wrote (checked as the server checks them).
+    /// `len` events; the matches in the order the instance answers (the
+    /// component's, then those of the subscriptions the host serves itself,
+    /// subscriber by subscriber), with the payloads the component wrote
+    /// (checked as the server checks them).
     pub fn run_encoded(&mut self, batch: &[u8], len: usize) -> anyhow::Result<Vec<Match>> {
         let found = self.instance.match_batch(batch)?;
         found
