@@ -37,11 +37,7 @@ impl Bus {
             num_replicas: self.config.replicas,
             ..Default::default()
         };
-        let name = config.bucket.clone();
-        let store = self
-            .create_object_store(config)
-            .await
-            .with_context(|| format!("creating the object store {name}"))?;
+        let store = self.create_object_store(config).await?;
         Ok(ObjectUploads { store })
     }
 }

@@ -76,8 +76,7 @@ impl Bus {
                 num_replicas: self.config.replicas,
                 ..Default::default()
             })
-            .await
-            .with_context(|| format!("creating the finality bucket {bucket}"))?;
+            .await?;
         Ok(FinalityMarks { kv })
     }
 }

@@ -21,7 +21,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use async_nats::jetstream::kv;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -123,8 +122,7 @@ impl Bus {
                 num_replicas: self.config.replicas,
                 ..Default::default()
             })
-            .await
-            .with_context(|| format!("creating the lease bucket {bucket}"))?;
+            .await?;
         Ok(Leases {
             kv,
             ttl,

@@ -131,9 +131,7 @@ impl Bus {
             num_replicas: self.config.replicas,
             ..Default::default()
         };
-        self.create_stream(config)
-            .await
-            .with_context(|| format!("creating the stream {name}"))?;
+        self.create_stream(config).await?;
         // Once open, every request waits REQUEST_TIMEOUT at most.
         let mut running = self.jetstream.clone();
         running.set_timeout(REQUEST_TIMEOUT);

@@ -2,9 +2,11 @@
 //! `/readyz` answers 200 only when every chain's source is live (the
 //! devnet once its history is in place; a node source once subscribed; an
 //! edge once the log's tail is in place), else 503 with each chain's state
-//! (a standby ingest's: `standby`). A chain this process reads nodes for
-//! lists each node's state, head and lag behind the chain
-//! (docs/src/nodes.md, Node health).
+//! (a standby ingest's: `standby`; a node chain whose tip stays put while
+//! its nodes go on: `stuck`, with the reason). A chain this process reads
+//! nodes for gives its head and lists each node's state, head and lag
+//! behind the chain, negative for a node ahead of it (docs/src/nodes.md,
+//! Node health).
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use serde_json::{Map, Value, json};
 
 use super::AppState;
 use crate::ingest::upstream::UpstreamStatus;
+use crate::node::health::lag;
 
 pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()
@@ -33,6 +36,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
             UpstreamStatus::Live => json!({"state": "live"}),
             UpstreamStatus::Connecting => json!({"state": "connecting"}),
             UpstreamStatus::Down { reason } => json!({"state": "down", "reason": reason}),
+            UpstreamStatus::Stuck { reason } => json!({"state": "stuck", "reason": reason}),
             UpstreamStatus::Standby => json!({"state": "standby"}),
         };
         if let (Some(pool), Some(_)) = (chain.node(), chain.node_status()) {
@@ -43,7 +47,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
                 .map(|(name, state, head)| {
                     let mut node = json!({"name": name, "state": state.name(), "head": head});
                     if let (Some(tip), Some(head)) = (tip, head) {
-                        node["lag"] = json!(tip.saturating_sub(head));
+                        node["lag"] = json!(lag(tip, head));
                     }
                     if let Some(reason) = state.reason() {
                         node["reason"] = json!(reason);
@@ -51,6 +55,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
                     node
                 })
                 .collect();
+            entry["head"] = json!(tip);
             entry["nodes"] = Value::Array(nodes);
         }
         chains.insert(name.clone(), entry);

@@ -21,6 +21,7 @@ use crate::ingest::upstream::UpstreamStatus;
 use crate::keys::Keys;
 use crate::metrics::{ChainLabel, NodeLabels, TopicLabels};
 use crate::node::NodeState;
+use crate::node::health::lag;
 use crate::usage::Counts;
 use crate::webhook::Webhooks;
 
@@ -103,7 +104,7 @@ fn scrape(state: &AppState) -> Registry {
                             chain: chain.clone(),
                             node,
                         })
-                        .set(i64::try_from(tip.saturating_sub(head)).unwrap_or(i64::MAX));
+                        .set(lag(tip, head));
                 }
             }
         }
@@ -155,7 +156,7 @@ fn scrape(state: &AppState) -> Registry {
     );
     registry.register(
         "node_head_lag_blocks",
-        "How many blocks a node's head is behind the chain's",
+        "How many blocks a node's head is behind the chain's (negative: ahead of it)",
         node_lag,
     );
     if let Some(webhooks) = &state.webhooks {

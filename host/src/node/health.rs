@@ -64,6 +64,18 @@ impl NodeState {
     }
 }
 
+/// How many blocks a node's head at `head` is behind the chain's tip at
+/// `tip`: negative when the node is ahead (the chain has not taken blocks
+/// the node has), as `/readyz` and `/metrics` say it.
+pub fn lag(tip: u64, head: u64) -> i64 {
+    let signed = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    if tip >= head {
+        signed(tip - head)
+    } else {
+        -signed(head - tip)
+    }
+}
+
 /// The thresholds a node is held to.
 #[derive(Clone, Copy, Debug)]
 pub struct Rules {

@@ -197,33 +197,61 @@ impl PriceIndex {
             &self.node_budget,
             self.max_node_calls,
         );
+        let latest = self.stored_header(tip)?;
         let at = match timestamp {
-            None => self.stored_header(tip)?,
+            None => latest,
             Some(time) => match store.block_from(covered)? {
                 Some((_, from)) if time >= from => {
                     let at = store.block_at(time)?.map_or(tip, |(block, _)| block);
                     self.stored_header(at)?
                 }
-                _ => self.block_before_the_index(&mut cold, time).await?,
+                // Before the chain's first block: out of range.
+                _ => (self.block_before_the_index(&mut cold, time).await?).unwrap_or(latest),
             },
         };
+        if let Some(answer) = self.priced(&mut cold, at, covered, token0, token1).await? {
+            return Ok(answer);
+        }
+        // Nothing priced the pair then (its pools did not exist yet, or
+        // held nothing): out of range, so its latest price, as the
+        // answer's timestamp says (docs/src/api.md, token_price).
+        if at.number != latest.number
+            && let Some(answer) = self
+                .priced(&mut cold, latest, covered, token0, token1)
+                .await?
+        {
+            return Ok(answer);
+        }
+        Err(PriceError::NotFound(format!(
+            "no pool of a trusted factory prices {token0:#x} against {token1:#x}, directly or through a base token (asked at block {} and at the latest, {})",
+            at.number, latest.number
+        )))
+    }
+
+    /// The pair's price at block `at` from the index, what it lacks of the
+    /// pools' state then read from the nodes; `None` if nothing prices it
+    /// then.
+    async fn priced(
+        &self,
+        cold: &mut ColdRead<'_>,
+        at: Header,
+        covered: u64,
+        token0: Address,
+        token1: Address,
+    ) -> Result<Option<PriceAnswer>, PriceError> {
+        let store = &*self.store;
         let reach = Reach {
             block: at.number,
             covered: Some(covered),
         };
         let ask = || query::at_block(store, self.base_tokens, reach, token0, token1);
         if let Some(answer) = ask()? {
-            return Ok(answer);
+            return Ok(Some(answer));
         }
         let known = |a, b| Ok(query::priced_directly(store, reach, a, b)?);
         cold.learn(at, token1, token0, self.base_tokens, known)
             .await?;
-        ask()?.ok_or_else(|| {
-            PriceError::NotFound(format!(
-                "no pool of a trusted factory prices {token0:#x} against {token1:#x} at block {}, directly or through a base token",
-                at.number
-            ))
-        })
+        ask()
     }
 
     /// The first block from which the index holds every pool event: where
@@ -258,11 +286,12 @@ impl PriceIndex {
     /// recorded block at or before it (else the chain's first) and the
     /// next recorded one, searched on the nodes; the two blocks found
     /// around it are recorded, so the same time is not searched again.
+    /// `None` for a time before the chain's first block.
     async fn block_before_the_index(
         &self,
         cold: &mut ColdRead<'_>,
         time: u64,
-    ) -> Result<Header, PriceError> {
+    ) -> Result<Option<Header>, PriceError> {
         let store = &*self.store;
         let below = store.block_at(time)?;
         let above = store.block_from(below.map_or(0, |(number, _)| number + 1))?;
@@ -277,19 +306,16 @@ impl PriceIndex {
             None => {
                 let first = cold.header(0).await?;
                 if first.timestamp > time {
-                    return Err(PriceError::NotFound(format!(
-                        "{time} is before the chain's first block (block 0 is of {})",
-                        first.timestamp
-                    )));
+                    return Ok(None);
                 }
                 first
             }
         };
         let Some(high) = above else {
-            return Ok(low);
+            return Ok(Some(low));
         };
         if high.number == low.number + 1 {
-            return Ok(low);
+            return Ok(Some(low));
         }
         let found = cold.block_at_time(time, low, high).await?;
         let next = cold.header(found.number + 1).await?;
@@ -301,6 +327,6 @@ impl PriceIndex {
                 ..store::BlockUpdate::default()
             })?;
         }
-        Ok(found)
+        Ok(Some(found))
     }
 }

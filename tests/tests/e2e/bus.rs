@@ -968,3 +968,69 @@ async fn every_topic_is_the_same_on_both_edges() {
         );
     }
 }
+
+/// Servers started at the same instant on a fresh three-server cluster
+/// (`[bus] replicas = 3`), as a compose file or a rollout starts them:
+/// two ingests and two edges each create the same streams, buckets and
+/// object store at once, and every one of them starts and is ready. Three
+/// rounds, each on objects of its own (a fresh prefix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_started_together_on_a_fresh_cluster_all_start() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let cluster = NatsCluster::start(3).await.expect("a NATS cluster");
+    for round in 0..3 {
+        let bus = BusConfig {
+            urls: cluster.urls(),
+            replicas: 3,
+            prefix: format!("together{round}"),
+            ..BusConfig::default()
+        };
+        let config = |role| Config {
+            role,
+            bus: bus.clone(),
+            ..anvil.config(KEY)
+        };
+        let roles = [Role::Ingest, Role::Edge, Role::Ingest, Role::Edge];
+        let started =
+            futures_util::future::join_all(roles.map(|role| TestServer::start(config(role)))).await;
+        let servers: Vec<TestServer> = started
+            .into_iter()
+            .map(|server| server.unwrap_or_else(|error| panic!("round {round}: {error:#}")))
+            .collect();
+        // One ingest leads; then every edge and the leader are ready.
+        let mut statuses: Vec<(usize, _)> = servers
+            .iter()
+            .enumerate()
+            .filter(|(_, server)| server.config.role == Role::Ingest)
+            .filter_map(|(index, server)| Some((index, server.state.chains["eth"].node_status()?)))
+            .collect();
+        let leader = tokio::time::timeout(TIMEOUT, async {
+            loop {
+                for (index, status) in &mut statuses {
+                    if *status.borrow_and_update()
+                        == chainsieve::ingest::upstream::UpstreamStatus::Live
+                    {
+                        return *index;
+                    }
+                }
+                let changed = statuses
+                    .iter_mut()
+                    .map(|(_, status)| Box::pin(status.changed()));
+                let _ = futures_util::future::select_all(changed).await;
+            }
+        })
+        .await
+        .expect("an ingest leads");
+        for (index, server) in servers.iter().enumerate() {
+            if server.config.role == Role::Edge || index == leader {
+                let ready = reqwest::get(format!("http://{}/readyz", server.addr))
+                    .await
+                    .expect("/readyz");
+                assert_eq!(ready.status(), 200, "round {round}: server {index}");
+            }
+        }
+        for server in servers {
+            server.stop().await;
+        }
+    }
+}

@@ -100,6 +100,9 @@ async fn prices_from_the_pools_state_before_the_index_began() {
     // In milliseconds, the same.
     let millis = ask(&mut client, &scene, Some((time + 500) * 1_000)).await;
     assert_eq!(millis["result"], then["result"]);
+    // Before the chain's first block: out of range, the latest price.
+    let first_second = ask(&mut client, &scene, Some(1)).await;
+    assert_eq!(first_second["result"], now["result"], "{first_second}");
 
     // A request that needs more node calls than one may make, and more
     // than the chain's requests may make a second together.

@@ -243,3 +243,160 @@ async fn from_block_gives_the_chain_as_it_is_canonical_then_live() {
     assert_eq!(quantity(&live["blockNumber"]), tip + 1, "{live}");
     assert_eq!(live["removed"], false);
 }
+
+/// A quorum chain restarted behind two nodes that forked while it was
+/// down (the log on disk): both nodes' heads are walked down to the
+/// restored blocks, so the blocks up to the fork point get both votes and
+/// go out, in order, to a client resuming by cursor, and nothing past it
+/// does. A chain that then stays put while its nodes are far past it is
+/// not live: `/readyz` and `/metrics` say it is stuck and why, and each
+/// node's lag is negative (it is ahead of the chain).
+#[tokio::test]
+async fn a_quorum_chain_restarted_behind_forked_nodes_reaches_their_fork_point_and_says_it_is_stuck()
+ {
+    use chainsieve::config::{Agreement, ChainConfig, SourceConfig, Span};
+    use chainsieve::ingest::upstream::UpstreamStatus;
+    use chainsieve_tests::anvil::DEV_ACCOUNT;
+
+    // BNB Chain's id: its 0.45 s cadence makes the stall threshold short.
+    let a = Anvil::start_with(56, 0, &["--no-mining"])
+        .await
+        .expect("anvil");
+    let data = tempfile::tempdir().expect("data dir");
+    let config = |nodes: Vec<String>, quorum: Option<u64>| Config {
+        chains: BTreeMap::from([(
+            "eth".to_string(),
+            ChainConfig {
+                chain_id: Some(56),
+                source: SourceConfig::Nodes(nodes),
+                agreement: if quorum.is_some() {
+                    Agreement::Quorum
+                } else {
+                    Agreement::First
+                },
+                quorum,
+                window: Some(Span::Blocks(150)),
+                ..Default::default()
+            },
+        )]),
+        log: LogConfig {
+            data_dir: Some(data.path().to_path_buf()),
+            ..LogConfig::default()
+        },
+        ..a.config(KEY)
+    };
+    // The first run: one node, the chain to block 67.
+    let first = TestServer::start(config(vec![a.ws_url()], None))
+        .await
+        .expect("server starts");
+    first.wait_live("eth").await;
+    let mut client = WsClient::connect(&first.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    client.subscribe(json!(["newHeads"])).await.expect("heads");
+    a.mine(67).await.expect("mine");
+    let cursor = loop {
+        let params = client.next_notification_params().await.expect("a head");
+        if quantity(&params["result"]["number"]) == 67 {
+            break params["cursor"].clone();
+        }
+    };
+    drop(client);
+    first.stop().await;
+
+    // Meanwhile: both nodes share blocks to 86, then each mines its own
+    // 127 (B's hold a transaction, A's none).
+    a.mine(19).await.expect("mine");
+    let parent = format!("http://127.0.0.1:{}", a.port);
+    let b = Anvil::start_with(56, 0, &["--no-mining", "--fork-url", &parent])
+        .await
+        .expect("a forked anvil");
+    a.mine(127).await.expect("mine");
+    b.send(json!({ "from": DEV_ACCOUNT, "to": DEV_ACCOUNT, "value": "0x1" }))
+        .await
+        .expect("a transaction");
+    b.mine(127).await.expect("mine");
+    let hash = |block: Value| block["hash"].clone();
+    assert_eq!(
+        hash(a.block(86).await.expect("a block")),
+        hash(b.block(86).await.expect("a block"))
+    );
+    assert_ne!(
+        hash(a.block(87).await.expect("a block")),
+        hash(b.block(87).await.expect("a block"))
+    );
+
+    let server = TestServer::start(config(vec![a.ws_url(), b.ws_url()], Some(2)))
+        .await
+        .expect("server starts");
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let resumed = client
+        .subscribe(json!(["newHeads", { "resumeFrom": cursor }]))
+        .await
+        .expect("resumed");
+    let mut numbers = Vec::new();
+    while numbers.last() != Some(&86) {
+        let (id, head) = client.next_notification().await.expect("a head");
+        assert_eq!(id, resumed);
+        numbers.push(quantity(&head["number"]));
+    }
+    assert_eq!(
+        numbers,
+        (68..=86).collect::<Vec<_>>(),
+        "each block once, in order"
+    );
+
+    let stuck = server
+        .upstream_status("eth", |status| {
+            matches!(status, UpstreamStatus::Stuck { .. })
+        })
+        .await;
+    let UpstreamStatus::Stuck { reason } = stuck else {
+        unreachable!()
+    };
+    assert!(
+        reason.contains("block 86") && reason.contains("chains.eth.quorum"),
+        "{reason}"
+    );
+    let (status, tip) = server
+        .post(
+            "eth",
+            KEY,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+        )
+        .await;
+    assert_eq!(
+        (status, &tip["result"]),
+        (200, &json!("0x56")),
+        "nothing past the fork"
+    );
+    let response = reqwest::get(format!("http://{}/readyz", server.addr))
+        .await
+        .expect("/readyz");
+    assert_eq!(response.status(), 503);
+    let readiness: Value = response.json().await.expect("its JSON");
+    let chain = &readiness["chains"]["eth"];
+    assert_eq!(chain["state"], "stuck", "{readiness}");
+    assert_eq!(chain["reason"], json!(reason));
+    assert_eq!(chain["head"], 86);
+    for node in chain["nodes"].as_array().expect("nodes") {
+        assert_eq!(
+            (&node["state"], &node["lag"]),
+            (&json!("live"), &json!(-127)),
+            "{node}"
+        );
+    }
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains("chainsieve_source_live{chain=\"eth\"} 0"),
+        "{metrics}"
+    );
+    let lags: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("chainsieve_node_head_lag_blocks{"))
+        .collect();
+    assert_eq!(lags.len(), 2, "{metrics}");
+    assert!(lags.iter().all(|line| line.ends_with(" -127")), "{lags:?}");
+}

@@ -7,9 +7,11 @@
 //! (`first`) that is any node's newest block, unless more nodes build on
 //! another branch; with a quorum of k, the highest block k nodes have.
 //!
-//! The tree holds the heights from [`DEPTH`] below the delivered tip up;
-//! a fork deeper than that shows as two roots, and they compete the same
-//! way. A header is placed only if it can be one: not its own parent, one
+//! The tree holds the heights from [`DEPTH`] below the delivered tip up,
+//! the delivered blocks among them (those restored after a restart too,
+//! [`Choice::seed`]), so every node's head is linked down to a block
+//! they share; a fork deeper than that shows as two roots, and they
+//! compete the same way. A header is placed only if it can be one: not its own parent, one
 //! above a parent held, and no lower than the tree; so no node's answer
 //! can make a walk loop or empty the tree.
 
@@ -72,11 +74,42 @@ impl Choice {
     }
 
     /// Whether a header at `number` with parent `parent` links to the
-    /// tree, or lies below it (nothing held to link to).
+    /// tree, or lies at its floor (nothing lower is held to link to). An
+    /// empty tree links nothing above its floor: a head taken alone could
+    /// never join another node's branch, and no block would get the
+    /// votes of both.
     pub fn links(&self, number: u64, parent: &B256) -> bool {
+        self.headers.contains_key(parent) || number <= self.floor.saturating_add(1)
+    }
+
+    /// Whether `hash` is held.
+    pub fn holds(&self, hash: &B256) -> bool {
+        self.headers.contains_key(hash)
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
         self.headers.is_empty()
-            || self.headers.contains_key(parent)
-            || number <= self.floor.saturating_add(1)
+    }
+
+    /// Places the blocks delivered before a restart (linked, oldest
+    /// first), so the nodes' heads link down to them as to blocks
+    /// delivered since; the oldest is a root.
+    pub fn seed(&mut self, blocks: &[(u64, B256)]) {
+        let Some(&(tip, _)) = blocks.last() else {
+            return;
+        };
+        self.delivered_up_to(tip);
+        let mut parent = B256::ZERO;
+        for &(number, hash) in blocks {
+            self.insert(hash, number, parent);
+            parent = hash;
+        }
+    }
+
+    /// The lowest height held.
+    pub fn floor(&self) -> u64 {
+        self.floor
     }
 
     /// Adds a header, unless it cannot be one (see the module's doc).
@@ -258,6 +291,34 @@ mod tests {
         choice.delivered_up_to(12 + DEPTH);
         assert!(choice.parent(&hash(7, 11)).is_none() && choice.parent(&hash(7, 12)).is_some());
         assert!(choice.links(5, &B256::ZERO), "below the tree");
+    }
+
+    /// After a restart the restored blocks are the tree's trunk: two
+    /// nodes that forked above it, their branches walked down to it, agree
+    /// on the blocks up to the fork and on nothing past it. An empty tree
+    /// links no head above its floor (one taken alone would stay a root
+    /// of its own and no block would get both votes).
+    #[test]
+    fn restored_blocks_join_the_branches_of_nodes_that_forked_since() {
+        let mut choice = Choice::new(2);
+        assert!(
+            !choice.links(213, &hash(0, 212)),
+            "an empty tree links nothing"
+        );
+        let restored: Vec<(u64, B256)> = (0..=67).map(|n| (n, hash(0, n))).collect();
+        choice.seed(&restored);
+        assert!(choice.holds(&hash(0, 67)) && choice.links(68, &hash(0, 67)));
+        chain(&mut choice, 0, hash(0, 67), 68, 86);
+        chain(&mut choice, 1, hash(0, 86), 87, 213);
+        chain(&mut choice, 2, hash(0, 86), 87, 213);
+        choice.vote(0, Some(hash(1, 213)));
+        choice.vote(1, Some(hash(2, 213)));
+        assert_eq!(choice.target(2, |h| *h == hash(0, 67)), Some(hash(0, 86)));
+        assert_eq!(
+            choice.target(1, |_| false),
+            Some(hash(1, 213)),
+            "a tie: seen first"
+        );
     }
 
     #[test]

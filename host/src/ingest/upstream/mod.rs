@@ -22,13 +22,14 @@
 mod choice;
 mod delivered;
 mod fetch;
+mod progress;
 mod watcher;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use alloy_primitives::B256;
+use alloy_primitives::{B256, U64};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::json;
@@ -38,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use choice::Choice;
 use delivered::Delivered;
 use fetch::{FETCH_TIMEOUT, Fetched};
+use progress::{Progress, Verdict};
 use watcher::{HeadRef, NodeEvent, Watched};
 
 use crate::model::wire::{self, NodeTransaction};
@@ -92,6 +94,9 @@ pub enum UpstreamStatus {
     Live,
     /// No node's heads count; why, node by node.
     Down { reason: String },
+    /// Nodes count, and as many as the quorum are past the chain's tip,
+    /// but the tip has not moved for the stall threshold; why.
+    Stuck { reason: String },
     /// An ingest waiting for the chain's lease: another ingest leads and
     /// reads the nodes (docs/src/architecture.md, The bus).
     Standby,
@@ -130,17 +135,21 @@ pub async fn run(
     let mut delivered = Delivered::new(settings.backfill_limit);
     delivered.resume(&settings.resume_from);
     let nodes = pool.nodes().len();
+    let mut choice = Choice::new(nodes);
+    choice.seed(&settings.resume_from);
     let ingest = Ingest {
         settings: &settings,
         pool: &pool,
         out: &out,
         status: &status,
-        choice: Choice::new(nodes),
+        choice,
         delivered,
         heads: vec![None; nodes],
         full_pending: vec![false; nodes],
         backlog: VecDeque::new(),
         finality: (None, None),
+        progress: Progress::new(Instant::now()),
+        obstacle: None,
     };
     tokio::select! {
         () = shutdown.cancelled() => {}
@@ -167,6 +176,11 @@ struct Ingest<'a> {
     backlog: VecDeque<NodeEvent>,
     /// The finality last sent downstream.
     finality: Finality,
+    /// Whether the chain moves as its nodes do.
+    progress: Progress,
+    /// What last kept the chain from the block the nodes are at, if a
+    /// delivery failed (else the votes did).
+    obstacle: Option<String>,
 }
 
 /// A chain's `safe` and `finalized` blocks.
@@ -216,8 +230,18 @@ impl Ingest<'_> {
 
     async fn on_head(&mut self, node: usize, head: HeadRef) {
         let number = head.number.to::<u64>();
-        if !self.choice.links(number, &head.parent_hash) {
-            self.link(node, head).await;
+        // One node's vote needs no joining to another's; a head already
+        // held is linked as far as its ancestry is.
+        let alone = self.pool.nodes().len() == 1;
+        if !alone && !self.choice.holds(&head.hash) {
+            if self.choice.is_empty() {
+                // A first start: the branches are joined within DEPTH of
+                // the first head, as after a delivery.
+                self.choice.delivered_up_to(number);
+            }
+            if !self.choice.links(number, &head.parent_hash) {
+                self.link(node, head).await;
+            }
         }
         self.choice.insert(head.hash, number, head.parent_hash);
         self.heads[node] = Some(head);
@@ -243,43 +267,116 @@ impl Ingest<'_> {
     }
 
     /// Fetches from `node` the headers between `head` and the tree (the
-    /// node skipped announcing them), so its vote counts where it belongs.
+    /// node skipped announcing them, or the chain restarted behind it), so
+    /// its vote counts where it belongs: by number, a chunk per round
+    /// trip, kept while they link; by hash where the node's branch moved
+    /// under the walk. At most the backfill limit (or [`choice::DEPTH`])
+    /// below the head, as far as a delivery could connect.
     async fn link(&mut self, node: usize, head: HeadRef) {
-        let mut parent = (head.number.to::<u64>(), head.parent_hash);
-        for _ in 0..choice::DEPTH {
-            let (number, hash) = parent;
-            if self.choice.links(number, &hash) {
-                return;
-            }
-            let calls = [Call::new("eth_getBlockByHash", json!([hash, false]))];
-            let answer = self
+        let top = head.number.to::<u64>();
+        let lowest = top.saturating_sub(self.settings.backfill_limit.max(choice::DEPTH));
+        // The lowest header placed, as (its number, its parent's hash).
+        let mut reached = (top, head.parent_hash);
+        while !self.choice.links(reached.0, &reached.1) && reached.0 > lowest.max(1) {
+            let below = reached.0 - 1;
+            let bottom = below
+                .saturating_sub(GAP_CHUNK - 1)
+                .max(lowest)
+                .max(self.choice.floor());
+            let calls: Vec<Call> = (bottom..=below)
+                .rev()
+                .map(|n| Call::new("eth_getBlockByNumber", json!([U64::from(n), false])))
+                .collect();
+            let before = reached;
+            if let Ok(answers) = self
                 .pool
                 .node(node)
                 .batch_within(&calls, FETCH_TIMEOUT)
-                .await;
-            // Unanswered, the vote counts where it can: nothing is lost.
-            let header = answer.ok().and_then(|raw| {
-                let raw = raw.first()?;
-                decode::<Option<HeadRef>>("eth_getBlockByHash", raw).ok()?
-            });
-            let Some(header) = header else { return };
-            let number = header.number.to::<u64>();
-            self.choice.insert(header.hash, number, header.parent_hash);
-            parent = (number, header.parent_hash);
+                .await
+            {
+                for answer in &answers {
+                    let header = decode::<Option<HeadRef>>("eth_getBlockByNumber", answer);
+                    let Ok(Some(header)) = header else { break };
+                    let number = header.number.to::<u64>();
+                    let placed =
+                        header.hash == reached.1 && number.checked_add(1) == Some(reached.0);
+                    if !placed || self.choice.links(reached.0, &reached.1) {
+                        break;
+                    }
+                    self.choice.insert(header.hash, number, header.parent_hash);
+                    reached = (number, header.parent_hash);
+                }
+            }
+            if reached == before && !self.link_by_hash(node, &mut reached).await {
+                // Unanswered, the vote counts where it can: nothing is lost.
+                return;
+            }
         }
+    }
+
+    /// One step of [`Self::link`] by hash: the parent `reached` names,
+    /// placed; false if `node` did not give it.
+    async fn link_by_hash(&mut self, node: usize, reached: &mut (u64, B256)) -> bool {
+        let calls = [Call::new("eth_getBlockByHash", json!([reached.1, false]))];
+        let answer = self
+            .pool
+            .node(node)
+            .batch_within(&calls, FETCH_TIMEOUT)
+            .await;
+        let header = answer.ok().and_then(|raw| {
+            let raw = raw.first()?;
+            decode::<Option<HeadRef>>("eth_getBlockByHash", raw).ok()?
+        });
+        let Some(header) = header else { return false };
+        let number = header.number.to::<u64>();
+        if header.hash != reached.1 || number.checked_add(1) != Some(reached.0) {
+            return false;
+        }
+        self.choice.insert(header.hash, number, header.parent_hash);
+        *reached = (number, header.parent_hash);
+        true
     }
 
     /// The chain's tip may have moved, or time passed: nodes may now be
     /// lagging or stalled.
     fn on_tip(&mut self, now: Instant) {
-        if self.delivered.is_empty() {
-            return;
-        }
-        let tip = self.delivered.tip_number();
         let rules = self.settings.rules;
-        for node in 0..self.heads.len() {
-            let changed = self.pool.node(node).health().on_tip(tip, &rules, now);
-            self.changed(node, changed);
+        let tip = (!self.delivered.is_empty()).then(|| self.delivered.tip_number());
+        if let Some(tip) = tip {
+            for node in 0..self.heads.len() {
+                let changed = self.pool.node(node).health().on_tip(tip, &rules, now);
+                self.changed(node, changed);
+            }
+        }
+        let heads: Vec<u64> = self
+            .pool
+            .nodes()
+            .iter()
+            .map(|node| node.health())
+            .filter(|health| health.state().counts())
+            .filter_map(|health| health.head())
+            .collect();
+        let quorum = self.settings.quorum;
+        let cause = self.obstacle.clone().unwrap_or_else(|| {
+            format!(
+                "no block past it has the heads of {quorum} counting nodes on its branch (chains.{}.quorum = {quorum})",
+                self.settings.chain
+            )
+        });
+        let chain = &self.settings.chain;
+        match self
+            .progress
+            .check(tip, &heads, quorum, &rules, &cause, now)
+        {
+            Some(Verdict::Stuck(reason)) => {
+                tracing::warn!(%chain, %reason, "chain stuck");
+                self.publish_status();
+            }
+            Some(Verdict::Moving) => {
+                tracing::info!(%chain, tip, "chain moving again");
+                self.publish_status();
+            }
+            None => {}
         }
     }
 
@@ -301,7 +398,20 @@ impl Ingest<'_> {
             .then(|| self.heads[node].map(|h| h.hash))
             .flatten();
         self.choice.vote(node, vote);
-        let status = if self.pool.any_counts() {
+        self.publish_status();
+    }
+
+    /// Publishes the chain's status: down with every node's reason when no
+    /// node counts, stuck when the chain does not move as its nodes do,
+    /// live otherwise.
+    fn publish_status(&self) {
+        let status = if let Some(reason) = self.progress.stuck()
+            && self.pool.any_counts()
+        {
+            UpstreamStatus::Stuck {
+                reason: reason.to_string(),
+            }
+        } else if self.pool.any_counts() {
             UpstreamStatus::Live
         } else {
             let reasons: Vec<String> = self
@@ -480,6 +590,7 @@ impl Ingest<'_> {
             Fetched::Missing => return Ok(None),
             Fetched::Failed(reasons) => {
                 tracing::warn!(chain = %self.settings.chain, block = %target, %reasons, "no node served the block; retrying as the nodes move");
+                self.obstacle = Some(format!("no node served block {target}: {reasons}"));
                 return Ok(None);
             }
         };
@@ -493,6 +604,7 @@ impl Ingest<'_> {
             Ok(branch) => branch,
             Err(reason) => {
                 tracing::warn!(chain = %self.settings.chain, block = %target, %reason, "could not connect the block to the chain; retrying as the nodes move");
+                self.obstacle = Some(format!("block {target} does not connect: {reason}"));
                 return Ok(None);
             }
         };
@@ -512,6 +624,7 @@ impl Ingest<'_> {
             }
         }
         self.choice.delivered_up_to(self.delivered.tip_number());
+        self.obstacle = None;
         self.on_tip(Instant::now());
         Ok(Some(served_by))
     }
