@@ -202,7 +202,7 @@ pub fn hex_list<const N: usize>(
 /// The error for a filter naming more than [`max_filter_values`] values.
 pub fn too_many(what: &str, count: usize) -> ParamsError {
     ParamsError::limit(format_args!(
-        "too many values in {what}: {count} (at most {} per filter)",
+        "too many values in {what}: {count} (at most {} per filter, filters.max_values)",
         max_filter_values()
     ))
 }
@@ -305,7 +305,7 @@ mod tests {
         let err = hex_list::<4>(Some(&Value::Array(many)), "methodIds").expect_err("over the cap");
         assert_eq!(
             err.to_string(),
-            "limit exceeded: too many values in methodIds: 1001 (at most 1000 per filter)"
+            "limit exceeded: too many values in methodIds: 1001 (at most 1000 per filter, filters.max_values)"
         );
     }
 

@@ -265,7 +265,7 @@ async fn http(state: Arc<AppState>, chain: &str, key: &str, body: Body) -> Respo
             return json_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 RpcError::limit_exceeded(format!(
-                    "request body exceeds the limit of {limit} bytes"
+                    "request body exceeds the limit of {limit} bytes (limits.max_request_bytes)"
                 )),
             );
         }

@@ -69,7 +69,7 @@ pub fn parse(bytes: &[u8], max_batch: usize) -> Result<Incoming, RpcError> {
     match items.len() {
         0 => Err(RpcError::invalid_request("empty batch")),
         n if n > max_batch => Err(RpcError::limit_exceeded(format!(
-            "batch of {n} requests exceeds the limit of {max_batch}"
+            "batch of {n} requests exceeds the limit of {max_batch} (limits.max_batch)"
         ))),
         _ => Ok(Incoming::Batch(items.into_iter().map(call).collect())),
     }
@@ -269,7 +269,13 @@ mod tests {
         assert_eq!(failed("5").error.code, -32600);
         assert_eq!(parse(b"{", 10).expect_err("bad json").code, -32700);
         assert_eq!(parse(b"[]", 10).expect_err("empty").code, -32600);
-        assert_eq!(parse(b"[1,2,3]", 2).expect_err("too big").code, -32005);
+        let too_big = parse(b"[1,2,3]", 2).expect_err("too big");
+        assert_eq!(too_big.code, -32005);
+        assert!(
+            too_big.message.contains("(limits.max_batch)"),
+            "{}",
+            too_big.message
+        );
     }
 
     #[test]

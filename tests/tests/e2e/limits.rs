@@ -97,7 +97,10 @@ async fn the_filter_value_cap_is_a_setting() {
         .call("eth_subscribe", json!(["logs", {"address": three}]))
         .await
         .expect("call");
-    assert_limit(&refused, &["address: 3 (at most 2 per filter)"]);
+    assert_limit(
+        &refused,
+        &["address: 3 (at most 2 per filter, filters.max_values)"],
+    );
     ws.subscribe(json!(["logs", {"address": &three[..2]}]))
         .await
         .expect("within the cap");
@@ -299,4 +302,30 @@ async fn metrics_count_what_happened() {
     assert_eq!(value("chainsieve_closed_too_slow_total"), 0.0);
     // Devnet chains read no node: nothing malformed to skip.
     assert_eq!(value("chainsieve_upstream_objects_skipped_total"), 0.0);
+}
+
+/// The request limits name their settings, over HTTP as over WebSocket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_limits_name_their_settings() {
+    let config = chainsieve_tests::with_limits(|limits| {
+        limits.max_batch = 2;
+        limits.max_request_bytes = 1_024;
+    });
+    let server = TestServer::start(config).await.expect("server");
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    let (status, body) = server
+        .post("eth", "demo", &format!("[{call},{call},{call}]"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_limit(&body, &["batch of 3 requests", "(limits.max_batch)"]);
+    let oversized = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":["{}"]}}"#,
+        "a".repeat(2_048)
+    );
+    let (status, body) = server.post("eth", "demo", &oversized).await;
+    assert_eq!(status, 413, "{body}");
+    assert_limit(
+        &body,
+        &["limit of 1024 bytes", "(limits.max_request_bytes)"],
+    );
 }

@@ -342,6 +342,10 @@ async fn websocket_errors_keep_the_connection_and_binary_frames_work() {
     ws.send_text(&oversized).await;
     let answer = ws.next_response().await.expect("answer");
     assert_eq!(error_code(&answer), -32005);
+    assert!(
+        error_message(&answer).contains("(limits.max_request_bytes)"),
+        "{answer}"
+    );
     // Still alive.
     assert_eq!(
         ws.call("net_version", json!([])).await.expect("call")["result"],

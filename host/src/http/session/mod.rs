@@ -215,7 +215,7 @@ async fn read(reader: &mut Reader, ctx: Context<'_>, mut heartbeat: Heartbeat) -
         answering.push(Box::pin(async move {
             if bytes.len() > limit {
                 methods::refuse(RpcError::limit_exceeded(format!(
-                    "request of {} bytes exceeds the limit of {limit} bytes",
+                    "request of {} bytes exceeds the limit of {limit} bytes (limits.max_request_bytes)",
                     bytes.len()
                 )))
             } else {
