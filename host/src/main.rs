@@ -2,6 +2,7 @@
 //! runs the server until SIGINT or SIGTERM; or, as `chainsieve filter
 //! test`, runs one filter component over an events file.
 
+use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,18 +24,28 @@ static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
 /// logic in WebAssembly components.
 ///
 /// With no config it runs the embedded devnet on all three chains and
-/// accepts the API key `demo`. The config file (TOML; every key optional):
+/// accepts the API key `demo`. The config file (TOML; every key optional;
+/// a few keys of each section shown):
 ///
 ///   listen = "127.0.0.1:8080"
 ///   role = "all"   (or "ingest", "edge": several servers on NATS JetStream)
-///   [auth]     keys = ["…"]
-///   [filters]  dir = "filters"   call_timeout_ms = 1000   memory_limit_mib = 256   max_values = 1000
+///   [auth]       keys = ["…"]   admin_token = "…"
+///   [plans.<name>]  requests_per_second = …   max_connections = …   chains = […]
 ///   [chains.eth]      chain_id = 1    source = "devnet"   (or "ws://host:port")
 ///   [chains.bsc]      chain_id = 56   source = "devnet"
 ///   [chains.polygon]  chain_id = 137  source = "devnet"
-///   [devnet]   seed = 1   block_time_ms = …   reorg_every = 0
-///   [limits]   outbound_queue = 4096   max_batch = 1000   max_request_bytes = 1048576
-///   [bus]      urls = ["nats://127.0.0.1:4222"]   prefix = "chainsieve"   lease_ms = 3000
+///   [[chains.<name>.nodes]]  url = "wss://…"   (several; agreement = "quorum", quorum = 2)
+///   [devnet]     seed = 1   block_time_ms = …   reorg_every = 0
+///   [filters]    dir = "filters"   call_timeout_ms = 1000   memory_limit_mib = 256   max_values = 1000
+///   [limits]     outbound_queue = 4096   max_batch = 1000   max_request_bytes = 1048576
+///   [log]        window = "1h"   memory_mib = 256   data_dir = "…"
+///   [history]    max_blocks = 250000   max_streams = 32
+///   [price]      data_dir = "…"   max_node_calls = 64
+///   [rpc]        allow = […]   deny = […]   timeout_ms = 10000
+///   [webhooks]   max_per_key = 20   timeout_ms = 10000   allow_http = false
+///   [usage]      enabled = true   flush_secs = 10   retention_days = 90
+///   [bus]        urls = ["nats://127.0.0.1:4222"]   prefix = "chainsieve"   lease_ms = 3000
+///   [logging]    level = "info"   format = "text"   (or "json")
 ///
 /// Every key and its meaning: docs/src/configuration.md.
 #[derive(Debug, Parser)]
@@ -219,9 +230,14 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 /// would itself write to stderr, and panic.
 fn init_logging(log: &LoggingConfig) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
+    // Colours only for a person at a terminal (and not against NO_COLOR):
+    // a file, journald or a collector would keep the escape codes.
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .log_internal_errors(false);
     match log.format {
         LogFormat::Text => logs.init(),

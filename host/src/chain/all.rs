@@ -158,7 +158,14 @@ pub(super) fn event_log(
         config.memory_mib,
         stored,
     ));
-    tracing::info!(chain = %spec.name, oldest = log.oldest(), head = log.head(), "event log restored");
+    match log.canonical_bounds() {
+        Some((oldest, tip)) => {
+            tracing::info!(chain = %spec.name, oldest, tip, position = log.head(), file = %path.display(), "event log restored: blocks {oldest} to {tip}");
+        }
+        None => {
+            tracing::info!(chain = %spec.name, file = %path.display(), "event log: nothing to restore, a new file")
+        }
+    }
     let (persist, steps) = mpsc::unbounded_channel();
     tasks.spawn(store::write(store, log.chain().clone(), steps));
     Ok((log, Some(persist)))

@@ -189,11 +189,15 @@ impl Pipeline {
     ) {
         loop {
             let event = tokio::select! {
+                biased;
                 () = shutdown.cancelled() => return,
                 event = source.recv() => event,
             };
             let Some(event) = event else {
-                tracing::warn!(chain = %self.chain, "source stopped");
+                // A source stops with the server too: news only otherwise.
+                if !shutdown.is_cancelled() {
+                    tracing::warn!(chain = %self.chain, "source stopped");
+                }
                 return;
             };
             self.apply(event).await;
@@ -214,7 +218,19 @@ impl Pipeline {
                 let _ = indexed.await;
             }
             if !self.state.synced.send_replace(true) {
-                tracing::info!(chain = %self.chain, head = self.state.log.head(), "chain ready: its past is in place");
+                let tip = self
+                    .state
+                    .window()
+                    .tip()
+                    .map(|block| (block.number(), block.hash));
+                match tip {
+                    Some((block, hash)) => {
+                        tracing::info!(chain = %self.chain, block, %hash, position = self.state.log.head(), "chain ready: its past is in place");
+                    }
+                    None => {
+                        tracing::info!(chain = %self.chain, "chain ready: no block yet, the first comes live");
+                    }
+                }
             }
             return;
         }

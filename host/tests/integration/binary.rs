@@ -1,5 +1,6 @@
 //! The `chainsieve` binary itself: it prints where it listens, serves, and
-//! on SIGTERM closes every WebSocket with 1001 and exits cleanly.
+//! on SIGTERM closes every WebSocket with 1001 and exits cleanly; its logs
+//! and `--help` are what an operator reads.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -51,6 +52,33 @@ fn terminate(child: &Child) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_closes_sockets_with_1001_and_exits_cleanly() {
     let (mut child, address, _stdout) = start(&[]).await;
+    // Its logs, read as they come (a full pipe would stall the server).
+    let stderr = child.stderr.take().expect("stderr");
+    let (lines, mut logged) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Each chain's readiness names its block.
+    let mut ready = 0;
+    while ready < 3 {
+        let line = tokio::time::timeout(TIMEOUT, logged.recv())
+            .await
+            .expect("a log line in time")
+            .expect("the server logs");
+        assert!(
+            !line.contains('\x1b'),
+            "piped, not a terminal: no colour codes: {line:?}"
+        );
+        if line.contains("chain ready") {
+            assert!(line.contains(" block="), "{line}");
+            ready += 1;
+        }
+    }
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{address}/eth/v1/demo"))
         .await
         .expect("connect");
@@ -87,6 +115,38 @@ async fn sigterm_closes_sockets_with_1001_and_exits_cleanly() {
         .expect("join")
         .expect("exit status");
     assert!(status.success(), "{status}");
+    // A clean shutdown warns of nothing.
+    let mut stopping = Vec::new();
+    while let Some(line) = logged.recv().await {
+        stopping.push(line);
+    }
+    let stopping = stopping.join("\n");
+    assert!(!stopping.contains('\x1b'), "{stopping}");
+    assert!(stopping.contains("shutting down"), "{stopping}");
+    assert!(
+        !stopping.contains(" WARN ") && !stopping.contains("ERROR"),
+        "{stopping}"
+    );
+}
+
+/// `--help` shows every section of the configuration file.
+#[test]
+fn help_lists_every_configuration_section() {
+    let help = Command::new(env!("CARGO_BIN_EXE_chainsieve"))
+        .arg("--help")
+        .output()
+        .expect("chainsieve --help");
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).expect("utf-8");
+    let config = serde_json::to_value(chainsieve::Config::default()).expect("the config");
+    for (key, value) in config.as_object().expect("a table") {
+        let shown = match (key.as_str(), value) {
+            ("chains" | "plans", _) => format!("[{key}."),
+            (_, serde_json::Value::Object(_)) => format!("[{key}]"),
+            _ => format!("{key} ="),
+        };
+        assert!(help.contains(&shown), "{shown} not in --help:\n{help}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
