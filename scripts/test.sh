@@ -17,6 +17,12 @@ if ! command -v node >/dev/null 2>&1; then
 fi
 npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
 
+# Prometheus' own checker (`promtool check metrics`) for the /metrics
+# page, from Debian's prometheus package.
+if ! command -v promtool >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus
+fi
+
 # web3.py for the Python client test and nats-server (the bus tests), in a
 # venv of its own.
 if [ ! -x tests/py/.venv/bin/python ]; then

@@ -1,4 +1,4 @@
-//! `GET /metrics` in Prometheus' text format: the counted metrics the
+//! `GET /metrics` in Prometheus' text format or OpenMetrics: the counted metrics the
 //! pipeline keeps ([`crate::metrics`]), and what is a state rather than a
 //! count (connections closed too slow, malformed upstream objects skipped,
 //! history streams running, subscriptions, a source's health, a filter's
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -16,7 +16,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::AppState;
+use super::{AppState, exposition};
 use crate::ingest::upstream::UpstreamStatus;
 use crate::keys::Keys;
 use crate::metrics::{ChainLabel, NodeLabels, TopicLabels};
@@ -33,24 +33,26 @@ struct NodeStateLabels {
 }
 use crate::model::wire;
 
-/// `GET /metrics`.
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+/// `GET /metrics`, in the format the scraper asks for
+/// ([`super::exposition`]).
+pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let registry = scrape(&state);
     let mut text = String::new();
-    match prometheus_client::encoding::text::encode(&mut text, &registry) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(error) => (
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &registry) {
+        return (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("encoding metrics failed: {error}"),
         )
-            .into_response(),
+            .into_response();
+    }
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok());
+    if exposition::wants_open_metrics(accept) {
+        ([(header::CONTENT_TYPE, exposition::OPEN_METRICS)], text).into_response()
+    } else {
+        let text = exposition::text_format(&text);
+        ([(header::CONTENT_TYPE, exposition::TEXT)], text).into_response()
     }
 }
 

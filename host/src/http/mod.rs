@@ -11,6 +11,7 @@
 //! - [`connections`] — open WebSocket connections per key.
 
 pub mod admin;
+mod exposition;
 pub mod health;
 pub mod metrics;
 pub mod session;

@@ -302,6 +302,69 @@ async fn metrics_count_what_happened() {
     assert_eq!(value("chainsieve_closed_too_slow_total"), 0.0);
     // Devnet chains read no node: nothing malformed to skip.
     assert_eq!(value("chainsieve_upstream_objects_skipped_total"), 0.0);
+
+    // The page as a scraper asks for it: the text format for one that
+    // asks for nothing in particular, which Prometheus' own checker
+    // passes (help text for every family); OpenMetrics for one that
+    // asks for it first, as Prometheus does.
+    let get = |accept: Option<&'static str>| {
+        let request = reqwest::Client::new().get(format!("http://{}/metrics", server.addr));
+        let request = match accept {
+            Some(accept) => request.header("accept", accept),
+            None => request,
+        };
+        async move {
+            let response = request.send().await.expect("/metrics");
+            let kind = response.headers()["content-type"]
+                .to_str()
+                .expect("a content type")
+                .to_string();
+            (kind, response.text().await.expect("the page"))
+        }
+    };
+    let (kind, text) = get(None).await;
+    assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");
+    assert_eq!(promtool_check(&text), "", "promtool check metrics");
+    assert!(text.contains("# TYPE chainsieve_events_ingested_total counter"));
+    let (kind, open) = get(Some(
+        "application/openmetrics-text;version=1.0.0;q=0.6,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+    ))
+    .await;
+    assert!(
+        kind.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{kind}"
+    );
+    assert!(open.ends_with("# EOF\n"), "{open}");
+}
+
+/// What `promtool check metrics` (Prometheus' own checker, installed by
+/// the test command) says of `page`: nothing when it passes.
+fn promtool_check(page: &str) -> String {
+    use std::io::Write as _;
+    let mut check = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus) is installed");
+    check
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(page.as_bytes())
+        .expect("the page written");
+    let said = check.wait_with_output().expect("promtool ran");
+    let words = format!(
+        "{}{}",
+        String::from_utf8_lossy(&said.stdout),
+        String::from_utf8_lossy(&said.stderr)
+    );
+    if said.status.success() {
+        words
+    } else {
+        format!("failed: {words}")
+    }
 }
 
 /// The request limits name their settings, over HTTP as over WebSocket.
