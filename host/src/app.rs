@@ -298,6 +298,7 @@ async fn start_webhooks(
         feeds: Arc::new(opener),
         transport: Arc::new(Poster::new(&config.webhooks)?),
         claims,
+        resolver: Arc::new(crate::webhook::target::System),
     };
     Webhooks::start(parts, tasks, shutdown.clone())
         .await

@@ -51,7 +51,7 @@ pub use definition::{Batching, Definition, Progress, State};
 pub use feed::{Feeds, Opened, Refusal};
 use post::Transport;
 use store::{Change, Store};
-use target::Policy;
+use target::{Policy, Resolve};
 use worker::{Hook, Shared, now_ms};
 
 /// Why a webhook call was refused; the RPC side answers each with its
@@ -106,9 +106,13 @@ pub struct Webhooks {
     /// By id. Short critical sections only; each entry's own lock orders
     /// the calls and changes about it.
     hooks: Mutex<HashMap<String, Arc<Entry>>>,
-    /// Held across a create, so two at once cannot both pass a key's
-    /// limit.
-    creating: tokio::sync::Mutex<()>,
+    /// Resolves a target's name at creation.
+    resolver: Arc<dyn Resolve>,
+    /// Creations under way, by owner: counted with the owner's webhooks
+    /// against its limit, so two at once cannot both pass it. A short
+    /// critical section: nothing is awaited while it is held, so one
+    /// receiver's slow name or a slow store delays no other creation.
+    creating: Mutex<HashMap<String, usize>>,
     /// The workers: at shutdown the store is closed once they have all
     /// ended (their last writes are kept).
     workers: TaskTracker,
@@ -118,6 +122,29 @@ pub struct Webhooks {
 impl std::fmt::Debug for Webhooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Webhooks").finish_non_exhaustive()
+    }
+}
+
+/// A creation under way for `owner`, counted against its limit until
+/// dropped.
+struct Creating<'a> {
+    webhooks: &'a Webhooks,
+    owner: String,
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        let mut creating = self
+            .webhooks
+            .creating
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = creating.get_mut(&self.owner) {
+            *count -= 1;
+            if *count == 0 {
+                creating.remove(&self.owner);
+            }
+        }
     }
 }
 
@@ -167,6 +194,9 @@ pub struct Parts {
     pub feeds: Arc<dyn Feeds>,
     pub transport: Arc<dyn Transport>,
     pub claims: Arc<dyn Claims>,
+    /// Resolves a target's name at creation ([`target::System`] but in
+    /// tests).
+    pub resolver: Arc<dyn Resolve>,
 }
 
 impl Webhooks {
@@ -184,6 +214,7 @@ impl Webhooks {
             feeds,
             transport,
             claims,
+            resolver,
         } = parts;
         let stored = store.load().await?;
         let changes = store.changes();
@@ -204,7 +235,8 @@ impl Webhooks {
             claims,
             policy,
             hooks: Mutex::default(),
-            creating: tokio::sync::Mutex::new(()),
+            resolver,
+            creating: Mutex::default(),
             workers: TaskTracker::new(),
             shutdown: shutdown.clone(),
         });
@@ -351,19 +383,8 @@ impl Webhooks {
         request: Create,
         most: Most,
     ) -> Result<Value, WebhookError> {
-        let _creating = self.creating.lock().await;
         let config = &self.shared.config;
-        let held = self
-            .lock()
-            .values()
-            .filter(|entry| entry.hook.definition().owner == owner)
-            .count();
-        if held >= most.webhooks {
-            return Err(WebhookError::Limit(format!(
-                "webhook limit reached: this API key has {held} webhooks, the most its plan \"{}\" allows ({}); delete one first",
-                most.plan, most.origin
-            )));
-        }
+        let _creating = self.reserve(owner, &most)?;
         self.check_target(&request.url).await?;
         let batch = request.batch;
         if !(1..=config.max_batch_events).contains(&batch.max_events) {
@@ -422,6 +443,35 @@ impl Webhooks {
         Ok(view)
     }
 
+    /// A place for one more of `owner`'s webhooks within `most`, held
+    /// until the creation ends (made or not).
+    fn reserve<'a>(&'a self, owner: &str, most: &Most) -> Result<Creating<'a>, WebhookError> {
+        let mut creating = self.creating.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = self
+            .lock()
+            .values()
+            .filter(|entry| entry.hook.definition().owner == owner)
+            .count();
+        let under_way = creating.get(owner).copied().unwrap_or(0);
+        if held + under_way >= most.webhooks {
+            return Err(WebhookError::Limit(format!(
+                "webhook limit reached: this API key has {held} webhooks{}, the most its plan \"{}\" allows ({}); delete one first",
+                if under_way > 0 {
+                    format!(" and {under_way} being made")
+                } else {
+                    String::new()
+                },
+                most.plan,
+                most.origin
+            )));
+        }
+        *creating.entry(owner.to_string()).or_default() += 1;
+        Ok(Creating {
+            webhooks: self,
+            owner: owner.to_string(),
+        })
+    }
+
     /// Whether `url` may be delivered to: its scheme, and the addresses
     /// its host is or resolves to.
     async fn check_target(&self, url: &str) -> Result<(), WebhookError> {
@@ -430,7 +480,7 @@ impl Webhooks {
             (parsed.host(), parsed.port_or_known_default())
         {
             self.policy
-                .check_host(host, port)
+                .check_host(self.resolver.as_ref(), host, port)
                 .await
                 .map_err(|why| WebhookError::Invalid(format!("url {url:?}: {why}")))?;
         }

@@ -6,8 +6,38 @@
 //! refused too.
 
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use url::Url;
+
+/// How long a target's name may take to resolve; past it, the name is
+/// unresolved (a creation is refused saying so, a delivery is retried).
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Resolves names to addresses: the system's resolver ([`System`]), or a
+/// test's.
+pub trait Resolve: Send + Sync {
+    fn lookup<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>>;
+}
+
+/// The system's resolver (`getaddrinfo`, through tokio).
+#[derive(Debug)]
+pub struct System;
+
+impl Resolve for System {
+    fn lookup<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
+    }
+}
 
 /// What the operator allows of a target (`[webhooks]`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,10 +91,15 @@ impl Policy {
         }
     }
 
-    /// Resolves `host` and checks what it resolves to: every address
-    /// refused is an error naming the first.
-    pub async fn check_host(&self, host: &str, port: u16) -> Result<(), String> {
-        self.resolve(host, port)
+    /// Resolves `host` with `resolver` and checks what it resolves to:
+    /// every address refused is an error naming the first.
+    pub async fn check_host(
+        &self,
+        resolver: &dyn Resolve,
+        host: &str,
+        port: u16,
+    ) -> Result<(), String> {
+        self.resolve_with(resolver, host, port)
             .await
             .map(|_| ())
             .map_err(|error| match error {
@@ -75,12 +110,28 @@ impl Policy {
     /// The addresses `host` resolves to that may be connected to, at
     /// every connection.
     pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, Unreachable> {
-        let addrs = tokio::net::lookup_host((host, port))
+        self.resolve_with(&System, host, port).await
+    }
+
+    /// [`Policy::resolve`] with `resolver`, within [`RESOLVE_TIMEOUT`].
+    async fn resolve_with(
+        &self,
+        resolver: &dyn Resolve,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, Unreachable> {
+        let addrs = tokio::time::timeout(RESOLVE_TIMEOUT, resolver.lookup(host, port))
             .await
+            .map_err(|_| {
+                Unreachable::Unresolved(format!(
+                    "{host} did not resolve within {} s",
+                    RESOLVE_TIMEOUT.as_secs()
+                ))
+            })?
             .map_err(|error| {
                 Unreachable::Unresolved(format!("{host} could not be resolved: {error}"))
             })?;
-        allowed(*self, host, addrs).map_err(Unreachable::Refused)
+        allowed(*self, host, addrs.into_iter()).map_err(Unreachable::Refused)
     }
 }
 
@@ -275,7 +326,7 @@ mod tests {
     #[tokio::test]
     async fn names_are_judged_by_what_they_resolve_to() {
         let error = STRICT
-            .check_host("localhost", 443)
+            .check_host(&System, "localhost", 443)
             .await
             .expect_err("loopback");
         assert!(

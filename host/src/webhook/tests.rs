@@ -135,6 +135,25 @@ impl Claims for Granted {
     }
 }
 
+/// Resolves every name to a public address, but `hang.example`, which
+/// it never answers.
+struct Names;
+
+impl target::Resolve for Names {
+    fn lookup<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, std::io::Result<Vec<std::net::SocketAddr>>> {
+        Box::pin(async move {
+            if host == "hang.example" {
+                std::future::pending::<()>().await;
+            }
+            Ok(vec![std::net::SocketAddr::from(([93, 184, 216, 34], port))])
+        })
+    }
+}
+
 struct Bench {
     webhooks: Arc<Webhooks>,
     store: Arc<Shared>,
@@ -182,6 +201,7 @@ impl Bench {
                 asked: asked_in,
                 grants: tokio::sync::Mutex::new(granted),
             }),
+            resolver: Arc::new(Names),
         };
         let webhooks = Webhooks::start(parts, &tasks, shutdown.clone())
             .await
@@ -362,5 +382,71 @@ async fn a_lost_claim_stops_delivery_and_the_next_starts_from_the_stored_cursor(
     bench.grant();
     let (from, _) = bench.opened().await;
     assert_eq!(from.as_deref(), Some("eth:9:0:0000000000000009"));
+    bench.shutdown.cancel();
+}
+
+/// A creation whose receiver's name never resolves delays no other key's:
+/// nothing is awaited under a lock other creations need. It is refused
+/// once the name has had its time, saying so.
+#[tokio::test]
+async fn a_name_that_never_resolves_delays_no_other_creation() {
+    let mut bench = Bench::start().await;
+    let request = |url: &str| Create {
+        chain: "eth".into(),
+        url: url.into(),
+        subscribe: vec![json!("newHeads")],
+        batch: Batching::default(),
+    };
+    let most = Most {
+        webhooks: 1,
+        plan: Arc::from("default"),
+        origin: "webhooks.max_per_key".into(),
+    };
+    let webhooks = bench.webhooks.clone();
+    let (hanging_most, hanging_request) = (most.clone(), request("https://hang.example/hook"));
+    let hanging = tokio::spawn(async move {
+        webhooks
+            .create(
+                &crate::keys::record::digest("a"),
+                hanging_request,
+                hanging_most,
+            )
+            .await
+    });
+    let webhooks = bench.webhooks.clone();
+    let (other_most, other_request) = (most.clone(), request("https://ok.example/hook"));
+    let other = tokio::spawn(async move {
+        webhooks
+            .create(&crate::keys::record::digest("b"), other_request, other_most)
+            .await
+    });
+    bench.asked_for_a_claim().await;
+    bench.grant();
+    let made = timeout(WAIT, other)
+        .await
+        .expect("made in time")
+        .expect("the task")
+        .expect("made");
+    assert_eq!(made["url"], "https://ok.example/hook");
+    assert!(!hanging.is_finished(), "its name is still being resolved");
+    // The same key, while its first creation waits: one place, taken.
+    let again = bench
+        .webhooks
+        .create(
+            &crate::keys::record::digest("a"),
+            request("https://ok.example/x"),
+            most,
+        )
+        .await;
+    assert!(
+        matches!(&again, Err(WebhookError::Limit(why)) if why.contains("1 being made")),
+        "{again:?}"
+    );
+    tokio::time::pause();
+    let refused = hanging.await.expect("the task");
+    assert!(
+        matches!(&refused, Err(WebhookError::Invalid(why)) if why.contains("hang.example did not resolve within 5 s")),
+        "{refused:?}"
+    );
     bench.shutdown.cancel();
 }
