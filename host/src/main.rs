@@ -196,6 +196,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     if let Some(role) = args.role {
         config.role = role;
     }
+    // Checked here too, so what the file says wrong is named at its line.
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        config.validate_file(path, &text)?;
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -205,7 +211,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let state = chainsieve::app::start(&config, shutdown.clone()).await?;
     // Installed only now: until here a signal stops startup at once.
     let mut signals = Signals::install()?;
-    announce(&address, &state, &keys[0]);
+    announce(&address, &state, keys.first().map(String::as_str));
     let mut server = tokio::spawn(chainsieve::http::serve(listener, state));
     tokio::select! {
         () = signals.next() => {
@@ -247,10 +253,16 @@ fn init_logging(log: &LoggingConfig) {
 
 /// Prints where the server listens. Best effort: a closed stdout (the
 /// output piped into `head`, say) must not stop the server.
-fn announce(address: &SocketAddr, state: &chainsieve::AppState, key: &str) {
+fn announce(address: &SocketAddr, state: &chainsieve::AppState, key: Option<&str>) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "chainsieve listening on http://{address}");
+    // An ingest (no keys) serves only /healthz, /readyz and /metrics.
+    let Some(key) = key else {
+        let _ = writeln!(out, "  ingest: /healthz, /readyz, /metrics");
+        let _ = out.flush();
+        return;
+    };
     for chain in state.chains.keys() {
         let _ = writeln!(out, "  {chain:<8} ws://{address}/{chain}/v1/{key}");
     }

@@ -1,6 +1,6 @@
 //! Creating the bus's streams, buckets and object store as a server
 //! starts, safe when other servers create the same objects at the same
-//! moment (docs/src/bus.md, Several servers). A request the bus does not
+//! moment (docs/src/bus.md, Running it). A request the bus does not
 //! answer in time, or answers that it is not ready (a cluster electing a
 //! leader, peers not yet known), is sent again for [`PATIENCE`] at most,
 //! so a server started beside a struggling cluster waits for it rather

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 mod bus;
 mod devnet;
+mod located;
 mod nodes;
 mod plans;
 mod rpc;
@@ -254,7 +255,10 @@ fn in_range(key: &str, value: u64, low: u64, high: u64) -> anyhow::Result<()> {
     if (low..=high).contains(&value) {
         Ok(())
     } else {
-        bail!("{key} must be between {low} and {high}, got {value}")
+        Err(located::invalid(
+            key,
+            format!("{key} must be between {low} and {high}, got {value}"),
+        ))
     }
 }
 
@@ -494,10 +498,13 @@ impl LimitsConfig {
 fn blocks_in(key: &str, span: Span, block_time: Duration, most: u64) -> anyhow::Result<usize> {
     let blocks = span.blocks(block_time);
     if !(1..=most).contains(&blocks) {
-        bail!(
-            "{key} must hold between 1 and {most} blocks, got {span} ({blocks} blocks of {})",
-            duration_text(block_time)
-        );
+        return Err(located::invalid(
+            key,
+            format!(
+                "{key} must hold between 1 and {most} blocks, got {span} ({blocks} blocks of {})",
+                duration_text(block_time)
+            ),
+        ));
     }
     Ok(usize::try_from(blocks).unwrap_or(usize::MAX))
 }
@@ -523,6 +530,13 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
         Self::from_toml(&text).with_context(|| format!("in config {}", path.display()))
+    }
+
+    /// [`Config::validate`] of a config read from `path` (whose text is
+    /// `text`): an error names the file, and the line of the key refused.
+    pub fn validate_file(&self, path: &Path, text: &str) -> anyhow::Result<Vec<ChainSpec>> {
+        self.validate()
+            .map_err(|error| located::locate(error, path, text))
     }
 
     /// Reads `text`; what it says is checked by [`Config::validate`] once
@@ -615,10 +629,12 @@ impl Config {
                     "polygon" => Some(137),
                     _ => None,
                 };
-                let chain_id = chain
-                    .chain_id
-                    .or(known)
-                    .with_context(|| format!("chain \"{name}\" needs a chain_id"))?;
+                let chain_id = chain.chain_id.or(known).ok_or_else(|| {
+                    located::invalid(
+                        format!("chains.{name}.chain_id"),
+                        format!("chains.{name}.chain_id is missing: chain \"{name}\" needs a chain_id (only eth, bsc and polygon have known ones)"),
+                    )
+                })?;
                 let on_devnet = chain.source == SourceConfig::Devnet && chain.nodes.is_empty();
                 let block_time = match self.devnet.block_time_ms {
                     Some(ms) if on_devnet => Duration::from_millis(ms.max(1)),
@@ -631,12 +647,8 @@ impl Config {
                     block_time,
                     1_000_000,
                 )?;
-                let log_blocks = blocks_in(
-                    &format!("log.window (on chain {name})"),
-                    self.log.window,
-                    block_time,
-                    10_000_000,
-                )?;
+                let log_blocks = blocks_in("log.window", self.log.window, block_time, 10_000_000)
+                    .with_context(|| format!("the event log's window on chain {name}"))?;
                 Ok(ChainSpec {
                     name: name.clone(),
                     chain_id,
@@ -653,7 +665,8 @@ impl Config {
     /// The accepted API keys: the configured ones, or the demo key when
     /// none are configured and one process runs every chain on the devnet.
     pub fn keys(&self) -> anyhow::Result<Vec<String>> {
-        if !self.auth.keys.is_empty() {
+        // An ingest serves no client: only its probes and metrics.
+        if !self.auth.keys.is_empty() || self.role == Role::Ingest {
             if self
                 .auth
                 .keys
@@ -791,6 +804,9 @@ mod tests {
             .contains("bus.lease_ms must be between 100 and 600000")
         );
         assert!(err("role = \"spare\"").contains("role"));
+        // An ingest serves no client: it needs no keys.
+        let ingest = "role = \"ingest\"\n[chains.eth]\nsource = \"ws://node:8546\"\n";
+        load(ingest).expect("an ingest without [auth] keys");
     }
 
     /// Numbers the server could not run with are refused up front, naming
@@ -857,11 +873,11 @@ mod tests {
             ),
             (
                 "[log]\nblocks = 0",
-                "log.window (on chain bsc) must hold between 1 and 10000000 blocks, got 0",
+                "the event log's window on chain bsc: log.window must hold between 1 and 10000000 blocks, got 0",
             ),
             (
                 "[log]\nwindow = \"2000h\"",
-                "log.window (on chain bsc) must hold between 1 and 10000000 blocks, got \"2000h\" (16000000 blocks of 450ms)",
+                "the event log's window on chain bsc: log.window must hold between 1 and 10000000 blocks, got \"2000h\" (16000000 blocks of 450ms)",
             ),
             ("[log]\nmemory_mib = 0", "log.memory_mib must be between 1"),
             (

@@ -181,14 +181,44 @@ pub(super) fn source(
             key("nodes")
         ),
     };
+    // Each node's key in the file: an entry of [[chains.<name>.nodes]],
+    // or of `source`.
+    let from_source = !chain.nodes.is_empty();
+    let entry = |index: usize| {
+        if from_source {
+            key(&format!("nodes[{index}]"))
+        } else if nodes.len() == 1 {
+            key("source")
+        } else {
+            key(&format!("source[{index}]"))
+        }
+    };
     let mut specs: Vec<NodeSpec> = Vec::with_capacity(nodes.len());
-    for node in &nodes {
+    for (index, node) in nodes.iter().enumerate() {
+        if node.url.is_empty() {
+            let at = if from_source {
+                format!("{}.url", entry(index))
+            } else {
+                entry(index)
+            };
+            return Err(super::located::invalid(
+                at.clone(),
+                format!(
+                    "{at} is missing: each [[{}]] entry needs a ws:// or wss:// url",
+                    key("nodes")
+                ),
+            ));
+        }
         if !is_ws_url(&node.url) {
-            bail!(
-                "{} must be a ws:// or wss:// URL, got \"{}\"",
-                key("nodes.url"),
-                node.url
-            );
+            let at = if from_source {
+                format!("{}.url", entry(index))
+            } else {
+                entry(index)
+            };
+            return Err(super::located::invalid(
+                at.clone(),
+                format!("{at} must be a ws:// or wss:// URL, got \"{}\"", node.url),
+            ));
         }
         let spec = NodeSpec::new(
             node.name
@@ -200,11 +230,15 @@ pub(super) fn source(
             .iter()
             .any(|s| s.name == spec.name || s.url == spec.url)
         {
-            bail!(
-                "chain {name} lists node \"{}\" ({}) twice; give each node its own url and name",
-                spec.name,
-                spec.url
-            );
+            return Err(super::located::invalid(
+                entry(index),
+                format!(
+                    "{}: chain {name} lists node \"{}\" ({}) twice; give each node its own url and name",
+                    entry(index),
+                    spec.name,
+                    spec.url
+                ),
+            ));
         }
         specs.push(spec);
     }
@@ -339,7 +373,14 @@ mod tests {
                 "chains.eth.quorum applies with chains.eth.agreement = \"quorum\"",
             ),
             ("agreement = \"quorum\"", "apply to node chains"),
-            ("[[nodes]]\nurl = \"a:1\"", "chains.eth.nodes.url must be"),
+            (
+                "[[nodes]]\nurl = \"a:1\"",
+                "chains.eth.nodes[0].url must be",
+            ),
+            (
+                "[[nodes]]\nurl = \"ws://a:1\"\n[[nodes]]\nname = \"b\"",
+                "chains.eth.nodes[1].url is missing",
+            ),
             (
                 "source = \"ws://a:1\"\nlag_blocks = 0",
                 "chains.eth.lag_blocks",

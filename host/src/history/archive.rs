@@ -4,11 +4,15 @@
 //! stay in memory up to `[devnet] archive_memory_mib`, and with `[log]
 //! data_dir` every block is also written to a file (redb) up to `[history]
 //! max_blocks` behind the tip, so the whole generated history is held.
+//! Blocks and transactions are found by hash as by number (the RPC
+//! methods' lookups, docs/src/devnet.md), each hash indexed where its
+//! block is held.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use alloy_primitives::B256;
 use anyhow::Context;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::mpsc;
@@ -18,6 +22,21 @@ use crate::model::{Block, ChainEvent};
 
 /// number → the canonical block, as serde JSON of [`Block`].
 const BLOCKS: TableDefinition<u64, &[u8]> = TableDefinition::new("blocks");
+
+/// block hash → its number.
+const BLOCK_HASHES: TableDefinition<[u8; 32], u64> = TableDefinition::new("block_hashes");
+
+/// transaction hash → its block's number.
+const TRANSACTION_HASHES: TableDefinition<[u8; 32], u64> =
+    TableDefinition::new("transaction_hashes");
+
+/// number → the hashes indexed for its block (its own, then its
+/// transactions'), to let them go with it.
+const HASHES_AT: TableDefinition<u64, &[u8]> = TableDefinition::new("hashes_at");
+
+/// What one indexed hash costs in memory, roughly (key, number, the map's
+/// share).
+const INDEXED_BYTES: usize = 64;
 
 /// Steps the keeper takes into one disk commit, at most.
 const ROUND: usize = 1_024;
@@ -39,8 +58,12 @@ struct Recent {
     /// Consecutive canonical blocks, oldest first, each with what it
     /// holds (roughly, counted once).
     blocks: VecDeque<(Arc<Block>, usize)>,
-    /// What `blocks` holds, roughly.
+    /// What `blocks` and the indexes hold, roughly.
     bytes: usize,
+    /// The held blocks' numbers by their hashes, and by their
+    /// transactions'.
+    by_hash: HashMap<B256, u64>,
+    transactions: HashMap<B256, u64>,
     /// `[devnet] archive_memory_mib`.
     max_bytes: usize,
 }
@@ -52,11 +75,12 @@ impl Recent {
         let (ChainEvent::Added(block) | ChainEvent::Removed(block)) = change else {
             return;
         };
-        while let Some((last, bytes)) = self.blocks.back()
-            && last.number() >= block.number()
+        while self
+            .blocks
+            .back()
+            .is_some_and(|(last, _)| last.number() >= block.number())
         {
-            self.bytes -= bytes;
-            self.blocks.pop_back();
+            self.pop_back();
         }
         if let ChainEvent::Added(block) = change {
             // A block that does not follow the last (the devnet's first) starts over.
@@ -66,20 +90,47 @@ impl Recent {
                 .is_some_and(|(last, _)| last.number() + 1 != block.number())
             {
                 self.blocks.clear();
+                self.by_hash.clear();
+                self.transactions.clear();
                 self.bytes = 0;
             }
-            let bytes = block.approximate_bytes();
+            let number = block.number();
+            self.by_hash.insert(block.hash, number);
+            for transaction in &block.transactions {
+                self.transactions.insert(transaction.hash, number);
+            }
+            let bytes = block.approximate_bytes() + INDEXED_BYTES * (1 + block.transactions.len());
             self.bytes += bytes;
             self.blocks.push_back((block.clone(), bytes));
         }
     }
 
+    fn pop_back(&mut self) {
+        if let Some((block, bytes)) = self.blocks.pop_back() {
+            self.forget(&block, bytes);
+        }
+    }
+
+    /// Lets go of `block`'s hashes (those still naming it) and its bytes.
+    fn forget(&mut self, block: &Block, bytes: usize) {
+        let number = block.number();
+        if self.by_hash.get(&block.hash) == Some(&number) {
+            self.by_hash.remove(&block.hash);
+        }
+        for transaction in &block.transactions {
+            if self.transactions.get(&transaction.hash) == Some(&number) {
+                self.transactions.remove(&transaction.hash);
+            }
+        }
+        self.bytes -= bytes;
+    }
+
     /// Lets go of the oldest blocks past the memory bound.
     fn trim(&mut self) {
         while self.bytes > self.max_bytes
-            && let Some((_, bytes)) = self.blocks.pop_front()
+            && let Some((block, bytes)) = self.blocks.pop_front()
         {
-            self.bytes -= bytes;
+            self.forget(&block, bytes);
         }
     }
 
@@ -167,6 +218,53 @@ impl Archive {
         Ok(self.range(number, number).await?.pop())
     }
 
+    /// The canonical block of hash `hash`, if held.
+    pub async fn block_by_hash(&self, hash: B256) -> anyhow::Result<Option<Arc<Block>>> {
+        let Some(number) = self
+            .number_of(hash, BLOCK_HASHES, |recent| &recent.by_hash)
+            .await?
+        else {
+            return Ok(None);
+        };
+        // A reorg may have replaced it since it was indexed.
+        Ok(self.block(number).await?.filter(|block| block.hash == hash))
+    }
+
+    /// The canonical block holding transaction `hash`, and its index in
+    /// it, if held.
+    pub async fn transaction(&self, hash: B256) -> anyhow::Result<Option<(Arc<Block>, usize)>> {
+        let number = self
+            .number_of(hash, TRANSACTION_HASHES, |recent| &recent.transactions)
+            .await?;
+        let Some(number) = number else {
+            return Ok(None);
+        };
+        let block = self.block(number).await?;
+        Ok(block.and_then(|block| {
+            let index = block.transactions.iter().position(|tx| tx.hash == hash)?;
+            Some((block, index))
+        }))
+    }
+
+    /// The block number `hash` is indexed under, in memory or on disk.
+    async fn number_of(
+        &self,
+        hash: B256,
+        table: TableDefinition<'static, [u8; 32], u64>,
+        in_memory: impl Fn(&Recent) -> &HashMap<B256, u64>,
+    ) -> anyhow::Result<Option<u64>> {
+        if let Some(number) = in_memory(&self.read()).get(&hash).copied() {
+            return Ok(Some(number));
+        }
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        let file = file.clone();
+        tokio::task::spawn_blocking(move || file.number_of(table, hash))
+            .await
+            .context("reading the archive's hashes")?
+    }
+
     fn read(&self) -> RwLockReadGuard<'_, Recent> {
         // A panic while holding the lock cannot leave the blocks half
         // changed: each change is whole before the next.
@@ -243,7 +341,10 @@ impl ArchiveFile {
             .with_context(|| format!("creating the archive {}", path.display()))?;
         let txn = db.begin_write()?;
         txn.open_table(BLOCKS)?;
-        txn.commit().context("creating the archive's table")?;
+        txn.open_table(BLOCK_HASHES)?;
+        txn.open_table(TRANSACTION_HASHES)?;
+        txn.open_table(HASHES_AT)?;
+        txn.commit().context("creating the archive's tables")?;
         Ok(Self { db, max_blocks })
     }
 
@@ -252,27 +353,52 @@ impl ArchiveFile {
     fn write(&self, steps: &[Arc<crate::eventlog::Step>]) -> anyhow::Result<()> {
         let txn = self.db.begin_write()?;
         {
-            let mut table = txn.open_table(BLOCKS)?;
+            let mut tables = Tables {
+                blocks: txn.open_table(BLOCKS)?,
+                block_hashes: txn.open_table(BLOCK_HASHES)?,
+                transaction_hashes: txn.open_table(TRANSACTION_HASHES)?,
+                hashes_at: txn.open_table(HASHES_AT)?,
+            };
             let mut tip = None;
             for step in steps {
                 match &step.change {
                     ChainEvent::Added(block) => {
-                        table.retain_in(block.number().., |_, _| false)?;
+                        let number = block.number();
+                        tables.drop_from(number..)?;
                         let bytes = serde_json::to_vec(&**block).context("encoding a block")?;
-                        table.insert(block.number(), bytes.as_slice())?;
-                        tip = Some(block.number());
+                        tables.blocks.insert(number, bytes.as_slice())?;
+                        let mut hashes = Vec::with_capacity(32 * (1 + block.transactions.len()));
+                        hashes.extend_from_slice(block.hash.as_slice());
+                        tables.block_hashes.insert(block.hash.0, number)?;
+                        for transaction in &block.transactions {
+                            hashes.extend_from_slice(transaction.hash.as_slice());
+                            tables
+                                .transaction_hashes
+                                .insert(transaction.hash.0, number)?;
+                        }
+                        tables.hashes_at.insert(number, hashes.as_slice())?;
+                        tip = Some(number);
                     }
-                    ChainEvent::Removed(block) => {
-                        table.retain_in(block.number().., |_, _| false)?
-                    }
+                    ChainEvent::Removed(block) => tables.drop_from(block.number()..)?,
                     ChainEvent::Pending(_) => {}
                 }
             }
             if let Some(tip) = tip {
-                table.retain_in(..tip.saturating_sub(self.max_blocks), |_, _| false)?;
+                tables.drop_from(..tip.saturating_sub(self.max_blocks))?;
             }
         }
         txn.commit().context("committing the archive's blocks")
+    }
+
+    /// The number `hash` is indexed under in `table`.
+    fn number_of(
+        &self,
+        table: TableDefinition<'static, [u8; 32], u64>,
+        hash: B256,
+    ) -> anyhow::Result<Option<u64>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(table)?;
+        Ok(table.get(hash.0)?.map(|number| number.value()))
     }
 
     fn oldest(&self) -> anyhow::Result<Option<u64>> {
@@ -297,6 +423,45 @@ impl ArchiveFile {
     }
 }
 
+/// The archive file's tables, open in one write.
+struct Tables<'txn> {
+    blocks: redb::Table<'txn, u64, &'static [u8]>,
+    block_hashes: redb::Table<'txn, [u8; 32], u64>,
+    transaction_hashes: redb::Table<'txn, [u8; 32], u64>,
+    hashes_at: redb::Table<'txn, u64, &'static [u8]>,
+}
+
+impl Tables<'_> {
+    /// Lets go of the blocks of `numbers` and the hashes indexed for them
+    /// (those still naming them).
+    fn drop_from(
+        &mut self,
+        numbers: impl std::ops::RangeBounds<u64> + Clone,
+    ) -> anyhow::Result<()> {
+        let mut indexed = Vec::new();
+        for entry in self.hashes_at.range(numbers.clone())? {
+            let (number, hashes) = entry?;
+            indexed.push((number.value(), hashes.value().to_vec()));
+        }
+        for (number, hashes) in indexed {
+            for (at, hash) in hashes.chunks_exact(32).enumerate() {
+                let hash: [u8; 32] = hash.try_into().context("a 32-byte hash")?;
+                let table = if at == 0 {
+                    &mut self.block_hashes
+                } else {
+                    &mut self.transaction_hashes
+                };
+                if table.get(hash)?.map(|n| n.value()) == Some(number) {
+                    table.remove(hash)?;
+                }
+            }
+        }
+        self.hashes_at.retain_in(numbers.clone(), |_, _| false)?;
+        self.blocks.retain_in(numbers, |_, _| false)?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use alloy_primitives::B256;
@@ -304,15 +469,17 @@ mod tests {
     use super::*;
     use crate::eventlog::EventLog;
 
-    /// A chain of fixture blocks as the pipeline logs it: `0..10`, then a
-    /// reorg replacing 8 and 9 with branch 2's.
+    /// A chain of fixture blocks as the pipeline logs it: `0..10`, each
+    /// with a transaction of its own, then a reorg replacing 8 and 9 with
+    /// branch 2's (empty).
     fn steps() -> Vec<Persist> {
         let log = EventLog::new("eth", 1_024, 64);
         let mut changes = Vec::new();
         let mut parent = B256::ZERO;
         let mut branch_one = Vec::new();
         for number in 0..10 {
-            let block = Arc::new(Block::fixture(number, 1, parent, &[B256::repeat_byte(7)]));
+            let transaction = B256::repeat_byte(100 + number as u8);
+            let block = Arc::new(Block::fixture(number, 1, parent, &[transaction]));
             parent = block.hash;
             branch_one.push(block.clone());
             changes.push(ChainEvent::Added(block));
@@ -433,5 +600,90 @@ mod tests {
             held(&archive, in_memory - 1, in_memory).await,
             canonical()[in_memory as usize - 1..=in_memory as usize]
         );
+    }
+
+    /// Blocks and transactions are found by hash where their blocks are
+    /// held, in memory or on disk; a block a reorg replaced, its
+    /// transaction, and what the file let go of are not.
+    #[tokio::test]
+    async fn blocks_and_transactions_are_found_by_hash_where_held() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("eth.devnet.redb");
+        let one = Block::fixture(0, 1, B256::ZERO, &[B256::repeat_byte(7)]).approximate_bytes();
+        let archives = [
+            (
+                "memory",
+                Archive::new(1 << 20, None, 100).expect("archive"),
+                0,
+            ),
+            (
+                "file",
+                Archive::new(1, Some(&path), 100).expect("archive"),
+                0,
+            ),
+            (
+                "both",
+                Archive::new(3 * one, None, 100).expect("archive"),
+                6,
+            ),
+        ];
+        for (kind, archive, from) in archives {
+            let archive = kept(archive).await;
+            let oldest = archive.oldest().await.expect("oldest").expect("held");
+            assert!(oldest <= from.max(8), "{kind}");
+            for block in archive.range(oldest, 9).await.expect("read") {
+                let found = archive.block_by_hash(block.hash).await.expect("read");
+                assert_eq!(found.map(|b| b.number()), Some(block.number()), "{kind}");
+                for (index, tx) in block.transactions.iter().enumerate() {
+                    let found = archive.transaction(tx.hash).await.expect("read");
+                    assert_eq!(
+                        found.map(|(b, i)| (b.number(), i)),
+                        Some((block.number(), index)),
+                        "{kind}"
+                    );
+                }
+            }
+            let replaced = steps()[8].step.change.clone();
+            let ChainEvent::Added(replaced) = replaced else {
+                panic!("an addition")
+            };
+            assert_eq!(replaced.hash.0[31], 1, "branch one's block 8");
+            assert!(
+                archive
+                    .block_by_hash(replaced.hash)
+                    .await
+                    .expect("read")
+                    .is_none(),
+                "{kind}"
+            );
+            let orphan = replaced.transactions[0].hash;
+            assert!(
+                archive.transaction(orphan).await.expect("read").is_none(),
+                "{kind}"
+            );
+        }
+        // What the file lets go of behind the tip, it finds no more.
+        let path = dir.path().join("short.devnet.redb");
+        let archive = kept(Archive::new(1, Some(&path), 4).expect("archive")).await;
+        let ChainEvent::Added(gone) = steps()[2].step.change.clone() else {
+            panic!("an addition")
+        };
+        assert!(
+            archive
+                .block_by_hash(gone.hash)
+                .await
+                .expect("read")
+                .is_none()
+        );
+        assert!(
+            archive
+                .transaction(gone.transactions[0].hash)
+                .await
+                .expect("read")
+                .is_none()
+        );
+        let file = archive.file.as_ref().expect("a file");
+        let hashes = file.number_of(BLOCK_HASHES, gone.hash).expect("read");
+        assert_eq!(hashes, None, "its hash let go too");
     }
 }

@@ -39,6 +39,19 @@ pub(super) enum Held {
         full: bool,
         fallback: Result<Box<RawValue>, RpcError>,
     },
+    /// The block of hash `hash`, not in the window: a devnet chain's
+    /// archive answers it; elsewhere as [`Held::Elsewhere`] (`null`).
+    OlderByHash { hash: B256, full: bool },
+    /// The mined transaction `hash`, not in the window: as
+    /// [`Held::OlderByHash`].
+    OlderTransaction { hash: B256 },
+    /// `eth_getLogs` over blocks older than the log: a devnet chain's
+    /// archive answers it; elsewhere as [`Held::Elsewhere`].
+    OlderLogs {
+        filter: Box<chainsieve_log_rules::LogFilter>,
+        blocks: super::logs::Reach,
+        fallback: Result<Box<RawValue>, RpcError>,
+    },
 }
 
 /// A block selector: a number, or a tag.
@@ -119,7 +132,7 @@ pub(super) fn block_by_hash(chain: &Chain, params: &Value) -> Result<Held, RpcEr
     let full = full_flag(params)?;
     Ok(match chain.canonical().by_hash(&hash) {
         Some(block) => lookup(block, full),
-        None => Held::Elsewhere(result(&Value::Null)),
+        None => Held::OlderByHash { hash, full },
     })
 }
 
@@ -146,7 +159,7 @@ pub(super) fn transaction_by_hash(chain: &Chain, params: &Value) -> Result<Held,
             RawValue::from_string(block.transaction_json(index, TxShape::Geth, false))
                 .map_err(|e| RpcError::internal(e.to_string()))?,
         ),
-        None => Held::Elsewhere(result(&Value::Null)),
+        None => Held::OlderTransaction { hash },
     })
 }
 

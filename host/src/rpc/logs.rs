@@ -11,10 +11,13 @@ use chainsieve_log_rules::LogFilter;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use std::sync::Arc;
+
 use super::blocks::Held;
 use super::params::{fixed_value, parse_quantity, positional, require_positional};
 use super::{RpcError, result};
 use crate::chain::Chain;
+use crate::model::Block;
 
 /// The most logs one call answers.
 const MAX_LOGS: usize = 10_000;
@@ -71,7 +74,13 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
                 .filter(|block| block.hash == hash);
             match held {
                 Some(block) => (block.number(), block.number()),
-                None => return elsewhere(result(&Value::Array(Vec::new()))),
+                None => {
+                    return Ok(Held::OlderLogs {
+                        filter: Box::new(filter),
+                        blocks: Reach::Hash(hash),
+                        fallback: result(&Value::Array(Vec::new())),
+                    });
+                }
             }
         }
         None => {
@@ -104,29 +113,51 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
         )));
     }
     if from < oldest || (node && to > tip) {
-        return elsewhere(Err(RpcError::not_found(format!(
+        let fallback = Err(RpcError::not_found(format!(
             "the range reaches block {from}, older than the history this server keeps (oldest: {oldest})"
-        ))));
+        )));
+        return Ok(Held::OlderLogs {
+            filter: Box::new(filter),
+            blocks: Reach::Numbers(from, to),
+            fallback,
+        });
     }
     let blocks = chain.log().canonical_range(from, to);
     // A node chain answers from the log only what it holds whole.
     if node && (blocks.len() as u64) < to.min(tip) - from + 1 {
         return elsewhere(result(&Value::Array(Vec::new())));
     }
+    match matching(&blocks, &filter) {
+        Ok(answer) => Ok(Held::Answer(answer)),
+        // The node has its own limits.
+        Err(limited) if node => elsewhere(Err(limited)),
+        Err(refused) => Err(refused),
+    }
+}
+
+/// The blocks an `eth_getLogs` older than the log asks about.
+#[derive(Debug)]
+pub(super) enum Reach {
+    /// `fromBlock..=toBlock`.
+    Numbers(u64, u64),
+    /// `blockHash`.
+    Hash(B256),
+}
+
+/// The logs of `blocks` that `filter` matches, as the answer; -32005
+/// past [`MAX_LOGS`].
+pub(super) fn matching(
+    blocks: &[Arc<Block>],
+    filter: &LogFilter,
+) -> Result<Box<RawValue>, RpcError> {
     let mut found = Vec::new();
-    for block in &blocks {
+    for block in blocks {
         for (index, log) in block.logs.iter().enumerate() {
             if filter.matches(&Read(&log.inner)) {
                 if found.len() == MAX_LOGS {
-                    let limited = RpcError::limit_exceeded(format!(
-                        "more than {MAX_LOGS} logs match; ask for a narrower block range"
-                    ));
-                    // The node has its own limits.
-                    return if node {
-                        elsewhere(Err(limited))
-                    } else {
-                        Err(limited)
-                    };
+                    return Err(RpcError::limit_exceeded(format!(
+                        "more than {MAX_LOGS} logs match (a fixed limit); ask for a narrower block range"
+                    )));
                 }
                 found.push(
                     RawValue::from_string(block.log_json(index, false))
@@ -135,5 +166,5 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
             }
         }
     }
-    Ok(Held::Answer(result(&found)?))
+    result(&found)
 }

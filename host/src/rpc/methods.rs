@@ -6,6 +6,8 @@
 //! on node chains, every other method the `[rpc]` policy allows goes to the
 //! node ([`super::forward`]).
 
+use std::sync::Arc;
+
 use alloy_primitives::U64;
 use futures_util::future::join_all;
 
@@ -15,8 +17,10 @@ use super::{
     Call, Incoming, RpcError, batch_response, blocks, devnet, error_response, forward, logs, parse,
     refused, response, result, submit, subscribe, token_price, webhooks,
 };
+use crate::chain::Chain;
 use crate::history::Blocks;
 use crate::history::archive::Archive;
+use crate::model::{Block, TxShape};
 
 /// What `web3_clientVersion` answers.
 pub const CLIENT_VERSION: &str = concat!("chainsieve/v", env!("CARGO_PKG_VERSION"));
@@ -146,21 +150,99 @@ async fn held(
     call: &Call,
     held: Result<blocks::Held, RpcError>,
 ) -> Result<Box<serde_json::value::RawValue>, RpcError> {
-    match held? {
-        blocks::Held::Answer(answer) => Ok(answer),
-        blocks::Held::Elsewhere(_) | blocks::Held::Older { .. } if ctx.chain.node().is_some() => {
-            forward::forward(ctx.chain, call).await
-        }
-        blocks::Held::Older {
-            number,
-            full,
-            fallback,
-        } => match ctx.chain.history_blocks() {
-            Some(Blocks::Archive(archive)) => {
-                archived(&archive, number, full).await.unwrap_or(fallback)
-            }
-            _ => fallback,
-        },
-        blocks::Held::Elsewhere(fallback) => fallback,
+    let held = held?;
+    if let blocks::Held::Answer(answer) = held {
+        return Ok(answer);
     }
+    if ctx.chain.node().is_some() {
+        return forward::forward(ctx.chain, call).await;
+    }
+    let archive = match ctx.chain.history_blocks() {
+        Some(Blocks::Archive(archive)) => Some(archive),
+        _ => None,
+    };
+    match (held, archive) {
+        (blocks::Held::Answer(answer), _) => Ok(answer),
+        (blocks::Held::Elsewhere(fallback), _) => fallback,
+        (
+            blocks::Held::Older {
+                number,
+                full,
+                fallback,
+            },
+            Some(archive),
+        ) => archived(&archive, number, full).await.unwrap_or(fallback),
+        (blocks::Held::OlderByHash { hash, full }, Some(archive)) => {
+            let block = archive.block_by_hash(hash).await.map_err(|error| {
+                RpcError::internal(format!(
+                    "reading block {hash} from the devnet's archive: {error:#}"
+                ))
+            })?;
+            match block.and_then(|block| block.block_json(full)) {
+                Some(answer) => Ok(answer),
+                None => result(&serde_json::Value::Null),
+            }
+        }
+        (blocks::Held::OlderTransaction { hash }, Some(archive)) => {
+            let found = archive.transaction(hash).await.map_err(|error| {
+                RpcError::internal(format!(
+                    "reading transaction {hash} from the devnet's archive: {error:#}"
+                ))
+            })?;
+            match found {
+                Some((block, index)) => serde_json::value::RawValue::from_string(
+                    block.transaction_json(index, TxShape::Geth, false),
+                )
+                .map_err(|e| RpcError::internal(e.to_string())),
+                None => result(&serde_json::Value::Null),
+            }
+        }
+        (
+            blocks::Held::OlderLogs {
+                filter,
+                blocks,
+                fallback,
+            },
+            Some(archive),
+        ) => match archived_blocks(ctx.chain, &archive, blocks).await? {
+            Some(blocks) => logs::matching(&blocks, &filter),
+            None => fallback,
+        },
+        (blocks::Held::Older { fallback, .. } | blocks::Held::OlderLogs { fallback, .. }, None) => {
+            fallback
+        }
+        (blocks::Held::OlderByHash { .. } | blocks::Held::OlderTransaction { .. }, None) => {
+            result(&serde_json::Value::Null)
+        }
+    }
+}
+
+/// The canonical blocks `reach` names, from a devnet chain's archive (and
+/// the log, for what the archive has not taken yet); `None` if the
+/// archive no longer holds the first.
+async fn archived_blocks(
+    chain: &Chain,
+    archive: &Archive,
+    reach: logs::Reach,
+) -> Result<Option<Vec<Arc<Block>>>, RpcError> {
+    let reading = |error: anyhow::Error| {
+        RpcError::internal(format!("reading the devnet's archive: {error:#}"))
+    };
+    let (from, to) = match reach {
+        logs::Reach::Numbers(from, to) => (from, to),
+        logs::Reach::Hash(hash) => {
+            let block = archive.block_by_hash(hash).await.map_err(reading)?;
+            // An unknown hash matches no log.
+            return Ok(Some(block.into_iter().collect()));
+        }
+    };
+    let mut blocks = archive.range(from, to).await.map_err(reading)?;
+    if blocks.first().map(|block| block.number()) != Some(from) {
+        return Ok(None);
+    }
+    let last = blocks.last().map_or(from, |block| block.number());
+    if last < to {
+        blocks.extend(chain.log().canonical_range(last + 1, to));
+    }
+    Ok(Some(blocks))
 }

@@ -189,3 +189,39 @@ async fn logs_are_json_lines_on_stderr_when_configured() {
         .expect("exit status");
     assert!(status.success(), "{status}");
 }
+
+/// A value the checks refuse is reported with the file and the line that
+/// writes it (or, for a key left out, its entry's header), and the server
+/// does not start.
+#[test]
+fn a_refused_setting_is_named_at_its_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("chainsieve.toml");
+    for (text, says) in [
+        (
+            "[auth]\nkeys = [\"k\"]\n\n[chains.base]\nchain_id = 8453\nagreement = \"quorum\"\nquorum = 3\nsource = [\"ws://a:1\", \"ws://b:1\"]\n",
+            ":7 (chains.base.quorum)",
+        ),
+        (
+            "[auth]\nkeys = [\"k\"]\n[chains.base]\nsource = \"ws://a:1\"\n",
+            ":3 (chains.base.chain_id)",
+        ),
+        (
+            "[auth]\nkeys = [\"k\"]\n[chains.eth]\n[[chains.eth.nodes]]\nurl = \"ws://a:1\"\n[[chains.eth.nodes]]\nname = \"b\"\n",
+            ":6 (chains.eth.nodes[1].url)",
+        ),
+    ] {
+        std::fs::write(&config, text).expect("write config");
+        let run = Command::new(env!("CARGO_BIN_EXE_chainsieve"))
+            .args(["--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .output()
+            .expect("run chainsieve");
+        assert!(!run.status.success(), "{text}");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            stderr.contains(&format!("chainsieve.toml{says}")),
+            "{text}\n{stderr}"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 //! unsubscribing from either transport.
 
 use chainsieve::config::{ChainConfig, Config, Span};
-use chainsieve_tests::{TestServer, WsClient, test_config};
+use chainsieve_tests::{TestServer, WsClient, quantity, test_config};
 use serde_json::{Value, json};
 
 fn error_code(response: &Value) -> i64 {
@@ -200,6 +200,8 @@ async fn block_methods_answer_from_recent_blocks() {
     let mut config = test_config();
     config.devnet.history_blocks = PAST;
     config.devnet.block_time_ms = Some(3_600_000);
+    // The log as short: older logs come from the archive too.
+    config.log.window = Span::Blocks(4);
     config.chains.insert(
         "eth".into(),
         ChainConfig {
@@ -269,6 +271,63 @@ async fn block_methods_answer_from_recent_blocks() {
     assert_eq!(
         below["result"]["hash"], kept["result"]["parentHash"],
         "{below}"
+    );
+    // By hash as by number, and logs, as far back as the devnet
+    // generated: block 1, its transaction, its logs.
+    let one = ws
+        .call("eth_getBlockByNumber", json!(["0x1", false]))
+        .await
+        .expect("call");
+    let by_hash = ws
+        .call("eth_getBlockByHash", json!([one["result"]["hash"], false]))
+        .await
+        .expect("call");
+    assert_eq!(by_hash["result"], one["result"], "{by_hash}");
+    let first_tx = one["result"]["transactions"][0].clone();
+    assert!(first_tx.is_string(), "block 1 holds a transaction: {one}");
+    let tx = ws
+        .call("eth_getTransactionByHash", json!([first_tx]))
+        .await
+        .expect("call");
+    assert_eq!(
+        (&tx["result"]["hash"], &tx["result"]["blockNumber"]),
+        (&first_tx, &json!("0x1")),
+        "{tx}"
+    );
+    let logs = ws
+        .call(
+            "eth_getLogs",
+            json!([{"fromBlock": "0x1", "toBlock": "0x1"}]),
+        )
+        .await
+        .expect("call");
+    let in_one = logs["result"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{logs}"));
+    assert!(
+        !in_one.is_empty() && in_one.iter().all(|log| log["blockNumber"] == "0x1"),
+        "{logs}"
+    );
+    let at_hash = ws
+        .call("eth_getLogs", json!([{"blockHash": one["result"]["hash"]}]))
+        .await
+        .expect("call");
+    assert_eq!(at_hash["result"], logs["result"], "{at_hash}");
+    let all = ws
+        .call(
+            "eth_getLogs",
+            json!([{"fromBlock": "0x0", "toBlock": "latest"}]),
+        )
+        .await
+        .expect("call");
+    let all = all["result"].as_array().unwrap_or_else(|| panic!("{all}"));
+    let numbers: std::collections::BTreeSet<u64> = all
+        .iter()
+        .map(|log| quantity(&log["blockNumber"]))
+        .collect();
+    assert!(
+        numbers.contains(&1) && numbers.contains(&PAST),
+        "archive and log: {numbers:?}"
     );
     let future = ws
         .call("eth_getBlockByNumber", json!(["0xffffffff", false]))
