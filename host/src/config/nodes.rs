@@ -193,14 +193,17 @@ pub(super) fn source(
             key(&format!("source[{index}]"))
         }
     };
+    let url_key = |index: usize| {
+        if from_source {
+            format!("{}.url", entry(index))
+        } else {
+            entry(index)
+        }
+    };
     let mut specs: Vec<NodeSpec> = Vec::with_capacity(nodes.len());
     for (index, node) in nodes.iter().enumerate() {
         if node.url.is_empty() {
-            let at = if from_source {
-                format!("{}.url", entry(index))
-            } else {
-                entry(index)
-            };
+            let at = url_key(index);
             return Err(super::located::invalid(
                 at.clone(),
                 format!(
@@ -210,11 +213,7 @@ pub(super) fn source(
             ));
         }
         if !is_ws_url(&node.url) {
-            let at = if from_source {
-                format!("{}.url", entry(index))
-            } else {
-                entry(index)
-            };
+            let at = url_key(index);
             return Err(super::located::invalid(
                 at.clone(),
                 format!("{at} must be a ws:// or wss:// URL, got \"{}\"", node.url),

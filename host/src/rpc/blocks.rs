@@ -49,9 +49,18 @@ pub(super) enum Held {
     /// archive answers it; elsewhere as [`Held::Elsewhere`].
     OlderLogs {
         filter: Box<chainsieve_log_rules::LogFilter>,
-        blocks: super::logs::Reach,
+        blocks: LogReach,
         fallback: Result<Box<RawValue>, RpcError>,
     },
+}
+
+/// The blocks an `eth_getLogs` older than the log asks about.
+#[derive(Debug)]
+pub(super) enum LogReach {
+    /// `fromBlock..=toBlock`.
+    Numbers(u64, u64),
+    /// `blockHash`.
+    Hash(B256),
 }
 
 /// A block selector: a number, or a tag.

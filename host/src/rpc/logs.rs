@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 
 use std::sync::Arc;
 
-use super::blocks::Held;
+use super::blocks::{Held, LogReach as Reach};
 use super::params::{fixed_value, parse_quantity, positional, require_positional};
 use super::{RpcError, result};
 use crate::chain::Chain;
@@ -133,15 +133,6 @@ pub(super) fn get_logs(chain: &Chain, params: &Value) -> Result<Held, RpcError> 
         Err(limited) if node => elsewhere(Err(limited)),
         Err(refused) => Err(refused),
     }
-}
-
-/// The blocks an `eth_getLogs` older than the log asks about.
-#[derive(Debug)]
-pub(super) enum Reach {
-    /// `fromBlock..=toBlock`.
-    Numbers(u64, u64),
-    /// `blockHash`.
-    Hash(B256),
 }
 
 /// The logs of `blocks` that `filter` matches, as the answer; -32005

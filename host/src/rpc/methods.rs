@@ -223,14 +223,14 @@ async fn held(
 async fn archived_blocks(
     chain: &Chain,
     archive: &Archive,
-    reach: logs::Reach,
+    reach: blocks::LogReach,
 ) -> Result<Option<Vec<Arc<Block>>>, RpcError> {
     let reading = |error: anyhow::Error| {
         RpcError::internal(format!("reading the devnet's archive: {error:#}"))
     };
     let (from, to) = match reach {
-        logs::Reach::Numbers(from, to) => (from, to),
-        logs::Reach::Hash(hash) => {
+        blocks::LogReach::Numbers(from, to) => (from, to),
+        blocks::LogReach::Hash(hash) => {
             let block = archive.block_by_hash(hash).await.map_err(reading)?;
             // An unknown hash matches no log.
             return Ok(Some(block.into_iter().collect()));
