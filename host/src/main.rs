@@ -185,9 +185,12 @@ fn filter_test(
 
 #[tokio::main]
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let mut config = match &args.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::default(),
+    let (mut config, text) = match &args.config {
+        Some(path) => {
+            let (config, text) = Config::from_file(path)?;
+            (config, Some((path, text)))
+        }
+        None => (Config::default(), None),
     };
     init_logging(&config.logging);
     if let Some(listen) = args.listen {
@@ -197,10 +200,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         config.role = role;
     }
     // Checked here too, so what the file says wrong is named at its line.
-    if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
-        config.validate_file(path, &text)?;
+    if let Some((path, text)) = &text {
+        config.validate_file(path, text)?;
     }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

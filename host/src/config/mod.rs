@@ -526,10 +526,14 @@ pub struct ChainSpec {
 }
 
 impl Config {
-    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+    /// Reads the file at `path`; its text is kept for
+    /// [`Config::validate_file`].
+    pub fn from_file(path: &Path) -> anyhow::Result<(Self, String)> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
-        Self::from_toml(&text).with_context(|| format!("in config {}", path.display()))
+        let config =
+            Self::from_toml(&text).with_context(|| format!("in config {}", path.display()))?;
+        Ok((config, text))
     }
 
     /// [`Config::validate`] of a config read from `path` (whose text is

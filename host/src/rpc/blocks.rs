@@ -164,12 +164,15 @@ pub(super) fn transaction_by_hash(chain: &Chain, params: &Value) -> Result<Held,
         "the transaction hash",
     )?;
     Ok(match chain.canonical().transaction(&hash) {
-        Some((block, index)) => Held::Answer(
-            RawValue::from_string(block.transaction_json(index, TxShape::Geth, false))
-                .map_err(|e| RpcError::internal(e.to_string()))?,
-        ),
+        Some((block, index)) => Held::Answer(transaction_answer(block, index)?),
         None => Held::OlderTransaction { hash },
     })
+}
+
+/// `block`'s transaction `index` as `eth_getTransactionByHash` answers it.
+pub(super) fn transaction_answer(block: &Block, index: usize) -> Result<Box<RawValue>, RpcError> {
+    RawValue::from_string(block.transaction_json(index, TxShape::Geth, false))
+        .map_err(|e| RpcError::internal(e.to_string()))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use super::{
 use crate::chain::Chain;
 use crate::history::Blocks;
 use crate::history::archive::Archive;
-use crate::model::{Block, TxShape};
+use crate::model::Block;
 
 /// What `web3_clientVersion` answers.
 pub const CLIENT_VERSION: &str = concat!("chainsieve/v", env!("CARGO_PKG_VERSION"));
@@ -151,10 +151,7 @@ async fn held(
     held: Result<blocks::Held, RpcError>,
 ) -> Result<Box<serde_json::value::RawValue>, RpcError> {
     let held = held?;
-    if let blocks::Held::Answer(answer) = held {
-        return Ok(answer);
-    }
-    if ctx.chain.node().is_some() {
+    if ctx.chain.node().is_some() && !matches!(held, blocks::Held::Answer(_)) {
         return forward::forward(ctx.chain, call).await;
     }
     let archive = match ctx.chain.history_blocks() {
@@ -190,10 +187,7 @@ async fn held(
                 ))
             })?;
             match found {
-                Some((block, index)) => serde_json::value::RawValue::from_string(
-                    block.transaction_json(index, TxShape::Geth, false),
-                )
-                .map_err(|e| RpcError::internal(e.to_string())),
+                Some((block, index)) => blocks::transaction_answer(&block, index),
                 None => result(&serde_json::Value::Null),
             }
         }

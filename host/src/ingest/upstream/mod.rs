@@ -297,14 +297,10 @@ impl Ingest<'_> {
                 for answer in &answers {
                     let header = decode::<Option<HeadRef>>("eth_getBlockByNumber", answer);
                     let Ok(Some(header)) = header else { break };
-                    let number = header.number.to::<u64>();
-                    let placed =
-                        header.hash == reached.1 && number.checked_add(1) == Some(reached.0);
-                    if !placed || self.choice.links(reached.0, &reached.1) {
+                    if self.choice.links(reached.0, &reached.1) || !self.place(header, &mut reached)
+                    {
                         break;
                     }
-                    self.choice.insert(header.hash, number, header.parent_hash);
-                    reached = (number, header.parent_hash);
                 }
             }
             if reached == before && !self.link_by_hash(node, &mut reached).await {
@@ -327,7 +323,12 @@ impl Ingest<'_> {
             let raw = raw.first()?;
             decode::<Option<HeadRef>>("eth_getBlockByHash", raw).ok()?
         });
-        let Some(header) = header else { return false };
+        header.is_some_and(|header| self.place(header, reached))
+    }
+
+    /// Places `header` in the tree if it is the parent `reached` names,
+    /// one below it; then it is the lowest reached.
+    fn place(&mut self, header: HeadRef, reached: &mut (u64, B256)) -> bool {
         let number = header.number.to::<u64>();
         if header.hash != reached.1 || number.checked_add(1) != Some(reached.0) {
             return false;
@@ -357,17 +358,15 @@ impl Ingest<'_> {
             .filter_map(|health| health.head())
             .collect();
         let quorum = self.settings.quorum;
-        let cause = self.obstacle.clone().unwrap_or_else(|| {
-            format!(
-                "no block past it has the heads of {quorum} counting nodes on its branch (chains.{}.quorum = {quorum})",
-                self.settings.chain
-            )
-        });
         let chain = &self.settings.chain;
-        match self
-            .progress
-            .check(tip, &heads, quorum, &rules, &cause, now)
-        {
+        let cause = || {
+            self.obstacle.clone().unwrap_or_else(|| {
+                format!(
+                    "no block past it has the heads of {quorum} counting nodes on its branch (chains.{chain}.quorum = {quorum})"
+                )
+            })
+        };
+        match self.progress.check(tip, &heads, quorum, &rules, cause, now) {
             Some(Verdict::Stuck(reason)) => {
                 tracing::warn!(%chain, %reason, "chain stuck");
                 self.publish_status();

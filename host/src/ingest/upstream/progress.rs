@@ -43,15 +43,15 @@ impl Progress {
 
     /// The chain's delivered tip is `tip` (`None` before any) at `now`,
     /// the counting nodes' heads are `heads`; `cause` says what kept the
-    /// chain from going further, as far as the caller knows. Answers the
-    /// verdict if it changed.
+    /// chain from going further, as far as the caller knows (asked only
+    /// when the chain turns stuck). Answers the verdict if it changed.
     pub fn check(
         &mut self,
         tip: Option<u64>,
         heads: &[u64],
         quorum: usize,
         rules: &Rules,
-        cause: &str,
+        cause: impl FnOnce() -> String,
         now: Instant,
     ) -> Option<Verdict> {
         if tip != self.tip {
@@ -60,32 +60,28 @@ impl Progress {
         }
         let reach = reach(heads, quorum);
         let ahead = reach.is_some_and(|reach| tip.is_none_or(|tip| reach > tip));
-        let still = now.saturating_duration_since(self.moved_at);
-        let stuck = (ahead && still >= rules.stall_after).then(|| {
-            let at = tip.map_or_else(|| "no block yet".to_string(), |tip| format!("block {tip}"));
-            let reach = reach.unwrap_or_default();
-            let nodes = quorum.min(heads.len());
-            format!(
-                "the chain has stayed at {at} for {} s or more while {nodes} of its nodes are at block {reach} or past it: {cause}",
-                rules.stall_after.as_secs()
-            )
-        });
-        // The nodes' heads in the reason move: only the change of verdict
-        // is news.
-        match (&self.stuck, stuck) {
-            (None, Some(reason)) => {
+        let stuck = ahead && now.saturating_duration_since(self.moved_at) >= rules.stall_after;
+        // Only the change of verdict is news: the reason is the one it
+        // turned stuck with.
+        match (self.stuck.is_some(), stuck) {
+            (false, true) => {
+                let at =
+                    tip.map_or_else(|| "no block yet".to_string(), |tip| format!("block {tip}"));
+                let reason = format!(
+                    "the chain has stayed at {at} for {} s or more while {} of its nodes are at block {} or past it: {}",
+                    rules.stall_after.as_secs(),
+                    quorum.min(heads.len()),
+                    reach.unwrap_or_default(),
+                    cause()
+                );
                 self.stuck = Some(reason.clone());
                 Some(Verdict::Stuck(reason))
             }
-            (Some(_), None) => {
+            (true, false) => {
                 self.stuck = None;
                 Some(Verdict::Moving)
             }
-            (Some(_), Some(reason)) => {
-                self.stuck = Some(reason);
-                None
-            }
-            (None, None) => None,
+            _ => None,
         }
     }
 }
@@ -118,16 +114,35 @@ mod tests {
         let mut progress = Progress::new(start);
         let cause = "no block above it has 2 nodes' votes";
         assert_eq!(
-            progress.check(Some(86), &[213, 213], 2, &RULES, cause, at(0)),
+            progress.check(
+                Some(86),
+                &[213, 213],
+                2,
+                &RULES,
+                || cause.to_string(),
+                at(0)
+            ),
             None
         );
         assert_eq!(
-            progress.check(Some(86), &[213, 213], 2, &RULES, cause, at(2)),
+            progress.check(
+                Some(86),
+                &[213, 213],
+                2,
+                &RULES,
+                || cause.to_string(),
+                at(2)
+            ),
             None
         );
-        let Some(Verdict::Stuck(reason)) =
-            progress.check(Some(86), &[213, 214], 2, &RULES, cause, at(3))
-        else {
+        let Some(Verdict::Stuck(reason)) = progress.check(
+            Some(86),
+            &[213, 214],
+            2,
+            &RULES,
+            || cause.to_string(),
+            at(3),
+        ) else {
             panic!("stuck after the stall threshold")
         };
         assert!(
@@ -135,13 +150,27 @@ mod tests {
             "{reason}"
         );
         assert_eq!(
-            progress.check(Some(86), &[215, 216], 2, &RULES, cause, at(9)),
+            progress.check(
+                Some(86),
+                &[215, 216],
+                2,
+                &RULES,
+                || cause.to_string(),
+                at(9)
+            ),
             None,
             "said once"
         );
         assert!(progress.stuck().is_some());
         assert_eq!(
-            progress.check(Some(87), &[215, 216], 2, &RULES, cause, at(10)),
+            progress.check(
+                Some(87),
+                &[215, 216],
+                2,
+                &RULES,
+                || cause.to_string(),
+                at(10)
+            ),
             Some(Verdict::Moving)
         );
         assert_eq!(progress.stuck(), None);
@@ -152,25 +181,35 @@ mod tests {
         let start = Instant::now();
         let later = start + Duration::from_secs(60);
         let mut progress = Progress::new(start);
-        progress.check(Some(100), &[100, 100], 2, &RULES, "", start);
+        progress.check(Some(100), &[100, 100], 2, &RULES, String::new, start);
         assert_eq!(
-            progress.check(Some(100), &[100, 100], 2, &RULES, "", later),
+            progress.check(Some(100), &[100, 100], 2, &RULES, String::new, later),
             None
         );
         // One node ahead, the quorum two: the chain is where two nodes are.
         assert_eq!(
-            progress.check(Some(100), &[300, 100], 2, &RULES, "", later),
+            progress.check(Some(100), &[300, 100], 2, &RULES, String::new, later),
             None
         );
         // No node counts: the nodes' states say why.
-        assert_eq!(progress.check(Some(100), &[], 2, &RULES, "", later), None);
+        assert_eq!(
+            progress.check(Some(100), &[], 2, &RULES, String::new, later),
+            None
+        );
     }
 
     #[test]
     fn a_chain_that_never_delivered_while_its_nodes_have_blocks_is_stuck() {
         let start = Instant::now();
         let mut progress = Progress::new(start);
-        let verdict = progress.check(None, &[213], 1, &RULES, "cause", start + RULES.stall_after);
+        let verdict = progress.check(
+            None,
+            &[213],
+            1,
+            &RULES,
+            || "cause".to_string(),
+            start + RULES.stall_after,
+        );
         assert!(matches!(verdict, Some(Verdict::Stuck(reason)) if reason.contains("no block yet")));
     }
 }
