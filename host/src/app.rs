@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::webhooks::Opener;
+use crate::tasks::Tasks;
 use crate::usage::Ledger;
 use crate::usage::ledger::{LocalStore as LocalUsage, UsageStore};
 use crate::webhook::claim::{Always, Claims};
@@ -60,7 +61,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
     // The chains' tasks stop with the server, or at once if a later chain
     // fails to start (nothing is left running behind an error).
     let chains_running = shutdown.child_token();
-    let tasks = TaskTracker::new();
+    let tasks = Tasks::new(chains_running.clone());
     let mut chains = BTreeMap::new();
     for spec in &specs {
         let started = Chain::start(
@@ -138,7 +139,13 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
                 keys: keys.clone(),
                 subscriptions: subscriptions.clone(),
             };
-            let started = start_webhooks(config, opener, bus.as_ref(), &tasks, &chains_running);
+            let started = start_webhooks(
+                config,
+                opener,
+                bus.as_ref(),
+                (&tasks, &metrics),
+                &chains_running,
+            );
             Some(started.await.inspect_err(|_| chains_running.cancel())?)
         }
     };
@@ -212,7 +219,7 @@ async fn start_keys(
     plans: Plans,
     served: Vec<String>,
     bus: Option<&Bus>,
-    tasks: &TaskTracker,
+    tasks: &Tasks,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Arc<Keys>> {
     let metering = config.usage.enabled && config.role != Role::Ingest;
@@ -245,7 +252,7 @@ async fn start_ledger(
     keys: &Arc<Keys>,
     bus: Option<&Bus>,
     sessions: &TaskTracker,
-    tasks: &TaskTracker,
+    tasks: &Tasks,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Arc<Ledger>>> {
     if !config.usage.enabled || config.role == Role::Ingest {
@@ -276,18 +283,22 @@ async fn start_webhooks(
     config: &Config,
     opener: Opener,
     bus: Option<&Bus>,
-    tasks: &TaskTracker,
+    (tasks, metrics): (&Tasks, &Metrics),
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Arc<Webhooks>> {
     let (store, claims): (Arc<dyn Store>, Arc<dyn Claims>) = match bus {
         None => (
-            Arc::new(LocalStore::open(config.log.data_dir.as_deref(), tasks)?),
+            Arc::new(LocalStore::open(
+                config.log.data_dir.as_deref(),
+                tasks,
+                &metrics.queues,
+            )?),
             Arc::new(Always),
         ),
         Some(bus) => (
             Arc::new(bus.webhooks().await?),
             Arc::new(
-                bus.webhook_claims(config.webhooks.lease(), &holder_name(), tasks)
+                bus.webhook_claims(config.webhooks.lease(), &holder_name(), tasks.tracker())
                     .await?,
             ),
         ),

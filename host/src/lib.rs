@@ -60,6 +60,11 @@
 //! - [`usage`] — what each key used: counted by its meter on the hot path,
 //!   summed into hourly buckets (the embedded database, or the bus's KV
 //!   bucket) by the ledger.
+//! - [`queues`] — the bounded queues between long-lived tasks, watched
+//!   for their depth.
+//! - [`tasks`] — the supervisor every long-lived task is spawned on: run
+//!   again with backoff, its part reported not ready, or the server
+//!   stopped with the reason, as the task's kind says.
 //! - [`config`] — the TOML configuration and its defaults; [`metrics`] — the
 //!   metric handles the pipeline counts with; [`per_key`] — places per API
 //!   key (connections, history streams); [`clock`] — Unix seconds;
@@ -86,7 +91,9 @@ pub mod model;
 pub mod node;
 pub mod per_key;
 pub mod price;
+pub mod queues;
 pub mod rpc;
+pub mod tasks;
 pub mod usage;
 pub mod webhook;
 

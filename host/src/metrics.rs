@@ -11,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::queues::Queues;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ChainLabel {
     pub chain: String,
@@ -32,6 +34,12 @@ pub struct TopicLabels {
 pub struct NodeLabels {
     pub chain: String,
     pub node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub part: String,
+    pub queue: String,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -57,6 +65,9 @@ pub struct Metrics {
     node_errors: Family<NodeLabels, Counter>,
     node_wrong_blocks: Family<NodeLabels, Counter>,
     unverified_blocks: Family<ChainLabel, Counter>,
+    /// The bounded queues between tasks, read for their depth when
+    /// scraped.
+    pub queues: Queues,
 }
 
 impl Default for Metrics {
@@ -70,6 +81,7 @@ impl Default for Metrics {
             node_errors: Family::default(),
             node_wrong_blocks: Family::default(),
             unverified_blocks: Family::default(),
+            queues: Queues::default(),
         }
     }
 }
@@ -187,6 +199,30 @@ impl Metrics {
             "unverified_blocks",
             "Blocks that went out unverified: every node served them failing the same check",
             self.unverified_blocks.clone(),
+        );
+        let depth = Family::<QueueLabels, Gauge>::default();
+        let capacity = Family::<QueueLabels, Gauge>::default();
+        for (name, now) in self.queues.depths() {
+            let labels = QueueLabels {
+                part: name.part,
+                queue: name.queue.to_string(),
+            };
+            depth
+                .get_or_create(&labels)
+                .inc_by(i64::try_from(now.queued).unwrap_or(i64::MAX));
+            capacity
+                .get_or_create(&labels)
+                .inc_by(i64::try_from(now.capacity).unwrap_or(i64::MAX));
+        }
+        registry.register(
+            "queue_depth",
+            "Items waiting in a bounded queue between tasks (its sender waits when it is full)",
+            depth,
+        );
+        registry.register(
+            "queue_capacity",
+            "The bound of a queue between tasks",
+            capacity,
         );
     }
 }

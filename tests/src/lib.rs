@@ -187,6 +187,15 @@ impl TestServer {
             .expect("the pool lives");
     }
 
+    /// `GET /readyz`: its status code and body.
+    pub async fn readyz(&self) -> (u16, Value) {
+        let response = reqwest::get(format!("http://{}/readyz", self.addr))
+            .await
+            .expect("readyz");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON body"))
+    }
+
     /// `GET /metrics`: the page's text.
     pub async fn metrics(&self) -> String {
         reqwest::get(format!("http://{}/metrics", self.addr))
@@ -221,6 +230,27 @@ impl TestServer {
                 .expect("the server stops cleanly");
         }
         // Dropping `self` lets go of the last handle on the server's state.
+    }
+
+    /// Waits, within [`TIMEOUT`], for the server to stop by itself (a
+    /// critical task failed) and answers what serving it ended with.
+    pub async fn stopped(mut self) -> anyhow::Result<()> {
+        let serving = self.serving.take().expect("serving");
+        tokio::time::timeout(TIMEOUT, serving)
+            .await
+            .expect("the server stops in time")
+            .expect("the serving task does not panic")
+    }
+
+    /// Waits, within [`TIMEOUT`], until `done` holds of the supervisor's
+    /// tasks (their standings change as they stop and start again).
+    pub async fn tasks_until(&self, done: impl Fn(&chainsieve::tasks::Tasks) -> bool) {
+        let tasks = &self.state.tasks;
+        let mut changes = tasks.changes();
+        tokio::time::timeout(TIMEOUT, changes.wait_for(|()| done(tasks)))
+            .await
+            .unwrap_or_else(|_| panic!("the tasks as expected in time: {:?}", tasks.standings()))
+            .expect("the supervisor lives");
     }
 
     /// POSTs a JSON body and returns (status, parsed body or Null).

@@ -22,8 +22,8 @@ impl ChainLog {
         &self,
         after: Position,
         head: Position,
-        mut published: mpsc::UnboundedReceiver<Feed>,
-        index: mpsc::UnboundedSender<Feed>,
+        mut published: mpsc::Receiver<Feed>,
+        index: mpsc::Sender<Feed>,
         term: CancellationToken,
     ) {
         if after < head {
@@ -51,7 +51,7 @@ impl ChainLog {
             let Some(feed) = feed else {
                 return;
             };
-            if index.send(feed).is_err() {
+            if index.send(feed).await.is_err() {
                 return;
             }
         }
@@ -64,7 +64,7 @@ struct IntoIndex<'a> {
     /// The position the next step should have.
     expected: Position,
     head: Position,
-    index: &'a mpsc::UnboundedSender<Feed>,
+    index: &'a mpsc::Sender<Feed>,
 }
 
 impl Reader for IntoIndex<'_> {
@@ -83,7 +83,7 @@ impl Reader for IntoIndex<'_> {
             match codec::decode(&payload) {
                 Ok(change) => {
                     if let Some(feed) = Feed::of(position, &change)
-                        && self.index.send(feed).is_err()
+                        && self.index.send(feed).await.is_err()
                     {
                         return Ok(ControlFlow::Break(()));
                     }

@@ -185,6 +185,9 @@ impl Lease {
     /// `lost` is cancelled by someone else, then gives the lease back so a
     /// standby need not wait for it to expire.
     pub async fn keep(mut self, lost: CancellationToken) {
+        // However this ends (a panic too), the claim is told: a worker
+        // must not deliver on a lease nobody renews.
+        let _told = lost.clone().drop_guard();
         loop {
             tokio::select! {
                 () = lost.cancelled() => {

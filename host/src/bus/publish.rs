@@ -44,8 +44,8 @@ impl ChainLog {
 /// next leader, which reads the node from the log's tail.
 pub async fn publish(
     log: ChainLog,
-    mut steps: mpsc::UnboundedReceiver<Persist>,
-    price: mpsc::UnboundedSender<Feed>,
+    mut steps: mpsc::Receiver<Persist>,
+    price: mpsc::Sender<Feed>,
     term: CancellationToken,
 ) {
     loop {
@@ -77,7 +77,7 @@ pub async fn publish(
         }
         if let Some(feed) = Feed::of(step.position, &step.change) {
             // The indexer ends with the term.
-            let _ = price.send(feed);
+            let _ = price.send(feed).await;
         }
     }
 }

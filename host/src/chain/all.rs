@@ -8,9 +8,8 @@ use std::sync::Arc;
 use alloy_primitives::B256;
 use anyhow::Context;
 use tokio::sync::{mpsc, watch};
-use tokio_util::task::TaskTracker;
 
-use super::pipeline::PipelineState;
+use super::pipeline::{PERSIST_QUEUE, PipelineState};
 use super::{Origin, Parts, SOURCE_QUEUE};
 use crate::config::{ChainSpec, LogConfig, Source};
 use crate::eventlog::EventLog;
@@ -21,6 +20,8 @@ use crate::ingest::upstream::{self, UpstreamStatus};
 use crate::price::indexer::DRAIN;
 use crate::price::record::InStore;
 use crate::price::{Calls, PriceIndex};
+use crate::queues::Queues;
+use crate::tasks::{Part, Tasks};
 
 /// Submitted transactions that may wait for the devnet; past that the
 /// submitting requests wait.
@@ -34,7 +35,7 @@ const MINE_QUEUE: usize = 64;
 /// steps to `persist`, the log's writer, if any).
 pub(super) fn start(
     parts: &Parts<'_>,
-    mut persist: Option<mpsc::UnboundedSender<Persist>>,
+    mut persist: Option<mpsc::Sender<Persist>>,
 ) -> anyhow::Result<Origin> {
     // The one-process server indexes prices from its pipeline.
     let recorder = Arc::new(InStore(parts.price.store().clone()));
@@ -47,19 +48,45 @@ pub(super) fn start(
         parts
             .price
             .indexing(parts.spec, calls, recorder, parts.shutdown.clone(), DRAIN);
-    parts.tasks.spawn(indexing);
-    let (events, source) = mpsc::channel(SOURCE_QUEUE);
+    // Without it the chain's prices stand still: the chain is not ready.
+    parts
+        .tasks
+        .part(parts.task("price index"), parts.part(), indexing);
+    let chain = parts.spec.name.as_str();
+    let queues = &parts.metrics.queues;
+    queues.watch(chain, "price feed", &price_feed);
+    let (events, source) = queues.channel(chain, "source", SOURCE_QUEUE);
     let origin = match (&parts.spec.source, pool) {
         (Source::Nodes(nodes), Some(pool)) => {
-            let settings = parts.node_settings(nodes, resume_from(parts.state, parts.price)?);
+            let settings = parts.node_settings(nodes, Vec::new());
             let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
-            parts.tasks.spawn(upstream::run(
-                settings,
+            let (state, price, nodes, shutdown) = (
+                parts.state.clone(),
+                parts.price.clone(),
                 pool.clone(),
-                events,
-                status,
                 parts.shutdown.clone(),
-            ));
+            );
+            // Started again after a panic or an early end, from what the
+            // window holds then: the pipeline takes it up where it was.
+            parts
+                .tasks
+                .restarting(parts.task("source"), parts.part(), move || {
+                    let mut settings = settings.clone();
+                    let resumed = resume_from(&state, &price);
+                    let (nodes, events, status, shutdown) = (
+                        nodes.clone(),
+                        events.clone(),
+                        status.clone(),
+                        shutdown.clone(),
+                    );
+                    // Not live until this run says so.
+                    status.send_replace(UpstreamStatus::Connecting);
+                    async move {
+                        settings.resume_from = resumed?;
+                        upstream::run(settings, nodes, events, status, shutdown).await;
+                        anyhow::Ok(())
+                    }
+                });
             Origin::Node {
                 status: Some(watcher),
                 pool,
@@ -67,25 +94,23 @@ pub(super) fn start(
         }
         _ => {
             let archive = archive(parts)?;
-            let (steps, kept) = mpsc::unbounded_channel();
-            parts.tasks.spawn(history::archive::keep(
-                archive.clone(),
-                parts.spec.name.as_str().into(),
-                kept,
-            ));
+            let (steps, kept) = queues.channel(chain, "archive", PERSIST_QUEUE);
+            parts.tasks.critical(
+                parts.task("archive"),
+                parts.part(),
+                history::archive::keep(archive.clone(), parts.spec.name.as_str().into(), kept),
+            );
             persist = Some(steps);
             let devnet = Devnet::new(parts.spec.chain_id, &parts.config.devnet);
             let ledger = devnet.ledger();
             ledger.keep(parts.spec.window);
-            let (submissions, submitted) = mpsc::channel(SUBMISSION_QUEUE);
-            let (miner, mines) = mpsc::channel(MINE_QUEUE);
-            parts.tasks.spawn(devnet::run(
-                devnet,
-                events,
-                submitted,
-                mines,
-                parts.shutdown.clone(),
-            ));
+            let (submissions, submitted) = queues.channel(chain, "submissions", SUBMISSION_QUEUE);
+            let (miner, mines) = queues.channel(chain, "mine requests", MINE_QUEUE);
+            parts.tasks.critical(
+                parts.task("devnet"),
+                parts.part(),
+                devnet::run(devnet, events, submitted, mines, parts.shutdown.clone()),
+            );
             Origin::Devnet {
                 submissions,
                 ledger,
@@ -94,7 +119,9 @@ pub(super) fn start(
             }
         }
     };
-    parts.tasks.spawn(
+    parts.tasks.critical(
+        parts.task("pipeline"),
+        parts.part(),
         parts
             .pipeline(Some(price_feed), persist)
             .run(source, parts.shutdown.clone()),
@@ -131,8 +158,9 @@ fn archive(parts: &Parts<'_>) -> anyhow::Result<Arc<Archive>> {
 pub(super) fn event_log(
     spec: &ChainSpec,
     config: &LogConfig,
-    tasks: &TaskTracker,
-) -> anyhow::Result<(Arc<EventLog>, Option<mpsc::UnboundedSender<Persist>>)> {
+    tasks: &Tasks,
+    queues: &Queues,
+) -> anyhow::Result<(Arc<EventLog>, Option<mpsc::Sender<Persist>>)> {
     let dir = match (&spec.source, &config.data_dir) {
         (Source::Nodes(_), Some(dir)) => dir,
         _ => {
@@ -166,8 +194,14 @@ pub(super) fn event_log(
             tracing::info!(chain = %spec.name, file = %path.display(), "event log: nothing to restore, a new file")
         }
     }
-    let (persist, steps) = mpsc::unbounded_channel();
-    tasks.spawn(store::write(store, log.chain().clone(), steps));
+    let (persist, steps) = queues.channel(&spec.name, "event log writes", PERSIST_QUEUE);
+    // What the log's file misses is lost at the next start: the server
+    // cannot go on without it.
+    tasks.critical(
+        format!("{} event log writer", spec.name),
+        Part::Chain(spec.name.clone()),
+        store::write(store, log.chain().clone(), steps),
+    );
     Ok((log, Some(persist)))
 }
 

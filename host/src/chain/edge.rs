@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -22,24 +23,37 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<(Origi
     let stream = on_bus.clone();
     let prices = bus.prices(&parts.spec.name).await?;
     let finality = bus.finality().await?;
-    let (events, source) = mpsc::channel(SOURCE_QUEUE);
+    let (events, source) = parts
+        .metrics
+        .queues
+        .channel(&parts.spec.name, "source", SOURCE_QUEUE);
     let (chain, log, shutdown) = (
         parts.spec.name.clone(),
         parts.state.log().clone(),
         parts.shutdown.clone(),
     );
+    // The edge's chain is what these three carry from the bus: without
+    // one of them it is not served (another edge is, from the bus).
     parts
         .tasks
-        .spawn(async move { finality.follow(&chain, log, shutdown).await });
-    parts.tasks.spawn(follow_bus(
-        on_bus,
-        prices,
-        parts.price.store().clone(),
-        parts.spec.log_blocks,
-        events,
-        parts.shutdown.clone(),
-    ));
-    parts.tasks.spawn(
+        .critical(parts.task("finality follower"), parts.part(), async move {
+            finality.follow(&chain, log, shutdown).await
+        });
+    parts.tasks.critical(
+        parts.task("bus follower"),
+        parts.part(),
+        follow_bus(
+            on_bus,
+            prices,
+            parts.price.store().clone(),
+            parts.spec.log_blocks,
+            events,
+            parts.shutdown.clone(),
+        ),
+    );
+    parts.tasks.critical(
+        parts.task("pipeline"),
+        parts.part(),
         parts
             .pipeline(None, None)
             .run(source, parts.shutdown.clone()),
@@ -55,7 +69,7 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<(Origi
 /// then (ready once `token_price` answers what the journal held at the
 /// start) its log followed into the pipeline behind `events` while the
 /// journal is followed on, until `shutdown`. A store that cannot take the
-/// journal keeps the chain from ever reporting ready.
+/// journal is this task's error: the edge stops, naming it.
 async fn follow_bus(
     on_bus: ChainLog,
     prices: PriceJournal,
@@ -63,20 +77,19 @@ async fn follow_bus(
     blocks: usize,
     events: mpsc::Sender<SourceEvent>,
     shutdown: CancellationToken,
-) {
-    let refused = |error: anyhow::Error| {
-        tracing::error!(chain = %on_bus.chain(), error = format!("{error:#}"), "the price database cannot take the bus's price journal");
-    };
-    match prices.catch_up(&store, &shutdown).await {
-        Ok(Some(())) => {}
-        Ok(None) => return,
-        Err(error) => return refused(error),
+) -> anyhow::Result<()> {
+    let refused = "the price database cannot take the bus's price journal";
+    if prices
+        .catch_up(&store, &shutdown)
+        .await
+        .context(refused)?
+        .is_none()
+    {
+        return Ok(());
     }
-    let (followed, ()) = tokio::join!(
-        prices.follow(store, shutdown.clone()),
-        bus::follow::follow(on_bus.clone(), blocks, events, shutdown.clone()),
-    );
-    if let Err(error) = followed {
-        refused(error);
+    // Either ending ends the chain's feed: the supervisor hears of it.
+    tokio::select! {
+        followed = prices.follow(store, shutdown.clone()) => followed.context(refused),
+        () = bus::follow::follow(on_bus.clone(), blocks, events, shutdown.clone()) => Ok(()),
     }
 }

@@ -13,10 +13,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::Pipeline;
+use super::pipeline::{PERSIST_QUEUE, Pipeline};
 use super::{Origin, Parts, SOURCE_QUEUE};
 use crate::bus::finality::FinalityMarks;
 use crate::bus::lease::Leases;
@@ -24,8 +24,9 @@ use crate::bus::prices::PriceJournal;
 use crate::bus::{Bus, ChainLog, ingest, publish};
 use crate::config::{ChainSpec, Source};
 use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
+use crate::metrics::Metrics;
 use crate::node::NodePool;
-use crate::price::{Calls, PriceIndex};
+use crate::price::{Calls, FEED_QUEUE, PriceIndex};
 
 /// Stands for the chain's lease on `bus` and leads it term by term.
 pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin> {
@@ -53,9 +54,16 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
         price: parts.price.clone(),
         prices: bus.prices(&parts.spec.name).await?,
         finality: bus.finality().await?,
+        metrics: parts.metrics.clone(),
     };
     // A leader runs a pipeline of its own per term.
-    parts.tasks.spawn(leader.run(parts.shutdown.clone()));
+    // Its end would leave the chain's lease to expire with nobody leading
+    // here: the process stops, and a standby takes the lease.
+    parts.tasks.critical(
+        parts.task("ingest"),
+        parts.part(),
+        leader.run(parts.shutdown.clone()),
+    );
     Ok(Origin::Node {
         status: Some(watcher),
         pool,
@@ -84,6 +92,8 @@ struct Leader {
     prices: PriceJournal,
     /// Where each term writes how far the chain is final, for the edges.
     finality: FinalityMarks,
+    /// Where each term's queues are watched.
+    metrics: Arc<Metrics>,
 }
 
 impl Leader {
@@ -160,9 +170,11 @@ impl Leader {
             term.clone(),
             Duration::ZERO,
         );
-        let (published, published_steps) = mpsc::unbounded_channel();
-        let (events, source) = mpsc::channel(SOURCE_QUEUE);
-        let (publish, steps) = mpsc::unbounded_channel();
+        let (chain, queues) = (self.spec.name.as_str(), &self.metrics.queues);
+        queues.watch(chain, "price feed", &index);
+        let (published, published_steps) = queues.channel(chain, "published prices", FEED_QUEUE);
+        let (events, source) = queues.channel(chain, "source", SOURCE_QUEUE);
+        let (publish, steps) = queues.channel(chain, "publish", PERSIST_QUEUE);
         let pipeline = self.pipeline.persisting_to(publish);
         let head = tail.head;
         tokio::join!(

@@ -20,7 +20,6 @@ use std::sync::{Arc, RwLockReadGuard};
 use alloy_primitives::B256;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::bus::{Bus, ChainLog};
 use crate::config::{ChainSpec, Config, HistoryConfig, NodesSpec, Role, RpcConfig};
@@ -36,6 +35,7 @@ use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
 use crate::metrics::Metrics;
 use crate::node::{NodePool, Rules};
 use crate::price::PriceIndex;
+use crate::tasks::{Part, Tasks};
 use pipeline::{Pipeline, PipelineState};
 
 /// Source events that may wait for the pipeline; past that the source
@@ -106,7 +106,7 @@ struct Parts<'a> {
     price: &'a Arc<PriceIndex>,
     metrics: &'a Arc<Metrics>,
     shutdown: &'a CancellationToken,
-    tasks: &'a TaskTracker,
+    tasks: &'a Tasks,
 }
 
 impl Parts<'_> {
@@ -114,8 +114,8 @@ impl Parts<'_> {
     /// handing its steps to `persist` where the role does.
     fn pipeline(
         &self,
-        price_feed: Option<mpsc::UnboundedSender<crate::price::Feed>>,
-        persist: Option<mpsc::UnboundedSender<Persist>>,
+        price_feed: Option<mpsc::Sender<crate::price::Feed>>,
+        persist: Option<mpsc::Sender<Persist>>,
     ) -> Pipeline {
         Pipeline::new(
             &self.spec.name,
@@ -139,6 +139,17 @@ impl Parts<'_> {
         }
     }
 
+    /// The part of the server this chain is, for its supervised tasks.
+    fn part(&self) -> Part {
+        Part::Chain(self.spec.name.clone())
+    }
+
+    /// The name of this chain's task `what` (`eth pipeline`), as logs,
+    /// `/readyz` and the fault hooks name it.
+    fn task(&self, what: &str) -> String {
+        format!("{} {what}", self.spec.name)
+    }
+
     /// The chain's nodes, if it reads any.
     fn pool(&self) -> Option<Arc<NodePool>> {
         let nodes = self.spec.source.nodes();
@@ -159,11 +170,11 @@ impl Chain {
         config: &Config,
         bus: Option<&Bus>,
         shutdown: &CancellationToken,
-        tasks: &TaskTracker,
+        tasks: &Tasks,
     ) -> anyhow::Result<Arc<Chain>> {
         let role = config.role;
         let (log, persist) = match role {
-            Role::All => all::event_log(spec, &config.log, tasks)?,
+            Role::All => all::event_log(spec, &config.log, tasks, &metrics.queues)?,
             // The bus keeps the log between processes.
             Role::Ingest | Role::Edge => (
                 Arc::new(EventLog::new(

@@ -117,6 +117,11 @@ impl PipelineState {
 }
 
 /// One chain's pipeline; [`Pipeline::run`] drives it from a source.
+/// Logged steps that may wait for the task persisting, archiving or
+/// publishing them; past that the pipeline waits, and the source with it
+/// (docs/src/operations.md, Queues).
+pub const PERSIST_QUEUE: usize = 4_096;
+
 #[derive(Clone, Debug)]
 pub struct Pipeline {
     /// The chain's name, for logs and cursors.
@@ -124,12 +129,14 @@ pub struct Pipeline {
     state: Arc<PipelineState>,
     /// Canonical changes for the price indexer, in order (`None` where
     /// the index is kept from elsewhere: an edge's from the bus, an
-    /// ingest's from what its publisher has published). Unbounded so the
-    /// pipeline never waits on the contract calls the indexer makes.
-    price: Option<mpsc::UnboundedSender<Feed>>,
-    /// Logged steps for the task that persists them (a node chain with a
-    /// data directory). Unbounded so the pipeline never waits on a disk.
-    persist: Option<mpsc::UnboundedSender<Persist>>,
+    /// ingest's from what its publisher has published). Bounded: an
+    /// indexer that falls [`crate::price::FEED_QUEUE`] changes behind
+    /// makes the pipeline wait, and the source with it (docs/src/operations.md, Queues).
+    price: Option<mpsc::Sender<Feed>>,
+    /// Logged steps for the task that persists, archives or publishes
+    /// them. Bounded: a disk or bus that falls [`PERSIST_QUEUE`] steps
+    /// behind makes the pipeline wait, never forget a step.
+    persist: Option<mpsc::Sender<Persist>>,
     /// Events ingested per stream, in [`stream_slot`] order.
     ingested: [Counter; 4],
 }
@@ -148,8 +155,8 @@ impl Pipeline {
     pub fn new(
         chain: &str,
         state: Arc<PipelineState>,
-        price: Option<mpsc::UnboundedSender<Feed>>,
-        persist: Option<mpsc::UnboundedSender<Persist>>,
+        price: Option<mpsc::Sender<Feed>>,
+        persist: Option<mpsc::Sender<Persist>>,
         metrics: &Metrics,
     ) -> Self {
         Self {
@@ -174,7 +181,7 @@ impl Pipeline {
 
     /// This pipeline, handing the steps it appends to `persist` (a writer
     /// or a publisher) instead.
-    pub fn persisting_to(&self, persist: mpsc::UnboundedSender<Persist>) -> Self {
+    pub fn persisting_to(&self, persist: mpsc::Sender<Persist>) -> Self {
         Self {
             persist: Some(persist),
             ..self.clone()
@@ -213,7 +220,7 @@ impl Pipeline {
             // the chain back).
             let (done, indexed) = oneshot::channel();
             if let Some(price) = &self.price
-                && price.send(Feed::Flush(done)).is_ok()
+                && price.send(Feed::Flush(done)).await.is_ok()
             {
                 let _ = indexed.await;
             }
@@ -260,16 +267,20 @@ impl Pipeline {
             None => self.state.log.append(change),
         };
         if let (Some(price), Some(feed)) = (&self.price, Feed::of(step.position, &step.change)) {
-            // The indexer stops only at shutdown.
-            let _ = price.send(feed);
+            // The indexer stops only at shutdown (or fails, its part then
+            // reported): a closed queue is no reason to stop the chain.
+            let _ = price.send(feed).await;
         }
         // A step another log numbered is kept there already.
         if let Some(persist) = self.persist.as_ref().filter(|_| position.is_none()) {
-            // The writer stops only after the pipeline.
-            let _ = persist.send(Persist {
-                step: step.clone(),
-                oldest: self.state.log.oldest(),
-            });
+            // The writer stops only after the pipeline (or fails, and the
+            // server stops).
+            let _ = persist
+                .send(Persist {
+                    step: step.clone(),
+                    oldest: self.state.log.oldest(),
+                })
+                .await;
         }
         if self.state.is_synced() {
             self.dispatch(&step).await;
@@ -407,7 +418,7 @@ mod tests {
         mpsc::UnboundedReceiver<ChainEvent>,
     ) {
         let state = Arc::new(PipelineState::new(128, topics, log));
-        let (price, mut feed) = mpsc::unbounded_channel();
+        let (price, mut feed) = mpsc::channel(crate::price::FEED_QUEUE);
         let (changes, indexed) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Some(next) = feed.recv().await {
@@ -506,6 +517,49 @@ mod tests {
             "every log: {taken}"
         );
         assert_eq!(pipe.writes(), 1, "in one write");
+    }
+
+    /// A writer that does not keep up holds the pipeline back, and the
+    /// source with it, at the persist queue's bound; once it reads on,
+    /// every step comes, in order: the bound never drops one.
+    #[tokio::test]
+    async fn a_full_persist_queue_holds_the_source_back_and_loses_nothing() {
+        let log = testing::log();
+        let state = Arc::new(PipelineState::new(128, BTreeMap::new(), log));
+        let (persist, mut persisted) = mpsc::channel(2);
+        let pipeline = Pipeline::new("eth", state, None, Some(persist), &Metrics::default());
+        let (events, source) = mpsc::channel(1);
+        let running = tokio::spawn(pipeline.run(source, CancellationToken::new()));
+        let mut devnet = devnet();
+        let mut sent = vec![devnet.genesis()];
+        sent.extend(blocks(&mut devnet, 7));
+        let mut blocks = sent.clone().into_iter();
+        // Two steps fill the queue, a third waits in the pipeline, a
+        // fourth in the source's queue: the fifth cannot be handed over.
+        for block in blocks.by_ref().take(4) {
+            events.send(SourceEvent::Block(block)).await.expect("taken");
+        }
+        let held = events.try_send(SourceEvent::Block(blocks.next().expect("a fifth")));
+        let Err(mpsc::error::TrySendError::Full(fifth)) = held else {
+            panic!("the source is held back: {held:?}");
+        };
+        let feeding = tokio::spawn(async move {
+            events.send(fifth).await.expect("taken");
+            for block in blocks {
+                events.send(SourceEvent::Block(block)).await.expect("taken");
+            }
+        });
+        let mut numbers = Vec::new();
+        while numbers.len() < sent.len() {
+            let persisted = persisted.recv().await.expect("a step");
+            if let ChainEvent::Added(block) = &persisted.step.change {
+                numbers.push(block.number());
+            }
+        }
+        feeding.await.expect("fed");
+        let expected: Vec<u64> = sent.iter().map(|block| block.number()).collect();
+        assert_eq!(numbers, expected, "every step, in order");
+        running.abort();
     }
 
     /// What a source sends before `Synced` fills the window and the price

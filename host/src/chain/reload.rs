@@ -28,7 +28,6 @@ use futures_util::stream::BoxStream;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::Chain;
 use super::pipeline::PipelineState;
@@ -36,6 +35,7 @@ use crate::filters::registry::Rejected;
 use crate::filters::uploads::UploadChange;
 use crate::filters::{FilterComponent, FilterEngine, FilterHandle, FilterRegistry};
 use crate::metrics::Metrics;
+use crate::tasks::{Part, Tasks};
 
 /// Quiet time after a change before the directory is read: a copy arrives
 /// as several events.
@@ -77,7 +77,7 @@ pub fn spawn(
     chains: Vec<Arc<Chain>>,
     uploads: BoxStream<'static, UploadChange>,
     shutdown: CancellationToken,
-    tasks: &TaskTracker,
+    tasks: &Tasks,
 ) -> anyhow::Result<(watch::Receiver<ReloadReport>, mpsc::Sender<Command>)> {
     // Events name absolute paths when the watch does; compare like with like.
     let dir = std::path::absolute(&dir)
@@ -112,7 +112,11 @@ pub fn spawn(
         report,
     };
     let (commands, asked) = mpsc::channel(16);
-    tasks.spawn(reloader.run(rx, asked, uploads, shutdown));
+    tasks.part(
+        "filters reloader",
+        Part::Service("filters"),
+        reloader.run(rx, asked, uploads, shutdown),
+    );
     Ok((reports, commands))
 }
 

@@ -89,7 +89,7 @@ impl LogStore {
 /// Persists what `steps` brings until the pipeline drops its end, each
 /// round of queued steps in one commit. A failed commit is logged and its
 /// steps stay in memory only (the window still serves them until restart).
-pub async fn write(store: LogStore, chain: Arc<str>, mut steps: mpsc::UnboundedReceiver<Persist>) {
+pub async fn write(store: LogStore, chain: Arc<str>, mut steps: mpsc::Receiver<Persist>) {
     let store = Arc::new(store);
     let mut round = Vec::new();
     while steps.recv_many(&mut round, 1_024).await > 0 {

@@ -283,11 +283,7 @@ impl Archive {
 /// Follows the chain's logged steps into `archive` until the pipeline
 /// drops their sender: each round in memory at once, then on disk in one
 /// commit, and only then does memory let go of what is past its bound.
-pub async fn keep(
-    archive: Arc<Archive>,
-    chain: Arc<str>,
-    mut steps: mpsc::UnboundedReceiver<Persist>,
-) {
+pub async fn keep(archive: Arc<Archive>, chain: Arc<str>, mut steps: mpsc::Receiver<Persist>) {
     let mut round = Vec::new();
     while steps.recv_many(&mut round, ROUND).await > 0 {
         let changes: Vec<_> = round.drain(..).map(|persist| persist.step).collect();
@@ -503,9 +499,10 @@ mod tests {
 
     async fn kept(archive: Archive) -> Arc<Archive> {
         let archive = Arc::new(archive);
-        let (send, steps_in) = mpsc::unbounded_channel();
-        for step in steps() {
-            send.send(step).expect("keeper running");
+        let steps = steps();
+        let (send, steps_in) = mpsc::channel(steps.len().max(1));
+        for step in steps {
+            send.try_send(step).expect("room for every step");
         }
         drop(send);
         keep(archive.clone(), "eth".into(), steps_in).await;

@@ -3,10 +3,12 @@
 //! devnet once its history is in place; a node source once subscribed; an
 //! edge once the log's tail is in place), else 503 with each chain's state
 //! (a standby ingest's: `standby`; a node chain whose tip stays put while
-//! its nodes go on: `stuck`, with the reason). A chain this process reads
-//! nodes for gives its head and lists each node's state, head and lag
-//! behind the chain, negative for a node ahead of it (docs/src/nodes.md,
-//! Node health).
+//! its nodes go on: `stuck`, with the reason) and no supervised task of
+//! it or of the server's services is in trouble (a chain's or service's
+//! `restarting` or `failed`, with the reason; docs/src/operations.md,
+//! Supervision). A chain this process reads nodes for gives its head and
+//! lists each node's state, head and lag behind the chain, negative for a
+//! node ahead of it (docs/src/nodes.md, Node health).
 
 use std::sync::Arc;
 
@@ -19,6 +21,7 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use crate::ingest::upstream::UpstreamStatus;
 use crate::node::health::lag;
+use crate::tasks::Part;
 
 pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()
@@ -39,6 +42,11 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
             UpstreamStatus::Stuck { reason } => json!({"state": "stuck", "reason": reason}),
             UpstreamStatus::Standby => json!({"state": "standby"}),
         };
+        if let Some(trouble) = state.tasks.trouble(&Part::Chain(name.clone())) {
+            ready = false;
+            entry["state"] = json!(trouble.state());
+            entry["reason"] = json!(trouble.reason());
+        }
         if let (Some(pool), Some(_)) = (chain.node(), chain.node_status()) {
             let tip = chain.canonical().tip().map(|b| b.number());
             let nodes: Vec<Value> = pool
@@ -60,6 +68,20 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         }
         chains.insert(name.clone(), entry);
     }
+    let mut parts = Map::new();
+    for part in state.tasks.standings().into_keys() {
+        let Part::Service(service) = part else {
+            continue;
+        };
+        let entry = match state.tasks.trouble(&part) {
+            Some(trouble) => {
+                ready = false;
+                json!({"state": trouble.state(), "reason": trouble.reason()})
+            }
+            None => json!({"state": "ready"}),
+        };
+        parts.insert(service.to_string(), entry);
+    }
     let code = if ready {
         StatusCode::OK
     } else {
@@ -67,7 +89,11 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     };
     (
         code,
-        Json(json!({"ready": ready, "chains": Value::Object(chains)})),
+        Json(json!({
+            "ready": ready,
+            "chains": Value::Object(chains),
+            "parts": Value::Object(parts),
+        })),
     )
         .into_response()
 }

@@ -22,6 +22,7 @@ use crate::keys::Keys;
 use crate::metrics::{ChainLabel, NodeLabels, TopicLabels};
 use crate::node::NodeState;
 use crate::node::health::lag;
+use crate::tasks::Tasks;
 use crate::usage::Counts;
 use crate::webhook::Webhooks;
 
@@ -165,7 +166,42 @@ fn scrape(state: &AppState) -> Registry {
         register_webhooks(&mut registry, webhooks);
     }
     register_keys(&mut registry, &state.keys);
+    register_tasks(&mut registry, &state.tasks);
     registry
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    part: String,
+    task: String,
+}
+
+/// Each supervised task's standing (docs/src/operations.md, Supervision).
+fn register_tasks(registry: &mut Registry, tasks: &Tasks) {
+    let troubled = Family::<TaskLabels, Gauge>::default();
+    let restarts = Family::<TaskLabels, Counter>::default();
+    for (part, named) in tasks.standings() {
+        for (task, standing) in named {
+            let labels = TaskLabels {
+                part: part.to_string(),
+                task,
+            };
+            troubled
+                .get_or_create(&labels)
+                .set(i64::from(standing.trouble.is_some()));
+            restarts.get_or_create(&labels).inc_by(standing.restarts);
+        }
+    }
+    registry.register(
+        "task_down",
+        "1 while the supervised task has stopped (failed, or waiting to be started again)",
+        troubled,
+    );
+    registry.register(
+        "task_restarts",
+        "Times the supervised task was started again after it stopped",
+        restarts,
+    );
 }
 
 /// A key, by id and name (never its secret).

@@ -19,6 +19,7 @@ pub mod socket;
 pub mod upgrade;
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -48,6 +49,7 @@ use crate::rpc::methods::{self, Context};
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::{RpcError, error_response, refused};
+use crate::tasks::Tasks;
 use crate::usage::Ledger;
 use crate::webhook::Webhooks;
 use socket::{Listener, Socket};
@@ -87,12 +89,12 @@ pub struct AppState {
     /// sent their close frames (hyper does not wait for upgraded
     /// connections).
     pub sessions: TaskTracker,
-    /// The background tasks (sources, pipelines, price indexers and
-    /// backfills, the filters watcher): [`serve`] returns once they have
-    /// ended too, so that with this state dropped the price stores are
-    /// closed before the process exits or a server on the same data
-    /// directory starts.
-    pub tasks: TaskTracker,
+    /// The supervised background tasks (sources, pipelines, price
+    /// indexers, the filters watcher, …): [`serve`] stops the server when
+    /// a critical one fails, and returns once they have ended too, so that
+    /// with this state dropped the price stores are closed before the
+    /// process exits or a server on the same data directory starts.
+    pub tasks: Tasks,
     pub stats: Stats,
     /// A new report after each scan of the filters directory.
     pub filter_reloads: watch::Receiver<ReloadReport>,
@@ -168,9 +170,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Serves `state` on `listener` until `shutdown` is cancelled, then waits
-/// for every WebSocket session to close (each within its close timeout)
-/// and every background task to end.
+/// Serves `state` on `listener` until `shutdown` is cancelled or a
+/// critical task fails, then waits for every WebSocket session to close
+/// (each within its close timeout) and every background task to end; a
+/// critical task's failure is then the error answered.
 pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> anyhow::Result<()> {
     let shutdown = state.shutdown.clone();
     let sessions = state.sessions.clone();
@@ -178,15 +181,33 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> anyhow::Resul
     // Each request carries its connection's socket, for a WebSocket
     // session to write to.
     let app = router(state).into_make_service_with_connect_info::<Socket>();
+    // A critical task's failure stops the server as a signal does, and
+    // is what `serve` answers once everything has stopped.
+    let failure = {
+        let (tasks, shutdown) = (tasks.clone(), shutdown.clone());
+        async move {
+            tokio::select! {
+                () = shutdown.cancelled() => None,
+                reason = tasks.failed() => {
+                    shutdown.cancel();
+                    Some(reason)
+                }
+            }
+        }
+    };
     let served = axum::serve(Listener::new(listener), app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .context("serving HTTP");
+        .into_future();
+    let (served, failure) = tokio::join!(served, failure);
+    let served = served.context("serving HTTP");
     sessions.close();
     sessions.wait().await;
     tasks.close();
     tasks.wait().await;
-    served
+    match failure {
+        Some(reason) => Err(anyhow::anyhow!("{reason}")),
+        None => served,
+    }
 }
 
 pub(crate) fn json_error(status: StatusCode, error: RpcError) -> Response {

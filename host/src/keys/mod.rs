@@ -28,10 +28,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::StreamExt as _;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::clock::unix_now;
 use crate::config::DEFAULT_PLAN;
+use crate::tasks::{Part, Tasks};
 use crate::usage::Meter;
 use plan::{Methods, Plan, Plans, chain_allowed, method_allowed};
 use record::{Record, digest};
@@ -228,7 +228,7 @@ impl Keys {
         configured: &[String],
         metering: bool,
         store: Arc<dyn KeyStore>,
-        tasks: &TaskTracker,
+        tasks: &Tasks,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Arc<Self>> {
         let keys = Arc::new(Self {
@@ -268,13 +268,15 @@ impl Keys {
             keys.apply(record, revision);
         }
         let following = keys.clone();
-        tasks.spawn(async move {
+        // Without it a key revoked elsewhere would go on being accepted
+        // here: the server cannot serve without it.
+        tasks.critical("keys follower", Part::Service("keys"), async move {
             loop {
                 tokio::select! {
-                    () = shutdown.cancelled() => return,
+                    () = shutdown.cancelled() => return Ok(()),
                     change = changes.next() => match change {
                         Some((record, revision)) => following.apply(record, revision),
-                        None => return,
+                        None => anyhow::bail!("the keys' change feed ended"),
                     },
                 }
             }

@@ -67,7 +67,7 @@ async fn keys(configured: &[&str]) -> (Arc<Keys>, mpsc::UnboundedSender<(Record,
         &configured.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
         true,
         Arc::new(store),
-        &TaskTracker::new(),
+        &crate::tasks::Tasks::new(CancellationToken::new()),
         CancellationToken::new(),
     )
     .await

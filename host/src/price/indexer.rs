@@ -325,7 +325,7 @@ impl Feed {
 /// skipped: prices may then lag, the chain's streams never do.
 pub async fn run(
     mut indexer: Indexer,
-    mut feed: mpsc::UnboundedReceiver<Feed>,
+    mut feed: mpsc::Receiver<Feed>,
     shutdown: CancellationToken,
     drain: Duration,
 ) {
@@ -391,7 +391,7 @@ mod tests {
             Arc::new(DevnetCalls::new(1)),
             default_factories(1).to_vec(),
         );
-        let (events, handed) = mpsc::unbounded_channel();
+        let (events, handed) = mpsc::channel(1_024);
         let mut last = devnet.genesis();
         let mut position = 0;
         let mut added = |block| {
@@ -401,12 +401,12 @@ mod tests {
                 change: ChainEvent::Added(block),
             }
         };
-        events.send(added(last.clone())).expect("open");
+        events.try_send(added(last.clone())).expect("room");
         for _ in 0..40 {
             for event in devnet.next_step() {
                 if let crate::model::SourceEvent::Block(block) = event {
                     last = block.clone();
-                    events.send(added(block)).expect("open");
+                    events.try_send(added(block)).expect("room");
                 }
             }
         }

@@ -32,6 +32,11 @@ use crate::config::{ChainSpec, PriceConfig, Source};
 use crate::contracts::catalog::Factory;
 use crate::node::{ChainCalls, NodePool};
 use cold::{ColdRead, Header};
+/// Canonical changes that may wait for a chain's price indexer; past that
+/// the pipeline waits, and the source with it (docs/src/operations.md,
+/// Queues).
+pub const FEED_QUEUE: usize = 4_096;
+
 pub use indexer::Feed;
 use query::{PriceAnswer, PriceError, Reach};
 use record::Recorder;
@@ -125,7 +130,7 @@ impl PriceIndex {
         drain: Duration,
     ) -> (
         impl Future<Output = ()> + Send + 'static,
-        mpsc::UnboundedSender<Feed>,
+        mpsc::Sender<Feed>,
     ) {
         let indexer = |calls: Arc<dyn ChainCalls>| {
             indexer::Indexer::new(
@@ -152,7 +157,7 @@ impl PriceIndex {
                 (node, backfill)
             }
         };
-        let (feed, fed) = mpsc::unbounded_channel();
+        let (feed, fed) = mpsc::channel(FEED_QUEUE);
         let live = indexer::run(indexer(calls), fed, shutdown, drain);
         let both = async move {
             tokio::join!(live, async move {

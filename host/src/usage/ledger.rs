@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{Counts, HOUR, Meter, hour_of};
+use crate::tasks::{Part, Tasks};
 
 /// One key's counts for one hour, as a flush hands them over.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,7 +79,7 @@ impl Ledger {
         meters: Meters,
         every: Duration,
         sessions: TaskTracker,
-        tasks: &TaskTracker,
+        tasks: &Tasks,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let ledger = Arc::new(Self {
@@ -86,7 +87,7 @@ impl Ledger {
             flushed: tokio::sync::Mutex::default(),
         });
         let flushing = ledger.clone();
-        tasks.spawn(async move {
+        tasks.part("usage flush", Part::Service("usage"), async move {
             let mut ticks = tokio::time::interval(every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks.tick().await;

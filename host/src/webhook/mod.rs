@@ -31,10 +31,12 @@ pub mod target;
 mod worker;
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use futures_util::StreamExt as _;
 use futures_util::stream::BoxStream;
 use serde_json::Value;
@@ -44,6 +46,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::WebhooksConfig;
 use crate::fanout::Sink;
+use crate::tasks::{Part, Tasks};
 use claim::{Claim, Claims};
 use claimed::Opening;
 use definition::Paused;
@@ -116,6 +119,8 @@ pub struct Webhooks {
     /// The workers: at shutdown the store is closed once they have all
     /// ended (their last writes are kept).
     workers: TaskTracker,
+    /// The supervisor the workers report to (and take faults from).
+    tasks: Tasks,
     shutdown: CancellationToken,
 }
 
@@ -205,7 +210,7 @@ impl Webhooks {
     /// workers stop, then the store closes, on `tasks`.
     pub async fn start(
         parts: Parts,
-        tasks: &TaskTracker,
+        tasks: &Tasks,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Arc<Self>> {
         let Parts {
@@ -238,6 +243,7 @@ impl Webhooks {
             resolver,
             creating: Mutex::default(),
             workers: TaskTracker::new(),
+            tasks: tasks.clone(),
             shutdown: shutdown.clone(),
         });
         for (definition, progress) in stored {
@@ -254,25 +260,31 @@ impl Webhooks {
             );
         }
         let following = webhooks.clone();
-        tasks.spawn(async move {
-            following.follow(changes).await;
+        tasks.part("webhooks follower", Part::Service("webhooks"), async move {
+            // The workers stop and the store closes however following
+            // ended (a panic too): shutdown waits for the store's writer.
+            let followed = AssertUnwindSafe(following.follow(changes))
+                .catch_unwind()
+                .await;
             following.workers.close();
             following.workers.wait().await;
             following.shared.store.close();
+            followed.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         });
         Ok(webhooks)
     }
 
-    /// Applies the store's changes until shutdown.
-    async fn follow(&self, mut changes: BoxStream<'static, Change>) {
+    /// Applies the store's changes until shutdown; the store's feed ending
+    /// before (the bus's watch gone) is an error.
+    async fn follow(&self, mut changes: BoxStream<'static, Change>) -> anyhow::Result<()> {
         loop {
             let change = tokio::select! {
-                () = self.shutdown.cancelled() => return,
+                () = self.shutdown.cancelled() => return Ok(()),
                 change = changes.next() => change,
             };
             match change {
                 Some(change) => self.apply(change).await,
-                None => return self.shutdown.cancelled().await,
+                None => anyhow::bail!("the webhooks store's change feed ended"),
             }
         }
     }
@@ -329,15 +341,29 @@ impl Webhooks {
         self.hooks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Starts `hook`'s worker: after a panic it claims the webhook again
+    /// and goes on from the cursor the store holds.
     fn spawn(&self, hook: &Arc<Hook>, opening: Option<Opening>) -> Worker {
         let stop = self.shutdown.child_token();
-        let done = self.workers.spawn(claimed::deliver(
+        let (hook, shared, claims, stopped) = (
             hook.clone(),
             self.shared.clone(),
             self.claims.clone(),
             stop.clone(),
-            opening,
-        ));
+        );
+        let mut opening = opening;
+        let name = format!("webhook {} worker", hook.definition().id);
+        let done = self
+            .tasks
+            .restarting_on(&self.workers, stop.clone(), name, move || {
+                claimed::deliver(
+                    hook.clone(),
+                    shared.clone(),
+                    claims.clone(),
+                    stopped.clone(),
+                    opening.take(),
+                )
+            });
         Worker { stop, done }
     }
 

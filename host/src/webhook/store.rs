@@ -19,9 +19,10 @@ use futures_util::stream::BoxStream;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::definition::{Definition, Progress};
+use crate::queues::Queues;
+use crate::tasks::{Part, Tasks};
 
 /// What the webhook service keeps, wherever it keeps it.
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
@@ -77,12 +78,20 @@ enum Write {
     Delete(String),
 }
 
+/// Writes that may wait for the webhooks database's committing task;
+/// past that the writers wait (docs/src/operations.md, Queues).
+pub const WRITE_QUEUE: usize = 1_024;
+
+/// A write and its writer's answer.
+type Queued = (Write, oneshot::Sender<anyhow::Result<()>>);
+
 /// The embedded database's store.
 #[derive(Debug)]
 pub struct LocalStore {
     db: Arc<Database>,
     /// Writes for the committing task, each with the writer's answer.
-    writes: mpsc::UnboundedSender<(Write, oneshot::Sender<anyhow::Result<()>>)>,
+    /// Bounded ([`WRITE_QUEUE`]): past it a writer waits for the disk.
+    writes: mpsc::Sender<Queued>,
     /// Ends the committing task once what is queued is written.
     closing: CancellationToken,
 }
@@ -91,16 +100,20 @@ impl LocalStore {
     /// Opens (or creates) `dir/webhooks.redb`, or a database in memory
     /// without `dir`, and starts its committing task on `tasks`: it ends
     /// once the store is closed or dropped.
-    pub fn open(dir: Option<&Path>, tasks: &TaskTracker) -> anyhow::Result<Self> {
+    pub fn open(dir: Option<&Path>, tasks: &Tasks, queues: &Queues) -> anyhow::Result<Self> {
         let db = crate::embedded::open(dir, FILE, "the webhooks database")?;
         let txn = db.begin_write()?;
         txn.open_table(DEFINITIONS)?;
         txn.open_table(PROGRESS)?;
         txn.commit().context("creating the webhooks tables")?;
         let db = Arc::new(db);
-        let (writes, queued) = mpsc::unbounded_channel();
+        let (writes, queued) = queues.channel("webhooks", "database writes", WRITE_QUEUE);
         let closing = CancellationToken::new();
-        tasks.spawn(commit(db.clone(), queued, closing.clone()));
+        tasks.part(
+            "webhooks database writer",
+            Part::Service("webhooks"),
+            commit(db.clone(), queued, closing.clone()),
+        );
         Ok(Self {
             db,
             writes,
@@ -108,11 +121,23 @@ impl LocalStore {
         })
     }
 
+    /// Queues `write` in call order: at once while there is room, else
+    /// waiting in turn (a queue's waiters are served first come, first
+    /// served, before any later try).
     fn queue(&self, write: Write) -> BoxFuture<'static, anyhow::Result<()>> {
         let (done, answer) = oneshot::channel();
-        let sent = self.writes.send((write, done));
+        let closed = || anyhow::anyhow!("the webhooks database is closed");
+        let waiting = match self.writes.try_send((write, done)) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(queued)) => Some((self.writes.clone(), queued)),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return Box::pin(async move { Err(closed()) });
+            }
+        };
         Box::pin(async move {
-            sent.map_err(|_| anyhow::anyhow!("the webhooks database is closed"))?;
+            if let Some((writes, queued)) = waiting {
+                writes.send(queued).await.map_err(|_| closed())?;
+            }
             answer
                 .await
                 .map_err(|_| anyhow::anyhow!("the webhooks database is closed"))?
@@ -208,11 +233,7 @@ fn read_all(db: &Database) -> anyhow::Result<Vec<(Definition, Progress)>> {
 
 /// Commits what queued up, a round at a time, and answers its writers,
 /// until every writer is gone or `closing` (then what is queued first).
-async fn commit(
-    db: Arc<Database>,
-    mut queued: mpsc::UnboundedReceiver<(Write, oneshot::Sender<anyhow::Result<()>>)>,
-    closing: CancellationToken,
-) {
+async fn commit(db: Arc<Database>, mut queued: mpsc::Receiver<Queued>, closing: CancellationToken) {
     let mut round = Vec::new();
     loop {
         let taken = tokio::select! {
@@ -301,9 +322,10 @@ mod tests {
     #[tokio::test]
     async fn webhooks_and_progress_survive_a_reopen() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let tasks = TaskTracker::new();
+        let tasks = crate::tasks::Tasks::new(CancellationToken::new());
         {
-            let store = LocalStore::open(Some(dir.path()), &tasks).expect("opens");
+            let store =
+                LocalStore::open(Some(dir.path()), &tasks, &Queues::default()).expect("opens");
             for id in ["a", "b", "c"] {
                 store
                     .put_definition(definition(id), 0)
@@ -331,7 +353,8 @@ mod tests {
         }
         tasks.close();
         tasks.wait().await;
-        let store = LocalStore::open(Some(dir.path()), &tasks).expect("opens again");
+        let store =
+            LocalStore::open(Some(dir.path()), &tasks, &Queues::default()).expect("opens again");
         let mut loaded = store.load().await.expect("loads");
         loaded.sort_by(|a, b| a.0.id.cmp(&b.0.id));
         let ids: Vec<&str> = loaded.iter().map(|(d, _)| d.id.as_str()).collect();
@@ -350,8 +373,8 @@ mod tests {
     /// it), and later writes fail instead of waiting forever.
     #[tokio::test]
     async fn a_close_writes_what_is_queued_then_ends() {
-        let tasks = TaskTracker::new();
-        let store = LocalStore::open(None, &tasks).expect("opens");
+        let tasks = crate::tasks::Tasks::new(CancellationToken::new());
+        let store = LocalStore::open(None, &tasks, &Queues::default()).expect("opens");
         let queued = store.put_definition(definition("a"), 0);
         store.close();
         queued.await.expect("written before the close took effect");

@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use url::Url;
 
 use super::claim::{Claim, Claims};
@@ -186,9 +185,10 @@ impl Bench {
         let (bodies_in, bodies) = mpsc::unbounded_channel();
         let (asked_in, asked) = mpsc::unbounded_channel();
         let (grants, granted) = mpsc::unbounded_channel();
-        let tasks = TaskTracker::new();
+        let tasks = crate::tasks::Tasks::new(CancellationToken::new());
         let store = Arc::new(Shared {
-            inner: LocalStore::open(None, &tasks).expect("a store"),
+            inner: LocalStore::open(None, &tasks, &crate::queues::Queues::default())
+                .expect("a store"),
             changes: Mutex::new(Some(reported)),
         });
         let shutdown = CancellationToken::new();

@@ -302,6 +302,33 @@ async fn metrics_count_what_happened() {
     assert_eq!(value("chainsieve_closed_too_slow_total"), 0.0);
     // Devnet chains read no node: nothing malformed to skip.
     assert_eq!(value("chainsieve_upstream_objects_skipped_total"), 0.0);
+    // Every queue between tasks shows its bound and what waits in it.
+    let eth_source = r#"{part="eth",queue="source"}"#;
+    assert_eq!(
+        value(&format!("chainsieve_queue_capacity{eth_source}")),
+        1024.0
+    );
+    assert!(value(&format!("chainsieve_queue_depth{eth_source}")) <= 1024.0);
+    for queue in ["price feed", "archive", "submissions", "mine requests"] {
+        let labels = format!(r#"{{part="eth",queue="{queue}"}}"#);
+        assert!(
+            value(&format!("chainsieve_queue_capacity{labels}")) > 0.0,
+            "{queue}"
+        );
+    }
+    assert_eq!(
+        value(r#"chainsieve_queue_capacity{part="webhooks",queue="database writes"}"#),
+        1024.0
+    );
+    // Every supervised task is up.
+    assert_eq!(
+        value(r#"chainsieve_task_down{part="eth",task="eth pipeline"}"#),
+        0.0
+    );
+    assert_eq!(
+        value(r#"chainsieve_task_restarts_total{part="usage",task="usage flush"}"#),
+        0.0
+    );
 
     // The page as a scraper asks for it: the text format for one that
     // asks for nothing in particular, which Prometheus' own checker

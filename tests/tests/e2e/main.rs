@@ -32,5 +32,6 @@ mod rpc;
 mod several_nodes;
 mod slow_consumer;
 mod subscriptions;
+mod supervision;
 mod upstream;
 mod webhooks;

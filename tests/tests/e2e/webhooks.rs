@@ -5,7 +5,8 @@
 //! removals included: for `logs` with a filter and a custom component,
 //! through a receiver failing every way it can, and across a server
 //! restart on a node chain (role `all`, the log and webhooks in a data
-//! directory). Then the refusals.
+//! directory), and across a worker's restart after a panic. Then the
+//! refusals.
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use chainsieve::config::{AuthConfig, Config, LogConfig, WebhooksConfig};
 use chainsieve::filters::registry::BUILT_FILTERS_DIR;
 use chainsieve::ingest::devnet::DevnetSettings;
+use chainsieve::tasks::faults::Fault;
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::filters::watching;
 use chainsieve_tests::receiver::{Answer, Delivery, Receiver, create, delivered, head_numbers};
@@ -380,6 +382,54 @@ async fn nothing_is_lost_to_a_receiver_failing_every_way() {
         metrics.contains("chainsieve_webhooks{state=\"active\"} 1"),
         "{metrics}"
     );
+}
+
+/// A webhook's worker made to panic (the fault hooks) is started again by
+/// its supervisor: it claims the webhook again and goes on from the
+/// cursor the store holds, every head delivered once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_panics_goes_on_from_its_cursor() {
+    let config = Config {
+        devnet: fast_devnet(),
+        webhooks: reachable(),
+        ..Config::default()
+    };
+    let server = TestServer::start(config).await.expect("server");
+    let mut receiver = Receiver::start().await.expect("receiver");
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let (heads, from) = first_cursor(&mut ws, json!(["newHeads"])).await;
+    let (hook, secret) = create(
+        &mut ws,
+        &receiver.url(),
+        json!(["newHeads", {"resumeFrom": from}]),
+        Value::Null,
+    )
+    .await;
+    let mut control = read_until(&mut ws, &heads, |events| events.len() >= 3).await;
+    delivered_through(
+        &mut receiver,
+        &hook,
+        &secret,
+        control.last().expect("three"),
+    )
+    .await;
+    server
+        .state
+        .tasks
+        .inject(&format!("webhook {hook} worker"), Fault::Panic);
+    control.extend(read_until(&mut ws, &heads, |events| events.len() >= 6).await);
+    assert_delivered(
+        &mut receiver,
+        &hook,
+        &secret,
+        &control,
+        "every head once, in order, across the worker's restart",
+    )
+    .await;
+    let view = ws.call("webhook_get", json!([hook])).await.expect("call");
+    assert_eq!(view["result"]["state"], "active", "{view}");
 }
 
 const KEY: &str = "webhook-test";

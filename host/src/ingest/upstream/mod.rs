@@ -34,6 +34,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use choice::Choice;
@@ -44,6 +45,7 @@ use watcher::{HeadRef, NodeEvent, Watched};
 
 use crate::model::wire::{self, NodeTransaction};
 use crate::model::{Block, FinalMark, SourceEvent, Transaction};
+use crate::node::health::Health;
 use crate::node::{Call, NodePool, NodeState, Rules, decode};
 
 /// Blocks fetched per round trip while filling a gap.
@@ -116,7 +118,17 @@ pub async fn run(
     if out.send(SourceEvent::Synced).await.is_err() {
         return;
     }
+    // A run starts knowing nothing of the nodes, as at startup: one
+    // started again after a panic must not trust the last one's states.
+    for node in pool.nodes() {
+        *node.health() = Health::default();
+    }
+    pool.changed();
     let (announce, events) = mpsc::channel(EVENT_QUEUE);
+    // The watchers are this task's: they end with it (dropping the set
+    // aborts them, a panic's unwinding included), and a watcher's panic
+    // is this task's, for its supervisor to start it again.
+    let mut watchers = JoinSet::new();
     for (index, node) in pool.nodes().iter().enumerate() {
         let watched = Watched {
             node: index,
@@ -125,7 +137,7 @@ pub async fn run(
             chain: settings.chain.clone(),
             chain_id: settings.chain_id,
         };
-        tokio::spawn(watcher::watch(
+        watchers.spawn(watcher::watch(
             watched,
             announce.clone(),
             shutdown.child_token(),
@@ -154,6 +166,11 @@ pub async fn run(
     tokio::select! {
         () = shutdown.cancelled() => {}
         () = ingest.run(events) => {}
+        Some(Err(ended)) = watchers.join_next() => {
+            if ended.is_panic() {
+                std::panic::resume_unwind(ended.into_panic());
+            }
+        }
     }
 }
 

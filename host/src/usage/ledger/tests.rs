@@ -39,7 +39,7 @@ fn ledger(store: Arc<dyn UsageStore>) -> Arc<Ledger> {
         Box::new(Vec::new),
         Duration::from_secs(3_600),
         TaskTracker::new(),
-        &TaskTracker::new(),
+        &crate::tasks::Tasks::new(CancellationToken::new()),
         CancellationToken::new(),
     )
 }

@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use url::Url;
 
 use super::{Hook, Shared, run};
@@ -120,7 +119,14 @@ impl Bench {
     ) -> Self {
         let (opens_in, opens) = mpsc::unbounded_channel();
         let (tries_in, tries) = mpsc::unbounded_channel();
-        let store = Arc::new(LocalStore::open(None, &TaskTracker::new()).expect("a store"));
+        let store = Arc::new(
+            LocalStore::open(
+                None,
+                &crate::tasks::Tasks::new(CancellationToken::new()),
+                &crate::queues::Queues::default(),
+            )
+            .expect("a store"),
+        );
         let feed = Arc::new(Feed {
             opens: opens_in,
             refusals: std::sync::Mutex::new(refusals.into()),
