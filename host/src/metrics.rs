@@ -209,10 +209,10 @@ impl Metrics {
             };
             depth
                 .get_or_create(&labels)
-                .inc_by(i64::try_from(now.queued).unwrap_or(i64::MAX));
+                .set(i64::try_from(now.queued).unwrap_or(i64::MAX));
             capacity
                 .get_or_create(&labels)
-                .inc_by(i64::try_from(now.capacity).unwrap_or(i64::MAX));
+                .set(i64::try_from(now.capacity).unwrap_or(i64::MAX));
         }
         registry.register(
             "queue_depth",

@@ -67,16 +67,7 @@ pub struct FinalityMarks {
 impl Bus {
     /// The finality bucket, created if it does not exist.
     pub async fn finality(&self) -> anyhow::Result<FinalityMarks> {
-        let bucket = format!("{}-finality", self.config.prefix);
-        let kv = self
-            .create_bucket(kv::Config {
-                bucket: bucket.clone(),
-                history: 1,
-                storage: async_nats::jetstream::stream::StorageType::File,
-                num_replicas: self.config.replicas,
-                ..Default::default()
-            })
-            .await?;
+        let kv = self.latest_bucket("finality", Duration::ZERO).await?;
         Ok(FinalityMarks { kv })
     }
 }

@@ -112,17 +112,7 @@ impl Bus {
         ttl: Duration,
         holder: &str,
     ) -> anyhow::Result<Leases> {
-        let bucket = format!("{}-{name}", self.config.prefix);
-        let kv = self
-            .create_bucket(kv::Config {
-                bucket: bucket.clone(),
-                history: 1,
-                max_age: ttl,
-                storage: async_nats::jetstream::stream::StorageType::File,
-                num_replicas: self.config.replicas,
-                ..Default::default()
-            })
-            .await?;
+        let kv = self.latest_bucket(name, ttl).await?;
         Ok(Leases {
             kv,
             ttl,

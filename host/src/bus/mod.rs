@@ -133,8 +133,7 @@ impl Bus {
         };
         self.create_stream(config).await?;
         // Once open, every request waits REQUEST_TIMEOUT at most.
-        let mut running = self.jetstream.clone();
-        running.set_timeout(REQUEST_TIMEOUT);
+        let running = self.asking();
         let stream = running
             .get_stream_no_info(&name)
             .await

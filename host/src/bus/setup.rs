@@ -145,7 +145,8 @@ impl Bus {
         let name = config.name.clone();
         let wanted = Shape::from(&config);
         let asking = self.asking();
-        self.made(&name, wanted, || {
+        let what = format!("the stream {name}");
+        self.made(&name, &what, wanted, || {
             asking.create_or_update_stream(config.clone())
         })
         .await
@@ -161,8 +162,9 @@ impl Bus {
             history: config.history.max(1),
         };
         let stream = format!("KV_{}", config.bucket);
+        let what = format!("the bucket {}", config.bucket);
         let asking = self.asking();
-        self.made(&stream, wanted, || {
+        self.made(&stream, &what, wanted, || {
             asking.create_or_update_key_value(config.clone())
         })
         .await
@@ -200,8 +202,9 @@ impl Bus {
             history: -1,
         };
         let stream = format!("OBJ_{}", config.bucket);
+        let what = format!("the object store {}", config.bucket);
         let asking = self.asking();
-        self.made(&stream, wanted, || {
+        self.made(&stream, &what, wanted, || {
             asking.create_object_store(config.clone())
         })
         .await
@@ -213,17 +216,18 @@ impl Bus {
     /// 2.15: the client's default 10 s went by for each object a server
     /// lost the race for), so the creation is asked again soon, and then
     /// finds the object.
-    fn asking(&self) -> async_nats::jetstream::Context {
+    pub(super) fn asking(&self) -> async_nats::jetstream::Context {
         let mut asking = self.jetstream.clone();
         asking.set_timeout(super::REQUEST_TIMEOUT);
         asking
     }
 
-    /// `ask()` as the module's doc says, for the object whose stream is
-    /// `stream`, made as `wanted`.
+    /// `ask()` as the module's doc says, for `what` (whose stream is
+    /// `stream`), made as `wanted`.
     async fn made<T, E, F>(
         &self,
         stream: &str,
+        what: &str,
         wanted: Shape,
         ask: impl FnMut() -> F,
     ) -> anyhow::Result<T>
@@ -231,20 +235,11 @@ impl Bus {
         E: StdError + Send + Sync + 'static,
         F: Future<Output = Result<T, E>>,
     {
-        let what = stream
-            .strip_prefix("KV_")
-            .map(|bucket| format!("the bucket {bucket}"))
-            .or_else(|| {
-                stream
-                    .strip_prefix("OBJ_")
-                    .map(|store| format!("the object store {store}"))
-            })
-            .unwrap_or_else(|| format!("the stream {stream}"));
-        match patiently(&what, |error: &E| classify(error), ask).await {
+        match patiently(what, |error: &E| classify(error), ask).await {
             Ok(made) => Ok(made),
             Err(error) => {
                 let said = words(&error);
-                let held = match self.jetstream.get_stream(stream).await {
+                let held = match self.asking().get_stream(stream).await {
                     Ok(found) => Some(Shape::from(&found.cached_info().config)),
                     Err(_) => None,
                 };

@@ -98,7 +98,7 @@ pub(super) fn start(
             parts.tasks.critical(
                 parts.task("archive"),
                 parts.part(),
-                history::archive::keep(archive.clone(), parts.spec.name.as_str().into(), kept),
+                history::archive::keep(archive.clone(), chain.into(), kept),
             );
             persist = Some(steps);
             let devnet = Devnet::new(parts.spec.chain_id, &parts.config.devnet);

@@ -116,12 +116,12 @@ impl PipelineState {
     }
 }
 
-/// One chain's pipeline; [`Pipeline::run`] drives it from a source.
 /// Logged steps that may wait for the task persisting, archiving or
 /// publishing them; past that the pipeline waits, and the source with it
 /// (docs/src/operations.md, Queues).
 pub const PERSIST_QUEUE: usize = 4_096;
 
+/// One chain's pipeline; [`Pipeline::run`] drives it from a source.
 #[derive(Clone, Debug)]
 pub struct Pipeline {
     /// The chain's name, for logs and cursors.
@@ -131,7 +131,7 @@ pub struct Pipeline {
     /// the index is kept from elsewhere: an edge's from the bus, an
     /// ingest's from what its publisher has published). Bounded: an
     /// indexer that falls [`crate::price::FEED_QUEUE`] changes behind
-    /// makes the pipeline wait, and the source with it (docs/src/operations.md, Queues).
+    /// makes the pipeline wait, and the source with it.
     price: Option<mpsc::Sender<Feed>>,
     /// Logged steps for the task that persists, archives or publishes
     /// them. Bounded: a disk or bus that falls [`PERSIST_QUEUE`] steps

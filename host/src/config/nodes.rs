@@ -181,11 +181,11 @@ pub(super) fn source(
             key("nodes")
         ),
     };
-    // Each node's key in the file: an entry of [[chains.<name>.nodes]],
-    // or of `source`.
-    let from_source = !chain.nodes.is_empty();
+    // Each node's key in the file: an entry of [[chains.<name>.nodes]]
+    // (`listed`), or of `source`.
+    let listed = !chain.nodes.is_empty();
     let entry = |index: usize| {
-        if from_source {
+        if listed {
             key(&format!("nodes[{index}]"))
         } else if nodes.len() == 1 {
             key("source")
@@ -194,7 +194,7 @@ pub(super) fn source(
         }
     };
     let url_key = |index: usize| {
-        if from_source {
+        if listed {
             format!("{}.url", entry(index))
         } else {
             entry(index)

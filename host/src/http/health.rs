@@ -21,13 +21,15 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use crate::ingest::upstream::UpstreamStatus;
 use crate::node::health::lag;
-use crate::tasks::Part;
+use crate::tasks::{Part, trouble_among};
 
 pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let standings = state.tasks.standings();
+    let trouble_of = |part: &Part| standings.get(part).and_then(trouble_among);
     let mut chains = Map::new();
     let mut ready = true;
     for (name, chain) in &state.chains {
@@ -42,7 +44,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
             UpstreamStatus::Stuck { reason } => json!({"state": "stuck", "reason": reason}),
             UpstreamStatus::Standby => json!({"state": "standby"}),
         };
-        if let Some(trouble) = state.tasks.trouble(&Part::Chain(name.clone())) {
+        if let Some(trouble) = trouble_of(&Part::Chain(name.clone())) {
             ready = false;
             entry["state"] = json!(trouble.state());
             entry["reason"] = json!(trouble.reason());
@@ -69,11 +71,11 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         chains.insert(name.clone(), entry);
     }
     let mut parts = Map::new();
-    for part in state.tasks.standings().into_keys() {
+    for part in standings.keys() {
         let Part::Service(service) = part else {
             continue;
         };
-        let entry = match state.tasks.trouble(&part) {
+        let entry = match trouble_of(part) {
             Some(trouble) => {
                 ready = false;
                 json!({"state": trouble.state(), "reason": trouble.reason()})

@@ -54,6 +54,28 @@ pub(super) enum Held {
     },
 }
 
+impl Held {
+    /// What a chain without a node or an archive answers: the window's
+    /// answer, or what stands in for the rest (`null` for a hash).
+    pub(super) fn fallback(self) -> Result<Box<RawValue>, RpcError> {
+        match self {
+            Held::Answer(answer) => Ok(answer),
+            Held::Elsewhere(fallback)
+            | Held::Older { fallback, .. }
+            | Held::OlderLogs { fallback, .. } => fallback,
+            Held::OlderByHash { .. } | Held::OlderTransaction { .. } => result(&Value::Null),
+        }
+    }
+}
+
+/// `block` as a block answer (`full`: with its transactions), or `null`.
+pub(super) fn block_or_null(block: Option<&Block>, full: bool) -> Result<Box<RawValue>, RpcError> {
+    match block.and_then(|block| block.block_json(full)) {
+        Some(answer) => Ok(answer),
+        None => result(&Value::Null),
+    }
+}
+
 /// The blocks an `eth_getLogs` older than the log asks about.
 #[derive(Debug)]
 pub(super) enum LogReach {
@@ -113,12 +135,9 @@ pub(super) fn block_by_number(chain: &Chain, params: &Value) -> Result<Held, Rpc
             Some(block) => lookup(block, full),
             None => Held::Answer(result(&Value::Null)?),
         },
-        Selector::NodeTag => Held::Elsewhere(
-            match canonical.tip().and_then(|block| block.block_json(full)) {
-                Some(answer) => Ok(answer),
-                None => result(&Value::Null),
-            },
-        ),
+        Selector::NodeTag => {
+            Held::Elsewhere(block_or_null(canonical.tip().map(AsRef::as_ref), full))
+        }
         Selector::Number(number) => match canonical.by_number(number) {
             Some(block) => lookup(block, full),
             None => match (canonical.oldest(), canonical.tip()) {

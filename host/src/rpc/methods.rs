@@ -137,9 +137,7 @@ async fn archived(
 ) -> Option<Result<Box<serde_json::value::RawValue>, RpcError>> {
     match archive.block(number).await {
         Ok(block) => block.and_then(|block| block.block_json(full)).map(Ok),
-        Err(error) => Some(Err(RpcError::internal(format!(
-            "reading block {number} from the devnet's archive: {error:#}"
-        )))),
+        Err(error) => Some(Err(archive_error(format_args!("block {number}"))(error))),
     }
 }
 
@@ -154,60 +152,50 @@ async fn held(
     if ctx.chain.node().is_some() && !matches!(held, blocks::Held::Answer(_)) {
         return forward::forward(ctx.chain, call).await;
     }
-    let archive = match ctx.chain.history_blocks() {
-        Some(Blocks::Archive(archive)) => Some(archive),
-        _ => None,
+    let Some(Blocks::Archive(archive)) = ctx.chain.history_blocks() else {
+        return held.fallback();
     };
-    match (held, archive) {
-        (blocks::Held::Answer(answer), _) => Ok(answer),
-        (blocks::Held::Elsewhere(fallback), _) => fallback,
-        (
-            blocks::Held::Older {
-                number,
-                full,
-                fallback,
-            },
-            Some(archive),
-        ) => archived(&archive, number, full).await.unwrap_or(fallback),
-        (blocks::Held::OlderByHash { hash, full }, Some(archive)) => {
-            let block = archive.block_by_hash(hash).await.map_err(|error| {
-                RpcError::internal(format!(
-                    "reading block {hash} from the devnet's archive: {error:#}"
-                ))
-            })?;
-            match block.and_then(|block| block.block_json(full)) {
-                Some(answer) => Ok(answer),
-                None => result(&serde_json::Value::Null),
-            }
+    match held {
+        blocks::Held::Older {
+            number,
+            full,
+            fallback,
+        } => archived(&archive, number, full).await.unwrap_or(fallback),
+        blocks::Held::OlderByHash { hash, full } => {
+            let block = archive
+                .block_by_hash(hash)
+                .await
+                .map_err(archive_error(format_args!("block {hash}")))?;
+            blocks::block_or_null(block.as_deref(), full)
         }
-        (blocks::Held::OlderTransaction { hash }, Some(archive)) => {
-            let found = archive.transaction(hash).await.map_err(|error| {
-                RpcError::internal(format!(
-                    "reading transaction {hash} from the devnet's archive: {error:#}"
-                ))
-            })?;
+        blocks::Held::OlderTransaction { hash } => {
+            let found = archive
+                .transaction(hash)
+                .await
+                .map_err(archive_error(format_args!("transaction {hash}")))?;
             match found {
                 Some((block, index)) => blocks::transaction_answer(&block, index),
                 None => result(&serde_json::Value::Null),
             }
         }
-        (
-            blocks::Held::OlderLogs {
-                filter,
-                blocks,
-                fallback,
-            },
-            Some(archive),
-        ) => match archived_blocks(ctx.chain, &archive, blocks).await? {
+        blocks::Held::OlderLogs {
+            filter,
+            blocks,
+            fallback,
+        } => match archived_blocks(ctx.chain, &archive, blocks).await? {
             Some(blocks) => logs::matching(&blocks, &filter),
             None => fallback,
         },
-        (blocks::Held::Older { fallback, .. } | blocks::Held::OlderLogs { fallback, .. }, None) => {
-            fallback
-        }
-        (blocks::Held::OlderByHash { .. } | blocks::Held::OlderTransaction { .. }, None) => {
-            result(&serde_json::Value::Null)
-        }
+        held @ (blocks::Held::Answer(_) | blocks::Held::Elsewhere(_)) => held.fallback(),
+    }
+}
+
+/// The error of a failed read of `what` from a devnet chain's archive.
+fn archive_error(what: std::fmt::Arguments<'_>) -> impl FnOnce(anyhow::Error) -> RpcError + '_ {
+    move |error| {
+        RpcError::internal(format!(
+            "reading {what} from the devnet's archive: {error:#}"
+        ))
     }
 }
 

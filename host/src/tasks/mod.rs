@@ -170,10 +170,7 @@ impl Tasks {
     where
         F: Future<Output: Outcome> + Send + 'static,
     {
-        let mut once = Some(task);
-        self.supervise(name.into(), part, Kind::Critical, move || {
-            once.take().expect("a critical task is run once")
-        });
+        self.supervise(name.into(), part, Kind::Critical, once(task));
     }
 
     /// Runs `task`, which serves `part`: its end before `stopping` turns
@@ -182,10 +179,7 @@ impl Tasks {
     where
         F: Future<Output: Outcome> + Send + 'static,
     {
-        let mut once = Some(task);
-        self.supervise(name.into(), part, Kind::Part, move || {
-            once.take().expect("a part's task is run once")
-        });
+        self.supervise(name.into(), part, Kind::Part, once(task));
     }
 
     /// Runs the tasks `make` makes, one after another: each time one ends
@@ -215,15 +209,7 @@ impl Tasks {
         M: FnMut() -> F + Send + 'static,
         F: Future<Output: Outcome> + Send + 'static,
     {
-        let name = name.into();
-        let watch = Watch {
-            shared: self.shared.clone(),
-            name,
-            part: None,
-            kind: Kind::Member,
-            stop,
-        };
-        tracker.spawn(watch.run(make))
+        tracker.spawn(self.watch(name.into(), None, Kind::Member, stop).run(make))
     }
 
     fn supervise<M, F>(&self, name: String, part: Part, kind: Kind, make: M)
@@ -236,14 +222,24 @@ impl Tasks {
             .entry(part.clone())
             .or_default()
             .insert(name.clone(), Standing::default());
-        let watch = Watch {
+        let watch = self.watch(name, Some(part), kind, self.stopping.clone());
+        self.tracker.spawn(watch.run(make));
+    }
+
+    fn watch(
+        &self,
+        name: String,
+        part: Option<Part>,
+        kind: Kind,
+        stop: CancellationToken,
+    ) -> Watch {
+        Watch {
             shared: self.shared.clone(),
             name,
-            part: Some(part),
+            part,
             kind,
-            stop: self.stopping.clone(),
-        };
-        self.tracker.spawn(watch.run(make));
+            stop,
+        }
     }
 
     /// The first critical task's failure, once there is one.
@@ -274,11 +270,7 @@ impl Tasks {
     /// What keeps `part` from being ready, if anything: the first of its
     /// tasks in trouble.
     pub fn trouble(&self, part: &Part) -> Option<Trouble> {
-        self.shared
-            .lock()
-            .get(part)?
-            .values()
-            .find_map(|standing| standing.trouble.clone())
+        trouble_among(self.shared.lock().get(part)?).cloned()
     }
 
     /// The tracker, for tasks whose end is theirs to decide (a lease's
@@ -350,9 +342,9 @@ impl Watch {
                 Ok(()) if self.kind == Kind::Member => return,
                 Ok(()) => "it returned before the server stopped".to_string(),
             };
+            let reason = format!("{} stopped: {reason}", self.name);
             match self.kind {
                 Kind::Critical => {
-                    let reason = format!("{} stopped: {reason}", self.name);
                     tracing::error!(task = %self.name, %reason, "a task the server cannot serve without stopped; the server stops");
                     self.shared.fatal.send_if_modified(|fatal| {
                         let first = fatal.is_none();
@@ -365,7 +357,6 @@ impl Watch {
                     return;
                 }
                 Kind::Part => {
-                    let reason = format!("{} stopped: {reason}", self.name);
                     tracing::error!(task = %self.name, part = ?self.part, %reason, "a task stopped; its part is not ready");
                     self.set(Trouble::Failed { reason });
                     return;
@@ -375,11 +366,7 @@ impl Watch {
                         delays = backoff();
                     }
                     let delay = delays.next().unwrap_or(MAX_RESTART_DELAY);
-                    let reason = format!(
-                        "{} stopped: {reason}; started again in {} ms",
-                        self.name,
-                        delay.as_millis()
-                    );
+                    let reason = format!("{reason}; started again in {} ms", delay.as_millis());
                     tracing::warn!(task = %self.name, %reason, "a task stopped; it is started again");
                     self.set(Trouble::Restarting { reason });
                     tokio::select! {
@@ -420,6 +407,23 @@ impl Watch {
             });
         }
     }
+}
+
+/// What keeps a part from being ready among its `tasks`' standings: the
+/// first one's trouble.
+pub fn trouble_among(tasks: &BTreeMap<String, Standing>) -> Option<&Trouble> {
+    tasks
+        .values()
+        .find_map(|standing| standing.trouble.as_ref())
+}
+
+/// A task of one run, as the supervisor makes its runs.
+fn once<F>(task: F) -> impl FnMut() -> F + Send + 'static
+where
+    F: Send + 'static,
+{
+    let mut task = Some(task);
+    move || task.take().expect("a task of one run is made once")
 }
 
 /// The waits between restarts: from [`MIN_RESTART_DELAY`], doubling with

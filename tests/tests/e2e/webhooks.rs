@@ -110,6 +110,27 @@ async fn first_cursor(ws: &mut WsClient, params: Value) -> (String, String) {
     (id, cursor)
 }
 
+/// A socket following `newHeads` on the demo key and a `newHeads` webhook
+/// to `receiver` from the socket's first cursor on: (the socket, its
+/// subscription, the webhook's id, its secret).
+async fn heads_hook(
+    server: &TestServer,
+    receiver: &Receiver,
+) -> (WsClient, String, String, String) {
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let (heads, from) = first_cursor(&mut ws, json!(["newHeads"])).await;
+    let (hook, secret) = create(
+        &mut ws,
+        &receiver.url(),
+        json!(["newHeads", {"resumeFrom": from}]),
+        Value::Null,
+    )
+    .await;
+    (ws, heads, hook, secret)
+}
+
 /// A `logs` webhook with an address filter, in batches of five, and one of
 /// a custom component (the example `erc20Transfers`, dropped in the
 /// filters directory) get what a socket gets of the same params from the
@@ -318,17 +339,7 @@ async fn nothing_is_lost_to_a_receiver_failing_every_way() {
         Answer::RetryAfter(1),
         Answer::Status(503),
     ]);
-    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
-        .await
-        .expect("connect");
-    let (heads, from) = first_cursor(&mut ws, json!(["newHeads"])).await;
-    let (hook, secret) = create(
-        &mut ws,
-        &receiver.url(),
-        json!(["newHeads", {"resumeFrom": from}]),
-        Value::Null,
-    )
-    .await;
+    let (mut ws, heads, hook, secret) = heads_hook(&server, &receiver).await;
     receiver
         .wait_for(
             "the scripted failures, then a delivery accepted",
@@ -396,17 +407,7 @@ async fn a_worker_that_panics_goes_on_from_its_cursor() {
     };
     let server = TestServer::start(config).await.expect("server");
     let mut receiver = Receiver::start().await.expect("receiver");
-    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
-        .await
-        .expect("connect");
-    let (heads, from) = first_cursor(&mut ws, json!(["newHeads"])).await;
-    let (hook, secret) = create(
-        &mut ws,
-        &receiver.url(),
-        json!(["newHeads", {"resumeFrom": from}]),
-        Value::Null,
-    )
-    .await;
+    let (mut ws, heads, hook, secret) = heads_hook(&server, &receiver).await;
     let mut control = read_until(&mut ws, &heads, |events| events.len() >= 3).await;
     delivered_through(
         &mut receiver,

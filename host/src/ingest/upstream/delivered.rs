@@ -52,6 +52,11 @@ impl Delivered {
         self.blocks.back().map(|(_, hash)| *hash)
     }
 
+    /// The number of the last delivered block, if any.
+    pub fn tip(&self) -> Option<u64> {
+        self.blocks.back().map(|(n, _)| *n)
+    }
+
     /// The number of the last delivered block (0 before any).
     pub fn tip_number(&self) -> u64 {
         self.blocks.back().map_or(0, |(n, _)| *n)

@@ -262,7 +262,7 @@ impl Ingest<'_> {
         }
         self.choice.insert(head.hash, number, head.parent_hash);
         self.heads[node] = Some(head);
-        let tip = (!self.delivered.is_empty()).then(|| self.delivered.tip_number());
+        let tip = self.delivered.tip();
         let others_count = self
             .pool
             .nodes()
@@ -359,7 +359,7 @@ impl Ingest<'_> {
     /// lagging or stalled.
     fn on_tip(&mut self, now: Instant) {
         let rules = self.settings.rules;
-        let tip = (!self.delivered.is_empty()).then(|| self.delivered.tip_number());
+        let tip = self.delivered.tip();
         if let Some(tip) = tip {
             for node in 0..self.heads.len() {
                 let changed = self.pool.node(node).health().on_tip(tip, &rules, now);
@@ -421,14 +421,13 @@ impl Ingest<'_> {
     /// node counts, stuck when the chain does not move as its nodes do,
     /// live otherwise.
     fn publish_status(&self) {
-        let status = if let Some(reason) = self.progress.stuck()
-            && self.pool.any_counts()
-        {
-            UpstreamStatus::Stuck {
-                reason: reason.to_string(),
+        let status = if self.pool.any_counts() {
+            match self.progress.stuck() {
+                Some(reason) => UpstreamStatus::Stuck {
+                    reason: reason.to_string(),
+                },
+                None => UpstreamStatus::Live,
             }
-        } else if self.pool.any_counts() {
-            UpstreamStatus::Live
         } else {
             let reasons: Vec<String> = self
                 .pool

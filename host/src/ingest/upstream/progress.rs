@@ -113,64 +113,22 @@ mod tests {
         let at = |secs: u64| start + Duration::from_secs(secs);
         let mut progress = Progress::new(start);
         let cause = "no block above it has 2 nodes' votes";
-        assert_eq!(
-            progress.check(
-                Some(86),
-                &[213, 213],
-                2,
-                &RULES,
-                || cause.to_string(),
-                at(0)
-            ),
-            None
-        );
-        assert_eq!(
-            progress.check(
-                Some(86),
-                &[213, 213],
-                2,
-                &RULES,
-                || cause.to_string(),
-                at(2)
-            ),
-            None
-        );
-        let Some(Verdict::Stuck(reason)) = progress.check(
-            Some(86),
-            &[213, 214],
-            2,
-            &RULES,
-            || cause.to_string(),
-            at(3),
-        ) else {
+        let check = |progress: &mut Progress, tip: u64, heads: &[u64], secs| {
+            progress.check(Some(tip), heads, 2, &RULES, || cause.to_string(), at(secs))
+        };
+        assert_eq!(check(&mut progress, 86, &[213, 213], 0), None);
+        assert_eq!(check(&mut progress, 86, &[213, 213], 2), None);
+        let Some(Verdict::Stuck(reason)) = check(&mut progress, 86, &[213, 214], 3) else {
             panic!("stuck after the stall threshold")
         };
         assert!(
             reason.contains("block 86") && reason.contains("213") && reason.contains(cause),
             "{reason}"
         );
-        assert_eq!(
-            progress.check(
-                Some(86),
-                &[215, 216],
-                2,
-                &RULES,
-                || cause.to_string(),
-                at(9)
-            ),
-            None,
-            "said once"
-        );
+        assert_eq!(check(&mut progress, 86, &[215, 216], 9), None, "said once");
         assert!(progress.stuck().is_some());
         assert_eq!(
-            progress.check(
-                Some(87),
-                &[215, 216],
-                2,
-                &RULES,
-                || cause.to_string(),
-                at(10)
-            ),
+            check(&mut progress, 87, &[215, 216], 10),
             Some(Verdict::Moving)
         );
         assert_eq!(progress.stuck(), None);
