@@ -23,6 +23,12 @@ if ! command -v promtool >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus
 fi
 
+# curl, which runs the book's command-line examples as a reader would
+# (tests/tests/e2e/book_examples.rs).
+if ! command -v curl >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends curl
+fi
+
 # web3.py for the Python client test and nats-server (the bus tests), in a
 # venv of its own.
 if [ ! -x tests/py/.venv/bin/python ]; then

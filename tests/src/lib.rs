@@ -4,6 +4,7 @@
 
 pub mod anvil;
 pub mod bench;
+pub mod book;
 pub mod calls;
 pub mod dex;
 pub mod faulty;

@@ -103,7 +103,6 @@ pub(super) fn start(
             persist = Some(steps);
             let devnet = Devnet::new(parts.spec.chain_id, &parts.config.devnet);
             let ledger = devnet.ledger();
-            ledger.keep(parts.spec.window);
             let (submissions, submitted) = queues.channel(chain, "submissions", SUBMISSION_QUEUE);
             let (miner, mines) = queues.channel(chain, "mine requests", MINE_QUEUE);
             parts.tasks.critical(

@@ -29,6 +29,12 @@ pub struct Block {
     /// harness's events): the node answers lookups of that block.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lookup: Option<Box<str>>,
+    /// The gas each transaction used, in order, where the source says it
+    /// with the block: the devnet's, which answers receipts itself, from
+    /// the window and from its archive (docs/src/api.md, Devnet
+    /// transactions). `None` from a node, whose receipts are its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gas_used: Option<Box<[u64]>>,
 }
 
 /// A header in geth's shape: every consensus field plus `hash`.
@@ -197,6 +203,7 @@ impl Block {
                 .collect(),
             logs: Vec::new(),
             lookup: None,
+            gas_used: None,
         }
     }
 }
@@ -220,6 +227,7 @@ mod tests {
             transactions: vec![Arc::new(Transaction::fixture(B256::repeat_byte(1)))],
             logs: Vec::new(),
             lookup,
+            gas_used: None,
         }
     }
 

@@ -690,6 +690,7 @@ mod tests {
             transactions: vec![Arc::new(model)],
             logs: Vec::new(),
             lookup: None,
+            gas_used: None,
         };
         verify(&block).expect("a pre-155 transaction verifies");
     }

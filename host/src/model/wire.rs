@@ -247,6 +247,7 @@ impl NodeBlock {
             transactions,
             logs,
             lookup: Some(self.lookup),
+            gas_used: None,
         })
     }
 }
@@ -278,6 +279,7 @@ pub fn stream_event(source: Source, json: &str) -> Result<StreamEvent, serde_jso
             transactions,
             logs,
             lookup: None,
+            gas_used: None,
         })
     };
     Ok(match source {
@@ -301,6 +303,7 @@ pub fn stream_event(source: Source, json: &str) -> Result<StreamEvent, serde_jso
                 transactions: Vec::new(),
                 logs: Vec::new(),
                 lookup: None,
+                gas_used: None,
             }))
         }
         Source::Logs => {

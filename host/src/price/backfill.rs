@@ -132,6 +132,7 @@ async fn fill(
                 transactions: Vec::new(),
                 logs,
                 lookup: None,
+                gas_used: None,
             };
             indexer.add(&block, None).await?;
         }

@@ -42,9 +42,10 @@ pub(super) enum Held {
     /// The block of hash `hash`, not in the window: a devnet chain's
     /// archive answers it; elsewhere as [`Held::Elsewhere`] (`null`).
     OlderByHash { hash: B256, full: bool },
-    /// The mined transaction `hash`, not in the window: as
+    /// The mined transaction `hash`, not in the window, to be answered by
+    /// `answer` (the transaction, or a devnet's receipt): as
     /// [`Held::OlderByHash`].
-    OlderTransaction { hash: B256 },
+    OlderTransaction { hash: B256, answer: MinedAnswer },
     /// `eth_getLogs` over blocks older than the log: a devnet chain's
     /// archive answers it; elsewhere as [`Held::Elsewhere`].
     OlderLogs {
@@ -173,18 +174,23 @@ fn lookup(block: &Block, full: bool) -> Held {
     }
 }
 
-/// A mined transaction, while its block is canonical and in the window
-/// (a pending one, or an older one, is the node's to answer).
-pub(super) fn transaction_by_hash(chain: &Chain, params: &Value) -> Result<Held, RpcError> {
-    let hash: B256 = fixed_param(
-        params,
-        0,
-        "eth_getTransactionByHash",
-        "the transaction hash",
-    )?;
+/// How a mined transaction is answered, from its block and its index in it.
+pub(super) type MinedAnswer = fn(&Block, usize) -> Result<Box<RawValue>, RpcError>;
+
+/// `method` of the transaction hash `params` names (`eth_getTransactionByHash`,
+/// a devnet's `eth_getTransactionReceipt`), answered by `answer` while its
+/// block is canonical and in the window (a pending one, or an older one, is
+/// the node's or the archive's to answer).
+pub(super) fn mined_transaction(
+    chain: &Chain,
+    params: &Value,
+    method: &str,
+    answer: MinedAnswer,
+) -> Result<Held, RpcError> {
+    let hash: B256 = fixed_param(params, 0, method, "the transaction hash")?;
     Ok(match chain.canonical().transaction(&hash) {
-        Some((block, index)) => Held::Answer(transaction_answer(block, index)?),
-        None => Held::OlderTransaction { hash },
+        Some((block, index)) => Held::Answer(answer(block, index)?),
+        None => Held::OlderTransaction { hash, answer },
     })
 }
 

@@ -1,13 +1,14 @@
 //! What a devnet chain answers for the methods a wallet calls around
 //! `eth_sendRawTransaction`, so ethers' `sendTransaction` then `wait()`
-//! works with no node (docs/src/api.md, Devnet transactions): nonces,
-//! balances and receipts from the devnet's ledger, fees from the window's
+//! works with no node (docs/src/api.md, Devnet transactions): nonces and
+//! balances from the devnet's ledger, receipts from its blocks (the window,
+//! then its archive: `methods.rs` routes them), fees from the window's
 //! base fees, gas for transfers. The devnet runs no
 //! contract code: `eth_call`, and gas estimates of contract calls, say so.
 
 use std::sync::Arc;
 
-use alloy_primitives::{Address, B256, Bloom, U64, U128};
+use alloy_primitives::{Address, Bloom, U64, U128};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -18,7 +19,7 @@ use super::params::{
 use super::{Call, RpcError, result};
 use crate::chain::Chain;
 use crate::ingest::devnet::{
-    Ledger, MineRequest, Mined, intrinsic, known_pools, known_tokens, typical_tip,
+    Ledger, MineRequest, intrinsic, known_pools, known_tokens, typical_tip,
 };
 use crate::model::Block;
 
@@ -35,7 +36,6 @@ pub(super) fn answer(
     match call.method.as_str() {
         "eth_getTransactionCount" => transaction_count(ledger, params),
         "eth_getBalance" => balance(ledger, params),
-        "eth_getTransactionReceipt" => receipt(chain, ledger, params),
         // The chain's typical tip, suggested (the devnet takes any).
         "eth_gasPrice" => result(&U128::from(
             tip(chain)?.base_fee() + typical_tip(chain.chain_id),
@@ -114,39 +114,37 @@ fn balance(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
     result(&ledger.balance(address))
 }
 
-/// A mined transaction's receipt, while its block is in the window.
-fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
-    let hash: B256 = fixed_param(
-        params,
-        0,
-        "eth_getTransactionReceipt",
-        "the transaction hash",
-    )?;
-    let Some((block, mined)) = in_window(chain, ledger, &hash) else {
+/// `block`'s transaction `index` as `eth_getTransactionReceipt` answers
+/// it, from the gas the devnet says each of its transactions used (`null`
+/// for a block without it).
+pub(super) fn receipt_answer(block: &Block, index: usize) -> Result<Box<RawValue>, RpcError> {
+    let (Some(tx), Some(gas)) = (block.transactions.get(index), block.gas_used.as_deref()) else {
         return result(&Value::Null);
     };
-    let block = block.as_ref();
-    let tx = &block.transactions[mined.index];
+    let (Some(&gas_used), cumulative) = (gas.get(index), gas.iter().take(index + 1).sum::<u64>())
+    else {
+        return result(&Value::Null);
+    };
     let mut bloom = Bloom::default();
     let mut logs = Vec::new();
-    for (index, log) in block.logs.iter().enumerate() {
-        if log.transaction_index == Some(mined.index as u64) {
+    for (at, log) in block.logs.iter().enumerate() {
+        if log.transaction_index == Some(index as u64) {
             bloom.accrue_log(&log.inner);
-            let text = block.log_json(index, false);
+            let text = block.log_json(at, false);
             logs.push(RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string()))?);
         }
     }
     let effective = tx.fees.effective(block.base_fee());
     let mut receipt = json!({
         "transactionHash": tx.hash,
-        "transactionIndex": U64::from(mined.index),
+        "transactionIndex": U64::from(index),
         "blockHash": block.hash,
         "blockNumber": U64::from(block.number()),
         "from": tx.from,
         "to": tx.to,
         "contractAddress": tx.to.is_none().then(|| tx.from.create(tx.nonce)),
-        "cumulativeGasUsed": U64::from(mined.cumulative_gas_used),
-        "gasUsed": U64::from(mined.gas_used),
+        "cumulativeGasUsed": U64::from(cumulative),
+        "gasUsed": U64::from(gas_used),
         "effectiveGasPrice": U128::from(effective),
         "logs": logs,
         "logsBloom": bloom,
@@ -159,14 +157,6 @@ fn receipt(chain: &Chain, ledger: &Ledger, params: &Value) -> Result<Box<RawValu
         receipt["blobGasPrice"] = json!(U128::from(block.blob_gas_price().unwrap_or(0)));
     }
     result(&receipt)
-}
-
-/// Where the ledger saw `hash` mined, while that block is canonical and in
-/// the window (not orphaned since, nor older).
-fn in_window(chain: &Chain, ledger: &Ledger, hash: &B256) -> Option<(Arc<Block>, Mined)> {
-    let mined = ledger.mined(hash)?;
-    let block = chain.canonical().by_hash(&mined.block)?.clone();
-    (block.transactions.get(mined.index)?.hash == *hash).then_some((block, mined))
 }
 
 /// `[blockCount, newestBlock, rewardPercentiles?]` over the window.

@@ -98,14 +98,17 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
         "eth_getBlockByHash" => {
             reply(held(ctx, call, blocks::block_by_hash(ctx.chain, &call.params)).await)
         }
-        "eth_getTransactionByHash" => reply(
-            held(
-                ctx,
-                call,
-                blocks::transaction_by_hash(ctx.chain, &call.params),
-            )
-            .await,
-        ),
+        "eth_getTransactionByHash" => {
+            let answer = blocks::transaction_answer;
+            let mined = blocks::mined_transaction(ctx.chain, &call.params, &call.method, answer);
+            reply(held(ctx, call, mined).await)
+        }
+        // A devnet's receipts are its blocks' (a node chain forwards them).
+        "eth_getTransactionReceipt" if ctx.chain.ledger().is_some() => {
+            let answer = devnet::receipt_answer;
+            let mined = blocks::mined_transaction(ctx.chain, &call.params, &call.method, answer);
+            reply(held(ctx, call, mined).await)
+        }
         "eth_getLogs" => reply(held(ctx, call, logs::get_logs(ctx.chain, &call.params)).await),
         "token_price" => reply(token_price::token_price(ctx.chain, &call.params).await),
         method if webhooks::is_webhook_method(method) => {
@@ -168,13 +171,13 @@ async fn held(
                 .map_err(archive_error(format_args!("block {hash}")))?;
             blocks::block_or_null(block.as_deref(), full)
         }
-        blocks::Held::OlderTransaction { hash } => {
+        blocks::Held::OlderTransaction { hash, answer } => {
             let found = archive
                 .transaction(hash)
                 .await
                 .map_err(archive_error(format_args!("transaction {hash}")))?;
             match found {
-                Some((block, index)) => blocks::transaction_answer(&block, index),
+                Some((block, index)) => answer(&block, index),
                 None => result(&serde_json::Value::Null),
             }
         }

@@ -3,6 +3,7 @@
 //! anvil nodes as upstreams, ethers, viem and web3.py as clients, a real
 //! `nats-server` for the bus.
 
+mod book_examples;
 mod bus;
 mod bus_history;
 mod bus_webhooks;

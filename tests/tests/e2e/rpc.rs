@@ -308,6 +308,40 @@ async fn block_methods_answer_from_recent_blocks() {
         !in_one.is_empty() && in_one.iter().all(|log| log["blockNumber"] == "0x1"),
         "{logs}"
     );
+    // Every receipt of block 1, from the archive: its logs those of the
+    // block's transaction, its gas adding up to the block's.
+    let mut cumulative = 0;
+    let hashes = one["result"]["transactions"].as_array().expect("hashes");
+    for (index, hash) in hashes.iter().enumerate() {
+        let receipt = ws
+            .call("eth_getTransactionReceipt", json!([hash]))
+            .await
+            .expect("call");
+        let receipt = &receipt["result"];
+        assert_eq!(
+            (
+                &receipt["transactionHash"],
+                &receipt["blockHash"],
+                &receipt["status"]
+            ),
+            (hash, &one["result"]["hash"], &json!("0x1")),
+            "{receipt}"
+        );
+        assert_eq!(receipt["transactionIndex"], json!(format!("{index:#x}")));
+        cumulative += quantity(&receipt["gasUsed"]);
+        assert_eq!(
+            quantity(&receipt["cumulativeGasUsed"]),
+            cumulative,
+            "{receipt}"
+        );
+        let its_logs: Vec<&Value> = in_one
+            .iter()
+            .filter(|log| &log["transactionHash"] == hash)
+            .collect();
+        let receipt_logs: Vec<&Value> = receipt["logs"].as_array().expect("logs").iter().collect();
+        assert_eq!(receipt_logs, its_logs, "{receipt}");
+    }
+    assert_eq!(cumulative, quantity(&one["result"]["gasUsed"]), "{one}");
     let at_hash = ws
         .call("eth_getLogs", json!([{"blockHash": one["result"]["hash"]}]))
         .await

@@ -152,6 +152,7 @@ impl BlockTemplate {
             header,
             transactions: content.iter().map(|g| g.tx.clone()).collect(),
             logs,
+            gas_used: Some(content.iter().map(|g| g.gas_used).collect()),
         })
     }
 }

@@ -1,25 +1,17 @@
 //! What the devnet knows that its blocks do not carry, for the methods a
 //! wallet calls around `eth_sendRawTransaction` (docs/src/api.md,
-//! Devnet transactions): each sender's nonces, mined and pending, each
-//! account's balance, and the gas each recent transaction used. The devnet's task writes it; RPC
-//! methods read it. A mutex, held for a map lookup or update only.
+//! Devnet transactions): each sender's nonces, mined and pending, and each
+//! account's balance (the gas each transaction used is in its block, for
+//! receipts). The devnet's task writes it; RPC methods read it. A mutex,
+//! held for a map lookup or update only.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use alloy_primitives::{Address, B256, I256, U256};
+use alloy_primitives::{Address, I256, U256};
 
 use super::block::Generated;
 use crate::model::{Block, Transaction};
-
-/// Where a mined transaction is and the gas it used.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mined {
-    pub block: B256,
-    pub index: usize,
-    pub gas_used: u64,
-    pub cumulative_gas_used: u64,
-}
 
 #[derive(Debug)]
 pub struct Ledger {
@@ -36,32 +28,18 @@ struct Inner {
     /// sender may spend what it never had (read as zero), and a reorg
     /// undoes exactly what its blocks did.
     balances: HashMap<Address, I256>,
-    /// The transactions of the blocks in `blocks`.
-    mined: HashMap<B256, Mined>,
-    /// Blocks remembered, oldest first: number, hash, transactions.
-    blocks: VecDeque<(u64, B256, Vec<B256>)>,
-    /// How many block numbers back transactions are remembered: the
-    /// chain's window, which receipts and transactions are read from.
-    keep: u64,
 }
 
 impl Ledger {
-    /// A ledger remembering the gas of the last `keep` block numbers,
-    /// with `funded` accounts holding `allocation` wei at genesis.
-    pub fn new(keep: usize, funded: impl IntoIterator<Item = Address>, allocation: U256) -> Self {
+    /// A ledger with `funded` accounts holding `allocation` wei at genesis.
+    pub fn new(funded: impl IntoIterator<Item = Address>, allocation: U256) -> Self {
         let allocation = I256::from_raw(allocation);
         Self {
             inner: Mutex::new(Inner {
-                keep: keep.max(1) as u64,
                 balances: funded.into_iter().map(|a| (a, allocation)).collect(),
                 ..Inner::default()
             }),
         }
-    }
-
-    /// Remembers gas for `blocks` block numbers back (the chain's window).
-    pub fn keep(&self, blocks: usize) {
-        self.inner().keep = blocks.max(1) as u64;
     }
 
     /// `address`'s balance now.
@@ -87,12 +65,6 @@ impl Ledger {
         if pending { announced.max(mined) } else { mined }
     }
 
-    /// Where `hash` was mined, if in a remembered block (the caller checks
-    /// the block is still canonical).
-    pub fn mined(&self, hash: &B256) -> Option<Mined> {
-        self.inner().mined.get(hash).copied()
-    }
-
     /// Transactions pending (a submission once accepted, the devnet's own
     /// once announced): their senders' pending nonces count them.
     pub(super) fn pending(&self, txs: &[std::sync::Arc<Transaction>]) {
@@ -109,54 +81,17 @@ impl Ledger {
         let mut inner = self.inner();
         for (index, generated) in content.iter().enumerate() {
             inner.transfer(block, index, generated, false);
-            if inner
-                .mined
-                .get(&generated.tx.hash)
-                .is_some_and(|m| m.block == block.hash)
-            {
-                inner.mined.remove(&generated.tx.hash);
-            }
         }
-        inner.blocks.retain(|(_, hash, _)| *hash != block.hash);
     }
 
     /// A block built from `content`.
     pub(super) fn built(&self, block: &Block, content: &[Generated]) {
         let mut inner = self.inner();
-        let mut cumulative = 0;
-        let mut hashes = Vec::with_capacity(content.len());
         for (index, generated) in content.iter().enumerate() {
             inner.transfer(block, index, generated, true);
             let tx = &generated.tx;
-            cumulative += generated.gas_used;
             let entry = inner.nonces.entry(tx.from).or_default();
             entry.0 = entry.0.max(tx.nonce + 1);
-            inner.mined.insert(
-                tx.hash,
-                Mined {
-                    block: block.hash,
-                    index,
-                    gas_used: generated.gas_used,
-                    cumulative_gas_used: cumulative,
-                },
-            );
-            hashes.push(tx.hash);
-        }
-        inner.blocks.push_back((block.number(), block.hash, hashes));
-        while inner
-            .blocks
-            .front()
-            .is_some_and(|(number, _, _)| number + inner.keep <= block.number())
-        {
-            let Some((_, old, hashes)) = inner.blocks.pop_front() else {
-                break;
-            };
-            for hash in hashes {
-                // Unless a reorg mined it again in a newer block.
-                if inner.mined.get(&hash).is_some_and(|m| m.block == old) {
-                    inner.mined.remove(&hash);
-                }
-            }
         }
     }
 }
@@ -192,8 +127,8 @@ mod tests {
 
     /// Through the devnet's blocks and reorgs, the ledger's balances are
     /// the genesis allocations less the fees of the canonical blocks' transactions
-    /// (value only moves), every canonical transaction's gas is where its
-    /// block says, and each sender's mined nonce follows its last one.
+    /// (value only moves) at the gas each block says each used, which adds
+    /// up to its header's, and each sender's mined nonce follows its last one.
     #[test]
     fn balances_gas_and_nonces_follow_the_canonical_chain() {
         let settings = DevnetSettings {
@@ -222,17 +157,14 @@ mod tests {
         let mut fees = I256::ZERO;
         let mut last_nonce: HashMap<Address, u64> = HashMap::new();
         for block in canonical.blocks() {
-            let mut cumulative = 0;
+            let gas = block.gas_used.as_deref().expect("the devnet says its gas");
+            assert_eq!(gas.len(), block.transactions.len());
             for (index, tx) in block.transactions.iter().enumerate() {
-                let mined = ledger.mined(&tx.hash).expect("remembered");
-                assert_eq!((mined.block, mined.index), (block.hash, index));
-                cumulative += mined.gas_used;
-                assert_eq!(mined.cumulative_gas_used, cumulative);
-                fees += I256::from_raw(block.fee(index, mined.gas_used));
+                fees += I256::from_raw(block.fee(index, gas[index]));
                 last_nonce.insert(tx.from, tx.nonce);
             }
             assert_eq!(
-                cumulative,
+                gas.iter().sum::<u64>(),
                 block.header.gas_used,
                 "block {}",
                 block.number()

@@ -59,7 +59,7 @@ use workload::{CREATE_GAS, Pool, Unsigned, gas_limit_for};
 pub use crate::config::DevnetSettings;
 pub use crate::contracts::catalog::KnownToken;
 pub use calls::DevnetCalls;
-pub use ledger::{Ledger, Mined};
+pub use ledger::Ledger;
 pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission, intrinsic};
 pub use profile::{FinalityDepths, KnownPool, known_pools, known_tokens, typical_tip};
 pub use task::{MineRequest, run};
@@ -156,10 +156,9 @@ impl Devnet {
             transactions: Vec::new(),
             logs: Vec::new(),
             lookup: None,
+            gas_used: None,
         });
-        // Blocks the ledger remembers until the chain sets its window.
         let ledger = Arc::new(Ledger::new(
-            reorg::MAX_REORG_DEPTH + 1,
             signers.iter().map(|s| s.address()),
             alloy_primitives::U256::from(FUNDED_ETHER * 10u128.pow(18)),
         ));
