@@ -45,6 +45,9 @@ pub enum Step {
     /// `cargo run …`: the server starts here (it is started on first use
     /// otherwise).
     Start,
+    /// `anvil OPTIONS &`: the config's node starts here, with these options
+    /// (a plain `anvil` on first use otherwise).
+    Node(Vec<String>),
 }
 
 /// A block holding requests.
@@ -64,30 +67,9 @@ pub struct Example {
 pub struct Page {
     pub examples: Vec<Example>,
     pub configs: BTreeMap<String, String>,
-}
-
-impl Page {
-    /// The bindings of the page's values (see [`Bindings::new`]): its
-    /// requests and commands, and the answers it shows.
-    pub fn bindings(&self) -> Bindings {
-        let mut requests = Vec::new();
-        let mut shown = Vec::new();
-        for step in self.examples.iter().flat_map(|e| &e.steps) {
-            match step {
-                Step::Send(text) => requests.push(text.clone()),
-                Step::Expect(text) => shown.push(text.clone()),
-                Step::Command {
-                    line,
-                    shown: printed,
-                } => {
-                    requests.push(line.clone());
-                    shown.extend(printed.clone());
-                }
-                Step::Connect(_) | Step::Assign(_) | Step::Start => {}
-            }
-        }
-        Bindings::new(&requests, &shown)
-    }
+    /// Lines of blocks that hold a request (`"jsonrpc"`, `curl `) in no
+    /// form this module reads: an example that would go unchecked.
+    pub unread: Vec<usize>,
 }
 
 /// Reads the examples of the markdown `text` of `page`.
@@ -142,6 +124,9 @@ pub fn examples(page: &Path, text: &str) -> Page {
                     json_block(&mut out, at, &body, adjacent);
                 } else {
                     let steps = steps(language, &body);
+                    if steps.is_empty() && holds_a_request(&body) {
+                        out.unread.push(line);
+                    }
                     if !steps.is_empty() {
                         out.examples.push(Example {
                             page: page.to_path_buf(),
@@ -170,13 +155,23 @@ fn config_named(text: &str) -> Option<String> {
 /// A JSON block: requests to send (`example` with its steps to come), or,
 /// right after (`adjacent` to) the block of a request, its answer.
 fn json_block(out: &mut Page, mut example: Example, body: &str, adjacent: bool) {
-    let Ok(values) = patterns(body) else { return };
-    if !values.is_empty() && values.iter().all(|(_, value)| is_request(value)) {
+    let Ok(values) = patterns(body) else {
+        if holds_a_request(body) {
+            out.unread.push(example.line);
+        }
+        return;
+    };
+    let requests = values.iter().filter(|(_, value)| is_request(value)).count();
+    if requests > 0 && requests == values.len() {
         example.steps = values
             .into_iter()
             .map(|(text, _)| Step::Send(text))
             .collect();
         out.examples.push(example);
+        return;
+    }
+    if requests > 0 {
+        out.unread.push(example.line);
         return;
     }
     let [(_, answer)] = values.as_slice() else {
@@ -197,6 +192,11 @@ fn json_block(out: &mut Page, mut example: Example, body: &str, adjacent: bool) 
         Some(Step::Send(_)) => last.steps.push(Step::Expect(text)),
         _ => {}
     }
+}
+
+/// Whether a block's text holds a request of some form.
+fn holds_a_request(body: &str) -> bool {
+    body.contains("\"jsonrpc\"") || body.contains("curl ")
 }
 
 /// A JSON-RPC request (not a response, not a notification).
@@ -250,6 +250,11 @@ fn steps(language: &str, body: &str) -> Vec<Step> {
                 steps.push(Step::Start);
                 session = false;
             }
+            Some(c) if c == "anvil" || c.starts_with("anvil ") => {
+                let options = c.split_whitespace().skip(1).filter(|word| *word != "&");
+                steps.push(Step::Node(options.map(str::to_string).collect()));
+                session = false;
+            }
             Some(c) if is_assignment(c) => steps.push(Step::Assign(c.to_string())),
             Some(c) if shell && c.starts_with('#') => {
                 let text = c.trim_start_matches('#').trim();
@@ -292,8 +297,8 @@ fn is_assignment(command: &str) -> bool {
     })
 }
 
-/// The JSON values of `text`, each as written and as a pattern (see
-/// [`pattern`]).
+/// The JSON values of `text`, each as its text (`…` written as JSON) and as
+/// a pattern (see [`pattern`]).
 pub fn patterns(text: &str) -> Result<Vec<(String, Value)>, String> {
     let marked = marked(text);
     let mut values = serde_json::Deserializer::from_str(&marked).into_iter::<Value>();
@@ -360,73 +365,42 @@ fn marked(text: &str) -> String {
     out
 }
 
-/// Values the reader's run gives otherwise than the book (subscription ids,
-/// cursors, ids the server makes): each shown literal, once seen, stands for
-/// the value the run gave.
+/// Values the server makes at random, which a reader's run gives otherwise
+/// than the book: subscription and webhook ids (`0x` and 32 hex digits, a
+/// length no hash or address has), API key ids (`key_` and 12). Each such
+/// literal, once seen, stands for the value the run gave, the same wherever
+/// the page shows it after; requests naming it get the run's value. Every
+/// other value (the devnet's hashes, cursors, prices) is held as shown.
 #[derive(Clone, Debug, Default)]
 pub struct Bindings {
-    /// Shown literals that later requests of the page use.
-    bindable: Vec<String>,
     bound: BTreeMap<String, String>,
 }
 
 impl Bindings {
-    /// Bindings for a page whose requests (and commands) are `requests` and
-    /// whose answers are shown as `shown`: a literal is the reader's own
-    /// when a request uses it, or when the page shows it twice (a
-    /// subscription's id in its answer and its notifications).
-    pub fn new(requests: &[String], shown: &[String]) -> Self {
-        let literals = |texts: &[String]| {
-            let mut strings = Vec::new();
-            for text in texts {
-                match patterns(text) {
-                    Ok(values) => values
-                        .iter()
-                        .for_each(|(_, value)| collect_strings(value, &mut strings)),
-                    Err(_) => strings.extend(
-                        text.split(|c: char| !(c.is_ascii_alphanumeric() || "_:@.".contains(c)))
-                            .map(str::to_string),
-                    ),
-                }
-            }
-            strings.retain(|s| s.len() >= 8 && !s.contains(ELIDED));
-            strings
+    /// Whether `literal` is a value the server makes at random.
+    pub fn is_random(literal: &str) -> bool {
+        let hex = |digits: &str, count: usize| {
+            digits.len() == count && digits.bytes().all(|b| b.is_ascii_hexdigit())
         };
-        let mut bindable = literals(requests);
-        let mut answers = literals(shown);
-        answers.sort();
-        bindable.extend(
-            answers
-                .windows(2)
-                .filter(|pair| pair[0] == pair[1])
-                .map(|pair| pair[0].clone()),
-        );
-        bindable.sort();
-        bindable.dedup();
-        Self {
-            bindable,
-            bound: BTreeMap::new(),
-        }
+        literal.strip_prefix("0x").is_some_and(|d| hex(d, 32))
+            || literal.strip_prefix("key_").is_some_and(|d| hex(d, 12))
     }
 
-    /// `request` with every bound literal replaced by its value.
-    pub fn apply(&self, request: &str) -> String {
+    /// `request` as sent: every bound literal replaced by its value, and
+    /// every random-looking literal not seen yet bound to itself (what a
+    /// reader typed is what later answers must show).
+    pub fn apply(&mut self, request: &str) -> String {
+        let words = request.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        for word in words.filter(|w| Self::is_random(w)) {
+            self.bound
+                .entry(word.to_string())
+                .or_insert_with(|| word.to_string());
+        }
         let mut out = request.to_string();
-        let mut bound: Vec<_> = self.bound.iter().collect();
-        bound.sort_by_key(|(shown, _)| std::cmp::Reverse(shown.len()));
-        for (shown, actual) in bound {
+        for (shown, actual) in &self.bound {
             out = out.replace(shown.as_str(), actual);
         }
         out
-    }
-}
-
-fn collect_strings(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::String(s) => out.push(s.clone()),
-        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
-        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
-        _ => {}
     }
 }
 
@@ -447,15 +421,17 @@ fn matches(shown: &Value, actual: &Value, bindings: &mut Bindings, at: &str) -> 
                 differ()
             }
         }
-        (Value::String(s), Value::String(a)) if s == a => Ok(()),
-        (Value::String(s), Value::String(a)) => match bindings.bound.get(s) {
-            Some(bound) if bound == a => Ok(()),
-            None if bindings.bindable.contains(s) => {
-                bindings.bound.insert(s.clone(), a.clone());
-                Ok(())
+        (Value::String(s), Value::String(a)) if Bindings::is_random(s) => {
+            match bindings.bound.get(s) {
+                Some(bound) if bound == a => Ok(()),
+                None if Bindings::is_random(a) => {
+                    bindings.bound.insert(s.clone(), a.clone());
+                    Ok(())
+                }
+                _ => differ(),
             }
-            _ => differ(),
-        },
+        }
+        (Value::String(s), Value::String(a)) if s == a => Ok(()),
         (Value::Object(s), Value::Object(a)) => {
             let open = s.contains_key(ELIDED);
             for (key, value) in s.iter().filter(|(k, _)| *k != ELIDED) {
@@ -488,13 +464,12 @@ fn matches(shown: &Value, actual: &Value, bindings: &mut Bindings, at: &str) -> 
 fn elided_string(shown: &str, actual: &str) -> bool {
     let parts: Vec<&str> = shown.split(ELIDED).collect();
     let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !actual.starts_with(first) || actual.len() < first.len() + last.len() {
+    let Some(mut rest) = actual
+        .strip_prefix(first)
+        .and_then(|rest| rest.strip_suffix(last))
+    else {
         return false;
-    }
-    let mut rest = &actual[first.len()..actual.len() - last.len()];
-    if !actual.ends_with(last) {
-        return false;
-    }
+    };
     for part in &parts[1..parts.len() - 1] {
         match rest.find(part) {
             Some(at) => rest = &rest[at + part.len()..],
@@ -568,34 +543,54 @@ mod tests {
     }
 
     #[test]
-    fn a_value_the_page_reuses_is_bound_once() {
-        let mut bindings = Bindings::new(
-            &[r#"{"method":"eth_unsubscribe","params":["0x4a7d1e6f0b9c28d3"]}"#.to_string()],
-            &[
-                r#"{"result":"0x5b8e0f7a9c1d2e3f"}"#.to_string(),
-                r#"{"params":{"subscription":"0x5b8e0f7a9c1d2e3f"}}"#.to_string(),
-            ],
-        );
-        let shown = json!({"result": "0x4a7d1e6f0b9c28d3"});
+    fn a_random_value_is_the_runs_own_and_the_same_wherever_shown() {
+        let mut bindings = Bindings::default();
+        let id = "0x4a7d1e6f0b9c28d35e61f07a2b8c4d19";
+        let run = "0x99a7d1e6f0b9c28d35e61f07a2b8c4d1";
+        let shown = json!({"result": id});
         assert_eq!(
-            check(&shown, &json!({"result": "0x99"}), &mut bindings),
+            check(&shown, &json!({"result": run}), &mut bindings),
             Ok(())
         );
-        assert!(check(&shown, &json!({"result": "0x98"}), &mut bindings).is_err());
+        // Bound: the same id later must be the same value.
+        let other = "0x11a7d1e6f0b9c28d35e61f07a2b8c4d1";
+        assert!(check(&shown, &json!({"result": other}), &mut bindings).is_err());
         assert_eq!(
-            bindings.apply(r#"["0x4a7d1e6f0b9c28d3"]"#),
-            r#"["0x99"]"#.to_string()
+            bindings.apply(&format!(r#"["{id}"]"#)),
+            format!(r#"["{run}"]"#)
         );
-        // A literal shown twice is the reader's too, the same each time.
-        let twice = json!({"result": "0x5b8e0f7a9c1d2e3f"});
+        // What a reader typed first stands for itself.
+        let typed = "0x5b8e0f7a9c1d2e3f5b8e0f7a9c1d2e3f";
+        bindings.apply(&format!(r#"["{typed}"]"#));
+        let echoed = json!({"subscription": typed});
+        assert!(check(&echoed, &json!({"subscription": run}), &mut bindings).is_err());
+        // A value the devnet gives the same every run is held as shown:
+        // hashes, addresses, cursors.
+        let hash = json!("0xa662f7a246b48d78445e1ca26ab9868e2a9a7692f20b7f9fac46abbcc29eefda");
+        let another = json!("0xb662f7a246b48d78445e1ca26ab9868e2a9a7692f20b7f9fac46abbcc29eefda");
+        assert!(check(&hash, &another, &mut bindings).is_err());
+        assert!(
+            check(
+                &json!("eth:1506@301:0:641c"),
+                &json!("eth:1507@301:0:641c"),
+                &mut bindings
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn an_elided_string_holds_its_ends_whatever_the_text() {
+        let mut none = Bindings::default();
+        assert_eq!(check(&json!("a…b"), &json!("a–b"), &mut none), Ok(()));
+        assert!(check(&json!("a…b"), &json!("aé"), &mut none).is_err());
+        // The ends may not overlap.
+        assert!(check(&json!("ab…ba"), &json!("aba"), &mut none).is_err());
         assert_eq!(
-            check(&twice, &json!({"result": "0x77"}), &mut bindings),
+            check(&json!("0x…c…f"), &json!("0xabcdef"), &mut none),
             Ok(())
         );
-        assert!(check(&twice, &json!({"result": "0x78"}), &mut bindings).is_err());
-        // A literal no request uses, shown once, is held to its value.
-        let fixed = json!({"result": "0x1234567890"});
-        assert!(check(&fixed, &json!({"result": "0x99"}), &mut bindings).is_err());
+        assert!(check(&json!("0x…e…c"), &json!("0xabcdef"), &mut none).is_err());
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub enum Origin {
     Devnet {
         /// The door for `eth_sendRawTransaction`.
         submissions: mpsc::Sender<Submission>,
-        /// Nonces, gas and balances, for the methods wallets call.
+        /// Nonces and balances, for the methods wallets call.
         ledger: Arc<Ledger>,
         /// The door for `evm_mine`: the next block, now.
         miner: mpsc::Sender<MineRequest>,
@@ -245,8 +245,8 @@ impl Chain {
         }
     }
 
-    /// A devnet chain's nonces, gas and balances, for the methods wallets
-    /// call.
+    /// A devnet chain's nonces and balances, for the methods wallets call
+    /// (its receipts are its blocks').
     pub fn ledger(&self) -> Option<&Arc<Ledger>> {
         match &self.origin {
             Origin::Devnet { ledger, .. } => Some(ledger),

@@ -71,6 +71,7 @@ impl Block {
     /// among it), for the memory bounds of what keeps blocks.
     pub fn approximate_bytes(&self) -> usize {
         768 + self.lookup.as_deref().map_or(0, str::len)
+            + self.gas_used.as_deref().map_or(0, |gas| 8 * gas.len())
             + self
                 .transactions
                 .iter()

@@ -118,13 +118,11 @@ fn balance(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
 /// it, from the gas the devnet says each of its transactions used (`null`
 /// for a block without it).
 pub(super) fn receipt_answer(block: &Block, index: usize) -> Result<Box<RawValue>, RpcError> {
-    let (Some(tx), Some(gas)) = (block.transactions.get(index), block.gas_used.as_deref()) else {
+    let gas = block.gas_used.as_deref().unwrap_or_default();
+    let (Some(tx), Some(&gas_used)) = (block.transactions.get(index), gas.get(index)) else {
         return result(&Value::Null);
     };
-    let (Some(&gas_used), cumulative) = (gas.get(index), gas.iter().take(index + 1).sum::<u64>())
-    else {
-        return result(&Value::Null);
-    };
+    let cumulative: u64 = gas[..=index].iter().sum();
     let mut bloom = Bloom::default();
     let mut logs = Vec::new();
     for (at, log) in block.logs.iter().enumerate() {

@@ -99,15 +99,12 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
             reply(held(ctx, call, blocks::block_by_hash(ctx.chain, &call.params)).await)
         }
         "eth_getTransactionByHash" => {
-            let answer = blocks::transaction_answer;
-            let mined = blocks::mined_transaction(ctx.chain, &call.params, &call.method, answer);
-            reply(held(ctx, call, mined).await)
+            reply(mined_transaction(ctx, call, blocks::transaction_answer).await)
         }
-        // A devnet's receipts are its blocks' (a node chain forwards them).
+        // A devnet's blocks carry what its receipts need (the gas each
+        // transaction used); a node chain forwards receipts to its node.
         "eth_getTransactionReceipt" if ctx.chain.ledger().is_some() => {
-            let answer = devnet::receipt_answer;
-            let mined = blocks::mined_transaction(ctx.chain, &call.params, &call.method, answer);
-            reply(held(ctx, call, mined).await)
+            reply(mined_transaction(ctx, call, devnet::receipt_answer).await)
         }
         "eth_getLogs" => reply(held(ctx, call, logs::get_logs(ctx.chain, &call.params)).await),
         "token_price" => reply(token_price::token_price(ctx.chain, &call.params).await),
@@ -144,6 +141,17 @@ async fn archived(
     }
 }
 
+/// `call` of a mined transaction's hash, answered by `answer` from its
+/// block: the window's, else (see [`held`]) the node's or the archive's.
+async fn mined_transaction(
+    ctx: Context<'_>,
+    call: &Call,
+    answer: blocks::MinedAnswer,
+) -> Result<Box<serde_json::value::RawValue>, RpcError> {
+    let mined = blocks::mined_transaction(ctx.chain, &call.params, &call.method, answer);
+    held(ctx, call, mined).await
+}
+
 /// The window's answer; else, on a node chain, the node's; a devnet
 /// chain's older blocks, its archive's.
 async fn held(
@@ -168,14 +176,16 @@ async fn held(
             let block = archive
                 .block_by_hash(hash)
                 .await
-                .map_err(archive_error(format_args!("block {hash}")))?;
+                .map_err(archive_error(format_args!("block {hash}")))?
+                .filter(|block| below_window(ctx.chain, block));
             blocks::block_or_null(block.as_deref(), full)
         }
         blocks::Held::OlderTransaction { hash, answer } => {
             let found = archive
                 .transaction(hash)
                 .await
-                .map_err(archive_error(format_args!("transaction {hash}")))?;
+                .map_err(archive_error(format_args!("transaction {hash}")))?
+                .filter(|(block, _)| below_window(ctx.chain, block));
             match found {
                 Some((block, index)) => answer(&block, index),
                 None => result(&serde_json::Value::Null),
@@ -191,6 +201,15 @@ async fn held(
         },
         held @ (blocks::Held::Answer(_) | blocks::Held::Elsewhere(_)) => held.fallback(),
     }
+}
+
+/// Whether `block`, found by hash in the archive, is older than the
+/// window: within the window's numbers the window's answer stands (the
+/// archive follows the log a moment behind, so a block a reorg just
+/// orphaned may still be in it).
+fn below_window(chain: &Chain, block: &Block) -> bool {
+    let oldest = chain.canonical().oldest().map(|oldest| oldest.number());
+    oldest.is_some_and(|oldest| block.number() < oldest)
 }
 
 /// The error of a failed read of `what` from a devnet chain's archive.

@@ -192,7 +192,8 @@ impl Devnet {
         self.chain_id
     }
 
-    /// What the RPC methods read of the devnet's accounts and gas.
+    /// What the RPC methods read of the devnet's accounts: nonces and
+    /// balances.
     pub fn ledger(&self) -> Arc<Ledger> {
         self.ledger.clone()
     }
