@@ -609,6 +609,7 @@ keys = ["k1"]
 ```
 
 ```console
+$ anvil --block-time 1 &
 $ cargo run --release -- --config node.toml &
 $ websocat ws://127.0.0.1:8080/eth/v1/k1
 {"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}
@@ -642,6 +643,7 @@ curl -s -H "$T" \
                     Step::Expect(r#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#.into()),
                 ],
                 vec![
+                    Step::Node(vec!["--block-time".into(), "1".into()]),
                     Step::Start,
                     Step::Connect("ws://127.0.0.1:8080/eth/v1/k1".into()),
                     Step::Send(
