@@ -118,7 +118,7 @@ impl<'a> Reader<'a> {
         };
         let node = match NODE.iter().find(|at| text.contains(*at)) {
             Some(at) => {
-                let port = self.node(name, &text).await?;
+                let port = self.node(name, &text, &[]).await?;
                 Some((*at, port))
             }
             None => None,
@@ -144,11 +144,7 @@ impl<'a> Reader<'a> {
 
     /// The port of the anvil config `name` (of TOML `text`) reads, started
     /// on first use (with `options`, or none).
-    async fn node(&mut self, name: &Option<String>, text: &str) -> anyhow::Result<u16> {
-        self.node_with(name, text, &[]).await
-    }
-
-    async fn node_with(
+    async fn node(
         &mut self,
         name: &Option<String>,
         text: &str,
@@ -226,7 +222,7 @@ impl<'a> Reader<'a> {
                         .get(name.as_deref().unwrap_or_default())
                         .cloned();
                     let text = text.context("`anvil` in a block naming no config")?;
-                    self.node_with(name, &text, options).await?;
+                    self.node(name, &text, options).await?;
                 }
                 Step::Connect(url) => {
                     if let Some(mut done) = session.take() {
