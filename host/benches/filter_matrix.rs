@@ -27,7 +27,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainsieve::config::FiltersConfig;
 use chainsieve::filters::FilterEngine;
 use chainsieve::filters::Layout;
 use chainsieve::filters::actor::pairs::delivery_order;
@@ -35,6 +34,7 @@ use chainsieve::filters::batch::EventBatch;
 use chainsieve::filters::engine::FilterInstance;
 use chainsieve::filters::harness::read_events;
 use chainsieve::filters::reach::ReachIndex;
+use chainsieve_config::FiltersConfig;
 use chainsieve_filter_sdk::layout::{BatchWriter, EventWriter, HeadFields, LogFields, TxFields};
 use chainsieve_filter_sdk::projection::ProjectedWriter;
 use chainsieve_filter_sdk::{Filter, Matches, Payload, Source, match_batch};

@@ -6,8 +6,8 @@
 //! Run: `cargo bench -p chainsieve --bench token_price`
 
 use alloy_primitives::{Address, U256};
-use chainsieve::price::query::token_price;
-use chainsieve::price::store::{
+use chainsieve_price::query::token_price;
+use chainsieve_price::store::{
     BlockUpdate, Pool, PoolKind, PoolState, PriceStore, PriceWrite, Token,
 };
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

@@ -15,26 +15,26 @@ use crate::bus::Bus;
 use crate::bus::webhooks::holder_name;
 use crate::chain::uploads::Uploads;
 use crate::chain::{Chain, reload};
-use crate::config::{Config, Role};
 use crate::filters::uploads::{LocalStore as LocalUploads, UploadStore};
 use crate::filters::{FilterEngine, FilterRegistry};
 use crate::history::limits::Streams;
 use crate::http::{AppState, Stats};
-use crate::keys::Keys;
-use crate::keys::plan::Plans;
-use crate::keys::store::{KeyStore, LocalStore as LocalKeys};
-use crate::metrics::Metrics;
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::webhooks::Opener;
-use crate::tasks::Tasks;
-use crate::usage::Ledger;
-use crate::usage::ledger::{LocalStore as LocalUsage, UsageStore};
-use crate::webhook::claim::{Always, Claims};
-use crate::webhook::post::Poster;
-use crate::webhook::store::LocalStore;
-use crate::webhook::store::Store;
-use crate::webhook::{Parts, Webhooks};
+use chainsieve_config::{Config, Role};
+use chainsieve_keys::Keys;
+use chainsieve_keys::plan::Plans;
+use chainsieve_keys::store::{KeyStore, LocalStore as LocalKeys};
+use chainsieve_runtime::metrics::Metrics;
+use chainsieve_runtime::tasks::Tasks;
+use chainsieve_usage::Ledger;
+use chainsieve_usage::ledger::{LocalStore as LocalUsage, UsageStore};
+use chainsieve_webhook::claim::{Always, Claims};
+use chainsieve_webhook::post::Poster;
+use chainsieve_webhook::store::LocalStore;
+use chainsieve_webhook::store::Store;
+use chainsieve_webhook::{Parts, Webhooks};
 
 /// Loads the filters and starts every chain; the server then serves the
 /// returned state ([`crate::http::serve`]).
@@ -309,7 +309,7 @@ async fn start_webhooks(
         feeds: Arc::new(opener),
         transport: Arc::new(Poster::new(&config.webhooks)?),
         claims,
-        resolver: Arc::new(crate::webhook::target::System),
+        resolver: Arc::new(chainsieve_webhook::target::System),
     };
     Webhooks::start(parts, tasks, shutdown.clone())
         .await

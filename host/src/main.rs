@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chainsieve::Config;
-use chainsieve::config::{LogFormat, LoggingConfig, Role};
 use chainsieve::filters::harness::{Comparison, DEFAULT_BATCH, Harness, Match};
+use chainsieve_config::{LogFormat, LoggingConfig, Role};
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -267,7 +267,7 @@ fn announce(address: &SocketAddr, state: &chainsieve::AppState, key: Option<&str
     for chain in state.chains.keys() {
         let _ = writeln!(out, "  {chain:<8} ws://{address}/{chain}/v1/{key}");
     }
-    if key == chainsieve::config::DEMO_KEY {
+    if key == chainsieve_config::DEMO_KEY {
         let _ = writeln!(
             out,
             "  (devnet with the demo key `demo`; configure [auth] keys for anything else)"

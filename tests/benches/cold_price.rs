@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use chainsieve::config::{LogConfig, PriceConfig, SourceConfig, Span};
+use chainsieve_config::{LogConfig, PriceConfig, SourceConfig, Span};
 use chainsieve_tests::WsClient;
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::bench::{self, spread};

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use chainsieve::config::SourceConfig;
+use chainsieve_config::SourceConfig;
 use chainsieve_tests::anvil::DEV_ACCOUNT_2;
 use chainsieve_tests::bench::{self, quantiles, spread};
 use chainsieve_tests::calls::{self, Calls};

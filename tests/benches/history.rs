@@ -22,8 +22,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use chainsieve::config::{HistoryConfig, LogConfig, SourceConfig, Span};
-use chainsieve::node::{Call, NodeConnection, blocks};
+use chainsieve_config::{HistoryConfig, LogConfig, SourceConfig, Span};
+use chainsieve_node::{Call, NodeConnection, blocks};
 use chainsieve_tests::WsClient;
 use chainsieve_tests::anvil::{Anvil, ping_contract};
 use chainsieve_tests::bench::{self, spread};

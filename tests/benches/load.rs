@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chainsieve::config::SourceConfig;
+use chainsieve_config::SourceConfig;
 use chainsieve_tests::bench::{self, quantiles, spread};
 use chainsieve_tests::floor::Floor;
 use chainsieve_tests::load::{self, CpuTime, Kind, Report, Spec, Workload};

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use alloy_primitives::B256;
 use anyhow::Context;
-use chainsieve::config::SourceConfig;
+use chainsieve_config::SourceConfig;
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2};
 use chainsieve_tests::bench::{self, quantiles, spread};
 use chainsieve_tests::faulty::FaultyNode;

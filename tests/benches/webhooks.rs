@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use chainsieve::config::{Config, DevnetSettings, LogConfig, SourceConfig, WebhooksConfig};
+use chainsieve_config::{Config, DevnetSettings, LogConfig, SourceConfig, WebhooksConfig};
 use chainsieve_tests::bench::{self, quantiles, spread};
 use chainsieve_tests::load::{self, cpu_time};
 use chainsieve_tests::receiver::Receiver;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use anyhow::{Context, bail};
-use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve_config::{AuthConfig, ChainConfig, Config, SourceConfig};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

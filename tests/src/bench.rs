@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use chainsieve::config::Config;
-use chainsieve::ingest::upstream::UpstreamStatus;
+use chainsieve_config::Config;
+use chainsieve_ingest::upstream::UpstreamStatus;
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};

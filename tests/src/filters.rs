@@ -6,8 +6,8 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use chainsieve::AppState;
-use chainsieve::config::{Config, FiltersConfig};
 use chainsieve::filters::registry::BUILT_FILTERS_DIR;
+use chainsieve_config::{Config, FiltersConfig};
 use chainsieve_evil_filter::{CONFIG_LEN, CONFIG_MARKER};
 use serde_json::Value;
 

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use anyhow::{Context, bail};
-use chainsieve::fanout::{Notice, new_id};
+use chainsieve_fanout::{Notice, new_id};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;

@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use chainsieve::config::{Config, Role};
-use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
-use chainsieve::ingest::upstream::UpstreamStatus;
+use chainsieve_config::{Config, Role};
+use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
+use chainsieve_ingest::upstream::UpstreamStatus;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -58,7 +58,7 @@ pub fn test_config() -> Config {
 }
 
 /// [`test_config`] with `limits` changed by `change`.
-pub fn with_limits(change: impl FnOnce(&mut chainsieve::config::LimitsConfig)) -> Config {
+pub fn with_limits(change: impl FnOnce(&mut chainsieve_config::LimitsConfig)) -> Config {
     let mut config = test_config();
     change(&mut config.limits);
     config
@@ -245,7 +245,7 @@ impl TestServer {
 
     /// Waits, within [`TIMEOUT`], until `done` holds of the supervisor's
     /// tasks (their standings change as they stop and start again).
-    pub async fn tasks_until(&self, done: impl Fn(&chainsieve::tasks::Tasks) -> bool) {
+    pub async fn tasks_until(&self, done: impl Fn(&chainsieve_runtime::tasks::Tasks) -> bool) {
         let tasks = &self.state.tasks;
         let mut changes = tasks.changes();
         tokio::time::timeout(TIMEOUT, changes.wait_for(|()| done(tasks)))

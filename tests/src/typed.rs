@@ -13,7 +13,7 @@ use alloy_eips::eip7702::Authorization;
 use alloy_primitives::{Address, Bytes, Signature, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use chainsieve::ingest::devnet::{EMPTY_BLOB_COMMITMENT, empty_blob_hash};
+use chainsieve_ingest::devnet::{EMPTY_BLOB_COMMITMENT, empty_blob_hash};
 
 fn sign<T: SignableTransaction<Signature>>(signer: &PrivateKeySigner, tx: T) -> Signed<T> {
     let signature = signer.sign_hash_sync(&tx.signature_hash()).expect("signs");

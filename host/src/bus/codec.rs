@@ -52,9 +52,9 @@ mod tests {
     use alloy_primitives::{Address, B256, U256};
 
     use super::*;
-    use crate::ingest::devnet::{Devnet, DevnetSettings};
-    use crate::model::{ChainEvent, SourceEvent};
-    use crate::price::store::{BlockUpdate, Pool, PoolKind, PoolState, PriceWrite, Token};
+    use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
+    use chainsieve_model::{ChainEvent, SourceEvent};
+    use chainsieve_price::store::{BlockUpdate, Pool, PoolKind, PoolState, PriceWrite, Token};
 
     fn changes() -> Vec<ChainEvent> {
         let mut devnet = Devnet::new(1, &DevnetSettings::default());

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::Bus;
-use crate::eventlog::EventLog;
-use crate::model::Grade;
+use chainsieve_eventlog::EventLog;
+use chainsieve_model::Grade;
 
 /// How long a write or a watch may wait on the bus before it is tried
 /// again (a bucket electing a leader answers nothing meanwhile).
@@ -180,8 +180,8 @@ fn raise(log: &EventLog, marks: Marks) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::LogConfig;
-    use crate::eventlog::Finality;
+    use chainsieve_config::LogConfig;
+    use chainsieve_eventlog::Finality;
 
     #[test]
     fn marks_read_back_and_only_raise_a_log() {

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::linear::Reader;
 use super::{ChainLog, codec};
-use crate::model::SourceEvent;
+use chainsieve_model::SourceEvent;
 
 /// Feeds `out` with `log`'s newest steps back to its `blocks`-th newest
 /// block, then `Synced`, then every step after them, until `shutdown` or

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::linear::Reader;
 use super::{ChainLog, codec};
-use crate::eventlog::Position;
-use crate::price::Feed;
+use chainsieve_eventlog::Position;
+use chainsieve_price::Feed;
 
 impl ChainLog {
     /// Hands `index` the steps after `after` up to `head` (the stream's

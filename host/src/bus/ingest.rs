@@ -11,11 +11,11 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::Tail;
-use crate::eventlog::EventLog;
-use crate::ingest::canonical::CanonicalChain;
-use crate::ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
-use crate::model::SourceEvent;
-use crate::node::NodePool;
+use chainsieve_eventlog::EventLog;
+use chainsieve_ingest::canonical::CanonicalChain;
+use chainsieve_ingest::upstream::{self, UpstreamSettings, UpstreamStatus};
+use chainsieve_model::SourceEvent;
+use chainsieve_node::NodePool;
 
 /// Places `tail` (the log's on the bus) in the pipeline behind `out` (and
 /// `log`, the pipeline's), then reads the node `settings` names from the

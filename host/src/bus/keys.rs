@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 
 use super::Bus;
 use super::bucket::{self, ATTEMPT};
-use crate::keys::record::Record;
-use crate::keys::store::{KeyStore, PutError};
+use chainsieve_keys::record::Record;
+use chainsieve_keys::store::{KeyStore, PutError};
 
 /// Changes the watch may hold before the registry takes them.
 const QUEUED: usize = 1_024;

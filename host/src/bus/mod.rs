@@ -37,9 +37,9 @@ use linear::LinearStream;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::BusConfig;
-use crate::eventlog::Position;
-use crate::model::{ChainEvent, SourceEvent};
+use chainsieve_config::BusConfig;
+use chainsieve_eventlog::Position;
+use chainsieve_model::{ChainEvent, SourceEvent};
 
 /// The pause before reading the bus again after it failed. Short: a read
 /// that failed for want of an answer has already waited

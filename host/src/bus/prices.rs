@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::linear::{LinearStream, Reader};
 use super::{Bus, codec, pause};
-use crate::price::record::Recorder;
-use crate::price::store::{PriceStore, PriceWrite};
+use chainsieve_price::record::Recorder;
+use chainsieve_price::store::{PriceStore, PriceWrite};
 
 impl Bus {
     /// `chain`'s price journal, its stream created if it does not exist.

@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::linear::AppendError;
 use super::{ChainLog, codec};
-use crate::eventlog::Step;
-use crate::eventlog::store::Persist;
-use crate::price::Feed;
+use chainsieve_eventlog::Step;
+use chainsieve_eventlog::store::Persist;
+use chainsieve_price::Feed;
 
 impl ChainLog {
     /// Publishes `step` at its position, or says why not.

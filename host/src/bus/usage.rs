@@ -16,8 +16,8 @@ use futures_util::future::BoxFuture;
 
 use super::Bus;
 use super::bucket::ATTEMPT;
-use crate::usage::Counts;
-use crate::usage::ledger::{Flush, UsageStore};
+use chainsieve_usage::Counts;
+use chainsieve_usage::ledger::{Flush, UsageStore};
 
 /// The usage bucket, as one edge writes it.
 #[derive(Debug)]

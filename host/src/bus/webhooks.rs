@@ -31,9 +31,9 @@ use tokio_util::task::TaskTracker;
 use super::Bus;
 use super::bucket::{self, ATTEMPT};
 use super::lease::Leases;
-use crate::webhook::claim::{Claim, Claims};
-use crate::webhook::definition::{Definition, Progress};
-use crate::webhook::store::{Change, Store};
+use chainsieve_webhook::claim::{Claim, Claims};
+use chainsieve_webhook::definition::{Definition, Progress};
+use chainsieve_webhook::store::{Change, Store};
 
 /// Webhooks in the bus's KV buckets.
 #[derive(Debug)]

@@ -11,17 +11,17 @@ use tokio::sync::{mpsc, watch};
 
 use super::pipeline::{PERSIST_QUEUE, PipelineState};
 use super::{Origin, Parts, SOURCE_QUEUE};
-use crate::config::{ChainSpec, LogConfig, Source};
-use crate::eventlog::EventLog;
-use crate::eventlog::store::{self, LogStore, Persist};
 use crate::history::{self, archive::Archive};
-use crate::ingest::devnet::{self, Devnet, DevnetCalls};
-use crate::ingest::upstream::{self, UpstreamStatus};
-use crate::price::indexer::DRAIN;
-use crate::price::record::InStore;
-use crate::price::{Calls, PriceIndex};
-use crate::queues::Queues;
-use crate::tasks::{Part, Tasks};
+use chainsieve_config::{ChainSpec, LogConfig, Source};
+use chainsieve_eventlog::EventLog;
+use chainsieve_eventlog::store::{self, LogStore, Persist};
+use chainsieve_ingest::devnet::{self, Devnet, DevnetCalls};
+use chainsieve_ingest::upstream::{self, UpstreamStatus};
+use chainsieve_price::indexer::DRAIN;
+use chainsieve_price::record::InStore;
+use chainsieve_price::{Calls, PriceIndex};
+use chainsieve_runtime::queues::Queues;
+use chainsieve_runtime::tasks::{Part, Tasks};
 
 /// Submitted transactions that may wait for the devnet; past that the
 /// submitting requests wait.

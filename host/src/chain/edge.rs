@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Origin, Parts, SOURCE_QUEUE};
 use crate::bus::prices::PriceJournal;
 use crate::bus::{self, Bus, ChainLog};
-use crate::model::SourceEvent;
-use crate::price::store::PriceStore;
+use chainsieve_model::SourceEvent;
+use chainsieve_price::store::PriceStore;
 
 /// Follows the chain's log and price journal on `bus` into the pipeline
 /// and the price store; the chain's log on the bus is given back too, for

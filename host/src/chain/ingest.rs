@@ -22,11 +22,11 @@ use crate::bus::finality::FinalityMarks;
 use crate::bus::lease::Leases;
 use crate::bus::prices::PriceJournal;
 use crate::bus::{Bus, ChainLog, ingest, publish};
-use crate::config::{ChainSpec, Source};
-use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
-use crate::metrics::Metrics;
-use crate::node::NodePool;
-use crate::price::{Calls, FEED_QUEUE, PriceIndex};
+use chainsieve_config::{ChainSpec, Source};
+use chainsieve_ingest::upstream::{UpstreamSettings, UpstreamStatus};
+use chainsieve_node::NodePool;
+use chainsieve_price::{Calls, FEED_QUEUE, PriceIndex};
+use chainsieve_runtime::metrics::Metrics;
 
 /// Stands for the chain's lease on `bus` and leads it term by term.
 pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin> {

@@ -22,20 +22,20 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::{Bus, ChainLog};
-use crate::config::{ChainSpec, Config, HistoryConfig, NodesSpec, Role, RpcConfig};
-use crate::eventlog::EventLog;
-use crate::eventlog::store::Persist;
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::history::Blocks;
 use crate::history::archive::Archive;
 use crate::history::limits::Budget;
-use crate::ingest::canonical::CanonicalChain;
-use crate::ingest::devnet::{Ledger, MineRequest, Submission};
-use crate::ingest::upstream::{UpstreamSettings, UpstreamStatus};
-use crate::metrics::Metrics;
-use crate::node::{NodePool, Rules};
-use crate::price::PriceIndex;
-use crate::tasks::{Part, Tasks};
+use chainsieve_config::{ChainSpec, Config, HistoryConfig, NodesSpec, Role, RpcConfig};
+use chainsieve_eventlog::EventLog;
+use chainsieve_eventlog::store::Persist;
+use chainsieve_ingest::canonical::CanonicalChain;
+use chainsieve_ingest::devnet::{Ledger, MineRequest, Submission};
+use chainsieve_ingest::upstream::{UpstreamSettings, UpstreamStatus};
+use chainsieve_node::{NodePool, Rules};
+use chainsieve_price::PriceIndex;
+use chainsieve_runtime::metrics::Metrics;
+use chainsieve_runtime::tasks::{Part, Tasks};
 use pipeline::{Pipeline, PipelineState};
 
 /// Source events that may wait for the pipeline; past that the source
@@ -114,7 +114,7 @@ impl Parts<'_> {
     /// handing its steps to `persist` where the role does.
     fn pipeline(
         &self,
-        price_feed: Option<mpsc::Sender<crate::price::Feed>>,
+        price_feed: Option<mpsc::Sender<chainsieve_price::Feed>>,
         persist: Option<mpsc::Sender<Persist>>,
     ) -> Pipeline {
         Pipeline::new(

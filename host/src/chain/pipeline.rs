@@ -15,15 +15,15 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::eventlog::store::Persist;
-use crate::eventlog::{EventLog, Position, Step};
-use crate::fanout::Together;
 use crate::filters::FilterHandle;
 use crate::filters::batch::EventBatch;
-use crate::ingest::canonical::CanonicalChain;
-use crate::metrics::Metrics;
-use crate::model::{ChainEvent, FinalMark, Grade, SourceEvent};
-use crate::price::Feed;
+use chainsieve_eventlog::store::Persist;
+use chainsieve_eventlog::{EventLog, Position, Step};
+use chainsieve_fanout::Together;
+use chainsieve_ingest::canonical::CanonicalChain;
+use chainsieve_model::{ChainEvent, FinalMark, Grade, SourceEvent};
+use chainsieve_price::Feed;
+use chainsieve_runtime::metrics::Metrics;
 
 /// What the pipeline writes and the chain's readers (RPC methods, the hot
 /// swap, the probes) share with it.
@@ -130,7 +130,7 @@ pub struct Pipeline {
     /// Canonical changes for the price indexer, in order (`None` where
     /// the index is kept from elsewhere: an edge's from the bus, an
     /// ingest's from what its publisher has published). Bounded: an
-    /// indexer that falls [`crate::price::FEED_QUEUE`] changes behind
+    /// indexer that falls [`chainsieve_price::FEED_QUEUE`] changes behind
     /// makes the pipeline wait, and the source with it.
     price: Option<mpsc::Sender<Feed>>,
     /// Logged steps for the task that persists, archives or publishes
@@ -391,11 +391,11 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::fanout::testing::Pipe;
-    use crate::fanout::{Frames, Sink};
     use crate::filters::testing::{self, builtin, subscribe_all, to_everything};
-    use crate::ingest::devnet::{Devnet, DevnetSettings};
-    use crate::model::Block;
+    use chainsieve_fanout::testing::Pipe;
+    use chainsieve_fanout::{Frames, Sink};
+    use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
+    use chainsieve_model::Block;
 
     /// A built-in topic's actor with one subscriber to everything, and the
     /// subscriber's frames.
@@ -418,7 +418,7 @@ mod tests {
         mpsc::UnboundedReceiver<ChainEvent>,
     ) {
         let state = Arc::new(PipelineState::new(128, topics, log));
-        let (price, mut feed) = mpsc::channel(crate::price::FEED_QUEUE);
+        let (price, mut feed) = mpsc::channel(chainsieve_price::FEED_QUEUE);
         let (changes, indexed) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Some(next) = feed.recv().await {

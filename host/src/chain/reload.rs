@@ -34,8 +34,8 @@ use super::pipeline::PipelineState;
 use crate::filters::registry::Rejected;
 use crate::filters::uploads::UploadChange;
 use crate::filters::{FilterComponent, FilterEngine, FilterHandle, FilterRegistry};
-use crate::metrics::Metrics;
-use crate::tasks::{Part, Tasks};
+use chainsieve_runtime::metrics::Metrics;
+use chainsieve_runtime::tasks::{Part, Tasks};
 
 /// Quiet time after a change before the directory is read: a copy arrives
 /// as several events.

@@ -73,7 +73,7 @@ impl Uploads {
     /// Compiles `bytes`, checks it declares `topic`, keeps it and serves
     /// it on every chain.
     pub async fn put(&self, topic: &str, bytes: Vec<u8>) -> Result<Accepted, UploadError> {
-        if !crate::config::is_plain_name(topic) {
+        if !chainsieve_config::is_plain_name(topic) {
             return Err(UploadError::Invalid(format!(
                 "\"{topic}\" is not a topic: 1 to 64 letters, digits, '_' or '-'"
             )));

@@ -10,11 +10,11 @@ use chainsieve_filter_core::layout::{BatchWriter, EventWriter, HeadFields, LogFi
 use chainsieve_filter_core::projection::ProjectedWriter;
 use chainsieve_filter_core::{Payload, Source};
 
-use crate::eventlog::cursor::Cursor;
-use crate::eventlog::{self, Position, Step};
-use crate::fanout::{Notice, Together};
-use crate::model::{Block, Transaction};
-use crate::model::{ChainEvent, StreamEvent};
+use chainsieve_eventlog::cursor::Cursor;
+use chainsieve_eventlog::{self as eventlog, Position, Step};
+use chainsieve_fanout::{Notice, Together};
+use chainsieve_model::{Block, Transaction};
+use chainsieve_model::{ChainEvent, StreamEvent};
 
 /// The payload kinds, in the order [`EventBatch`] caches them.
 const PAYLOAD_KINDS: [Payload; 3] = [Payload::Hash, Payload::Full, Payload::FullBlockvision];
@@ -328,9 +328,9 @@ fn push_tx(w: &mut impl EventWriter, tx: &Transaction, block_number: u64, remove
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eventlog::EventLog;
-    use crate::ingest::devnet::{Devnet, DevnetSettings};
-    use crate::model::SourceEvent;
+    use chainsieve_eventlog::EventLog;
+    use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
+    use chainsieve_model::SourceEvent;
 
     /// Positions in the block of a batch's transactions or logs.
     fn positions(batch: &EventBatch) -> Vec<usize> {

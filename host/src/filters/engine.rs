@@ -18,7 +18,7 @@ use super::contract::{self, Delivery, FilterManifest};
 use super::limits::InstanceLimits;
 use super::reach::ReachIndex;
 use super::{v0_1_0, v0_2_0};
-use crate::config::FiltersConfig;
+use chainsieve_config::FiltersConfig;
 
 /// How often the epoch advances; a call's deadline is a whole number of ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);

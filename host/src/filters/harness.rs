@@ -26,10 +26,10 @@ use serde::{Deserialize, Serialize};
 
 use super::contract::{Delivery, FilterManifest};
 use super::engine::{FilterEngine, FilterInstance};
-use crate::config::FiltersConfig;
 use crate::filters::batch::EventBatch;
-use crate::model::StreamEvent;
-use crate::model::wire::stream_event;
+use chainsieve_config::FiltersConfig;
+use chainsieve_model::StreamEvent;
+use chainsieve_model::wire::stream_event;
 
 /// Events per `match-batch` call unless set otherwise: the size of a busy
 /// block's transactions.

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::actor::{FilterHandle, Start, Subscribe};
 use super::{FilterComponent, FilterEngine, FilterRegistry};
-use crate::config::{FiltersConfig, LogConfig};
-use crate::eventlog::EventLog;
-use crate::fanout::{Frames, Sink};
+use chainsieve_config::{FiltersConfig, LogConfig};
+use chainsieve_eventlog::EventLog;
+use chainsieve_fanout::{Frames, Sink};
 
 /// The engine and the built-in component serving `topic`.
 pub fn builtin(topic: &str) -> (Arc<FilterEngine>, FilterComponent) {

@@ -54,7 +54,7 @@ impl LocalStore {
     /// Opens (or creates) `dir/filters.redb`, or a database in memory
     /// without `dir`.
     pub fn open(dir: Option<&Path>) -> anyhow::Result<Self> {
-        let db = crate::embedded::open(dir, FILE, "the uploaded filters' database")?;
+        let db = chainsieve_runtime::embedded::open(dir, FILE, "the uploaded filters' database")?;
         let txn = db.begin_write()?;
         txn.open_table(UPLOADS)?;
         txn.commit().context("creating the uploads table")?;

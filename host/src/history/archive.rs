@@ -17,8 +17,8 @@ use anyhow::Context;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::mpsc;
 
-use crate::eventlog::store::Persist;
-use crate::model::{Block, ChainEvent};
+use chainsieve_eventlog::store::Persist;
+use chainsieve_model::{Block, ChainEvent};
 
 /// number → the canonical block, as serde JSON of [`Block`].
 const BLOCKS: TableDefinition<u64, &[u8]> = TableDefinition::new("blocks");
@@ -346,7 +346,7 @@ impl ArchiveFile {
 
     /// Takes `steps` in order, then lets go of blocks more than
     /// `max_blocks` behind the new tip, in one commit.
-    fn write(&self, steps: &[Arc<crate::eventlog::Step>]) -> anyhow::Result<()> {
+    fn write(&self, steps: &[Arc<chainsieve_eventlog::Step>]) -> anyhow::Result<()> {
         let txn = self.db.begin_write()?;
         {
             let mut tables = Tables {
@@ -463,7 +463,7 @@ mod tests {
     use alloy_primitives::B256;
 
     use super::*;
-    use crate::eventlog::EventLog;
+    use chainsieve_eventlog::EventLog;
 
     /// A chain of fixture blocks as the pipeline logs it: `0..10`, each
     /// with a transaction of its own, then a reorg replacing 8 and 9 with

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
-use crate::keys::plan::{Limit, Plan};
-use crate::per_key::{PerKey, Place};
+use chainsieve_keys::per_key::{PerKey, Place};
+use chainsieve_keys::plan::{Limit, Plan};
 
 /// The history streams running on the server.
 #[derive(Debug)]
@@ -115,9 +115,9 @@ mod tests {
 
     #[test]
     fn streams_are_admitted_up_to_each_limit_and_given_back() {
-        let mut config = crate::config::Config::default();
+        let mut config = chainsieve_config::Config::default();
         config.history.max_streams_per_key = 2;
-        let plans = crate::keys::plan::Plans::from_config(&config);
+        let plans = chainsieve_keys::plan::Plans::from_config(&config);
         let plan = plans.get("default").expect("default plan");
         let streams = Arc::new(Streams::new(3));
         let (alice, bob): (Arc<str>, Arc<str>) = ("alice".into(), "bob".into());

@@ -22,12 +22,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::bus::ChainLog;
-use crate::eventlog::EventLog;
-use crate::eventlog::cursor::Plan;
-use crate::model::Block;
-use crate::node::{At, Call, NodeError, NodePool, blocks, decode};
-use crate::usage::Meter;
 use archive::Archive;
+use chainsieve_eventlog::EventLog;
+use chainsieve_eventlog::cursor::Plan;
+use chainsieve_model::Block;
+use chainsieve_node::{At, Call, NodeError, NodePool, blocks, decode};
+use chainsieve_usage::Meter;
 use limits::{Admitted, Budget};
 
 pub use reader::CHUNK;
@@ -268,7 +268,8 @@ mod tests {
     /// subscriber's key's usage; nothing else it hands over counts.
     #[tokio::test]
     async fn a_metered_feed_counts_the_blocks_it_hands_over() {
-        let plans = crate::keys::plan::Plans::from_config(&crate::config::Config::default());
+        let plans =
+            chainsieve_keys::plan::Plans::from_config(&chainsieve_config::Config::default());
         let admitted = limits::Streams::new(1)
             .admit(&"key".into(), plans.default_plan())
             .expect("a place");

@@ -10,9 +10,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Blocks, GONE, HistoryItem, Source, UNAVAILABLE};
-use crate::eventlog::cursor::ResumeFrom;
-use crate::eventlog::{EventLog, hash_tag};
-use crate::model::{Block, ChainEvent};
+use chainsieve_eventlog::cursor::ResumeFrom;
+use chainsieve_eventlog::{EventLog, hash_tag};
+use chainsieve_model::{Block, ChainEvent};
 
 /// Blocks read per round trip (bodies in one batch, logs in a second).
 pub const CHUNK: u64 = 32;

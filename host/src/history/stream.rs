@@ -18,8 +18,8 @@ use super::reader::{drained, reorganised, seam, seam_at};
 use super::{GONE, HistoryItem, UNAVAILABLE};
 use crate::bus::linear::Reader;
 use crate::bus::{ChainLog, codec};
-use crate::eventlog::{EventLog, Position, hash_tag};
-use crate::model::{Block, ChainEvent};
+use chainsieve_eventlog::{EventLog, Position, hash_tag};
+use chainsieve_model::{Block, ChainEvent};
 
 /// Blocks read before the first one asked for, so that a reorg the stream
 /// went through there is folded in before it: deeper than any the

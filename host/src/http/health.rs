@@ -19,9 +19,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::AppState;
-use crate::ingest::upstream::UpstreamStatus;
-use crate::node::health::lag;
-use crate::tasks::{Part, trouble_among};
+use chainsieve_ingest::upstream::UpstreamStatus;
+use chainsieve_node::health::lag;
+use chainsieve_runtime::tasks::{Part, trouble_among};
 
 pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()

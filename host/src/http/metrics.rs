@@ -1,5 +1,5 @@
 //! `GET /metrics` in Prometheus' text format or OpenMetrics: the counted metrics the
-//! pipeline keeps ([`crate::metrics`]), and what is a state rather than a
+//! pipeline keeps ([`chainsieve_runtime::metrics`]), and what is a state rather than a
 //! count (connections closed too slow, malformed upstream objects skipped,
 //! history streams running, subscriptions, a source's health, a filter's
 //! failures), read from the server when scraped.
@@ -17,14 +17,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::{AppState, exposition};
-use crate::ingest::upstream::UpstreamStatus;
-use crate::keys::Keys;
-use crate::metrics::{ChainLabel, NodeLabels, TopicLabels};
-use crate::node::NodeState;
-use crate::node::health::lag;
-use crate::tasks::Tasks;
-use crate::usage::Counts;
-use crate::webhook::Webhooks;
+use chainsieve_ingest::upstream::UpstreamStatus;
+use chainsieve_keys::Keys;
+use chainsieve_node::NodeState;
+use chainsieve_node::health::lag;
+use chainsieve_runtime::metrics::{ChainLabel, NodeLabels, TopicLabels};
+use chainsieve_runtime::tasks::Tasks;
+use chainsieve_usage::Counts;
+use chainsieve_webhook::Webhooks;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NodeStateLabels {
@@ -32,7 +32,7 @@ struct NodeStateLabels {
     node: String,
     state: String,
 }
-use crate::model::wire;
+use chainsieve_model::wire;
 
 /// `GET /metrics`, in the format the scraper asks for
 /// ([`super::exposition`]).

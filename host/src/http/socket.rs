@@ -14,7 +14,7 @@ use axum::serve::IncomingStream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::fanout::Wire;
+use chainsieve_fanout::Wire;
 
 /// Accepts [`Socket`]s (axum's [`axum::serve::Listener`]).
 pub struct Listener(TcpListener);
@@ -82,20 +82,6 @@ impl AsyncRead for Socket {
                 Err(error) => return Poll::Ready(Err(error)),
             }
         }
-    }
-}
-
-/// What a connection's queue writes to: the shared stream itself, so a
-/// sender reaches the descriptor through one pointer (a box around the
-/// `Arc` was one more cache miss per notification with thousands of
-/// connections taking turns).
-impl Wire for TcpStream {
-    /// The system call alone, without tokio's readiness check first: with
-    /// thousands of sockets each one's readiness word is a cache miss per
-    /// notification. A `WouldBlock` here leaves tokio's readiness stale,
-    /// which costs the writer one `WouldBlock` of its own before it waits.
-    fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
-        socket2::SockRef::from(self).send(bytes)
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use super::params::{fixed_param, parse_quantity, positional, require_positional};
 use super::{RpcError, result};
 use crate::chain::Chain;
-use crate::model::{Block, TxShape};
+use chainsieve_model::{Block, TxShape};
 
 /// The window's tip; before the first block arrives a node chain asks its
 /// node, so a client that connects during startup is answered all the same.

@@ -11,11 +11,11 @@ use super::RpcError;
 use super::rate_limit::RateLimit;
 use super::subscriptions::{OwnedIds, Subscriptions};
 use crate::chain::Chain;
-use crate::config::LimitsConfig;
-use crate::fanout::{SendError, Sink};
 use crate::history::limits::Streams;
-use crate::keys::Key;
-use crate::webhook::Webhooks;
+use chainsieve_config::LimitsConfig;
+use chainsieve_fanout::{SendError, Sink};
+use chainsieve_keys::Key;
+use chainsieve_webhook::Webhooks;
 
 /// A WebSocket connection as the methods see it.
 #[derive(Debug)]

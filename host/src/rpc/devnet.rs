@@ -18,10 +18,10 @@ use super::params::{
 };
 use super::{Call, RpcError, result};
 use crate::chain::Chain;
-use crate::ingest::devnet::{
+use chainsieve_ingest::devnet::{
     Ledger, MineRequest, intrinsic, known_pools, known_tokens, typical_tip,
 };
-use crate::model::Block;
+use chainsieve_model::Block;
 
 /// The most blocks `eth_feeHistory` reports.
 const FEE_HISTORY_BLOCKS: usize = 1_024;

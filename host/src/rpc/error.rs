@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::keys::Refusal;
+use chainsieve_keys::Refusal;
 
 /// The error for a key that may not be used (as it is, or on this chain):
 /// -32000 when it is not a key any more, -32004 when its plan or grant

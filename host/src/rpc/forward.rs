@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 use super::params::{parse_fixed, parse_quantity, positional};
 use super::{Call, RpcError};
 use crate::chain::Chain;
-use crate::node::{self, At, NodeError};
+use chainsieve_node::{self as node, At, NodeError};
 
 /// Where each method that names a block takes it: the position of its
 /// block parameter.

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use super::RpcError;
 use crate::chain::Chain;
-use crate::eventlog::cursor::{Cursor, ResumeFrom};
 use crate::history::limits::Streams;
 use crate::history::{self, Blocks, HistoryFeed, Source, StartAt};
-use crate::keys::plan::Plan;
+use chainsieve_eventlog::cursor::{Cursor, ResumeFrom};
+use chainsieve_keys::plan::Plan;
 
 /// A history stream for a `fromBlock` older than (or at the edge of)
 /// `chain`'s log window, or a cursor whose block has left it, read from
@@ -135,7 +135,7 @@ async fn still_canonical(blocks: &Blocks, cursor: &Cursor, block: u64) -> Result
         ))
     })?;
     match hash {
-        Some(hash) if crate::eventlog::hash_tag(&hash) == cursor.tag => Ok(()),
+        Some(hash) if chainsieve_eventlog::hash_tag(&hash) == cursor.tag => Ok(()),
         Some(_) => Err(RpcError::not_found(format!(
             "the cursor {cursor} names a block that is no longer canonical: block {block} was reorganised out; subscribe again from a block"
         ))),

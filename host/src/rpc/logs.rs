@@ -17,7 +17,7 @@ use super::blocks::{Held, LogReach as Reach};
 use super::params::{fixed_value, parse_quantity, positional, require_positional};
 use super::{RpcError, result};
 use crate::chain::Chain;
-use crate::model::Block;
+use chainsieve_model::Block;
 
 /// The most logs one call answers.
 const MAX_LOGS: usize = 10_000;

@@ -20,7 +20,7 @@ use super::{
 use crate::chain::Chain;
 use crate::history::Blocks;
 use crate::history::archive::Archive;
-use crate::model::Block;
+use chainsieve_model::Block;
 
 /// What `web3_clientVersion` answers.
 pub const CLIENT_VERSION: &str = concat!("chainsieve/v", env!("CARGO_PKG_VERSION"));

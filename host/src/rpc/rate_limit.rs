@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use crate::keys::plan::{Limit, Plan, Plans};
 use crate::rpc::RpcError;
+use chainsieve_keys::plan::{Limit, Plan, Plans};
 
 pub struct RateLimit {
     /// One keyed limiter per plan (a quota is the limiter's), buckets by
@@ -60,7 +60,7 @@ impl RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, PlanConfig};
+    use chainsieve_config::{Config, PlanConfig};
 
     #[test]
     fn a_key_gets_its_plans_second_of_requests_then_waits() {

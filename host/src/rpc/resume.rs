@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 
 use super::RpcError;
 use super::params::parse_quantity;
-use crate::eventlog::cursor::{Cursor, ResumeError, ResumeFrom};
-use crate::model::Grade;
+use chainsieve_eventlog::cursor::{Cursor, ResumeError, ResumeFrom};
+use chainsieve_model::Grade;
 
 const RESUME_FROM: &str = "resumeFrom";
 const FROM_BLOCK: &str = "fromBlock";

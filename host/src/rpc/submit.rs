@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::params::{parse_bytes, require_positional};
 use super::{RpcError, result};
 use crate::chain::Chain;
-use crate::ingest::devnet::{Refusal, Submission};
+use chainsieve_ingest::devnet::{Refusal, Submission};
 
 /// Submits a devnet chain's transaction through `submissions`.
 pub(super) async fn send_raw_transaction(

@@ -12,10 +12,10 @@ use super::context::{Connection, Context, Gates, Outcome};
 use super::params::{positional, require_positional};
 use super::{Call, RpcError, history, response, result, resume};
 use crate::chain::Chain;
-use crate::fanout;
 use crate::filters::actor::{Start, Subscribe};
 use crate::filters::{FilterHandle, SubscribeError};
-use crate::keys::plan::{Limit, Plan};
+use chainsieve_fanout as fanout;
+use chainsieve_keys::plan::{Limit, Plan};
 
 pub(super) async fn subscribe(
     ctx: Context<'_>,

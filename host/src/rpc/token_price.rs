@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use super::params::parse_fixed;
 use super::{RpcError, result};
 use crate::chain::Chain;
-use crate::price::query::PriceError;
+use chainsieve_price::query::PriceError;
 
 /// `token_price`: validates the request, then asks the chain's price index.
 pub(super) async fn token_price(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {

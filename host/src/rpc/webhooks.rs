@@ -20,13 +20,15 @@ use super::subscribe::{refused, topic_and_params, topic_filter};
 use super::subscriptions::Subscriptions;
 use super::{Call, RpcError, history, result, resume};
 use crate::chain::Chain;
-use crate::fanout::Sink;
 use crate::filters::actor::{Start, Subscribe};
 use crate::history::limits::Streams;
-use crate::keys::Keys;
-use crate::keys::plan::{Limit, Plan};
-use crate::usage::Meter;
-use crate::webhook::{Batching, Create, Definition, Feeds, Most, Opened, Refusal, WebhookError};
+use chainsieve_fanout::Sink;
+use chainsieve_keys::Keys;
+use chainsieve_keys::plan::{Limit, Plan};
+use chainsieve_usage::Meter;
+use chainsieve_webhook::{
+    Batching, Create, Definition, Feeds, Most, Opened, Refusal, WebhookError,
+};
 
 /// Answers a `webhook_*` call.
 pub(super) async fn call(

@@ -4,10 +4,10 @@
 //! are held to these builds' answers in `harness.rs`); the built-ins'
 //! manifests; and the registry's and the engine's refusals.
 
-use chainsieve::config::FiltersConfig;
 use chainsieve::filters::harness::{Harness, Match};
 use chainsieve::filters::registry::builtin_components;
 use chainsieve::filters::{Delivery, FilterEngine, Layout};
+use chainsieve_config::FiltersConfig;
 use chainsieve_filter_sdk::layout::{BatchWriter, LogFields, TxFields};
 use chainsieve_filter_sdk::projection::{log_fields, tx_fields};
 use chainsieve_filter_sdk::{Batch, Filter, Payload, Source, match_batch};

@@ -6,14 +6,16 @@
 //!   of the page it names;
 //! - `SUMMARY.md` lists every page of the book;
 //! - every code comment that cites the book ("docs/src/x.md, Section")
-//!   names a section that exists.
+//!   names a section that exists;
+//! - every source file the book names (`host/tests/integration/docs.rs`,
+//!   `model/verify.rs`) exists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use chainsieve::Config;
-use chainsieve::config::{ChainConfig, PlanConfig};
+use chainsieve_config::{ChainConfig, PlanConfig};
 use pulldown_cmark::{Event, Parser, Tag, TagEnd};
 use serde_json::Value;
 
@@ -150,6 +152,9 @@ struct Page {
     /// Headings and bold paragraph labels, as written (code comments
     /// cite sections by these names).
     sections: BTreeSet<String>,
+    /// Inline code spans, as written (the book names source files in
+    /// them).
+    code: Vec<String>,
 }
 
 /// GitHub's and mdBook's anchor of a heading: lowercase, spaces to '-',
@@ -173,12 +178,19 @@ fn page(text: &str) -> Page {
     let mut sections = BTreeSet::new();
     let mut heading: Option<String> = None;
     let mut bold: Option<String> = None;
+    let mut code = Vec::new();
     for event in Parser::new(text) {
         match event {
             Event::Start(Tag::Link { dest_url, .. }) => links.push(dest_url.to_string()),
             Event::Start(Tag::Heading { .. }) => heading = Some(String::new()),
             Event::Start(Tag::Strong) => bold = Some(String::new()),
-            Event::Text(t) | Event::Code(t) => {
+            Event::Code(t) => {
+                code.push(t.to_string());
+                for open in [&mut heading, &mut bold].into_iter().flatten() {
+                    open.push_str(&t);
+                }
+            }
+            Event::Text(t) => {
                 for open in [&mut heading, &mut bold].into_iter().flatten() {
                     open.push_str(&t);
                 }
@@ -211,7 +223,35 @@ fn page(text: &str) -> Page {
         links,
         anchors,
         sections,
+        code,
     }
+}
+
+/// A source file's path as the book names it, if `span` is one: a
+/// relative path of two parts or more ending in a source extension.
+/// A bare file name (`mod.rs`) reads in its paragraph's context and is
+/// not one.
+fn source_path(span: &str) -> Option<&str> {
+    let (_, extension) = span.rsplit_once('.')?;
+    let named = span.contains('/')
+        && !span.starts_with(['/', '~', '.'])
+        && matches!(extension, "rs" | "wit" | "toml" | "sh" | "py" | "js" | "md")
+        && span
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-'));
+    named.then_some(span)
+}
+
+/// Where a path the book names is: from the workspace's root
+/// (`host/build.rs`), in the server crate's `host/src` (`rpc/methods.rs`),
+/// or in the `src` of a crate under `host/` (`model/verify.rs`, which is
+/// `host/model/src/verify.rs`).
+fn located(path: &str) -> Option<PathBuf> {
+    let mut places = vec![root().join(path), root().join("host/src").join(path)];
+    if let Some((krate, rest)) = path.split_once('/') {
+        places.push(root().join("host").join(krate).join("src").join(rest));
+    }
+    places.into_iter().find(|place| place.is_file())
 }
 
 /// The README and every page of the book.
@@ -270,6 +310,45 @@ fn every_relative_link_and_anchor_resolves() {
     }
     assert!(checked > 50, "only {checked} relative links found");
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn every_source_file_the_book_names_exists() {
+    let mut named = 0;
+    let mut missing = Vec::new();
+    for path in documents() {
+        for span in page(&read(&path)).code {
+            let Some(source) = source_path(&span) else {
+                continue;
+            };
+            named += 1;
+            if located(source).is_none() {
+                missing.push(format!("{}: `{source}`: no such file", path.display()));
+            }
+        }
+    }
+    assert!(named > 100, "only {named} source files named");
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+#[test]
+fn source_paths_are_told_from_other_code() {
+    assert_eq!(source_path("model/verify.rs"), Some("model/verify.rs"));
+    assert_eq!(source_path("docs/book.toml"), Some("docs/book.toml"));
+    for other in [
+        "mod.rs",
+        "target/filters/a.wasm",
+        "/etc/x.toml",
+        "~/.cargo/config.toml",
+        "a b/c.rs",
+        "[log] data_dir",
+    ] {
+        assert_eq!(source_path(other), None, "{other}");
+    }
+    assert!(located("host/build.rs").is_some());
+    assert!(located("rpc/methods.rs").is_some());
+    assert!(located("model/verify.rs").is_some());
+    assert!(located("model/nothing.rs").is_none());
 }
 
 #[test]

@@ -10,9 +10,9 @@
 
 use std::cell::{Cell, RefCell};
 
-use chainsieve::config::Config;
-use chainsieve::fanout::{Frame, Sink};
 use chainsieve::rpc::methods::{Connection, process};
+use chainsieve_config::Config;
+use chainsieve_fanout::{Frame, Sink};
 use chainsieve_filter_sdk::Filter;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Runner, TestRunner};
@@ -206,7 +206,7 @@ fn the_frame_handler_answers_every_input_well_formed() {
         .expect("runtime");
     let _entered = runtime.enter();
     let mut config = Config {
-        devnet: chainsieve::ingest::devnet::DevnetSettings {
+        devnet: chainsieve_ingest::devnet::DevnetSettings {
             history_blocks: 4,
             ..Default::default()
         },

@@ -8,15 +8,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use chainsieve::config::FiltersConfig;
 use chainsieve::filters::batch::EventBatch;
 use chainsieve::filters::harness::{Harness, Match, read_events};
 use chainsieve::filters::registry::{BUILT_FILTERS_DIR, builtin_components};
-use chainsieve::ingest::devnet::{Devnet, DevnetSettings, known_tokens};
-use chainsieve::model::SourceEvent;
-use chainsieve::model::{TxPosition, TxShape};
+use chainsieve_config::FiltersConfig;
 use chainsieve_filter_sdk::projection::{log_fields, tx_fields};
 use chainsieve_filter_sdk::{Filter, Source, match_batch};
+use chainsieve_ingest::devnet::{Devnet, DevnetSettings, known_tokens};
+use chainsieve_model::SourceEvent;
+use chainsieve_model::{TxPosition, TxShape};
 use chainsieve_tests::filters::decoded_transfer;
 use serde_json::Value;
 

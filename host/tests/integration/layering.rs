@@ -1,9 +1,12 @@
-//! Fails on any import cycle between the source files of this crate.
+//! The server's house, held to the book (docs/src/architecture.md, Crates):
+//! its crates depend on each other as the book draws them, each crate's
+//! doc says what it may use, and no import cycle runs between the source
+//! files of any of them.
 //!
 //! Data flows one way (docs/src/architecture.md, Layering): a file may use the
 //! files below it, and a parent module may use its own children, but two
 //! files that reach each other, directly or through others, can no longer be
-//! read, tested or moved apart. This test parses `src/` with `syn`, draws an
+//! read, tested or moved apart. This test parses each crate's `src/` with `syn`, draws an
 //! edge from each file to every file whose items it names (following `use`
 //! re-exports to the file that defines the item), and reports each strongly
 //! connected component of more than one file with the names that tie it.
@@ -20,38 +23,178 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use syn::buffer::{Cursor, TokenBuffer};
 use syn::punctuated::Punctuated;
 use syn::visit::{self, Visit};
 use syn::{Attribute, ForeignItem, Item, Meta, UseTree};
 
-/// This crate's own `src/`.
+/// The workspace's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ sits in the workspace root")
+        .to_path_buf()
+}
+
+/// The server's crates: `host/` itself and each crate under it, by
+/// package name, with their manifest's directory.
+fn server_crates() -> BTreeMap<String, PathBuf> {
+    let host = root().join("host");
+    let mut dirs = vec![host.clone()];
+    for entry in fs::read_dir(&host).expect("host/") {
+        let dir = entry.expect("an entry").path();
+        if dir.join("Cargo.toml").is_file() {
+            dirs.push(dir);
+        }
+    }
+    dirs.into_iter()
+        .map(|dir| (manifest(&dir).0, dir))
+        .collect()
+}
+
+/// A crate's package name and the workspace crates it depends on (its
+/// `[dependencies]`, not its dev- or build-dependencies).
+fn manifest(dir: &Path) -> (String, BTreeSet<String>) {
+    let path = dir.join("Cargo.toml");
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let manifest: toml::Table =
+        toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let name = manifest["package"]["name"]
+        .as_str()
+        .expect("a package name")
+        .to_string();
+    let deps = manifest
+        .get("dependencies")
+        .and_then(toml::Value::as_table)
+        .map(|deps| {
+            deps.keys()
+                .filter(|dep| dep.starts_with("chainsieve"))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    (name, deps)
+}
+
+/// The crate graph as docs/src/architecture.md (Crates) draws it: each
+/// line `crate -> dep, dep` (names without `chainsieve-`), `none` for
+/// none, in the first `text` block of the section.
+fn drawn_graph(page: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let section = page
+        .split_once("\n### Crates\n")
+        .expect("architecture.md has a Crates section")
+        .1;
+    let block = section
+        .split_once("```text\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("the Crates section draws its graph in a text block")
+        .0;
+    let full = |name: &str| match name.trim() {
+        "chainsieve" => "chainsieve".to_string(),
+        name => format!("chainsieve-{name}"),
+    };
+    block
+        .lines()
+        .map(|line| {
+            let (from, to) = line
+                .split_once("->")
+                .unwrap_or_else(|| panic!("not `a -> b`: {line}"));
+            let to = match to.trim() {
+                "none" => BTreeSet::new(),
+                list => list.split(',').map(full).collect(),
+            };
+            (full(from), to)
+        })
+        .collect()
+}
+
+#[test]
+fn the_crates_depend_on_each_other_as_the_book_draws_it() {
+    let page =
+        fs::read_to_string(root().join("docs/src/architecture.md")).expect("architecture.md");
+    let drawn = drawn_graph(&page);
+    let crates = server_crates();
+    assert!(crates.len() > 10, "found only {crates:?}");
+    let actual: BTreeMap<String, BTreeSet<String>> =
+        crates.values().map(|dir| manifest(dir)).collect();
+    assert_eq!(
+        actual, drawn,
+        "left: the crates' [dependencies]; right: the graph of docs/src/architecture.md, Crates"
+    );
+}
+
+/// Each crate's doc says what it may use (docs/src/architecture.md,
+/// Crates): the crates its manifest names, no more and no fewer.
+#[test]
+fn each_crate_says_what_it_may_use() {
+    for (name, dir) in server_crates() {
+        if name == "chainsieve" {
+            continue;
+        }
+        let lib = dir.join("src/lib.rs");
+        let text = fs::read_to_string(&lib).expect("lib.rs");
+        let doc: String = text
+            .lines()
+            .take_while(|line| line.starts_with("//!"))
+            .map(|line| line.trim_start_matches("//!").trim())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let said = doc
+            .split_once("May use (docs/src/architecture.md, Crates): ")
+            .unwrap_or_else(|| panic!("{}: its doc says not what it may use", lib.display()))
+            .1;
+        let said = said.split_once('.').map_or(said, |(list, _)| list);
+        let named: BTreeSet<String> = said
+            .split(", ")
+            .filter_map(|item| {
+                item.trim()
+                    .strip_prefix("[`")?
+                    .strip_suffix("`]")
+                    .map(|n| n.replace('_', "-"))
+            })
+            .collect();
+        assert_eq!(
+            named,
+            manifest(&dir).1,
+            "{}: what its doc says it may use",
+            lib.display()
+        );
+    }
+}
+
+/// Every crate's own `src/`.
 #[test]
 fn no_import_cycles_between_source_files() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = dependencies(&src);
+    let mut failures = String::new();
+    for dir in server_crates().values() {
+        let src = dir.join("src");
+        let graph = dependencies(&src);
+        let tangles: Vec<Vec<String>> = strongly_connected(&graph)
+            .into_iter()
+            .map(|cycle| cycle.files)
+            .collect();
+        println!(
+            "{}: {} files, {} edges between files; inside single modules: {tangles:?}",
+            src.display(),
+            graph.files.len(),
+            graph.edges.len()
+        );
+        let found = reported(&graph);
+        if !found.is_empty() {
+            failures.push_str(&report(&src, &found));
+        }
+    }
     // Guards against passing vacuously (wrong directory, nothing parsed).
+    let host = dependencies(&root().join("host/src"));
     assert!(
-        graph.files.len() > 1 && !graph.edges.is_empty(),
-        "expected several files and some edges under {}, found {} files and {} edges",
-        src.display(),
-        graph.files.len(),
-        graph.edges.len()
+        host.files.len() > 1 && !host.edges.is_empty(),
+        "expected several files and some edges under host/src, found {} files and {} edges",
+        host.files.len(),
+        host.edges.len()
     );
-    let tangles: Vec<Vec<String>> = strongly_connected(&graph)
-        .into_iter()
-        .map(|cycle| cycle.files)
-        .collect();
-    println!(
-        "{}: {} files, {} edges between files; inside single modules: {tangles:?}",
-        src.display(),
-        graph.files.len(),
-        graph.edges.len()
-    );
-    let found = reported(&graph);
-    assert!(found.is_empty(), "{}", report(&src, &found));
+    assert!(failures.is_empty(), "{failures}");
 }
 
 // The tests below run the checker on small crates written to a temporary
@@ -255,9 +398,16 @@ fn reported(graph: &Graph) -> Vec<Cycle> {
 
 /// A message that names every file of every cycle and what ties them.
 fn report(src: &Path, cycles: &[Cycle]) -> String {
-    let dir = src.file_name().map_or_else(
-        || src.display().to_string(),
-        |name| name.to_string_lossy().into_owned(),
+    // A crate of the workspace by its path (`host/model/src`), any other
+    // by its directory's name.
+    let dir = src.strip_prefix(root()).map_or_else(
+        |_| {
+            src.file_name().map_or_else(
+                || src.display().to_string(),
+                |name| name.to_string_lossy().into_owned(),
+            )
+        },
+        |relative| relative.display().to_string(),
     );
     let mut text = format!(
         "{} import cycle(s) between source files. Data flows one way \

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail, ensure};
-use chainsieve::config::Config;
+use chainsieve_config::Config;
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::book::{self, Bindings, Example, Step};
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient};

@@ -11,13 +11,13 @@ use std::time::{Duration, SystemTime};
 use alloy_primitives::Address;
 use chainsieve::bus::linear::AppendError;
 use chainsieve::bus::{Bus, codec};
-use chainsieve::config::{BusConfig, Config, LogConfig, Role};
-use chainsieve::eventlog::EventLog;
-use chainsieve::ingest::devnet::{Devnet, DevnetSettings};
-use chainsieve::model::ChainEvent;
-use chainsieve::model::SourceEvent;
-use chainsieve::price::record::Recorder;
-use chainsieve::price::store::{PriceStore, PriceWrite, Token};
+use chainsieve_config::{BusConfig, Config, LogConfig, Role};
+use chainsieve_eventlog::EventLog;
+use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
+use chainsieve_model::ChainEvent;
+use chainsieve_model::SourceEvent;
+use chainsieve_price::record::Recorder;
+use chainsieve_price::store::{PriceStore, PriceWrite, Token};
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, deploy_ping};
 use chainsieve_tests::dex::{Fixture, Session, compile, price_of, price_when};
 use chainsieve_tests::nats::{Nats, NatsCluster};
@@ -1008,7 +1008,7 @@ async fn servers_started_together_on_a_fresh_cluster_all_start() {
             loop {
                 for (index, status) in &mut statuses {
                     if *status.borrow_and_update()
-                        == chainsieve::ingest::upstream::UpstreamStatus::Live
+                        == chainsieve_ingest::upstream::UpstreamStatus::Live
                     {
                         return *index;
                     }

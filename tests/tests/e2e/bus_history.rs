@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{BusConfig, Config, LogConfig, Role, SourceConfig, Span};
+use chainsieve_config::{BusConfig, Config, LogConfig, Role, SourceConfig, Span};
 use chainsieve_tests::anvil::{Anvil, ping_client};
 use chainsieve_tests::nats::Nats;
 use chainsieve_tests::{TestServer, WsClient, chained_numbers, quantity};

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use chainsieve::config::{BusConfig, Config, Role, WebhooksConfig};
+use chainsieve_config::{BusConfig, Config, Role, WebhooksConfig};
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::nats::Nats;
 use chainsieve_tests::receiver::{Delivery, Receiver, create, head_numbers};

@@ -4,7 +4,7 @@
 
 use alloy_primitives::{Address, keccak256};
 use alloy_signer_local::PrivateKeySigner;
-use chainsieve::config::Span;
+use chainsieve_config::Span;
 use chainsieve_tests::scripts::{SCRIPT_TIMEOUT, run_script};
 use chainsieve_tests::{TestServer, WsClient, hex_address, test_config};
 use serde_json::{Value, json};
@@ -69,7 +69,7 @@ fn assert_pending_hashes_and_transfer_log(report: &Value, token: Address) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log_and_broadcasts() {
     let server = start_server().await;
-    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let token = chainsieve_ingest::devnet::known_tokens(1)[0].address;
     let report = run_client("ethers_client.mjs", &server.ws_url("eth", "demo"), token).await;
 
     assert_eq!(report["chainId"], json!("1"));
@@ -106,7 +106,7 @@ async fn ethers_v6_gets_blocks_pending_transactions_and_a_filtered_log_and_broad
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn viem_watches_blocks_pending_transactions_and_decodes_a_transfer() {
     let server = start_server().await;
-    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let token = chainsieve_ingest::devnet::known_tokens(1)[0].address;
     let report = run_client("viem_client.mjs", &server.ws_url("eth", "demo"), token).await;
 
     assert_eq!(report["chainId"], json!(1));
@@ -138,7 +138,7 @@ async fn viem_watches_blocks_pending_transactions_and_decodes_a_transfer() {
         .parse()
         .expect("address");
     // Senders are devnet accounts, or a pair paying out a swap.
-    let pools: Vec<Address> = chainsieve::ingest::devnet::known_pools(1)
+    let pools: Vec<Address> = chainsieve_ingest::devnet::known_pools(1)
         .iter()
         .map(|p| p.address)
         .collect();
@@ -174,7 +174,7 @@ async fn viem_watches_blocks_pending_transactions_and_decodes_a_transfer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web3_py_gets_heads_pending_hashes_and_a_filtered_log() {
     let server = start_server().await;
-    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let token = chainsieve_ingest::devnet::known_tokens(1)[0].address;
     let report = run_client("web3_client.py", &server.ws_url("eth", "demo"), token).await;
 
     assert_eq!(report["chainId"], json!(1));

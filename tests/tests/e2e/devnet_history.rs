@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{ChainConfig, Config, LogConfig, Span};
-use chainsieve::ingest::devnet::DevnetSettings;
+use chainsieve_config::{ChainConfig, Config, LogConfig, Span};
+use chainsieve_ingest::devnet::DevnetSettings;
 use chainsieve_tests::{TestServer, WsClient, chained_numbers, fast_devnet, quantity, test_config};
 use serde_json::{Value, json};
 

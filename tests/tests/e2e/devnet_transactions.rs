@@ -10,7 +10,7 @@ use alloy_eips::Encodable2718;
 use alloy_primitives::{Address, Bytes, Signature, TxKind, U256, hex, keccak256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use chainsieve::ingest::devnet::empty_blob_hash;
+use chainsieve_ingest::devnet::empty_blob_hash;
 use chainsieve_tests::scripts::run_script;
 use chainsieve_tests::typed::{blob_transaction, set_code_transaction};
 use chainsieve_tests::{TestServer, WsClient, hex_address, of, quantity};
@@ -480,7 +480,7 @@ async fn wallet_methods_answer_on_the_devnet() {
     let price = client.call("eth_gasPrice", json!([])).await.expect("price");
     assert_eq!(quantity(&price["result"]), 600_000_000, "{price}");
 
-    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let token = chainsieve_ingest::devnet::known_tokens(1)[0].address;
     for (method, params) in [
         (
             "eth_call",
@@ -512,7 +512,7 @@ async fn logs_are_read_over_the_devnet_history() {
     let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
-    let token = chainsieve::ingest::devnet::known_tokens(1)[0].address;
+    let token = chainsieve_ingest::devnet::known_tokens(1)[0].address;
     let transfer = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
     // One such log notified first: the history then holds it.
     let watched = client

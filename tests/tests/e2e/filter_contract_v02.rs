@@ -198,7 +198,7 @@ async fn decoded_transfers_are_served_next_to_the_raw_ones() {
     let server = TestServer::start(watching(dir.path()))
         .await
         .expect("server");
-    let usdc = hex_address(&chainsieve::ingest::devnet::known_tokens(1)[0].address);
+    let usdc = hex_address(&chainsieve_ingest::devnet::known_tokens(1)[0].address);
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");

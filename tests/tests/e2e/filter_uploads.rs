@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use chainsieve::config::{BusConfig, Config, Role};
+use chainsieve_config::{BusConfig, Config, Role};
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::filters::{evil_filter, origin, place, wait_for_filters, watching};
 use chainsieve_tests::nats::Nats;

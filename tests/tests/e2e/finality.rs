@@ -4,7 +4,7 @@
 //! waiting for `finalized` is told of the canonical blocks only, once
 //! final, never of a removal, and resumes from its cursors like any other.
 
-use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve_config::{AuthConfig, ChainConfig, Config, SourceConfig};
 use chainsieve_tests::anvil::{Anvil, deploy_ping};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{AuthConfig, ChainConfig, Config, RpcConfig, SourceConfig};
+use chainsieve_config::{AuthConfig, ChainConfig, Config, RpcConfig, SourceConfig};
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, DEV_KEY, mined, ping_contract};
 use chainsieve_tests::calls;
 use chainsieve_tests::scripts::run_script;

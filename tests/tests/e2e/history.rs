@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{
+use chainsieve_config::{
     ChainConfig, Config, FiltersConfig, HistoryConfig, LogConfig, SourceConfig, Span,
 };
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy, ping_client, transfer_contract};

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chainsieve::config::{BusConfig, Config, PlanConfig, Role};
+use chainsieve_config::{BusConfig, Config, PlanConfig, Role};
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::nats::Nats;
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient, test_config};
@@ -277,7 +277,7 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     let (status, _) = on_key(&server, Method::PATCH, &id, Some(json!({"plan": "free"}))).await;
     assert_eq!(status, 409, "a revoked key stays revoked");
     let webhooks = server.state.webhooks.clone().expect("webhooks");
-    let owner = chainsieve::keys::record::digest(&secret);
+    let owner = chainsieve_keys::record::digest(&secret);
     let deadline = tokio::time::Instant::now() + chainsieve_tests::TIMEOUT;
     let view = loop {
         let view = webhooks.get(&owner, &webhook).expect("the webhook");
@@ -478,7 +478,7 @@ async fn usage_total(server: &TestServer, id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_counts_what_a_key_sent_and_received_and_is_kept() {
-    use chainsieve::config::{LogConfig, Span, WebhooksConfig};
+    use chainsieve_config::{LogConfig, Span, WebhooksConfig};
     use chainsieve_tests::receiver::{Receiver, create as create_webhook};
     let dir = tempfile::tempdir().expect("temp dir");
     let config = {

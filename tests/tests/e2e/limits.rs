@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use chainsieve::config::{ChainConfig, SourceConfig};
+use chainsieve_config::{ChainConfig, SourceConfig};
 use chainsieve_tests::{TestServer, WsClient, test_config};
 use serde_json::{Value, json};
 

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainsieve::config::SourceConfig;
+use chainsieve_config::SourceConfig;
 use chainsieve_tests::TestServer;
 use chainsieve_tests::floor::Floor;
 use chainsieve_tests::load::{self, Kind, Report, Spec, Workload};

@@ -2,8 +2,8 @@
 //! indexer a node's blocks do, and the answers match the pools' reserves.
 
 use alloy_sol_types::SolEvent;
-use chainsieve::contracts::abi::IUniswapV2Pair;
-use chainsieve::ingest::devnet::{known_pools, known_tokens};
+use chainsieve_contracts::abi::IUniswapV2Pair;
+use chainsieve_ingest::devnet::{known_pools, known_tokens};
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient, quantity};
 use serde_json::{Value, json};
 

@@ -6,7 +6,7 @@
 //! come from the store; the node-call limit and a node without old state
 //! are refused with their codes.
 
-use chainsieve::config::{Config, LogConfig, PriceConfig, Span};
+use chainsieve_config::{Config, LogConfig, PriceConfig, Span};
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::dex::{Session, price_of, price_when};
 use chainsieve_tests::uniswap::{Scene, expected, scene};

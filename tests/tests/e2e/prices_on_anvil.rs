@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use alloy_primitives::{Address, U256};
 use alloy_sol_types::{SolCall, SolConstructor};
-use chainsieve::config::{AuthConfig, ChainConfig, Config, PriceConfig, SourceConfig};
+use chainsieve_config::{AuthConfig, ChainConfig, Config, PriceConfig, SourceConfig};
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::dex::{
     Fixture, Session, TestPair, TestV3Factory, TestV3Pool, UNISWAP_V2_FACTORY, UNISWAP_V3_FACTORY,

@@ -7,8 +7,8 @@
 
 use std::collections::HashMap;
 
-use chainsieve::config::Config;
-use chainsieve::ingest::devnet::DevnetSettings;
+use chainsieve_config::Config;
+use chainsieve_ingest::devnet::DevnetSettings;
 use chainsieve_tests::{TestServer, WsClient, stepped_devnet};
 use serde_json::{Value, json};
 

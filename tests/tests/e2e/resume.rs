@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{Config, LogConfig, Span};
-use chainsieve::eventlog::cursor::Cursor;
-use chainsieve::ingest::devnet::DevnetSettings;
+use chainsieve_config::{Config, LogConfig, Span};
+use chainsieve_eventlog::cursor::Cursor;
+use chainsieve_ingest::devnet::DevnetSettings;
 use chainsieve_tests::filters::{built, place, watching};
 use chainsieve_tests::{TIMEOUT, TestServer, WsClient, fast_devnet, hex_address, quantity};
 use serde_json::{Value, json};
@@ -164,7 +164,7 @@ async fn server(blocks: usize, reorg_every: u64) -> (TestServer, tempfile::TempD
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_topic_resumes_exactly_across_a_reorg() {
     let (server, _dir) = server(1_024, 4).await;
-    let token = hex_address(&chainsieve::ingest::devnet::known_tokens(1)[0].address);
+    let token = hex_address(&chainsieve_ingest::devnet::known_tokens(1)[0].address);
     let url = server.ws_url("eth", "demo");
 
     // The control never leaves: it is read by a task of its own throughout.

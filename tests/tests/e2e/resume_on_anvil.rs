@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{Config, LogConfig};
+use chainsieve_config::{Config, LogConfig};
 use chainsieve_tests::anvil::{Anvil, deploy_ping, ping_client};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
@@ -254,8 +254,8 @@ async fn from_block_gives_the_chain_as_it_is_canonical_then_live() {
 #[tokio::test]
 async fn a_quorum_chain_restarted_behind_forked_nodes_reaches_their_fork_point_and_says_it_is_stuck()
  {
-    use chainsieve::config::{Agreement, ChainConfig, SourceConfig, Span};
-    use chainsieve::ingest::upstream::UpstreamStatus;
+    use chainsieve_config::{Agreement, ChainConfig, SourceConfig, Span};
+    use chainsieve_ingest::upstream::UpstreamStatus;
     use chainsieve_tests::anvil::DEV_ACCOUNT;
 
     // BNB Chain's id: its 0.45 s cadence makes the stall threshold short.

@@ -2,7 +2,7 @@
 //! every error code, the block methods, `token_price` validation, and
 //! unsubscribing from either transport.
 
-use chainsieve::config::{ChainConfig, Config, Span};
+use chainsieve_config::{ChainConfig, Config, Span};
 use chainsieve_tests::{TestServer, WsClient, quantity, test_config};
 use serde_json::{Value, json};
 
@@ -449,7 +449,7 @@ async fn websocket_errors_keep_the_connection_and_binary_frames_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsubscribe_over_websocket_and_over_http_with_the_same_key() {
     let config = Config {
-        auth: chainsieve::config::AuthConfig {
+        auth: chainsieve_config::AuthConfig {
             keys: vec!["alice".into(), "bob".into()],
             ..Default::default()
         },
@@ -555,7 +555,7 @@ async fn a_chain_that_cannot_start_is_named() {
     config.chains.insert(
         "polygon".into(),
         ChainConfig {
-            source: chainsieve::config::SourceConfig::node("ws://127.0.0.1:9"),
+            source: chainsieve_config::SourceConfig::node("ws://127.0.0.1:9"),
             ..ChainConfig::default()
         },
     );

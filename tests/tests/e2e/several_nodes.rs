@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{Agreement, AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve_config::{Agreement, AuthConfig, ChainConfig, Config, SourceConfig};
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy_ping};
 use chainsieve_tests::faulty::FaultyNode;
 use chainsieve_tests::{TestServer, WsClient, quantity};

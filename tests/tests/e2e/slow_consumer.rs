@@ -1,7 +1,7 @@
 //! A subscriber that stops reading is closed with code 1008 and a reason once
 //! its outbound queue overflows; other subscribers keep receiving.
 
-use chainsieve::config::{Config, LimitsConfig};
+use chainsieve_config::{Config, LimitsConfig};
 use chainsieve_tests::{TestServer, WsClient, fast_devnet};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
@@ -14,7 +14,7 @@ async fn a_stalled_subscriber_is_closed_and_others_are_unaffected() {
             outbound_queue: 16,
             ..LimitsConfig::default()
         },
-        devnet: chainsieve::ingest::devnet::DevnetSettings {
+        devnet: chainsieve_ingest::devnet::DevnetSettings {
             block_time_ms: Some(60),
             transactions_per_block: 40,
             ..fast_devnet()

@@ -5,7 +5,7 @@
 //! matches are exactly the control's events that satisfy the filter.
 
 use alloy_primitives::Address;
-use chainsieve::model::TxShape;
+use chainsieve_model::TxShape;
 use chainsieve_tests::{TestServer, WsClient, assert_exact_filter, hex_address, of};
 use serde_json::{Value, json};
 
@@ -230,7 +230,7 @@ async fn bv_pending_transactions_filter_by_sender_or_receiver() {
         // half of the accounts match by their receiver alone.
         let receivers = [
             accounts[1],
-            chainsieve::ingest::devnet::known_tokens(chain_id)[0].address,
+            chainsieve_ingest::devnet::known_tokens(chain_id)[0].address,
         ];
         let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
             .await
@@ -320,7 +320,7 @@ async fn bv_mined_transactions_filter_by_receiver_and_method() {
     .await
     .expect("server");
     for (chain, chain_id) in CHAINS {
-        let token = chainsieve::ingest::devnet::known_tokens(chain_id)[0].address;
+        let token = chainsieve_ingest::devnet::known_tokens(chain_id)[0].address;
         let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
             .await
             .expect("connect");
@@ -374,7 +374,7 @@ async fn bv_mined_transactions_filter_by_receiver_and_method() {
 async fn logs_follow_geth_filter_rules() {
     let server = TestServer::default().await;
     for (chain, chain_id) in CHAINS {
-        let token = chainsieve::ingest::devnet::known_tokens(chain_id)[0].address;
+        let token = chainsieve_ingest::devnet::known_tokens(chain_id)[0].address;
         let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
             .await
             .expect("connect");
@@ -469,7 +469,7 @@ async fn nothing_follows_an_unsubscribe_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_made_in_a_batch_starts_after_the_batch_response() {
     let config = chainsieve::Config {
-        devnet: chainsieve::ingest::devnet::DevnetSettings {
+        devnet: chainsieve_ingest::devnet::DevnetSettings {
             block_time_ms: Some(100),
             transactions_per_block: 200,
             pending_batches_per_block: 200,
@@ -527,7 +527,7 @@ async fn a_subscription_made_in_a_batch_starts_after_the_batch_response() {
 async fn history_is_never_notified() {
     let history = 100;
     let config = chainsieve::Config {
-        devnet: chainsieve::ingest::devnet::DevnetSettings {
+        devnet: chainsieve_ingest::devnet::DevnetSettings {
             history_blocks: history,
             ..chainsieve_tests::fast_devnet()
         },

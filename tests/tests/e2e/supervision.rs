@@ -5,8 +5,8 @@
 //! the reason; a part's task that stops turns the part not ready, with the
 //! reason, while the rest serves.
 
-use chainsieve::tasks::Part;
-use chainsieve::tasks::faults::Fault;
+use chainsieve_runtime::tasks::Part;
+use chainsieve_runtime::tasks::faults::Fault;
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::{TestServer, WsClient, chained_numbers, test_config};
 use serde_json::{Value, json};

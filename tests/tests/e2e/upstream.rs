@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve::config::{AuthConfig, ChainConfig, Config, SourceConfig, Span};
-use chainsieve::ingest::upstream::UpstreamStatus;
+use chainsieve_config::{AuthConfig, ChainConfig, Config, SourceConfig, Span};
+use chainsieve_ingest::upstream::UpstreamStatus;
 use chainsieve_tests::anvil::{
     Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, deploy_ping, mined, ping_contract, ping_topic,
 };

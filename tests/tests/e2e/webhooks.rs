@@ -11,10 +11,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use chainsieve::config::{AuthConfig, Config, LogConfig, WebhooksConfig};
 use chainsieve::filters::registry::BUILT_FILTERS_DIR;
-use chainsieve::ingest::devnet::DevnetSettings;
-use chainsieve::tasks::faults::Fault;
+use chainsieve_config::{AuthConfig, Config, LogConfig, WebhooksConfig};
+use chainsieve_ingest::devnet::DevnetSettings;
+use chainsieve_runtime::tasks::faults::Fault;
 use chainsieve_tests::anvil::Anvil;
 use chainsieve_tests::filters::watching;
 use chainsieve_tests::receiver::{Answer, Delivery, Receiver, create, delivered, head_numbers};
@@ -156,7 +156,7 @@ async fn a_logs_webhook_and_a_custom_one_get_what_a_socket_gets() {
     };
     let server = TestServer::start(config).await.expect("server");
     let mut receiver = Receiver::start().await.expect("receiver");
-    let usdc = hex_address(&chainsieve::ingest::devnet::known_tokens(1)[0].address);
+    let usdc = hex_address(&chainsieve_ingest::devnet::known_tokens(1)[0].address);
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");

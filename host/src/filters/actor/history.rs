@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use super::replay::allowance;
 use super::{Actor, Feed, pairs};
-use crate::fanout::Via;
 use crate::filters::batch::EventBatch;
 use crate::history::{HistoryFeed, HistoryItem};
-use crate::model::Block;
+use chainsieve_fanout::Via;
+use chainsieve_model::Block;
 
 /// A subscription's history stream as the actor reads it.
 #[derive(Debug)]

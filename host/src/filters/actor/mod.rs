@@ -33,13 +33,13 @@ use tokio::sync::{mpsc, oneshot};
 use super::contract::Delivery;
 use super::engine::FilterComponent;
 use super::instance::{Instance, Instantiate};
-use crate::eventlog::cursor::{AsOf, Mark, ResumeError, ResumeFrom};
-use crate::eventlog::{EventLog, Position};
-use crate::fanout::{self, Held, Notice, Sink, Via};
 use crate::filters::batch::EventBatch;
 use crate::history::HistoryFeed;
-use crate::metrics::ActorMetrics;
-use crate::model::Grade;
+use chainsieve_eventlog::cursor::{AsOf, Mark, ResumeError, ResumeFrom};
+use chainsieve_eventlog::{EventLog, Position};
+use chainsieve_fanout::{self as fanout, Held, Notice, Sink, Via};
+use chainsieve_model::Grade;
+use chainsieve_runtime::metrics::ActorMetrics;
 use pairs::Pair;
 use replay::Turn;
 
@@ -421,7 +421,7 @@ struct Actor {
     /// What resuming subscriptions replay.
     log: Arc<EventLog>,
     /// Wakes an actor whose every replay waits for a finality grade.
-    finality: tokio::sync::watch::Receiver<crate::eventlog::Finality>,
+    finality: tokio::sync::watch::Receiver<chainsieve_eventlog::Finality>,
     /// Drives the wait for a command, with a timeout, while replays wait.
     runtime: tokio::runtime::Handle,
     /// Makes the instances: the engine, or a test's stand-in.

@@ -11,8 +11,8 @@
 
 use chainsieve_filter_core::Matches;
 
-use crate::fanout::Notice;
 use crate::filters::batch::EventBatch;
+use chainsieve_fanout::Notice;
 
 /// One event going to one subscription.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,8 +91,8 @@ mod tests {
     use chainsieve_filter_core::Source;
 
     use super::*;
-    use crate::model::StreamEvent;
-    use crate::model::Transaction;
+    use chainsieve_model::StreamEvent;
+    use chainsieve_model::Transaction;
 
     /// A batch of `count` pending transactions.
     fn batch(count: u8) -> EventBatch {

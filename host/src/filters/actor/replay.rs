@@ -27,12 +27,12 @@ use chainsieve_filter_core::Matches;
 
 use super::pairs::{self, Pair};
 use super::{Actor, Feed, Record};
-use crate::eventlog::cursor::Mark;
-use crate::eventlog::{EventLog, Position, Step};
-use crate::fanout::Via;
 use crate::filters::batch::EventBatch;
 use crate::filters::instance::Instance;
-use crate::model::ChainEvent;
+use chainsieve_eventlog::cursor::Mark;
+use chainsieve_eventlog::{EventLog, Position, Step};
+use chainsieve_fanout::Via;
+use chainsieve_model::ChainEvent;
 
 /// The JSON-RPC error code ending a replay that fell out of the log's
 /// window: EIP-1474's "resource not found", as for a resume older than it.
@@ -61,7 +61,7 @@ pub(super) enum Turn {
 }
 
 /// Whether a replay at `next` is told of the step there now, passes over
-/// it (a `fromBlock` replay's [`crate::eventlog::cursor::AsOf`], or what a
+/// it (a `fromBlock` replay's [`chainsieve_eventlog::cursor::AsOf`], or what a
 /// subscription waiting for a grade is never told of), or waits for its
 /// grade.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

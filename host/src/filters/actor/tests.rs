@@ -7,14 +7,14 @@ use std::time::Duration;
 use chainsieve_filter_core::Matches;
 
 use super::*;
-use crate::config::LogConfig;
-use crate::eventlog::cursor::Cursor;
-use crate::fanout::testing::Pipe;
-use crate::fanout::{Frame, Frames, Notice};
 use crate::filters::testing::{builtin, subscribe_all, to_everything};
-use crate::ingest::devnet::{Devnet, DevnetSettings};
-use crate::metrics::Metrics;
-use crate::model::{Block, ChainEvent, Grade};
+use chainsieve_config::LogConfig;
+use chainsieve_eventlog::cursor::Cursor;
+use chainsieve_fanout::testing::Pipe;
+use chainsieve_fanout::{Frame, Frames, Notice};
+use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
+use chainsieve_model::{Block, ChainEvent, Grade};
+use chainsieve_runtime::metrics::Metrics;
 
 /// What the stand-ins do, shared with the test that scripts them.
 #[derive(Default)]
@@ -140,7 +140,7 @@ async fn harness_with(blocks: usize) -> Harness {
             std::iter::repeat_with(|| devnet.next_step())
                 .flatten()
                 .filter_map(|event| match event {
-                    crate::model::SourceEvent::Block(block) => Some(block),
+                    chainsieve_model::SourceEvent::Block(block) => Some(block),
                     _ => None,
                 }),
         )

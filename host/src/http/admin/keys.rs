@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::http::{AppState, json_error};
-use crate::keys::manage::{Create, KeyError, Update};
 use crate::rpc::RpcError;
+use chainsieve_keys::manage::{Create, KeyError, Update};
 
 /// The fields a body may have.
 const FIELDS: &str = "name, plan, chains, methods, expiresAt";

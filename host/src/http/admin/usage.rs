@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use super::keys::rfc3339;
 use crate::http::{AppState, json_error};
 use crate::rpc::RpcError;
-use crate::usage::ledger::check_range;
-use crate::usage::{Counts, HOUR};
+use chainsieve_usage::ledger::check_range;
+use chainsieve_usage::{Counts, HOUR};
 
 /// `GET /admin/keys/{id}/usage?from=…&to=…`: the key's hourly buckets
 /// (Unix seconds or RFC 3339 times; the last 24 hours by default), each
@@ -43,7 +43,7 @@ pub async fn usage(
             RpcError::not_found(format!("no usage of key {id}")),
         );
     };
-    let now = crate::clock::unix_now();
+    let now = chainsieve_runtime::clock::unix_now();
     let time = |name: &str, default: u64| match query.get(name) {
         None => Ok(default),
         Some(text) => text.parse().ok().or_else(|| rfc3339(text)).ok_or_else(|| {

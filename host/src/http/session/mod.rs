@@ -24,10 +24,10 @@ use super::AppState;
 use super::socket::Socket;
 use super::upgrade::Reader;
 use crate::chain::Chain;
-use crate::fanout::{Frame, SendError, Sink};
-use crate::keys::{Ended, Key};
 use crate::rpc::RpcError;
 use crate::rpc::methods::{self, Connection, Context, Reply};
+use chainsieve_fanout::{Frame, SendError, Sink};
+use chainsieve_keys::{Ended, Key};
 use heartbeat::{Heartbeat, Unanswered};
 use writer::Stop;
 

@@ -18,7 +18,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame;
 
-use crate::fanout::{Closing, Frame, Frames, Round, with_scratch};
+use chainsieve_fanout::{Closing, Frame, Frames, Round, with_scratch};
 
 /// Frames taken from the queue per wake: what queued up while the socket
 /// was busy goes out in one write, and the bound lets other connections
@@ -159,7 +159,7 @@ mod tests {
     use super::*;
     use std::task::Waker;
 
-    use crate::fanout::{Notice, SendError, Sink, Wire};
+    use chainsieve_fanout::{Notice, SendError, Sink, Wire};
 
     /// The server's end of a loopback pipe, counting its writes.
     struct Counted {
