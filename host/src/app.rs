@@ -40,6 +40,13 @@ use chainsieve_webhook::{Parts, Webhooks};
 /// returned state ([`crate::http::serve`]).
 pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<AppState>> {
     let specs = config.validate()?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
+    if let Some(dir) = config.data_dir() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the data directory {}", dir.display()))?;
+    }
     let bus = match config.role {
         Role::All => None,
         role => Some(Bus::connect(&config.bus, &format!("chainsieve {}", role.name())).await?),
@@ -173,7 +180,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
 }
 
 /// Where uploaded filter components are kept: on a server of role `all`
-/// in `filters.redb` under `[log] data_dir` (in memory without one), on an
+/// in `filters.redb` under the data directory (in memory without one), on an
 /// edge in the bus's object store; an ingest runs no filters.
 async fn upload_store(
     config: &Config,
@@ -182,9 +189,7 @@ async fn upload_store(
     Ok(match (config.role, bus) {
         (Role::Ingest, _) => None,
         (Role::Edge, Some(bus)) => Some(Arc::new(bus.uploads().await?)),
-        _ => Some(Arc::new(LocalUploads::open(
-            config.log.data_dir.as_deref(),
-        )?)),
+        _ => Some(Arc::new(LocalUploads::open(config.data_dir())?)),
     })
 }
 
@@ -211,8 +216,8 @@ async fn load_uploads(
 }
 
 /// The API keys: those of `[auth] keys` (or the demo key) and the managed
-/// ones, kept on a server of role `all` in `keys.redb` under `[log]
-/// data_dir` (in memory without one), on the bus in its KV bucket (an
+/// ones, kept on a server of role `all` in `keys.redb` under the data
+/// directory (in memory without one), on the bus in its KV bucket (an
 /// ingest serves no client: it keeps only the config's).
 async fn start_keys(
     config: &Config,
@@ -226,7 +231,7 @@ async fn start_keys(
     let store: Arc<dyn KeyStore> = match (config.role, bus) {
         (Role::Edge, Some(bus)) => Arc::new(bus.keys().await?),
         _ => Arc::new(LocalKeys::open(match config.role {
-            Role::All => config.log.data_dir.as_deref(),
+            Role::All => config.data_dir(),
             _ => None,
         })?),
     };
@@ -244,7 +249,7 @@ async fn start_keys(
 }
 
 /// The usage ledger, flushing every key's meter to hourly buckets: on a
-/// server of role `all` in `usage.redb` under `[log] data_dir` (in memory
+/// server of role `all` in `usage.redb` under the data directory (in memory
 /// without one), on an edge in the bus's KV bucket; none on an ingest or
 /// with `[usage] enabled = false`.
 async fn start_ledger(
@@ -261,7 +266,7 @@ async fn start_ledger(
     let retention = config.usage.retention();
     let store: Arc<dyn UsageStore> = match bus {
         Some(bus) => Arc::new(bus.usage(retention, holder_name()).await?),
-        None => Arc::new(LocalUsage::open(config.log.data_dir.as_deref(), retention)?),
+        None => Arc::new(LocalUsage::open(config.data_dir(), retention)?),
     };
     let keys = keys.clone();
     Ok(Some(Ledger::spawn(
@@ -275,7 +280,7 @@ async fn start_ledger(
 }
 
 /// The webhooks: on a server of role `all`, kept in `webhooks.redb` under
-/// `[log] data_dir` (in memory without one) and all delivered here; on an
+/// the data directory (in memory without one) and all delivered here; on an
 /// edge, kept in the bus's buckets and each delivered by the edge holding
 /// its lease. Their subscriptions are opened as `eth_subscribe` opens a
 /// socket's.
@@ -288,11 +293,7 @@ async fn start_webhooks(
 ) -> anyhow::Result<Arc<Webhooks>> {
     let (store, claims): (Arc<dyn Store>, Arc<dyn Claims>) = match bus {
         None => (
-            Arc::new(LocalStore::open(
-                config.log.data_dir.as_deref(),
-                tasks,
-                &metrics.queues,
-            )?),
+            Arc::new(LocalStore::open(config.data_dir(), tasks, &metrics.queues)?),
             Arc::new(Always),
         ),
         Some(bus) => (

@@ -29,6 +29,7 @@ static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
 ///
 ///   listen = "127.0.0.1:8080"
 ///   role = "all"   (or "ingest", "edge": several servers on NATS JetStream)
+///   data_dir = "…"   (what the server keeps across restarts; unset: in memory)
 ///   [auth]       keys = ["…"]   admin_token = "…"
 ///   [plans.<name>]  requests_per_second = …   max_connections = …   chains = […]
 ///   [chains.eth]      chain_id = 1    source = "devnet"   (or "ws://host:port")
@@ -38,9 +39,9 @@ static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
 ///   [devnet]     seed = 1   block_time_ms = …   reorg_every = 0
 ///   [filters]    dir = "filters"   call_timeout_ms = 1000   memory_limit_mib = 256   max_values = 1000
 ///   [limits]     outbound_queue = 4096   max_batch = 1000   max_request_bytes = 1048576
-///   [log]        window = "1h"   memory_mib = 256   data_dir = "…"
+///   [log]        window = "1h"   memory_mib = 256
 ///   [history]    max_blocks = 250000   max_streams = 32
-///   [price]      data_dir = "…"   max_node_calls = 64
+///   [price]      max_node_calls = 64   node_calls_per_second = 200
 ///   [rpc]        allow = […]   deny = […]   timeout_ms = 10000
 ///   [webhooks]   max_per_key = 20   timeout_ms = 10000   allow_http = false
 ///   [usage]      enabled = true   flush_secs = 10   retention_days = 90

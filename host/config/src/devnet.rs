@@ -41,7 +41,7 @@ pub struct DevnetSettings {
     pub history_blocks: u64,
     /// What each chain's archive of its canonical blocks, for `fromBlock`
     /// beyond the log window, holds in memory, in MiB; the oldest blocks
-    /// are let go first. With `[log] data_dir` every block is on disk as
+    /// are let go first. With `data_dir` every block is on disk as
     /// well, up to `[history] max_blocks` back. Default 256.
     pub archive_memory_mib: usize,
 }

@@ -61,6 +61,13 @@ pub struct Config {
     pub role: Role,
     /// Address of the one listener serving every chain.
     pub listen: SocketAddr,
+    /// The one directory for what the server keeps across restarts
+    /// (docs/src/configuration.md, The data directory): each node chain's
+    /// event log and price history, each devnet chain's archive, and on a
+    /// server of role `all` its keys, usage, webhooks and uploaded filters,
+    /// a file each. Created when missing. Unset: all of it in memory.
+    /// `[log] data_dir` is its earlier name.
+    pub data_dir: Option<PathBuf>,
     pub auth: AuthConfig,
     pub filters: FiltersConfig,
     /// Chains by URL prefix (`/eth/v1/<key>`); absent: eth, bsc and polygon
@@ -97,11 +104,8 @@ pub struct LogConfig {
     /// The most memory, roughly, one chain's window holds; past it the
     /// oldest steps go first, whatever `blocks` says.
     pub memory_mib: u64,
-    /// A directory for one database file per node-fed chain
-    /// (`<chain>.log.redb`), so the window survives restarts and clients
-    /// resume across them. Unset: kept in memory. Devnet chains always
-    /// keep it in memory (their history is generated afresh at every
-    /// start).
+    /// The earlier name of the top-level `data_dir`, read as it with a
+    /// warning ([`Config::warnings`]).
     pub data_dir: Option<PathBuf>,
 }
 
@@ -225,6 +229,7 @@ impl Default for Config {
         Self {
             role: Role::All,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: None,
             auth: AuthConfig::default(),
             filters: FiltersConfig::default(),
             chains,
@@ -267,10 +272,9 @@ pub struct PriceConfig {
     /// Node calls all `token_price` requests of a chain may make a second
     /// together; past it, -32005 until the next second's. Default 200.
     pub node_calls_per_second: u32,
-    /// A directory for one database file per node-fed chain
-    /// (`<chain>.redb`), so price history survives restarts. Unset: kept
-    /// in memory. Devnet chains always keep it in memory (their history is
-    /// generated afresh at every start).
+    /// Where node chains keep their `token_price` history instead of the
+    /// top-level `data_dir` (the earlier setting, read with a warning:
+    /// [`Config::warnings`]).
     pub data_dir: Option<PathBuf>,
 }
 
@@ -491,6 +495,38 @@ impl Config {
             .map_err(|error| located::locate(error, path, text))
     }
 
+    /// The server's data directory: `data_dir`, or `[log] data_dir`, its
+    /// earlier name.
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.data_dir.as_deref().or(self.log.data_dir.as_deref())
+    }
+
+    /// Where node chains keep their `token_price` history: `[price]
+    /// data_dir` where an earlier file sets it, the data directory
+    /// otherwise.
+    pub fn price_dir(&self) -> Option<&Path> {
+        self.price.data_dir.as_deref().or(self.data_dir())
+    }
+
+    /// What the file says in an earlier way that still works, one line
+    /// each, for the start to log.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Some(dir) = &self.log.data_dir {
+            warnings.push(format!(
+                "[log] data_dir is read as data_dir, the server's one data directory (it holds the keys, usage, webhooks, uploaded filters and devnet archives too): write data_dir = {:?} at the top of the file instead",
+                dir.display().to_string()
+            ));
+        }
+        if let Some(dir) = &self.price.data_dir {
+            warnings.push(format!(
+                "[price] data_dir keeps token_price history in {} apart from the data directory: write data_dir at the top of the file instead, which holds it with everything else the server keeps",
+                dir.display()
+            ));
+        }
+        warnings
+    }
+
     /// Reads `text`; what it says is checked by [`Config::validate`] once
     /// the command line has had its say.
     pub fn from_toml(text: &str) -> anyhow::Result<Self> {
@@ -507,6 +543,12 @@ impl Config {
     /// rather than overflowing or panicking later. Answers the chains as
     /// they will run.
     pub fn validate(&self) -> anyhow::Result<Vec<ChainSpec>> {
+        if self.data_dir.is_some() && self.log.data_dir.is_some() {
+            return Err(located::invalid(
+                "log.data_dir",
+                "log.data_dir is the earlier name of data_dir: set data_dir alone",
+            ));
+        }
         let specs = self.chain_specs()?;
         self.keys()?;
         self.auth.validate()?;
@@ -676,6 +718,45 @@ mod tests {
         assert_eq!(config.keys().expect("demo"), vec!["demo"]);
         assert_eq!(config.default_chain(), Some("eth"));
         assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn one_data_directory_its_earlier_names_read_with_a_warning() {
+        let config = load(r#"data_dir = "/var/lib/chainsieve""#).expect("valid");
+        assert_eq!(config.data_dir(), Some(Path::new("/var/lib/chainsieve")));
+        assert_eq!(config.price_dir(), config.data_dir());
+        assert!(config.warnings().is_empty());
+        let none = load("").expect("valid");
+        assert_eq!((none.data_dir(), none.price_dir()), (None, None));
+
+        let earlier = load("[log]\ndata_dir = \"old\"\n[price]\ndata_dir = \"prices\"")
+            .expect("the earlier keys still work");
+        assert_eq!(earlier.data_dir(), Some(Path::new("old")));
+        assert_eq!(earlier.price_dir(), Some(Path::new("prices")));
+        let warnings = earlier.warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("[log] data_dir is read as data_dir")
+                && warnings[0].contains(r#"write data_dir = "old" at the top"#),
+            "{}",
+            warnings[0]
+        );
+        assert!(
+            warnings[1].starts_with("[price] data_dir keeps token_price history in prices"),
+            "{}",
+            warnings[1]
+        );
+
+        // Both names at once: refused at the earlier one's line.
+        let text = "data_dir = \"a\"\n[log]\ndata_dir = \"b\"\n";
+        let both = Config::from_toml(text).expect("parses");
+        let error = both
+            .validate_file(Path::new("chainsieve.toml"), text)
+            .expect_err("two data directories");
+        assert_eq!(
+            format!("{error:#}"),
+            "in config chainsieve.toml:3 (log.data_dir): log.data_dir is the earlier name of data_dir: set data_dir alone"
+        );
     }
 
     #[test]

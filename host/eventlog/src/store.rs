@@ -1,4 +1,4 @@
-//! A node-fed chain's log window on disk (`[log] data_dir`), in the
+//! A node-fed chain's log window on disk (`data_dir`), in the
 //! embedded database (redb): one record per step, by position, so a
 //! restart keeps the window and resumes reach across it
 //! (docs/src/architecture.md, The event log).

@@ -3,7 +3,7 @@
 //! revision their writer read, and, where other processes write too (the
 //! bus's KV bucket, `bus/keys.rs`), their changes as they come. A server
 //! of role `all` keeps them in the embedded database ([`LocalStore`]:
-//! `keys.redb` under `[log] data_dir`, or in memory), where only it
+//! `keys.redb` under `data_dir`, or in memory), where only it
 //! writes.
 
 use std::path::Path;
@@ -40,7 +40,7 @@ pub enum PutError {
     Failed(#[from] anyhow::Error),
 }
 
-/// The file's name under `[log] data_dir`.
+/// The file's name under `data_dir`.
 pub const FILE: &str = "keys.redb";
 
 /// id → serde JSON of a [`Stored`].

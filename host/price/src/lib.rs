@@ -23,6 +23,7 @@ pub mod record;
 pub mod store;
 
 use std::num::NonZeroU32;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,11 +76,16 @@ pub enum Calls {
 }
 
 impl PriceIndex {
-    /// Opens the chain's store: a file in `config.data_dir` for a node
-    /// chain, if set; in memory otherwise (the devnet regenerates its
-    /// history at every start).
-    pub fn open(spec: &ChainSpec, config: &PriceConfig) -> anyhow::Result<Arc<Self>> {
-        let store = match (&spec.source, &config.data_dir) {
+    /// Opens the chain's store: a file in `dir` (the data directory, or an
+    /// earlier file's `[price] data_dir`) for a node chain, if set; in
+    /// memory otherwise (the devnet regenerates its history at every
+    /// start).
+    pub fn open(
+        spec: &ChainSpec,
+        config: &PriceConfig,
+        dir: Option<&Path>,
+    ) -> anyhow::Result<Arc<Self>> {
+        let store = match (&spec.source, dir) {
             (Source::Nodes(_), Some(dir)) => {
                 std::fs::create_dir_all(dir).with_context(|| {
                     format!("creating the price data directory {}", dir.display())
@@ -95,7 +101,7 @@ impl PriceIndex {
             (Source::Nodes(_), None) => {
                 tracing::warn!(
                     chain = %spec.name,
-                    "price history is kept in memory; set [price] data_dir to keep it across restarts"
+                    "price history is kept in memory; set data_dir to keep it across restarts"
                 );
                 PriceStore::in_memory()?
             }

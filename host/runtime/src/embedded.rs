@@ -1,6 +1,6 @@
 //! The embedded database (redb) a server of role `all` keeps its
 //! webhooks, keys, usage and uploaded filters in: one file each under
-//! `[log] data_dir`, or in memory without one.
+//! `data_dir`, or in memory without one.
 
 use std::path::Path;
 

@@ -133,7 +133,7 @@ impl PriceJournal {
         anyhow::ensure!(
             held > 0 || store.is_empty()?,
             "the price database holds history a server of role `all` indexed, not {}: \
-             give this server a [price] data_dir of its own",
+             give this server a data_dir of its own",
             self.linear.name()
         );
         Ok(held + 1)

@@ -1,8 +1,9 @@
 //! Role `all`: one process reads the chain's devnet or node, keeps its
-//! event log (on disk for a node chain with `[log] data_dir`) and a devnet
+//! event log (on disk for a node chain with `data_dir`) and a devnet
 //! chain's archive, indexes its prices from the pipeline, and serves
 //! clients.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use alloy_primitives::B256;
@@ -128,16 +129,13 @@ pub(super) fn start(
     Ok(origin)
 }
 
-/// A devnet chain's archive: in memory, and in `[log] data_dir` when set.
+/// A devnet chain's archive: in memory, and in the data directory when
+/// there is one.
 fn archive(parts: &Parts<'_>) -> anyhow::Result<Arc<Archive>> {
-    let path = match &parts.config.log.data_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating the data directory {}", dir.display()))?;
-            Some(dir.join(format!("{}.devnet.redb", parts.spec.name)))
-        }
-        None => None,
-    };
+    let path = parts
+        .config
+        .data_dir()
+        .map(|dir| dir.join(format!("{}.devnet.redb", parts.spec.name)));
     let archive = Archive::new(
         parts
             .config
@@ -151,24 +149,23 @@ fn archive(parts: &Parts<'_>) -> anyhow::Result<Arc<Archive>> {
     Ok(Arc::new(archive))
 }
 
-/// The chain's event log: for a node chain with `[log] data_dir`, restored
+/// The chain's event log: for a node chain with a data directory (`dir`), restored
 /// from its file, with a task (on `tasks`) persisting the steps the
 /// pipeline sends; otherwise in memory only.
 pub(super) fn event_log(
     spec: &ChainSpec,
     config: &LogConfig,
+    dir: Option<&Path>,
     tasks: &Tasks,
     queues: &Queues,
 ) -> anyhow::Result<(Arc<EventLog>, Option<mpsc::Sender<Persist>>)> {
-    let dir = match (&spec.source, &config.data_dir) {
+    let dir = match (&spec.source, dir) {
         (Source::Nodes(_), Some(dir)) => dir,
         _ => {
             let log = EventLog::new(&spec.name, spec.log_blocks, config.memory_mib);
             return Ok((Arc::new(log), None));
         }
     };
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating the log data directory {}", dir.display()))?;
     let path = dir.join(format!("{}.log.redb", spec.name));
     let store = LogStore::open(&path).with_context(|| {
         format!(

@@ -174,7 +174,9 @@ impl Chain {
     ) -> anyhow::Result<Arc<Chain>> {
         let role = config.role;
         let (log, persist) = match role {
-            Role::All => all::event_log(spec, &config.log, tasks, &metrics.queues)?,
+            Role::All => {
+                all::event_log(spec, &config.log, config.data_dir(), tasks, &metrics.queues)?
+            }
             // The bus keeps the log between processes.
             Role::Ingest | Role::Edge => (
                 Arc::new(EventLog::new(
@@ -198,7 +200,7 @@ impl Chain {
                 })
                 .collect::<anyhow::Result<_>>()?,
         };
-        let price = PriceIndex::open(spec, &config.price)?;
+        let price = PriceIndex::open(spec, &config.price, config.price_dir())?;
         let state = Arc::new(PipelineState::new(spec.window, topics, log));
         let parts = Parts {
             spec,

@@ -4,7 +4,7 @@
 //! it: every upload, writes and removals, and, where other processes write
 //! too (the bus's object store, `bus/filters.rs`), their changes as they
 //! come. A server of role `all` keeps them in the embedded database
-//! ([`LocalStore`]: `filters.redb` under `[log] data_dir`, or in memory).
+//! ([`LocalStore`]: `filters.redb` under `data_dir`, or in memory).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -41,7 +41,7 @@ pub trait UploadStore: Send + Sync + std::fmt::Debug + 'static {
 /// topic → the component's bytes.
 const UPLOADS: TableDefinition<&str, &[u8]> = TableDefinition::new("uploads");
 
-/// The file's name under `[log] data_dir`.
+/// The file's name under `data_dir`.
 pub const FILE: &str = "filters.redb";
 
 /// The embedded database's uploads; only this process writes them.

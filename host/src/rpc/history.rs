@@ -111,7 +111,7 @@ pub(super) async fn feed(
         && start < held
     {
         return Err(RpcError::not_found(format!(
-            "{}'s devnet holds its history from block {held} on, not block {start} (it keeps [devnet] archive_memory_mib in memory; with [log] data_dir, every block up to [history] max_blocks back)",
+            "{}'s devnet holds its history from block {held} on, not block {start} (it keeps [devnet] archive_memory_mib in memory; with data_dir, every block up to [history] max_blocks back)",
             chain.name
         )));
     }

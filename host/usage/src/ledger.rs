@@ -189,7 +189,7 @@ fn record_now() -> u64 {
 /// (key id, hour) → serde JSON of [`Counts`].
 const USAGE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("usage");
 
-/// The embedded database's buckets (`usage.redb` under `[log] data_dir`,
+/// The embedded database's buckets (`usage.redb` under `data_dir`,
 /// or in memory): one writer, so each flush adds to them.
 #[derive(Debug)]
 pub struct LocalStore {
@@ -200,7 +200,7 @@ pub struct LocalStore {
     pruned: Mutex<u64>,
 }
 
-/// The file's name under `[log] data_dir`.
+/// The file's name under `data_dir`.
 pub const FILE: &str = "usage.redb";
 
 impl LocalStore {

@@ -69,7 +69,7 @@ pub enum Change {
     Deleted(String),
 }
 
-/// The file's name under `[log] data_dir`.
+/// The file's name under `data_dir`.
 pub const FILE: &str = "webhooks.redb";
 
 enum Write {

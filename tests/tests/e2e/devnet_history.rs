@@ -242,7 +242,7 @@ async fn the_memory_bound_lets_the_oldest_go_and_says_so() {
 async fn with_a_data_directory_the_whole_past_is_held() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = one_chain(with_a_past(1), "polygon", 137);
-    config.log.data_dir = Some(dir.path().to_path_buf());
+    config.data_dir = Some(dir.path().to_path_buf());
     let server = TestServer::start(config).await.expect("server");
     let mut ws = WsClient::connect(&server.ws_url("polygon", "demo"))
         .await

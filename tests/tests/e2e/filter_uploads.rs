@@ -105,7 +105,7 @@ fn server_config(filters_dir: &Path, data_dir: &Path) -> Config {
     let mut config = watching(filters_dir);
     config.chains.retain(|name, _| name == "eth");
     config.auth.admin_token = Some(TOKEN.into());
-    config.log.data_dir = Some(data_dir.to_path_buf());
+    config.data_dir = Some(data_dir.to_path_buf());
     config
 }
 

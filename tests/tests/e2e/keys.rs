@@ -101,7 +101,7 @@ fn config(data_dir: &std::path::Path) -> Config {
     config.auth.keys = vec![CONFIGURED.into()];
     config.auth.admin_token = Some(TOKEN.into());
     config.plans = plans();
-    config.log.data_dir = Some(data_dir.to_path_buf());
+    config.data_dir = Some(data_dir.to_path_buf());
     config.webhooks.allow_http = true;
     config.webhooks.allow_private_addresses = true;
     config
@@ -132,8 +132,14 @@ fn message(error: &Value) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
+    // A data directory that is not there yet: the server makes it and
+    // keeps each feature's database in it.
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = TestServer::start(config(dir.path())).await.expect("server");
+    let data = dir.path().join("var/chainsieve");
+    let server = TestServer::start(config(&data)).await.expect("server");
+    for file in ["keys.redb", "usage.redb", "webhooks.redb", "filters.redb"] {
+        assert!(data.join(file).is_file(), "{file} in the data directory");
+    }
 
     // The admin API wants the token.
     let (status, body) = admin(&server, Method::GET, "/admin/keys", None, None).await;
@@ -319,9 +325,7 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     // Restarted on the same data directory: keys and revocations kept.
     let (kept_id, kept) = create(&server, json!({"chains": ["bsc"]})).await;
     server.stop().await;
-    let server = TestServer::start(config(dir.path()))
-        .await
-        .expect("restarted");
+    let server = TestServer::start(config(&data)).await.expect("restarted");
     let (answered, _) = batch(&server, "bsc", &kept, 1).await;
     assert_eq!(answered, 1, "a key made before the restart works after it");
     let (status, _) = chain_id(&server, "eth", &kept).await;
@@ -333,7 +337,7 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     let (_, view) = on_key(&server, Method::GET, &kept_id, None).await;
     assert_eq!(view["chains"], json!(["bsc"]));
     // The database holds digests, never a secret.
-    let stored = std::fs::read(dir.path().join("keys.redb")).expect("keys.redb");
+    let stored = std::fs::read(data.join("keys.redb")).expect("keys.redb");
     let stored = String::from_utf8_lossy(&stored);
     assert!(
         !stored.contains(&kept) && !stored.contains(&secret),

@@ -1,7 +1,7 @@
 //! Resume with a real node upstream (anvil): a client away while the node
 //! reorganises (`anvil_reorg`) comes back with its cursors and gets the
 //! orphaned logs and transactions as removed, then the new branch; with
-//! the log persisted (`[log] data_dir`), cursors from before a server
+//! the log persisted (`data_dir`), cursors from before a server
 //! restart resume after it, the blocks mined while it was down included.
 
 use std::collections::BTreeMap;
