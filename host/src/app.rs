@@ -11,25 +11,28 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::bus::Bus;
-use crate::bus::webhooks::holder_name;
 use crate::chain::uploads::Uploads;
 use crate::chain::{Chain, reload};
-use crate::filters::uploads::{LocalStore as LocalUploads, UploadStore};
 use crate::filters::{FilterEngine, FilterRegistry};
 use crate::history::limits::Streams;
 use crate::http::{AppState, Stats};
 use crate::rpc::rate_limit::RateLimit;
 use crate::rpc::subscriptions::Subscriptions;
 use crate::rpc::webhooks::Opener;
+use chainsieve_bus::Bus;
 use chainsieve_config::{Config, Role};
 use chainsieve_keys::Keys;
+use chainsieve_keys::bus::KvKeys;
 use chainsieve_keys::plan::Plans;
 use chainsieve_keys::store::{KeyStore, LocalStore as LocalKeys};
 use chainsieve_runtime::metrics::Metrics;
 use chainsieve_runtime::tasks::Tasks;
+use chainsieve_uploads::bus::ObjectUploads;
+use chainsieve_uploads::{LocalStore as LocalUploads, UploadStore};
 use chainsieve_usage::Ledger;
+use chainsieve_usage::bus::KvUsage;
 use chainsieve_usage::ledger::{LocalStore as LocalUsage, UsageStore};
+use chainsieve_webhook::bus::{KvStore as KvWebhooks, LeaseClaims, holder_name};
 use chainsieve_webhook::claim::{Always, Claims};
 use chainsieve_webhook::post::Poster;
 use chainsieve_webhook::store::LocalStore;
@@ -188,7 +191,7 @@ async fn upload_store(
 ) -> anyhow::Result<Option<Arc<dyn UploadStore>>> {
     Ok(match (config.role, bus) {
         (Role::Ingest, _) => None,
-        (Role::Edge, Some(bus)) => Some(Arc::new(bus.uploads().await?)),
+        (Role::Edge, Some(bus)) => Some(Arc::new(ObjectUploads::open(bus).await?)),
         _ => Some(Arc::new(LocalUploads::open(config.data_dir())?)),
     })
 }
@@ -229,7 +232,7 @@ async fn start_keys(
 ) -> anyhow::Result<Arc<Keys>> {
     let metering = config.usage.enabled && config.role != Role::Ingest;
     let store: Arc<dyn KeyStore> = match (config.role, bus) {
-        (Role::Edge, Some(bus)) => Arc::new(bus.keys().await?),
+        (Role::Edge, Some(bus)) => Arc::new(KvKeys::open(bus).await?),
         _ => Arc::new(LocalKeys::open(match config.role {
             Role::All => config.data_dir(),
             _ => None,
@@ -265,7 +268,7 @@ async fn start_ledger(
     }
     let retention = config.usage.retention();
     let store: Arc<dyn UsageStore> = match bus {
-        Some(bus) => Arc::new(bus.usage(retention, holder_name()).await?),
+        Some(bus) => Arc::new(KvUsage::open(bus, retention, holder_name()).await?),
         None => Arc::new(LocalUsage::open(config.data_dir(), retention)?),
     };
     let keys = keys.clone();
@@ -297,10 +300,15 @@ async fn start_webhooks(
             Arc::new(Always),
         ),
         Some(bus) => (
-            Arc::new(bus.webhooks().await?),
+            Arc::new(KvWebhooks::open(bus).await?),
             Arc::new(
-                bus.webhook_claims(config.webhooks.lease(), &holder_name(), tasks.tracker())
-                    .await?,
+                LeaseClaims::open(
+                    bus,
+                    config.webhooks.lease(),
+                    &holder_name(),
+                    tasks.tracker(),
+                )
+                .await?,
             ),
         ),
     };

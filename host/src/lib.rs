@@ -33,12 +33,11 @@
 //! - [`history`] — a `fromBlock` older than the log, read for the
 //!   subscription's actor until the log holds the rest: from the chain's
 //!   nodes, a devnet chain's archive, or an edge's stream on the bus.
-//! - [`bus`] — the roles' NATS JetStream bus: an ingest publishes each
-//!   chain's log steps and its price index's writes, an edge follows both
-//!   into its own pipeline and price store.
 //!
 //! The crates below it:
 //!
+//! - [`chainsieve_uploads`] — where uploaded filter components are kept:
+//!   the embedded database, or the bus's object store.
 //! - [`chainsieve_webhook`] — subscriptions delivered by HTTP POST:
 //!   definitions and cursors kept in the embedded database, one worker per
 //!   webhook, signed deliveries retried in order; the RPC side opens their
@@ -61,6 +60,10 @@
 //! - [`chainsieve_node`] — a node's JSON-RPC over WebSocket, for the node
 //!   source, the price index, history and the methods forwarded to the
 //!   node.
+//! - [`chainsieve_bus`] — the roles' NATS JetStream bus: an ingest
+//!   publishes each chain's log steps, an edge follows them into its own
+//!   pipeline; the streams, buckets, object store and leases the features'
+//!   bus backends (in their own crates) keep their state in.
 //! - [`chainsieve_runtime`] — the supervisor every long-lived task is
 //!   spawned on, the bounded queues between tasks watched for their depth,
 //!   the metric handles, the clock and the embedded database's files.
@@ -74,7 +77,6 @@
 #![deny(unsafe_code)]
 
 pub mod app;
-pub mod bus;
 pub mod chain;
 pub mod filters;
 pub mod history;

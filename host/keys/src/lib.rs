@@ -6,7 +6,7 @@
 //!   secret), plan, grants, expiry, revocation;
 //! - [`plan`] — the configured plans with the server-wide limits filled in;
 //! - [`store`] — where records persist: the embedded database on a server
-//!   of role `all`, the bus's KV bucket on the edges (`bus/keys.rs`);
+//!   of role `all`, the bus's KV bucket on the edges (`keys/bus.rs`);
 //! - [`manage`] — what the admin API does with them.
 //!
 //! [`Keys`] holds every key the server accepts: those of `[auth] keys`
@@ -16,9 +16,10 @@
 //! WebSocket session waits on it to close when the key is revoked or
 //! expires.
 //!
-//! May use (docs/src/architecture.md, Crates): [`chainsieve_config`],
-//! [`chainsieve_runtime`], [`chainsieve_usage`].
+//! May use (docs/src/architecture.md, Crates): [`chainsieve_bus`],
+//! [`chainsieve_config`], [`chainsieve_runtime`], [`chainsieve_usage`].
 
+pub mod bus;
 pub mod manage;
 pub mod per_key;
 pub mod plan;

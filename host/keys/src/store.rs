@@ -1,7 +1,7 @@
 //! Where managed keys persist. [`KeyStore`] is what the registry needs of
 //! it: every record with its revision, writes that succeed only over the
 //! revision their writer read, and, where other processes write too (the
-//! bus's KV bucket, `bus/keys.rs`), their changes as they come. A server
+//! bus's KV bucket, `keys/bus.rs`), their changes as they come. A server
 //! of role `all` keeps them in the embedded database ([`LocalStore`]:
 //! `keys.redb` under `data_dir`, or in memory), where only it
 //! writes.

@@ -10,13 +10,15 @@
 //! - [`record`]: where the index's writes go (the store, or the bus first).
 //! - [`store`]: the price history in an embedded database.
 //!
-//! May use (docs/src/architecture.md, Crates): [`chainsieve_config`],
-//! [`chainsieve_contracts`], [`chainsieve_eventlog`], [`chainsieve_model`],
-//! [`chainsieve_node`].
+//! May use (docs/src/architecture.md, Crates): [`chainsieve_bus`],
+//! [`chainsieve_config`], [`chainsieve_contracts`], [`chainsieve_eventlog`],
+//! [`chainsieve_model`], [`chainsieve_node`].
 pub mod backfill;
 pub mod cold;
 pub mod dex;
+pub mod from_log;
 pub mod indexer;
+pub mod journal;
 pub mod math;
 pub mod query;
 pub mod record;

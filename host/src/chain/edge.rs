@@ -10,9 +10,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Origin, Parts, SOURCE_QUEUE};
-use crate::bus::prices::PriceJournal;
-use crate::bus::{self, Bus, ChainLog};
+use chainsieve_bus::{Bus, ChainLog, follow};
 use chainsieve_model::SourceEvent;
+use chainsieve_price::journal::PriceJournal;
 use chainsieve_price::store::PriceStore;
 
 /// Follows the chain's log and price journal on `bus` into the pipeline
@@ -21,7 +21,7 @@ use chainsieve_price::store::PriceStore;
 pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<(Origin, ChainLog)> {
     let on_bus = bus.log(&parts.spec.name).await?;
     let stream = on_bus.clone();
-    let prices = bus.prices(&parts.spec.name).await?;
+    let prices = PriceJournal::open(bus, &parts.spec.name).await?;
     let finality = bus.finality().await?;
     let (events, source) = parts
         .metrics
@@ -90,6 +90,6 @@ async fn follow_bus(
     // Either ending ends the chain's feed: the supervisor hears of it.
     tokio::select! {
         followed = prices.follow(store, shutdown.clone()) => followed.context(refused),
-        () = bus::follow::follow(on_bus.clone(), blocks, events, shutdown.clone()) => Ok(()),
+        () = follow::follow(on_bus.clone(), blocks, events, shutdown.clone()) => Ok(()),
     }
 }

@@ -16,16 +16,17 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::continued;
 use super::pipeline::{PERSIST_QUEUE, Pipeline};
 use super::{Origin, Parts, SOURCE_QUEUE};
-use crate::bus::finality::FinalityMarks;
-use crate::bus::lease::Leases;
-use crate::bus::prices::PriceJournal;
-use crate::bus::{Bus, ChainLog, ingest, publish};
+use chainsieve_bus::finality::FinalityMarks;
+use chainsieve_bus::lease::Leases;
+use chainsieve_bus::{Bus, ChainLog, publish};
 use chainsieve_config::{ChainSpec, Source};
 use chainsieve_ingest::upstream::{UpstreamSettings, UpstreamStatus};
 use chainsieve_node::NodePool;
-use chainsieve_price::{Calls, FEED_QUEUE, PriceIndex};
+use chainsieve_price::journal::PriceJournal;
+use chainsieve_price::{Calls, FEED_QUEUE, PriceIndex, from_log};
 use chainsieve_runtime::metrics::Metrics;
 
 /// Stands for the chain's lease on `bus` and leads it term by term.
@@ -52,7 +53,7 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
         pool: pool.clone(),
         status,
         price: parts.price.clone(),
-        prices: bus.prices(&parts.spec.name).await?,
+        prices: PriceJournal::open(bus, &parts.spec.name).await?,
         finality: bus.finality().await?,
         metrics: parts.metrics.clone(),
     };
@@ -185,7 +186,7 @@ impl Leader {
             ),
             ending(
                 term,
-                Box::pin(ingest::run(
+                Box::pin(continued::run(
                     tail,
                     self.pipeline.state().log().clone(),
                     self.settings.clone(),
@@ -206,8 +207,14 @@ impl Leader {
             ),
             ending(
                 term,
-                self.on_bus
-                    .feed_index(through, head, published_steps, index, term.clone())
+                from_log::feed_index(
+                    &self.on_bus,
+                    through,
+                    head,
+                    published_steps,
+                    index,
+                    term.clone()
+                )
             ),
         );
         Ok(())

@@ -7,6 +7,7 @@
 //! directory does ([`reload`]).
 
 pub mod all;
+mod continued;
 pub mod edge;
 pub mod ingest;
 pub mod pipeline;
@@ -21,11 +22,11 @@ use alloy_primitives::B256;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::{Bus, ChainLog};
 use crate::filters::{FilterEngine, FilterHandle, FilterRegistry};
 use crate::history::Blocks;
 use crate::history::archive::Archive;
 use crate::history::limits::Budget;
+use chainsieve_bus::{Bus, ChainLog};
 use chainsieve_config::{ChainSpec, Config, HistoryConfig, NodesSpec, Role, RpcConfig};
 use chainsieve_eventlog::EventLog;
 use chainsieve_eventlog::store::Persist;

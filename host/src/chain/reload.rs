@@ -32,10 +32,10 @@ use tokio_util::sync::CancellationToken;
 use super::Chain;
 use super::pipeline::PipelineState;
 use crate::filters::registry::Rejected;
-use crate::filters::uploads::UploadChange;
 use crate::filters::{FilterComponent, FilterEngine, FilterHandle, FilterRegistry};
 use chainsieve_runtime::metrics::Metrics;
 use chainsieve_runtime::tasks::{Part, Tasks};
+use chainsieve_uploads::UploadChange;
 
 /// Quiet time after a change before the directory is read: a copy arrives
 /// as several events.

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::reload::{Command, upload_origin};
 use crate::filters::FilterEngine;
 use crate::filters::registry::Rejected;
-use crate::filters::uploads::UploadStore;
+use chainsieve_uploads::UploadStore;
 
 /// Why an upload or a removal did nothing.
 #[derive(Debug, thiserror::Error)]

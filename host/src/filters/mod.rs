@@ -20,7 +20,6 @@ pub mod reach;
 pub mod registry;
 #[cfg(test)]
 pub(crate) mod testing;
-pub mod uploads;
 
 // One bindings module per contract version; the rest of the host talks to
 // the version-independent types of `contract`.

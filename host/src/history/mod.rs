@@ -21,8 +21,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::bus::ChainLog;
 use archive::Archive;
+use chainsieve_bus::ChainLog;
 use chainsieve_eventlog::EventLog;
 use chainsieve_eventlog::cursor::Plan;
 use chainsieve_model::Block;

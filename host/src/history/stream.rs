@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::reader::{drained, reorganised, seam, seam_at};
 use super::{GONE, HistoryItem, UNAVAILABLE};
-use crate::bus::linear::Reader;
-use crate::bus::{ChainLog, codec};
+use chainsieve_bus::linear::Reader;
+use chainsieve_bus::{ChainLog, codec};
 use chainsieve_eventlog::{EventLog, Position, hash_tag};
 use chainsieve_model::{Block, ChainEvent};
 

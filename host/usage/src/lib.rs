@@ -5,9 +5,10 @@
 //! embedded database on a server of role `all`, the bus's KV bucket on the
 //! edges (each edge's buckets apart, summed when read).
 //!
-//! May use (docs/src/architecture.md, Crates): [`chainsieve_config`],
-//! [`chainsieve_runtime`].
+//! May use (docs/src/architecture.md, Crates): [`chainsieve_bus`],
+//! [`chainsieve_config`], [`chainsieve_runtime`].
 
+pub mod bus;
 mod counts;
 pub mod ledger;
 pub mod meter;

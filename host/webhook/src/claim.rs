@@ -1,6 +1,6 @@
 //! Who may deliver a webhook: on a server of role `all`, this process,
 //! always ([`Always`]); on the bus, the edge holding the webhook's lease
-//! (`bus/webhooks.rs`). A worker delivers only while its claim holds, so
+//! (`webhook/bus.rs`). A worker delivers only while its claim holds, so
 //! exactly one process delivers a webhook at a time
 //! (docs/src/architecture.md, Webhooks).
 

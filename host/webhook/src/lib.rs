@@ -19,11 +19,12 @@
 //! the process (of the deployment, on the bus), one task per active one
 //! claiming and delivering it.
 //!
-//! May use (docs/src/architecture.md, Crates): [`chainsieve_config`],
-//! [`chainsieve_fanout`], [`chainsieve_keys`], [`chainsieve_runtime`],
-//! [`chainsieve_usage`].
+//! May use (docs/src/architecture.md, Crates): [`chainsieve_bus`],
+//! [`chainsieve_config`], [`chainsieve_fanout`], [`chainsieve_keys`],
+//! [`chainsieve_runtime`], [`chainsieve_usage`].
 
 pub mod body;
+pub mod bus;
 pub mod claim;
 mod claimed;
 pub mod definition;

@@ -1,6 +1,6 @@
 //! Where webhooks persist. [`Store`] is what the service needs of it: a
 //! definition and a progress record per webhook, and, where other
-//! processes write them too (the bus's KV buckets, `bus/webhooks.rs`),
+//! processes write them too (the bus's KV buckets, `webhook/bus.rs`),
 //! their changes as they come. The server of role `all` keeps them in the
 //! embedded database ([`LocalStore`]: `webhooks.redb` under `[log]
 //! data_dir`, or in memory), where only it writes.

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use alloy_primitives::Address;
-use chainsieve::bus::linear::AppendError;
-use chainsieve::bus::{Bus, codec};
+use chainsieve_bus::linear::AppendError;
+use chainsieve_bus::{Bus, codec};
 use chainsieve_config::{BusConfig, Config, LogConfig, Role};
 use chainsieve_eventlog::EventLog;
 use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
 use chainsieve_model::ChainEvent;
 use chainsieve_model::SourceEvent;
+use chainsieve_price::journal::PriceJournal;
 use chainsieve_price::record::Recorder;
 use chainsieve_price::store::{PriceStore, PriceWrite, Token};
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, deploy_ping};
@@ -638,7 +639,7 @@ async fn kill_a_leader_and_measure(killed: Killed) {
     let maker = Bus::connect(&bus, "test").await.expect("connect");
     let make = async || -> anyhow::Result<()> {
         maker.log("eth").await?;
-        maker.prices("eth").await?;
+        PriceJournal::open(&maker, "eth").await?;
         maker.leases("test").await?;
         Ok(())
     };
@@ -817,7 +818,7 @@ async fn kill_a_leader_and_measure(killed: Killed) {
 async fn the_price_journal_is_one_linear_log() {
     let nats = Nats::start().await.expect("nats-server");
     let bus = connected(&nats).await;
-    let journal = bus.prices("eth").await.expect("the journal");
+    let journal = PriceJournal::open(&bus, "eth").await.expect("the journal");
     let token = |byte: u8| PriceWrite::Token {
         address: Address::repeat_byte(byte),
         token: Token {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::Tail;
+use chainsieve_bus::Tail;
 use chainsieve_eventlog::EventLog;
 use chainsieve_ingest::canonical::CanonicalChain;
 use chainsieve_ingest::upstream::{self, UpstreamSettings, UpstreamStatus};

@@ -1,7 +1,7 @@
 //! The ingest's side: each step its pipeline appends goes to the chain's
 //! stream, in order, as one message encoded once ([`super::codec`]), at
 //! the sequence that is its position ([`super::linear`]); once the bus has
-//! it, the price index gets it.
+//! it, it is handed on (to the leader's price index).
 //!
 //! A message's id (`Nats-Msg-Id`) is the chain, the position and the
 //! step's tag, so a retry after a lost acknowledgement finds its own step
@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::linear::AppendError;
 use super::{ChainLog, codec};
+use std::sync::Arc;
+
 use chainsieve_eventlog::Step;
 use chainsieve_eventlog::store::Persist;
-use chainsieve_price::Feed;
 
 impl ChainLog {
     /// Publishes `step` at its position, or says why not.
@@ -36,8 +37,9 @@ impl ChainLog {
 }
 
 /// Publishes the steps the pipeline hands over, in order, until the
-/// pipeline stops or `term` ends, and hands each one published to `price`
-/// (the leader's price index indexes only what the log holds). A step
+/// pipeline stops or `term` ends, and hands each one published to
+/// `published` (the leader's price index indexes only what the log
+/// holds). A step
 /// another ingest already took ends `term` (this ingest no longer leads).
 /// A step the bus does not take is tried again, with a growing pause,
 /// until it does or `term` ends; what is still queued then is left to the
@@ -45,7 +47,7 @@ impl ChainLog {
 pub async fn publish(
     log: ChainLog,
     mut steps: mpsc::Receiver<Persist>,
-    price: mpsc::Sender<Feed>,
+    published: mpsc::Sender<Arc<Step>>,
     term: CancellationToken,
 ) {
     loop {
@@ -75,9 +77,7 @@ pub async fn publish(
                 return;
             }
         }
-        if let Some(feed) = Feed::of(step.position, &step.change) {
-            // The indexer ends with the term.
-            let _ = price.send(feed).await;
-        }
+        // The indexer ends with the term.
+        let _ = published.send(step).await;
     }
 }

@@ -12,9 +12,9 @@ use futures_util::stream::BoxStream;
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::mpsc;
 
-use super::Bus;
-use super::bucket::{self, ATTEMPT};
-use crate::filters::uploads::{UploadChange, UploadStore, Uploaded};
+use crate::{UploadChange, UploadStore, Uploaded};
+use chainsieve_bus::Bus;
+use chainsieve_bus::bucket::{self, ATTEMPT};
 
 /// The uploads' object store.
 #[derive(Clone)]
@@ -28,21 +28,19 @@ impl std::fmt::Debug for ObjectUploads {
     }
 }
 
-impl Bus {
-    /// The uploads' object store, created if it does not exist.
-    pub async fn uploads(&self) -> anyhow::Result<ObjectUploads> {
+impl ObjectUploads {
+    /// The uploads' object store on `bus`, created if it does not exist.
+    pub async fn open(bus: &Bus) -> anyhow::Result<Self> {
         let config = object_store::Config {
-            bucket: format!("{}-filters", self.config.prefix),
+            bucket: format!("{}-filters", bus.config().prefix),
             storage: async_nats::jetstream::stream::StorageType::File,
-            num_replicas: self.config.replicas,
+            num_replicas: bus.config().replicas,
             ..Default::default()
         };
-        let store = self.create_object_store(config).await?;
-        Ok(ObjectUploads { store })
+        let store = bus.create_object_store(config).await?;
+        Ok(Self { store })
     }
-}
 
-impl ObjectUploads {
     /// The bytes of `topic`'s upload; `None` if it is gone.
     async fn read(store: &ObjectStore, topic: &str) -> anyhow::Result<Option<Vec<u8>>> {
         let mut object = match store.get(topic).await {

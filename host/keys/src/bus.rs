@@ -13,10 +13,10 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use tokio::sync::mpsc;
 
-use super::Bus;
-use super::bucket::{self, ATTEMPT};
-use chainsieve_keys::record::Record;
-use chainsieve_keys::store::{KeyStore, PutError};
+use crate::record::Record;
+use crate::store::{KeyStore, PutError};
+use chainsieve_bus::Bus;
+use chainsieve_bus::bucket::{self, ATTEMPT};
 
 /// Changes the watch may hold before the registry takes them.
 const QUEUED: usize = 1_024;
@@ -27,11 +27,11 @@ pub struct KvKeys {
     bucket: kv::Store,
 }
 
-impl Bus {
-    /// The keys' bucket, created if it does not exist.
-    pub async fn keys(&self) -> anyhow::Result<KvKeys> {
-        Ok(KvKeys {
-            bucket: self.latest_bucket("keys", Duration::ZERO).await?,
+impl KvKeys {
+    /// The keys' bucket on `bus`, created if it does not exist.
+    pub async fn open(bus: &Bus) -> anyhow::Result<Self> {
+        Ok(Self {
+            bucket: bus.latest_bucket("keys", Duration::ZERO).await?,
         })
     }
 }

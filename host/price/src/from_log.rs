@@ -4,56 +4,59 @@
 //! then each step this term publishes, as the publisher hands it over.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::linear::Reader;
-use super::{ChainLog, codec};
-use chainsieve_eventlog::Position;
-use chainsieve_price::Feed;
+use chainsieve_bus::linear::Reader;
+use chainsieve_bus::{ChainLog, codec};
+use chainsieve_eventlog::{Position, Step};
 
-impl ChainLog {
-    /// Hands `index` the steps after `after` up to `head` (the stream's
-    /// last when the term began), then everything `published` brings,
-    /// until `term` ends or the index stops.
-    pub async fn feed_index(
-        &self,
-        after: Position,
-        head: Position,
-        mut published: mpsc::Receiver<Feed>,
-        index: mpsc::Sender<Feed>,
-        term: CancellationToken,
-    ) {
-        if after < head {
-            tracing::info!(chain = %self.chain, from = after + 1, to = head, "indexing prices from the log");
-            let mut reader = IntoIndex {
-                chain: &self.chain,
-                expected: after + 1,
-                head,
-                index: &index,
-            };
-            match self.linear.read(after + 1, &mut reader, &term).await {
-                Ok(Some(())) => {}
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::error!(chain = %self.chain, error = format!("{error:#}"), "cannot index the log's steps");
-                    return;
-                }
+use crate::Feed;
+
+/// Hands `index` the steps of `log` after `after` up to `head` (the
+/// stream's last when the term began), then each step `published` brings
+/// (what the publisher put on the bus, `chainsieve_bus::publish`), until
+/// `term` ends or the index stops.
+pub async fn feed_index(
+    log: &ChainLog,
+    after: Position,
+    head: Position,
+    mut published: mpsc::Receiver<Arc<Step>>,
+    index: mpsc::Sender<Feed>,
+    term: CancellationToken,
+) {
+    if after < head {
+        tracing::info!(chain = %log.chain(), from = after + 1, to = head, "indexing prices from the log");
+        let mut reader = IntoIndex {
+            chain: log.chain(),
+            expected: after + 1,
+            head,
+            index: &index,
+        };
+        match log.read(after + 1, &mut reader, &term).await {
+            Ok(Some(())) => {}
+            Ok(None) => return,
+            Err(error) => {
+                tracing::error!(chain = %log.chain(), error = format!("{error:#}"), "cannot index the log's steps");
+                return;
             }
         }
-        loop {
-            let feed = tokio::select! {
-                () = term.cancelled() => return,
-                feed = published.recv() => feed,
-            };
-            let Some(feed) = feed else {
-                return;
-            };
-            if index.send(feed).await.is_err() {
-                return;
-            }
+    }
+    loop {
+        let step = tokio::select! {
+            () = term.cancelled() => return,
+            step = published.recv() => step,
+        };
+        let Some(step) = step else {
+            return;
+        };
+        if let Some(feed) = Feed::of(step.position, &step.change)
+            && index.send(feed).await.is_err()
+        {
+            return;
         }
     }
 }

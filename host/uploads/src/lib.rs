@@ -2,9 +2,14 @@
 //! /admin/filters/<topic>`) are kept, so they outlive the process and, on
 //! the bus, reach every edge. [`UploadStore`] is what the server needs of
 //! it: every upload, writes and removals, and, where other processes write
-//! too (the bus's object store, `bus/filters.rs`), their changes as they
-//! come. A server of role `all` keeps them in the embedded database
+//! too (the bus's object store, [`bus`]), their changes as they come. A
+//! server of role `all` keeps them in the embedded database
 //! ([`LocalStore`]: `filters.redb` under `data_dir`, or in memory).
+//!
+//! May use (docs/src/architecture.md, Crates): [`chainsieve_bus`],
+//! [`chainsieve_runtime`].
+
+pub mod bus;
 
 use std::path::Path;
 use std::sync::Arc;

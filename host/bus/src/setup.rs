@@ -138,7 +138,7 @@ impl From<&stream::Config> for Shape {
 
 impl Bus {
     /// Creates the stream `config` names, or updates it to `config`.
-    pub(super) async fn create_stream(
+    pub(crate) async fn create_stream(
         &self,
         config: stream::Config,
     ) -> anyhow::Result<stream::Info> {
@@ -153,7 +153,7 @@ impl Bus {
     }
 
     /// Creates the bucket `config` names, or updates it to `config`.
-    pub(super) async fn create_bucket(&self, config: kv::Config) -> anyhow::Result<kv::Store> {
+    async fn create_bucket(&self, config: kv::Config) -> anyhow::Result<kv::Store> {
         let wanted = Shape {
             replicas: config.num_replicas.max(1),
             storage: config.storage,
@@ -173,11 +173,7 @@ impl Bus {
     /// The KV bucket `<prefix>-<name>`, created if it does not exist: each
     /// key's latest value, on file, with the streams' replicas; an entry
     /// unwritten for `max_age` goes (zero: never).
-    pub(super) async fn latest_bucket(
-        &self,
-        name: &str,
-        max_age: Duration,
-    ) -> anyhow::Result<kv::Store> {
+    pub async fn latest_bucket(&self, name: &str, max_age: Duration) -> anyhow::Result<kv::Store> {
         self.create_bucket(kv::Config {
             bucket: format!("{}-{name}", self.config.prefix),
             history: 1,
@@ -190,7 +186,7 @@ impl Bus {
     }
 
     /// Creates the object store `config` names (or finds it as it is).
-    pub(super) async fn create_object_store(
+    pub async fn create_object_store(
         &self,
         config: object_store::Config,
     ) -> anyhow::Result<object_store::ObjectStore> {
@@ -216,7 +212,7 @@ impl Bus {
     /// 2.15: the client's default 10 s went by for each object a server
     /// lost the race for), so the creation is asked again soon, and then
     /// finds the object.
-    pub(super) fn asking(&self) -> async_nats::jetstream::Context {
+    pub fn asking(&self) -> async_nats::jetstream::Context {
         let mut asking = self.jetstream.clone();
         asking.set_timeout(super::REQUEST_TIMEOUT);
         asking

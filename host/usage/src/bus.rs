@@ -14,10 +14,10 @@ use async_nats::jetstream::kv;
 use futures_util::StreamExt as _;
 use futures_util::future::BoxFuture;
 
-use super::Bus;
-use super::bucket::ATTEMPT;
-use chainsieve_usage::Counts;
-use chainsieve_usage::ledger::{Flush, UsageStore};
+use crate::Counts;
+use crate::ledger::{Flush, UsageStore};
+use chainsieve_bus::Bus;
+use chainsieve_bus::bucket::ATTEMPT;
 
 /// The usage bucket, as one edge writes it.
 #[derive(Debug)]
@@ -29,14 +29,14 @@ pub struct KvUsage {
     client: async_nats::Client,
 }
 
-impl Bus {
-    /// The usage bucket, created if it does not exist; `edge` names this
-    /// process's entries.
-    pub async fn usage(&self, retention: Duration, edge: String) -> anyhow::Result<KvUsage> {
-        Ok(KvUsage {
-            bucket: self.latest_bucket("usage", retention).await?,
+impl KvUsage {
+    /// The usage bucket on `bus`, created if it does not exist; `edge`
+    /// names this process's entries.
+    pub async fn open(bus: &Bus, retention: Duration, edge: String) -> anyhow::Result<Self> {
+        Ok(Self {
+            bucket: bus.latest_bucket("usage", retention).await?,
             edge,
-            client: self.jetstream.client(),
+            client: bus.client(),
         })
     }
 }

@@ -22,21 +22,10 @@ use futures_util::future::BoxFuture;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::linear::{LinearStream, Reader};
-use super::{Bus, codec, pause};
-use chainsieve_price::record::Recorder;
-use chainsieve_price::store::{PriceStore, PriceWrite};
-
-impl Bus {
-    /// `chain`'s price journal, its stream created if it does not exist.
-    pub async fn prices(&self, chain: &str) -> anyhow::Result<PriceJournal> {
-        Ok(PriceJournal {
-            linear: self
-                .stream(chain, "prices", "-prices", (Duration::ZERO, -1))
-                .await?,
-        })
-    }
-}
+use crate::record::Recorder;
+use crate::store::{PriceStore, PriceWrite};
+use chainsieve_bus::linear::{LinearStream, Reader};
+use chainsieve_bus::{Bus, codec, pause};
 
 /// One chain's price journal on the bus.
 #[derive(Clone, Debug)]
@@ -45,6 +34,16 @@ pub struct PriceJournal {
 }
 
 impl PriceJournal {
+    /// `chain`'s price journal on `bus`, its stream created if it does
+    /// not exist.
+    pub async fn open(bus: &Bus, chain: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            linear: bus
+                .stream(chain, "prices", "-prices", (Duration::ZERO, -1))
+                .await?,
+        })
+    }
+
     /// Applies to `store` the journal's writes it lacks, up to the last
     /// one when called (what fails on the bus is tried again); `None` at
     /// `shutdown`. An error means `store` cannot take the journal: it
@@ -221,5 +220,72 @@ impl JournalRecorder {
 impl Recorder for JournalRecorder {
     fn record(&self, write: PriceWrite) -> BoxFuture<'_, anyhow::Result<()>> {
         Box::pin(self.append(write))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloy_primitives::{Address, B256, U256};
+    use chainsieve_bus::codec::{decode, encode};
+
+    use crate::store::{BlockUpdate, Pool, PoolKind, PoolState, PriceWrite, Token};
+
+    /// Every kind of price write comes back as it went (U256 states,
+    /// both pool kinds, a token's name).
+    #[test]
+    fn price_writes_round_trip() {
+        let pool = Pool {
+            address: Address::repeat_byte(0xaa),
+            kind: PoolKind::V3,
+            token0: Address::repeat_byte(1),
+            token1: Address::repeat_byte(2),
+            factory: Address::repeat_byte(0xf0),
+        };
+        let writes = [
+            PriceWrite::Block {
+                update: BlockUpdate {
+                    number: 7,
+                    hash: B256::repeat_byte(7),
+                    timestamp: 1_700_000_000,
+                    pools: vec![pool],
+                    states: vec![
+                        (
+                            pool.address,
+                            PoolState::V3 {
+                                sqrt_price_x96: U256::MAX >> 96,
+                                liquidity: u128::MAX,
+                            },
+                        ),
+                        (
+                            Address::repeat_byte(0xbb),
+                            PoolState::V2 {
+                                reserve0: U256::from(1),
+                                reserve1: U256::from(u128::MAX),
+                            },
+                        ),
+                    ],
+                },
+                position: Some(41),
+            },
+            PriceWrite::RollBack {
+                number: 7,
+                position: 42,
+            },
+            PriceWrite::Token {
+                address: Address::repeat_byte(1),
+                token: Token {
+                    name: "Wrapped Ether".into(),
+                    decimals: 18,
+                },
+            },
+            PriceWrite::Backfilled {
+                next: 1_000,
+                end: 2_000,
+            },
+        ];
+        for write in writes {
+            let back: PriceWrite = decode(&encode(&write)).expect("decodes");
+            assert_eq!(back, write);
+        }
     }
 }

@@ -7,26 +7,23 @@
 //! The stream is the log's single copy between processes: an ingest that
 //! starts (or takes over) continues it from its tail, and publishes with
 //! the sequence it expects to be last, so two writers can never interleave
-//! ([`linear`]). Beside it, each chain's price journal ([`prices`]) carries
-//! the leading ingest's price index writes to every other server, and the
-//! webhooks' buckets ([`webhooks`]) let every edge serve every webhook,
-//! one delivering each.
+//! ([`linear`]). Beside it, the features keep their state on the bus
+//! through what this crate opens: streams ([`Bus::stream`], each chain's
+//! price journal), KV buckets ([`Bus::latest_bucket`]: keys, usage,
+//! webhooks), the object store (uploaded filters) and leases ([`lease`]);
+//! each feature's backend lives in its own crate, above this one.
+//!
+//! May use (docs/src/architecture.md, Crates): [`chainsieve_config`],
+//! [`chainsieve_eventlog`], [`chainsieve_model`].
 
 pub mod bucket;
 pub mod codec;
-pub mod filters;
 pub mod finality;
 pub mod follow;
-pub mod indexing;
-pub mod ingest;
-pub mod keys;
 pub mod lease;
 pub mod linear;
-pub mod prices;
 pub mod publish;
 mod setup;
-pub mod usage;
-pub mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,10 +105,20 @@ impl Bus {
         })
     }
 
+    /// The configuration it was connected with.
+    pub fn config(&self) -> &BusConfig {
+        &self.config
+    }
+
+    /// The NATS client under the bus, for a feature's own requests.
+    pub fn client(&self) -> async_nats::Client {
+        self.jetstream.client()
+    }
+
     /// Opens (creating or updating) the stream `<prefix>-<chain><suffix>`
     /// of subject `<prefix>.<chain>.<kind>`, kept within `(max_age,
     /// max_bytes)` (zero and -1: no limit).
-    async fn stream(
+    pub async fn stream(
         &self,
         chain: &str,
         kind: &str,
@@ -258,7 +265,7 @@ impl ChainLog {
 }
 
 /// Waits [`RETRY`]; `None` at `shutdown`.
-async fn pause(shutdown: &CancellationToken) -> Option<()> {
+pub async fn pause(shutdown: &CancellationToken) -> Option<()> {
     tokio::select! {
         () = shutdown.cancelled() => None,
         () = tokio::time::sleep(RETRY) => Some(()),

@@ -28,12 +28,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::Bus;
-use super::bucket::{self, ATTEMPT};
-use super::lease::Leases;
-use chainsieve_webhook::claim::{Claim, Claims};
-use chainsieve_webhook::definition::{Definition, Progress};
-use chainsieve_webhook::store::{Change, Store};
+use crate::claim::{Claim, Claims};
+use crate::definition::{Definition, Progress};
+use crate::store::{Change, Store};
+use chainsieve_bus::Bus;
+use chainsieve_bus::bucket::{self, ATTEMPT};
+use chainsieve_bus::lease::Leases;
 
 /// Webhooks in the bus's KV buckets.
 #[derive(Debug)]
@@ -45,12 +45,12 @@ pub struct KvStore {
     baselines: Mutex<HashMap<String, u64>>,
 }
 
-impl Bus {
-    /// The webhooks' buckets, created if they do not exist.
-    pub async fn webhooks(&self) -> anyhow::Result<KvStore> {
-        Ok(KvStore {
-            definitions: self.latest_bucket("webhooks", Duration::ZERO).await?,
-            progress: self
+impl KvStore {
+    /// The webhooks' buckets on `bus`, created if they do not exist.
+    pub async fn open(bus: &Bus) -> anyhow::Result<Self> {
+        Ok(Self {
+            definitions: bus.latest_bucket("webhooks", Duration::ZERO).await?,
+            progress: bus
                 .latest_bucket("webhook-progress", Duration::ZERO)
                 .await?,
             baselines: Mutex::default(),
@@ -294,17 +294,17 @@ pub struct LeaseClaims {
     keepers: TaskTracker,
 }
 
-impl Bus {
-    /// Claims for a process named `holder` (unique on the bus), each held
-    /// `ttl` without renewal, kept by tasks on `keepers`.
-    pub async fn webhook_claims(
-        &self,
+impl LeaseClaims {
+    /// Claims on `bus` for a process named `holder` (unique on the bus),
+    /// each held `ttl` without renewal, kept by tasks on `keepers`.
+    pub async fn open(
+        bus: &Bus,
         ttl: Duration,
         holder: &str,
         keepers: &TaskTracker,
-    ) -> anyhow::Result<LeaseClaims> {
-        Ok(LeaseClaims {
-            leases: self.lease_bucket("webhook-leases", ttl, holder).await?,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            leases: bus.lease_bucket("webhook-leases", ttl, holder).await?,
             keepers: keepers.clone(),
         })
     }

@@ -49,12 +49,9 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
 
 #[cfg(test)]
 mod tests {
-    use alloy_primitives::{Address, B256, U256};
-
     use super::*;
     use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
     use chainsieve_model::{ChainEvent, SourceEvent};
-    use chainsieve_price::store::{BlockUpdate, Pool, PoolKind, PoolState, PriceWrite, Token};
 
     fn changes() -> Vec<ChainEvent> {
         let mut devnet = Devnet::new(1, &DevnetSettings::default());
@@ -120,65 +117,6 @@ mod tests {
                 "{} bytes vs {json} as JSON",
                 bytes.len()
             );
-        }
-    }
-
-    /// Every kind of price write comes back as it went (U256 states,
-    /// both pool kinds, a token's name).
-    #[test]
-    fn price_writes_round_trip() {
-        let pool = Pool {
-            address: Address::repeat_byte(0xaa),
-            kind: PoolKind::V3,
-            token0: Address::repeat_byte(1),
-            token1: Address::repeat_byte(2),
-            factory: Address::repeat_byte(0xf0),
-        };
-        let writes = [
-            PriceWrite::Block {
-                update: BlockUpdate {
-                    number: 7,
-                    hash: B256::repeat_byte(7),
-                    timestamp: 1_700_000_000,
-                    pools: vec![pool],
-                    states: vec![
-                        (
-                            pool.address,
-                            PoolState::V3 {
-                                sqrt_price_x96: U256::MAX >> 96,
-                                liquidity: u128::MAX,
-                            },
-                        ),
-                        (
-                            Address::repeat_byte(0xbb),
-                            PoolState::V2 {
-                                reserve0: U256::from(1),
-                                reserve1: U256::from(u128::MAX),
-                            },
-                        ),
-                    ],
-                },
-                position: Some(41),
-            },
-            PriceWrite::RollBack {
-                number: 7,
-                position: 42,
-            },
-            PriceWrite::Token {
-                address: Address::repeat_byte(1),
-                token: Token {
-                    name: "Wrapped Ether".into(),
-                    decimals: 18,
-                },
-            },
-            PriceWrite::Backfilled {
-                next: 1_000,
-                end: 2_000,
-            },
-        ];
-        for write in writes {
-            let back: PriceWrite = decode(&encode(&write)).expect("decodes");
-            assert_eq!(back, write);
         }
     }
 
