@@ -30,18 +30,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_nats::jetstream::{self, stream};
-use linear::LinearStream;
+use linear::{LinearStream, RETRY};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use chainsieve_config::BusConfig;
 use chainsieve_eventlog::Position;
 use chainsieve_model::{ChainEvent, SourceEvent};
-
-/// The pause before reading the bus again after it failed. Short: a read
-/// that failed for want of an answer has already waited
-/// [`REQUEST_TIMEOUT`].
-const RETRY: Duration = Duration::from_millis(250);
 
 /// The longest a running reader or writer waits for one answer from the
 /// bus: a stream's state or message, a new consumer, a publish's

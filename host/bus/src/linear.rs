@@ -35,8 +35,13 @@ use tokio_util::sync::CancellationToken;
 /// `REQUEST_TIMEOUT` besides.
 const MAX_BACKOFF: Duration = Duration::from_millis(250);
 
+/// The pause before reading the bus again after it failed. Short: a read
+/// that failed for want of an answer has already waited
+/// [`super::REQUEST_TIMEOUT`].
+pub(crate) const RETRY: Duration = Duration::from_millis(250);
+
 /// The first pause before making a consumer anew after a failed one,
-/// doubled at each failure in a row up to [`super::RETRY`].
+/// doubled at each failure in a row up to [`RETRY`].
 const MIN_RETRY: Duration = Duration::from_millis(50);
 
 /// Messages handed to a reader at once, at most: what the consumer has at
@@ -273,7 +278,7 @@ impl LinearStream {
                         () = shutdown.cancelled() => return Ok(None),
                         () = tokio::time::sleep(retry) => {}
                     }
-                    retry = (retry * 2).min(super::RETRY);
+                    retry = (retry * 2).min(RETRY);
                 }
             }
         }
