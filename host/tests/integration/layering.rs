@@ -19,6 +19,11 @@
 //! reaches outside such a subtree counts, including one that runs through
 //! a parent using its own child. Doc comments and string literals are not
 //! code, so links in them do not count.
+//!
+//! Modules are held to the same rule as files: under each module, its
+//! child modules (each with all of its descendants' files) must not reach
+//! each other in a loop, even when no two files do (`rpc/a.rs` using
+//! `chain/b.rs` while `chain/c.rs` uses `rpc/d.rs` ties `rpc` and `chain`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -185,6 +190,10 @@ fn no_import_cycles_between_source_files() {
         if !found.is_empty() {
             failures.push_str(&report(&src, &found));
         }
+        let tied = module_cycles(&graph);
+        if !tied.is_empty() {
+            failures.push_str(&report_modules(&src, &tied));
+        }
     }
     // Guards against passing vacuously (wrong directory, nothing parsed).
     let host = dependencies(&root().join("host/src"));
@@ -293,6 +302,83 @@ fn a_cycle_through_a_parent_and_another_module_is_found() {
     );
 }
 
+/// Two modules whose files reach each other only through different files
+/// are still a cycle of modules, though no two files form one.
+#[test]
+fn a_cycle_between_modules_without_one_between_files_is_found() {
+    let dir = tree(&[
+        ("lib.rs", "mod chain; mod rpc;"),
+        ("chain/mod.rs", "mod pipeline; mod reload;"),
+        (
+            "chain/pipeline.rs",
+            "pub fn run() { crate::rpc::methods::answer() }",
+        ),
+        ("chain/reload.rs", "pub struct Reload;"),
+        ("rpc/mod.rs", "pub mod methods; mod subscribe;"),
+        ("rpc/methods.rs", "pub fn answer() {}"),
+        (
+            "rpc/subscribe.rs",
+            "pub fn open(_: crate::chain::reload::Reload) {}",
+        ),
+    ]);
+    let src = dir.path().join("src");
+    assert!(cycles(&src).is_empty(), "no file cycle: {:?}", cycles(&src));
+    let found = cycles_between_modules(&src);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].files, ["chain", "rpc"]);
+    assert_eq!(
+        found[0].edges,
+        vec![
+            edge("chain", "rpc", &["answer"]),
+            edge("rpc", "chain", &["Reload"])
+        ]
+    );
+    let text = report_modules(&src, &found);
+    assert!(
+        text.contains("shortest loop: chain -> rpc -> chain\n"),
+        "{text}"
+    );
+}
+
+/// Nested modules are checked under their parent; a parent's own file
+/// using its children and the children naming the parent are no cycle.
+#[test]
+fn modules_are_checked_under_each_parent() {
+    let dir = tree(&[
+        ("lib.rs", "mod http;"),
+        (
+            "http/mod.rs",
+            "mod a; mod b; pub struct State; fn go() { a::f(); b::g(); }",
+        ),
+        ("http/a/mod.rs", "mod x; pub fn f() {}"),
+        (
+            "http/a/x.rs",
+            "pub fn h(_: super::super::State) { crate::http::b::g() }",
+        ),
+        (
+            "http/b.rs",
+            "pub fn g() {} pub fn k() { crate::http::a::f() }",
+        ),
+    ]);
+    let found = cycles_between_modules(&dir.path().join("src"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].files, ["http::a", "http::b"]);
+    let fine = tree(&[
+        ("lib.rs", "mod http;"),
+        (
+            "http/mod.rs",
+            "mod a; mod b; pub struct State; fn go() { a::f(); b::g(); }",
+        ),
+        ("http/a.rs", "pub fn f(_: super::State) { super::b::g() }"),
+        (
+            "http/b.rs",
+            "pub fn g() -> crate::http::State { crate::http::State }",
+        ),
+    ]);
+    let none = cycles_between_modules(&fine.path().join("src"));
+    assert!(none.is_empty(), "{none:?}");
+}
+
 #[test]
 fn test_code_does_not_count() {
     let files = |b: &'static str| {
@@ -394,6 +480,89 @@ fn reported(graph: &Graph) -> Vec<Cycle> {
             !within_one_module
         })
         .collect()
+}
+
+/// The import cycles between sibling modules of the crate under `src`.
+fn cycles_between_modules(src: &Path) -> Vec<Cycle> {
+    module_cycles(&dependencies(src))
+}
+
+/// Cycles between modules: under each module (the crate root included),
+/// its children are the nodes, each standing for all of its descendants'
+/// files, and a file's edge to a file under another child is an edge
+/// between the two children. The parent's own file is no node: a parent
+/// using its children, and children naming their parent's items, is how a
+/// module is built. Nodes are named by module path (`rpc::methods`).
+fn module_cycles(graph: &Graph) -> Vec<Cycle> {
+    let parents: BTreeSet<&[String]> = graph
+        .modules
+        .values()
+        .flat_map(|module| (0..module.len()).map(|depth| &module[..depth]))
+        .collect();
+    let mut found = Vec::new();
+    for parent in parents {
+        // The child of `parent` that holds `file`, if it is below `parent`.
+        let child_of = |file: &String| {
+            let module = &graph.modules[file];
+            (module.len() > parent.len() && module.starts_with(parent))
+                .then(|| module[..=parent.len()].join("::"))
+        };
+        let mut between: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+        for edge in &graph.edges {
+            if let (Some(from), Some(to)) = (child_of(&edge.from), child_of(&edge.to)) {
+                if from != to {
+                    between
+                        .entry((from, to))
+                        .or_default()
+                        .extend(edge.names.iter().cloned());
+                }
+            }
+        }
+        let children: BTreeSet<String> = graph.files.iter().filter_map(child_of).collect();
+        let siblings = Graph {
+            files: children.into_iter().collect(),
+            modules: BTreeMap::new(),
+            edges: between
+                .into_iter()
+                .map(|((from, to), names)| Edge {
+                    from,
+                    to,
+                    names: names.into_iter().collect(),
+                })
+                .collect(),
+        };
+        found.extend(strongly_connected(&siblings));
+    }
+    found
+}
+
+/// A message that names every module of every cycle and what ties them.
+fn report_modules(src: &Path, cycles: &[Cycle]) -> String {
+    let mut text = format!(
+        "{} import cycle(s) between modules under {}. Data flows one way \
+         (docs/src/architecture.md, Layering): move what the modules share below \
+         both, or pass it in from above.\n",
+        cycles.len(),
+        src.display()
+    );
+    for (i, cycle) in cycles.iter().enumerate() {
+        let _ = writeln!(text, "\ncycle {}: {}", i + 1, cycle.files.join(", "));
+        let _ = writeln!(
+            text,
+            "  shortest loop: {}",
+            shortest_loop(cycle).join(" -> ")
+        );
+        for edge in &cycle.edges {
+            let _ = writeln!(
+                text,
+                "  {} -> {}: {}",
+                edge.from,
+                edge.to,
+                edge.names.join(", ")
+            );
+        }
+    }
+    text
 }
 
 /// A message that names every file of every cycle and what ties them.
