@@ -509,13 +509,13 @@ fn module_cycles(graph: &Graph) -> Vec<Cycle> {
         };
         let mut between: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
         for edge in &graph.edges {
-            if let (Some(from), Some(to)) = (child_of(&edge.from), child_of(&edge.to)) {
-                if from != to {
-                    between
-                        .entry((from, to))
-                        .or_default()
-                        .extend(edge.names.iter().cloned());
-                }
+            if let (Some(from), Some(to)) = (child_of(&edge.from), child_of(&edge.to))
+                && from != to
+            {
+                between
+                    .entry((from, to))
+                    .or_default()
+                    .extend(edge.names.iter().cloned());
             }
         }
         let children: BTreeSet<String> = graph.files.iter().filter_map(child_of).collect();
