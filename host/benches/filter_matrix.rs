@@ -15,7 +15,7 @@
 //! matches out, the call) and the code Cranelift generates.
 //!
 //! A 0.2 component is called as the host calls it, behind its
-//! subscriptions' reach (`chainsieve::filters::reach`): asked about the
+//! subscriptions' reach (`chainsieve_filters::reach`): asked about the
 //! events some key concerns, its every-event subscriptions served by the
 //! host. Its cells time that, the native build alone (every event, no
 //! reach), and the native build behind the same reach: WASM against the
@@ -27,17 +27,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chainsieve::filters::FilterEngine;
-use chainsieve::filters::Layout;
-use chainsieve::filters::actor::pairs::delivery_order;
-use chainsieve::filters::batch::EventBatch;
-use chainsieve::filters::engine::FilterInstance;
-use chainsieve::filters::harness::read_events;
-use chainsieve::filters::reach::ReachIndex;
 use chainsieve_config::FiltersConfig;
 use chainsieve_filter_sdk::layout::{BatchWriter, EventWriter, HeadFields, LogFields, TxFields};
 use chainsieve_filter_sdk::projection::ProjectedWriter;
 use chainsieve_filter_sdk::{Filter, Matches, Payload, Source, match_batch};
+use chainsieve_filters::FilterEngine;
+use chainsieve_filters::Layout;
+use chainsieve_filters::actor::pairs::delivery_order;
+use chainsieve_filters::batch::EventBatch;
+use chainsieve_filters::engine::FilterInstance;
+use chainsieve_filters::harness::read_events;
+use chainsieve_filters::reach::ReachIndex;
 
 const SUBSCRIPTIONS: [u64; 3] = [10, 1_000, 100_000];
 const BATCHES: [usize; 3] = [1, 64, 1_024];

@@ -11,20 +11,20 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::chain::uploads::Uploads;
-use crate::chain::{Chain, reload};
-use crate::filters::{FilterEngine, FilterRegistry};
-use crate::history::limits::Streams;
-use crate::http::{AppState, Stats};
-use crate::rpc::rate_limit::RateLimit;
-use crate::rpc::subscriptions::Subscriptions;
-use crate::rpc::webhooks::Opener;
 use chainsieve_bus::Bus;
+use chainsieve_chain::uploads::Uploads;
+use chainsieve_chain::{Chain, reload};
 use chainsieve_config::{Config, Role};
+use chainsieve_filters::{FilterEngine, FilterRegistry};
+use chainsieve_history::limits::Streams;
+use chainsieve_http::{AppState, Stats};
 use chainsieve_keys::Keys;
 use chainsieve_keys::bus::KvKeys;
 use chainsieve_keys::plan::Plans;
 use chainsieve_keys::store::{KeyStore, LocalStore as LocalKeys};
+use chainsieve_rpc::rate_limit::RateLimit;
+use chainsieve_rpc::subscriptions::Subscriptions;
+use chainsieve_rpc::webhooks::Opener;
 use chainsieve_runtime::metrics::Metrics;
 use chainsieve_runtime::tasks::Tasks;
 use chainsieve_uploads::bus::ObjectUploads;
@@ -40,7 +40,7 @@ use chainsieve_webhook::store::Store;
 use chainsieve_webhook::{Parts, Webhooks};
 
 /// Loads the filters and starts every chain; the server then serves the
-/// returned state ([`crate::http::serve`]).
+/// returned state ([`chainsieve_http::serve`]).
 pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<AppState>> {
     let specs = config.validate()?;
     for warning in config.warnings() {

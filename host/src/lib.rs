@@ -6,36 +6,35 @@
 //! below it (docs/src/architecture.md, Crates); data flows one way, top to
 //! bottom (docs/src/architecture.md, Data flow). Inside each crate, a test
 //! (`host/tests/integration/layering.rs`) fails on any import cycle between
-//! its files that leaves a module's own files.
+//! its files that leaves a module's own files, or between its modules.
 //!
-//! This crate's modules:
+//! This crate's module:
 //!
 //! - [`app`] — the wiring: config in, filters loaded, chains started, the
 //!   HTTP state built; shutdown passed down.
-//! - [`http`] — axum routes and keys, one task pair per WebSocket
-//!   ([`http::session`]), `/admin/filters` and `/admin/keys`,
-//!   `/healthz`, `/readyz`, `/metrics`, connections per key.
-//! - [`rpc`] — the JSON-RPC envelope, errors and methods for both
-//!   transports; live subscriptions by public id; requests per second per
-//!   key; on a node chain, what it does not answer goes to the node, on a
-//!   devnet chain what a wallet calls answers from the devnet's ledger.
-//! - [`chain`] — per chain, the [`chain::pipeline`] (any ordered stream of
+//!
+//! The crates below it, top to bottom:
+//!
+//! - [`chainsieve_http`] — axum routes and keys, one task pair per
+//!   WebSocket, `/admin/filters` and `/admin/keys`, `/healthz`, `/readyz`,
+//!   `/metrics`, connections per key.
+//! - [`chainsieve_rpc`] — the JSON-RPC envelope, errors and methods for
+//!   both transports; live subscriptions by public id; requests per second
+//!   per key; on a node chain, what it does not answer goes to the node, on
+//!   a devnet chain what a wallet calls answers from the devnet's ledger.
+//! - [`chainsieve_chain`] — per chain, the pipeline (any ordered stream of
 //!   source events → canonical tracker → stream batches → filter actors),
-//!   its wiring for each role ([`chain::all`], [`chain::ingest`],
-//!   [`chain::edge`]) and the hot swap of filter components
-//!   ([`chain::reload`]).
-//! - [`filters`] — the wasmtime engine, one bindings module per filter
-//!   contract version (0.1.0, 0.2.0), the loaded components, each
+//!   its wiring for each role (all, ingest, edge) and the hot swap of
+//!   filter components (reload).
+//! - [`chainsieve_filters`] — the wasmtime engine, one bindings module per
+//!   filter contract version (0.1.0, 0.2.0), the loaded components, each
 //!   subscription's reach (what a 0.2 component is asked about), and the
-//!   actors that call them per batch and deliver the matches;
-//!   [`filters::batch`] splits a log step into per-stream batches, each
-//!   event with its cursor.
-//! - [`history`] — a `fromBlock` older than the log, read for the
-//!   subscription's actor until the log holds the rest: from the chain's
-//!   nodes, a devnet chain's archive, or an edge's stream on the bus.
-//!
-//! The crates below it:
-//!
+//!   actors that call them per batch and deliver the matches; its `batch`
+//!   splits a log step into per-stream batches, each event with its cursor.
+//! - [`chainsieve_history`] — a `fromBlock` older than the log, read for
+//!   the subscription's actor until the log holds the rest: from the
+//!   chain's nodes, a devnet chain's archive, or an edge's stream on the
+//!   bus.
 //! - [`chainsieve_uploads`] — where uploaded filter components are kept:
 //!   the embedded database, or the bus's object store.
 //! - [`chainsieve_webhook`] — subscriptions delivered by HTTP POST:
@@ -77,11 +76,6 @@
 #![deny(unsafe_code)]
 
 pub mod app;
-pub mod chain;
-pub mod filters;
-pub mod history;
-pub mod http;
-pub mod rpc;
 
 use std::sync::Arc;
 
@@ -89,7 +83,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use chainsieve_config::Config;
-pub use http::AppState;
+pub use chainsieve_http::AppState;
 /// The allocator the `chainsieve` binary runs on, for every binary that
 /// serves as it does (the benchmarks' servers):
 /// `#[global_allocator] static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;`
@@ -102,7 +96,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let state = app::start(&config, shutdown).await?;
-    http::serve(listener, state).await
+    chainsieve_http::serve(listener, state).await
 }
 
 /// Starts a server on `listener` in the background and returns its state
@@ -115,7 +109,7 @@ pub async fn spawn(
     let state = app::start(&config, shutdown).await?;
     let serving = state.clone();
     tokio::spawn(async move {
-        if let Err(error) = http::serve(listener, serving).await {
+        if let Err(error) = chainsieve_http::serve(listener, serving).await {
             tracing::error!(error = format!("{error:#}"), "server stopped");
         }
     });

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chainsieve::Config;
-use chainsieve::filters::harness::{Comparison, DEFAULT_BATCH, Harness, Match};
 use chainsieve_config::{LogFormat, LoggingConfig, Role};
+use chainsieve_filters::harness::{Comparison, DEFAULT_BATCH, Harness, Match};
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -214,7 +214,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // Installed only now: until here a signal stops startup at once.
     let mut signals = Signals::install()?;
     announce(&address, &state, keys.first().map(String::as_str));
-    let mut server = tokio::spawn(chainsieve::http::serve(listener, state));
+    let mut server = tokio::spawn(chainsieve_http::serve(listener, state));
     tokio::select! {
         () = signals.next() => {
             tracing::info!("shutting down: closing connections (a second signal stops at once)");

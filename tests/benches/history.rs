@@ -46,7 +46,7 @@ struct Args {
 }
 
 /// The blocks read per batch, as chainsieve's history reader does.
-const CHUNK: u64 = chainsieve::history::CHUNK;
+const CHUNK: u64 = chainsieve_history::CHUNK;
 
 struct Run {
     blocks_per_second: f64,

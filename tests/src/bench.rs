@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chainsieve_config::Config;
-use chainsieve_ingest::upstream::UpstreamStatus;
+use chainsieve_model::SourceState;
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -89,7 +89,7 @@ pub async fn serve_child(config: Config) -> anyhow::Result<()> {
     while !state
         .chains
         .values()
-        .all(|chain| chain.source_status() == UpstreamStatus::Live && chain.is_synced())
+        .all(|chain| chain.source_status() == SourceState::Live && chain.is_synced())
     {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use chainsieve::AppState;
-use chainsieve::filters::registry::BUILT_FILTERS_DIR;
 use chainsieve_config::{Config, FiltersConfig};
 use chainsieve_evil_filter::{CONFIG_LEN, CONFIG_MARKER};
+use chainsieve_filters::registry::BUILT_FILTERS_DIR;
 use serde_json::Value;
 
 use crate::TIMEOUT;

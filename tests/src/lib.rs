@@ -26,7 +26,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use chainsieve_config::{Config, Role};
 use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
-use chainsieve_ingest::upstream::UpstreamStatus;
+use chainsieve_model::SourceState;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -112,7 +112,7 @@ impl TestServer {
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
         let state = chainsieve::app::start(&config, shutdown.clone()).await?;
-        let serving = tokio::spawn(chainsieve::http::serve(listener, state.clone()));
+        let serving = tokio::spawn(chainsieve_http::serve(listener, state.clone()));
         // Built before waiting, so a failed wait still shuts it down.
         let server = Self {
             addr,
@@ -159,8 +159,8 @@ impl TestServer {
     pub async fn upstream_status(
         &self,
         chain: &str,
-        accept: impl Fn(&UpstreamStatus) -> bool,
-    ) -> UpstreamStatus {
+        accept: impl Fn(&SourceState) -> bool,
+    ) -> SourceState {
         let mut status = self.state.chains[chain]
             .node_status()
             .expect("a node source reports its status");
@@ -211,7 +211,7 @@ impl TestServer {
     /// the node announces from then on reaches the subscribers (synced
     /// alone does not say so for a node chain, which has no past to place).
     pub async fn wait_live(&self, chain: &str) {
-        self.upstream_status(chain, |s| *s == UpstreamStatus::Live)
+        self.upstream_status(chain, |s| *s == SourceState::Live)
             .await;
     }
 

@@ -1,11 +1,12 @@
 //! What the build scripts that compile filter components share (the host's
-//! built-ins and examples, `host/build.rs`; the test-only components, the
+//! built-ins and examples, `host/filters/build.rs`; the test-only components, the
 //! test crate's `build.rs`): the components are compiled for
 //! `wasm32-wasip2` with a nested cargo in its own target directory, so a
 //! plain `cargo build` (or `cargo test`) is all a user types, and the
 //! `wasm32-wasip2` target is added when the toolchain lacks it.
 
 use std::env;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,16 +42,27 @@ fn watch(workspace: &Path) {
     }
 }
 
-/// Builds `packages` of the calling build script's workspace (the parent
-/// of its package's directory) for [`TARGET`] into `<target>/guest-build`,
-/// and has cargo rerun the script when their sources change. Panics
-/// (failing the build script) with the reason.
+/// Builds `packages` of the calling build script's workspace (the nearest
+/// directory above its package whose `Cargo.toml` has a `[workspace]`) for
+/// [`TARGET`] into `<target>/guest-build`, and has cargo rerun the script
+/// when their sources change. Panics (failing the build script) with the
+/// reason.
 pub fn build(packages: &[&str]) -> Built {
     let manifest_dir =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let workspace = manifest_dir
-        .parent()
-        .expect("a package with components to build sits in the workspace root")
+        .ancestors()
+        .skip(1)
+        .find(|dir| {
+            fs::read_to_string(dir.join("Cargo.toml"))
+                .is_ok_and(|manifest| manifest.lines().any(|line| line.trim() == "[workspace]"))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no workspace Cargo.toml above {}: a package with components to build sits in the workspace",
+                manifest_dir.display()
+            )
+        })
         .to_path_buf();
     let workspace = workspace.as_path();
     watch(workspace);

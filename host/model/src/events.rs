@@ -142,3 +142,22 @@ pub enum Grade {
     /// The chain's `finalized` block: never reorganised.
     Finalized,
 }
+
+/// Where a chain's source stands (its nodes, a devnet, or for an ingest
+/// its lease), as `/readyz` and `/metrics` report it; the latest value is
+/// kept for readiness checks and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceState {
+    /// Not connected yet.
+    Connecting,
+    /// At least one node's heads count.
+    Live,
+    /// No node's heads count; why, node by node.
+    Down { reason: String },
+    /// Nodes count, and as many as the quorum are past the chain's tip,
+    /// but the tip has not moved for the stall threshold; why.
+    Stuck { reason: String },
+    /// An ingest waiting for the chain's lease: another ingest leads and
+    /// reads the nodes (docs/src/architecture.md, The bus).
+    Standby,
+}

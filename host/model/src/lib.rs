@@ -22,7 +22,7 @@ pub mod verify;
 pub mod wire;
 
 pub use block::Block;
-pub use events::{ChainEvent, FinalMark, Grade, SourceEvent, StreamEvent};
+pub use events::{ChainEvent, FinalMark, Grade, SourceEvent, SourceState, StreamEvent};
 pub use transaction::{
     BlobFields, Fees, OtherFields, SetCodeAuthorization, Transaction, TxPosition, TxShape,
     TxSignature,

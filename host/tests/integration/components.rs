@@ -4,13 +4,13 @@
 //! are held to these builds' answers in `harness.rs`); the built-ins'
 //! manifests; and the registry's and the engine's refusals.
 
-use chainsieve::filters::harness::{Harness, Match};
-use chainsieve::filters::registry::builtin_components;
-use chainsieve::filters::{Delivery, FilterEngine, Layout};
 use chainsieve_config::FiltersConfig;
 use chainsieve_filter_sdk::layout::{BatchWriter, LogFields, TxFields};
 use chainsieve_filter_sdk::projection::{log_fields, tx_fields};
 use chainsieve_filter_sdk::{Batch, Filter, Payload, Source, match_batch};
+use chainsieve_filters::harness::{Harness, Match};
+use chainsieve_filters::registry::builtin_components;
+use chainsieve_filters::{Delivery, FilterEngine, Layout};
 
 fn engine() -> std::sync::Arc<FilterEngine> {
     FilterEngine::new(&FiltersConfig::default()).expect("engine")
@@ -285,7 +285,7 @@ fn a_component_in_the_filters_dir_replaces_the_builtin_of_its_topic() {
     let file = dir.path().join("my_heads.wasm");
     std::fs::write(&file, builtin_bytes("new_heads")).expect("write");
     std::fs::write(dir.path().join("README.txt"), "not a component").expect("write");
-    let registry = chainsieve::filters::FilterRegistry::load(&engine, dir.path()).expect("loads");
+    let registry = chainsieve_filters::FilterRegistry::load(&engine, dir.path()).expect("loads");
     let active = registry.active();
     let heads = active.get("newHeads").expect("newHeads");
     assert_eq!(heads.origin, file.display().to_string());
@@ -305,8 +305,7 @@ fn a_bad_component_stops_startup_naming_the_file_and_the_reason() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("broken.wasm");
     std::fs::write(&file, b"\0asm not really").expect("write");
-    let error =
-        chainsieve::filters::FilterRegistry::load(&engine, dir.path()).expect_err("refused");
+    let error = chainsieve_filters::FilterRegistry::load(&engine, dir.path()).expect_err("refused");
     let message = format!("{error:#}");
     assert!(message.contains(&file.display().to_string()), "{message}");
     assert!(message.contains("compiling"), "{message}");
@@ -321,7 +320,7 @@ fn two_components_with_one_topic_are_refused() {
     }
     let message = format!(
         "{:#}",
-        chainsieve::filters::FilterRegistry::load(&engine, dir.path()).expect_err("refused")
+        chainsieve_filters::FilterRegistry::load(&engine, dir.path()).expect_err("refused")
     );
     assert!(
         message.contains("a.wasm")
@@ -386,7 +385,7 @@ fn a_rescan_keeps_what_serves_and_reports_the_rest() {
     let mine = dir.path().join("a-logs.wasm");
     std::fs::write(&mine, builtin_bytes("logs_filter")).expect("write");
     let mut registry =
-        chainsieve::filters::FilterRegistry::load(&engine, dir.path()).expect("loads");
+        chainsieve_filters::FilterRegistry::load(&engine, dir.path()).expect("loads");
 
     std::fs::write(&mine, b"half a file").expect("write");
     let second = dir.path().join("b-logs.wasm");

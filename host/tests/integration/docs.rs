@@ -345,7 +345,8 @@ fn source_paths_are_told_from_other_code() {
     ] {
         assert_eq!(source_path(other), None, "{other}");
     }
-    assert!(located("host/build.rs").is_some());
+    assert!(located("host/filters/build.rs").is_some());
+    assert!(located("app.rs").is_some());
     assert!(located("rpc/methods.rs").is_some());
     assert!(located("model/verify.rs").is_some());
     assert!(located("model/nothing.rs").is_none());

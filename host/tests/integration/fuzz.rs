@@ -10,10 +10,10 @@
 
 use std::cell::{Cell, RefCell};
 
-use chainsieve::rpc::methods::{Connection, process};
 use chainsieve_config::Config;
 use chainsieve_fanout::{Frame, Sink};
 use chainsieve_filter_sdk::Filter;
+use chainsieve_rpc::methods::{Connection, process};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Runner, TestRunner};
 use serde_json::{Value, json};

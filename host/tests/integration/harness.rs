@@ -8,12 +8,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use chainsieve::filters::batch::EventBatch;
-use chainsieve::filters::harness::{Harness, Match, read_events};
-use chainsieve::filters::registry::{BUILT_FILTERS_DIR, builtin_components};
 use chainsieve_config::FiltersConfig;
 use chainsieve_filter_sdk::projection::{log_fields, tx_fields};
 use chainsieve_filter_sdk::{Filter, Source, match_batch};
+use chainsieve_filters::batch::EventBatch;
+use chainsieve_filters::harness::{Harness, Match, read_events};
+use chainsieve_filters::registry::{BUILT_FILTERS_DIR, builtin_components};
 use chainsieve_ingest::devnet::{Devnet, DevnetSettings, known_tokens};
 use chainsieve_model::SourceEvent;
 use chainsieve_model::{TxPosition, TxShape};
@@ -397,7 +397,7 @@ fn the_decoded_transfers_example_writes_each_transfer_decoded() {
     let mut harness = Harness::open(&wasm).expect("loads");
     assert_eq!(
         harness.manifest().layout,
-        chainsieve::filters::Layout::Projected(
+        chainsieve_filters::Layout::Projected(
             log_fields::ADDRESS
                 | log_fields::TOPICS
                 | log_fields::DATA
@@ -408,7 +408,7 @@ fn the_decoded_transfers_example_writes_each_transfer_decoded() {
     );
     let params = format!(r#"[{{"tokens":["{usdc}"]}}]"#);
     let (_, delivery) = harness.subscribe(&params).expect("call").expect("accepted");
-    assert_eq!(delivery, chainsieve::filters::Delivery::Written);
+    assert_eq!(delivery, chainsieve_filters::Delivery::Written);
     let got = harness.run_jsonl(&logs).expect("runs");
     let as_json = |matches: &[Match]| -> Vec<(usize, Value)> {
         matches
@@ -499,7 +499,7 @@ fn v0_2_answers_as_v0_1(topic: &str, source: Source, fields: u32, params: &[Stri
     let mut v0_2 = harness(topic, 5);
     assert_eq!(
         v0_2.manifest().layout,
-        chainsieve::filters::Layout::Projected(fields)
+        chainsieve_filters::Layout::Projected(fields)
     );
     for p in params {
         let kind = v0_1.subscribe(p).expect("call").expect("accepted");

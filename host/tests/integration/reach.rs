@@ -1,5 +1,5 @@
 //! Property: a built-in behind its subscriptions' reach (the host's
-//! narrowing, `chainsieve::filters::reach`) answers exactly what it answers
+//! narrowing, `chainsieve_filters::reach`) answers exactly what it answers
 //! about every event. Subscriptions and events are drawn from a few
 //! addresses, selectors and topics, so most of them meet; every shape of
 //! parameters the rules accept is drawn (no constraint, senders,
@@ -11,10 +11,10 @@
 //!
 //! `CHAINSIEVE_FUZZ_CASES` sets the number of cases (default 2,000).
 
-use chainsieve::filters::Layout;
-use chainsieve::filters::reach::ReachIndex;
 use chainsieve_filter_sdk_0_2::layout::{LogFields, TxFields};
 use chainsieve_filter_sdk_0_2::{Filter, Matches, ProjectedWriter, Source, match_batch};
+use chainsieve_filters::Layout;
+use chainsieve_filters::reach::ReachIndex;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Runner, TestRunner};
 

@@ -13,7 +13,7 @@ pub struct Definition {
     /// it delivers.
     pub id: String,
     /// Whose it is: the digest of the secret of the API key that made it
-    /// ([`chainsieve_keys::record::digest`]; the secret is not kept).
+    /// (`chainsieve_keys::record::digest`; the secret is not kept).
     pub owner: String,
     pub chain: String,
     pub url: String,

@@ -20,8 +20,8 @@
 //! claiming and delivering it.
 //!
 //! May use (docs/src/architecture.md, Crates): [`chainsieve_bus`],
-//! [`chainsieve_config`], [`chainsieve_fanout`], [`chainsieve_keys`],
-//! [`chainsieve_runtime`], [`chainsieve_usage`].
+//! [`chainsieve_config`], [`chainsieve_fanout`], [`chainsieve_runtime`],
+//! [`chainsieve_usage`].
 
 pub mod body;
 pub mod bus;
@@ -404,7 +404,7 @@ impl Webhooks {
     }
 
     /// Makes a webhook for `owner` (the digest of its key's secret,
-    /// [`chainsieve_keys::record::digest`]), within `most`: checks
+    /// `chainsieve_keys::record::digest`), within `most`: checks
     /// its target and batching, claims it, opens its subscription (refused
     /// as `eth_subscribe` would refuse it), stores it and starts
     /// delivering. Answers its view and, this once, its secret.

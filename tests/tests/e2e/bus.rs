@@ -1008,9 +1008,7 @@ async fn servers_started_together_on_a_fresh_cluster_all_start() {
         let leader = tokio::time::timeout(TIMEOUT, async {
             loop {
                 for (index, status) in &mut statuses {
-                    if *status.borrow_and_update()
-                        == chainsieve_ingest::upstream::UpstreamStatus::Live
-                    {
+                    if *status.borrow_and_update() == chainsieve_model::SourceState::Live {
                         return *index;
                     }
                 }

@@ -3,7 +3,7 @@
 //! into `target/filters`, served by a real server next to the built-ins.
 
 use alloy_primitives::U256;
-use chainsieve::filters::registry::BUILT_FILTERS_DIR;
+use chainsieve_filters::registry::BUILT_FILTERS_DIR;
 use chainsieve_tests::filters::watching;
 use chainsieve_tests::{TestServer, WsClient, assert_exact_filter, hex_address};
 use serde_json::{Value, json};

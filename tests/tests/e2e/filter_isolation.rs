@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chainsieve::filters::actor::DISABLE_AFTER;
+use chainsieve_filters::actor::DISABLE_AFTER;
 use chainsieve_tests::filters::{evil_filter, place, watching};
 use chainsieve_tests::{TestServer, WsClient};
 use serde_json::{Value, json};

@@ -255,7 +255,7 @@ async fn from_block_gives_the_chain_as_it_is_canonical_then_live() {
 async fn a_quorum_chain_restarted_behind_forked_nodes_reaches_their_fork_point_and_says_it_is_stuck()
  {
     use chainsieve_config::{Agreement, ChainConfig, SourceConfig, Span};
-    use chainsieve_ingest::upstream::UpstreamStatus;
+    use chainsieve_model::SourceState;
     use chainsieve_tests::anvil::DEV_ACCOUNT;
 
     // BNB Chain's id: its 0.45 s cadence makes the stall threshold short.
@@ -349,11 +349,9 @@ async fn a_quorum_chain_restarted_behind_forked_nodes_reaches_their_fork_point_a
     );
 
     let stuck = server
-        .upstream_status("eth", |status| {
-            matches!(status, UpstreamStatus::Stuck { .. })
-        })
+        .upstream_status("eth", |status| matches!(status, SourceState::Stuck { .. }))
         .await;
-    let UpstreamStatus::Stuck { reason } = stuck else {
+    let SourceState::Stuck { reason } = stuck else {
         unreachable!()
     };
     assert!(
@@ -426,7 +424,7 @@ async fn the_event_log_file_is_announced_as_new_then_as_restored() {
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)
-        .with_env_filter("chainsieve::chain=info")
+        .with_env_filter("chainsieve_chain=info")
         .finish();
     // This test's thread only (the runtime is current-thread): the log
     // is opened as the server starts, on it.

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use chainsieve_config::{AuthConfig, ChainConfig, Config, SourceConfig, Span};
-use chainsieve_ingest::upstream::UpstreamStatus;
+use chainsieve_model::SourceState;
 use chainsieve_tests::anvil::{
     Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, deploy_ping, mined, ping_contract, ping_topic,
 };
@@ -432,13 +432,13 @@ async fn a_node_on_the_wrong_chain_is_refused() {
     let bsc = Anvil::start(56).await.expect("anvil");
     let server = eth_server(bsc.ws_url(), None).await;
     let seen = server
-        .upstream_status("eth", |s| matches!(s, UpstreamStatus::Down { .. }))
+        .upstream_status("eth", |s| matches!(s, SourceState::Down { .. }))
         .await;
     // The node is named by its host and port.
     let node = bsc.ws_url().trim_start_matches("ws://").to_string();
     assert_eq!(
         seen,
-        UpstreamStatus::Down {
+        SourceState::Down {
             reason: format!(
                 "{node}: down (the node reports chain id 56, but this chain is configured with 1)"
             )
@@ -519,9 +519,9 @@ async fn an_unreachable_node_is_reported_and_joined_when_it_appears() {
     let url = format!("ws://127.0.0.1:{port}");
     let server = eth_server(url.clone(), None).await;
     let down = server
-        .upstream_status("eth", |s| matches!(s, UpstreamStatus::Down { .. }))
+        .upstream_status("eth", |s| matches!(s, SourceState::Down { .. }))
         .await;
-    let UpstreamStatus::Down { reason } = down else {
+    let SourceState::Down { reason } = down else {
         unreachable!("waited for Down");
     };
     assert!(

@@ -11,8 +11,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use chainsieve::filters::registry::BUILT_FILTERS_DIR;
 use chainsieve_config::{AuthConfig, Config, LogConfig, WebhooksConfig};
+use chainsieve_filters::registry::BUILT_FILTERS_DIR;
 use chainsieve_ingest::devnet::DevnetSettings;
 use chainsieve_runtime::tasks::faults::Fault;
 use chainsieve_tests::anvil::Anvil;

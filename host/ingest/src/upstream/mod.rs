@@ -44,7 +44,7 @@ use progress::{Progress, Verdict};
 use watcher::{HeadRef, NodeEvent, Watched};
 
 use chainsieve_model::wire::{self, NodeTransaction};
-use chainsieve_model::{Block, FinalMark, SourceEvent, Transaction};
+use chainsieve_model::{Block, FinalMark, SourceEvent, SourceState, Transaction};
 use chainsieve_node::health::Health;
 use chainsieve_node::{Call, NodePool, NodeState, Rules, decode};
 
@@ -86,31 +86,13 @@ pub struct UpstreamSettings {
     pub rules: Rules,
 }
 
-/// Where a chain's source stands; the latest value is kept for readiness
-/// checks and tests.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum UpstreamStatus {
-    /// Not connected yet.
-    Connecting,
-    /// At least one node's heads count.
-    Live,
-    /// No node's heads count; why, node by node.
-    Down { reason: String },
-    /// Nodes count, and as many as the quorum are past the chain's tip,
-    /// but the tip has not moved for the stall threshold; why.
-    Stuck { reason: String },
-    /// An ingest waiting for the chain's lease: another ingest leads and
-    /// reads the nodes (docs/src/architecture.md, The bus).
-    Standby,
-}
-
 /// Follows the chain's nodes until `shutdown`. State changes are logged
 /// once, not per retry, and published on `status`.
 pub async fn run(
     settings: UpstreamSettings,
     pool: Arc<NodePool>,
     out: mpsc::Sender<SourceEvent>,
-    status: watch::Sender<UpstreamStatus>,
+    status: watch::Sender<SourceState>,
     shutdown: CancellationToken,
 ) {
     // Nodes have no past to replay before they are followed: what is
@@ -182,7 +164,7 @@ struct Ingest<'a> {
     settings: &'a UpstreamSettings,
     pool: &'a NodePool,
     out: &'a mpsc::Sender<SourceEvent>,
-    status: &'a watch::Sender<UpstreamStatus>,
+    status: &'a watch::Sender<SourceState>,
     choice: Choice,
     delivered: Delivered,
     /// Each node's latest head, to restore its vote when it counts again.
@@ -423,10 +405,10 @@ impl Ingest<'_> {
     fn publish_status(&self) {
         let status = if self.pool.any_counts() {
             match self.progress.stuck() {
-                Some(reason) => UpstreamStatus::Stuck {
+                Some(reason) => SourceState::Stuck {
                     reason: reason.to_string(),
                 },
-                None => UpstreamStatus::Live,
+                None => SourceState::Live,
             }
         } else {
             let reasons: Vec<String> = self
@@ -438,7 +420,7 @@ impl Ingest<'_> {
                     None => format!("{name}: {}", state.name()),
                 })
                 .collect();
-            UpstreamStatus::Down {
+            SourceState::Down {
                 reason: reasons.join("; "),
             }
         };
@@ -901,13 +883,13 @@ mod tests {
         let url = scripted_node(Vec::new(), true).await;
         let (_events, mut watcher, shutdown) = follow(url).await;
         let down = watcher
-            .wait_for(|s| matches!(s, UpstreamStatus::Down { .. }))
+            .wait_for(|s| matches!(s, SourceState::Down { .. }))
             .await
             .expect("status channel open")
             .clone();
         assert_eq!(
             down,
-            UpstreamStatus::Down {
+            SourceState::Down {
                 reason: "scripted: down (eth_chainId got no answer within 30s)".into()
             }
         );
@@ -925,11 +907,11 @@ mod tests {
         url: String,
     ) -> (
         mpsc::Receiver<SourceEvent>,
-        watch::Receiver<UpstreamStatus>,
+        watch::Receiver<SourceState>,
         CancellationToken,
     ) {
         let (out, mut events) = mpsc::channel(16);
-        let (status, watcher) = watch::channel(UpstreamStatus::Connecting);
+        let (status, watcher) = watch::channel(SourceState::Connecting);
         let shutdown = CancellationToken::new();
         let specs = [NodeSpec::new("scripted", url)];
         let pool = Arc::new(NodePool::new("polygon", &specs, &Default::default()));
@@ -1037,7 +1019,7 @@ mod tests {
         }
         assert_eq!(announced, vec![a, b], "each once, in order");
         // The node has no block yet: connected, never down.
-        assert_eq!(*watcher.borrow_and_update(), UpstreamStatus::Connecting);
+        assert_eq!(*watcher.borrow_and_update(), SourceState::Connecting);
         shutdown.cancel();
     }
 }
