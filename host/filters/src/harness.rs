@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! # fn main() -> anyhow::Result<()> {
-//! use chainsieve::filters::harness::Harness;
+//! use chainsieve_filters::harness::Harness;
 //! let mut harness = Harness::open("target/filters/chainsieve_logs_filter_0_2.wasm".as_ref())?;
 //! let (subscription, _payload) = harness
 //!     .subscribe(r#"[{"address": "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48"}]"#)?

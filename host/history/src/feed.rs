@@ -102,3 +102,12 @@ pub enum StartAt {
     /// (a cursor).
     After { block: u64, index: u32, tag: u64 },
 }
+
+impl StartAt {
+    /// The block the stream reads first.
+    pub fn block(&self) -> u64 {
+        match self {
+            StartAt::Block(block) | StartAt::After { block, .. } => *block,
+        }
+    }
+}

@@ -16,6 +16,7 @@ pub mod archive;
 mod blocks;
 mod feed;
 pub mod limits;
+pub mod plan;
 mod reader;
 pub mod stream;
 

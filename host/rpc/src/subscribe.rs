@@ -1,21 +1,28 @@
-//! `eth_subscribe` and `eth_unsubscribe`. A subscription is registered
+//! `eth_subscribe` and `eth_unsubscribe`, and the one way a subscription
+//! is opened, for a socket and for a webhook alike ([`open`], undone by
+//! [`HalfMade`] when it fails midway). A subscription is registered
 //! before the filter actor can deliver to it, and its response is queued
 //! ahead of its first notification: by the actor itself (single calls), or
 //! behind a gate opened once the batch response is queued. A
 //! trailing options object ([`resume`](super::resume)) makes it replay the
 //! log first.
 
-use serde_json::Value;
+use std::sync::Arc;
+
 use serde_json::value::RawValue;
+use serde_json::{Value, json};
 
 use super::context::{Connection, Context, Gates, Outcome};
 use super::params::{positional, require_positional};
+use super::subscriptions::Subscriptions;
 use super::{Call, RpcError, history, response, result, resume};
 use chainsieve_chain::Chain;
-use chainsieve_fanout as fanout;
+use chainsieve_fanout::{self as fanout, Sink};
 use chainsieve_filters::actor::{Start, Subscribe};
 use chainsieve_filters::{FilterHandle, SubscribeError};
+use chainsieve_history::limits::Streams;
 use chainsieve_keys::plan::{Limit, Plan};
+use chainsieve_usage::Meter;
 
 pub(super) async fn subscribe(
     ctx: Context<'_>,
@@ -24,15 +31,10 @@ pub(super) async fn subscribe(
     call: &Call,
     batch: Option<&Gates>,
 ) -> Outcome {
-    let request = || -> Result<_, RpcError> {
-        require_positional(&call.params, "eth_subscribe")?;
-        let (topic, mut params) = topic_and_params(&call.params)?;
-        let filter = topic_filter(ctx.chain, &topic)?;
-        let options = resume::take_options(&mut params, filter.source)?;
-        Ok((filter, params, options))
-    };
-    let (filter, params, options) = match request() {
-        Ok(parts) => parts,
+    let asked = require_positional(&call.params, "eth_subscribe")
+        .and_then(|()| Asked::read(ctx.chain, &call.params));
+    let asked = match asked {
+        Ok(asked) => asked,
         Err(error) => return Outcome::Reply(Err(error)),
     };
     let limit = plan.max_subscriptions_per_connection;
@@ -45,59 +47,200 @@ pub(super) async fn subscribe(
     }
     let id = fanout::new_id();
     let key = ctx.subscriptions.next_key();
-    // Register before the actor can deliver, so a close racing with this
-    // call still finds and cancels it.
-    connection.owned().insert(id.clone());
-    ctx.subscriptions.insert(
-        id.clone(),
-        key,
-        ctx.key.id.clone(),
-        filter.clone(),
-        &connection.owned,
-    );
     // Counted against the connection's limit before anything is awaited.
-    let history = history::feed(
-        ctx.chain,
-        ctx.history,
-        &ctx.key.id,
-        plan,
-        options.from.as_ref(),
-        filter.source,
+    let made = HalfMade::new(asked.filter(), key).register(
+        ctx.subscriptions,
+        connection,
+        id.clone(),
+        ctx.key.id.clone(),
     );
-    let history = match history.await {
-        Ok(history) => history.map(|feed| feed.metered(ctx.key.meter.clone())),
-        Err(error) => {
-            connection.owned().remove(&id);
-            ctx.subscriptions.remove(&id, &ctx.key.id).await;
-            return Outcome::Reply(Err(error));
-        }
-    };
-    let start = match (&call.id, batch) {
+    let mut acked = false;
+    let start = || match (&call.id, batch) {
         (None, _) => Start::Now,
         (Some(_), Some(gates)) => Start::Gated(gates.add()),
         // The response the client reads the id from, queued by the actor.
-        (Some(_), None) => response(&call.id, &result(&id)).map_or(Start::Now, Start::Acknowledge),
+        (Some(_), None) => response(&call.id, &result(&id)).map_or(Start::Now, |response| {
+            acked = true;
+            Start::Acknowledge(response)
+        }),
     };
-    let acked = matches!(start, Start::Acknowledge(_));
+    let who = Subscriber {
+        key: &ctx.key.id,
+        plan,
+        meter: ctx.key.meter.clone(),
+    };
+    let opened = open(
+        ctx.chain,
+        ctx.history,
+        who,
+        asked,
+        (key, id.clone()),
+        connection.sink.clone(),
+        start,
+    );
+    match opened.await {
+        Ok(()) => {
+            made.keep();
+            if acked {
+                Outcome::Sent
+            } else {
+                Outcome::Reply(result(&id))
+            }
+        }
+        Err(error) => Outcome::Reply(Err(error)),
+    }
+}
+
+/// A subscription as asked (`eth_subscribe`'s params, or a webhook's
+/// `subscribe`): read once, the same way for both.
+pub(super) struct Asked {
+    filter: FilterHandle,
+    /// The topic's parameters, its options object taken off.
+    params: Vec<Value>,
+    options: resume::Options,
+}
+
+impl Asked {
+    /// `params` (an array: the topic, its parameters, an options object)
+    /// on `chain`.
+    pub(super) fn read(chain: &Chain, params: &Value) -> Result<Self, RpcError> {
+        let (topic, mut params) = topic_and_params(params)?;
+        let filter = topic_filter(chain, &topic)?;
+        let options = resume::take_options(&mut params, filter.source)?;
+        Ok(Self {
+            filter,
+            params,
+            options,
+        })
+    }
+
+    /// The filter serving its topic.
+    pub(super) fn filter(&self) -> &FilterHandle {
+        &self.filter
+    }
+
+    /// Starts after `cursor` instead of where it asked (a webhook going on
+    /// from its last delivery).
+    pub(super) fn resume_after(&mut self, cursor: &str) -> Result<(), RpcError> {
+        let mut from = vec![json!({"resumeFrom": cursor})];
+        self.options.from = resume::take_options(&mut from, self.filter.source)?.from;
+        Ok(())
+    }
+}
+
+/// Who a subscription counts under: its key's places among the history
+/// streams, its plan, and its usage.
+pub(super) struct Subscriber<'a> {
+    pub key: &'a Arc<str>,
+    pub plan: &'a Plan,
+    pub meter: Option<Arc<Meter>>,
+}
+
+/// A subscription being made, undone when dropped before [`HalfMade::keep`]:
+/// whichever step fails, and if the call making it is dropped midway (its
+/// socket closed), its actor is told to end it and a socket's
+/// subscription leaves the connection's ids and the live table again.
+pub(super) struct HalfMade<'a> {
+    filter: FilterHandle,
+    key: u64,
+    /// A socket's: where it was registered before its actor could deliver.
+    registered: Option<(&'a Subscriptions, &'a Connection, Arc<str>)>,
+    kept: bool,
+}
+
+impl<'a> HalfMade<'a> {
+    /// A subscription of `filter` as `key`, registered nowhere yet.
+    pub(super) fn new(filter: &FilterHandle, key: u64) -> Self {
+        Self {
+            filter: filter.clone(),
+            key,
+            registered: None,
+            kept: false,
+        }
+    }
+
+    /// Registers it as `id` of `connection`'s, for `api_key`, before its
+    /// actor can deliver, so a close racing with the call still finds and
+    /// cancels it.
+    pub(super) fn register(
+        mut self,
+        subscriptions: &'a Subscriptions,
+        connection: &'a Connection,
+        id: Arc<str>,
+        api_key: Arc<str>,
+    ) -> Self {
+        connection.owned().insert(id.clone());
+        subscriptions.insert(
+            id.clone(),
+            self.key,
+            api_key,
+            self.filter.clone(),
+            &connection.owned,
+        );
+        self.registered = Some((subscriptions, connection, id));
+        self
+    }
+
+    /// Made: nothing to undo.
+    pub(super) fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for HalfMade<'_> {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        if let Some((subscriptions, connection, id)) = &self.registered {
+            connection.owned().remove(id);
+            subscriptions.forget(id);
+        }
+        // The actor may have it already; ending one it lacks is nothing.
+        self.filter.end(self.key);
+    }
+}
+
+/// Opens `asked` on its actor as `id` (the component's `key`), delivering
+/// to `sink` from `start` (made once the rest was accepted): a history
+/// stream admitted first where it starts before the log, counted under
+/// `who`. On an error the caller drops its
+/// [`HalfMade`], which undoes the rest.
+pub(super) async fn open(
+    chain: &Chain,
+    streams: &Streams,
+    who: Subscriber<'_>,
+    asked: Asked,
+    (key, id): (u64, Arc<str>),
+    sink: Sink,
+    start: impl FnOnce() -> Start,
+) -> Result<(), RpcError> {
+    let Asked {
+        filter,
+        params,
+        options,
+    } = asked;
+    let history = history::feed(
+        chain,
+        streams,
+        who.key,
+        who.plan,
+        options.from.as_ref(),
+        filter.source,
+    )
+    .await?
+    .map(|feed| feed.metered(who.meter));
     let request = Subscribe {
         key,
-        id: id.clone(),
+        id,
         params: Value::Array(params).to_string(),
-        sink: connection.sink.clone(),
-        start,
+        sink,
+        start: start(),
         resume: options.from,
         finality: options.finality,
         history,
     };
-    match filter.subscribe(request).await {
-        Ok(()) if acked => Outcome::Sent,
-        Ok(()) => Outcome::Reply(result(&id)),
-        Err(error) => {
-            connection.owned().remove(&id);
-            ctx.subscriptions.remove(&id, &ctx.key.id).await;
-            Outcome::Reply(Err(refused(error)))
-        }
-    }
+    filter.subscribe(request).await.map_err(refused)
 }
 
 /// `eth_subscribe`'s params (an array) as the topic and the rest.

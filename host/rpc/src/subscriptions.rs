@@ -81,6 +81,12 @@ impl Subscriptions {
         }
     }
 
+    /// Takes `id` out of the table alone: for a subscription whose making
+    /// is undone, which ends it at its actor itself.
+    pub fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
     pub fn len(&self) -> usize {
         self.lock().len()
     }

@@ -12,16 +12,16 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::context::Context;
 use super::params::{positional, require_positional};
-use super::subscribe::{refused, topic_and_params, topic_filter};
+use super::subscribe::{Asked, HalfMade, Subscriber, open};
 use super::subscriptions::Subscriptions;
-use super::{Call, RpcError, history, result, resume};
+use super::{Call, RpcError, result, resume};
 use chainsieve_chain::Chain;
 use chainsieve_fanout::Sink;
-use chainsieve_filters::actor::{Start, Subscribe};
+use chainsieve_filters::actor::Start;
 use chainsieve_history::limits::Streams;
 use chainsieve_keys::Keys;
 use chainsieve_keys::plan::{Limit, Plan};
@@ -268,40 +268,27 @@ impl Opener {
         let chain = self.chains.get(&definition.chain).ok_or_else(|| {
             RpcError::invalid_params(format!("chain {} is not served here", definition.chain))
         })?;
-        let (topic, mut params) = topic_and_params(&Value::Array(definition.subscribe.clone()))?;
-        let filter = topic_filter(chain, &topic)?;
-        let mut options = resume::take_options(&mut params, filter.source)?;
+        let mut asked = Asked::read(chain, &Value::Array(definition.subscribe.clone()))?;
         if let Some(cursor) = cursor {
-            let mut from = vec![json!({"resumeFrom": cursor})];
-            options.from = resume::take_options(&mut from, filter.source)?.from;
+            asked.resume_after(cursor)?;
         }
         let (owner, plan, meter) = self.keys.plan_of(&definition.owner);
-        let history = history::feed(
-            chain,
-            &self.history,
-            &owner,
-            &plan,
-            options.from.as_ref(),
-            filter.source,
-        )
-        .await?
-        .map(|feed| feed.metered(meter));
-        let key = self.subscriptions.next_key();
-        // Made before the actor is asked: if this call is dropped once the
-        // actor has the subscription, the guard's drop ends it.
-        let unsubscribe = filter.clone();
-        let opened = Opened::new(Box::pin(async move { unsubscribe.unsubscribe(key).await }));
-        let request = Subscribe {
-            key,
-            id: definition.id.as_str().into(),
-            params: Value::Array(params).to_string(),
-            sink,
-            start: Start::Now,
-            resume: options.from,
-            finality: options.finality,
-            history,
+        let who = Subscriber {
+            key: &owner,
+            plan: &plan,
+            meter,
         };
-        filter.subscribe(request).await.map_err(refused)?;
+        let key = self.subscriptions.next_key();
+        let filter = asked.filter().clone();
+        let made = HalfMade::new(&filter, key);
+        let id = definition.id.as_str().into();
+        open(chain, &self.history, who, asked, (key, id), sink, || {
+            Start::Now
+        })
+        .await?;
+        made.keep();
+        // From here on the webhook holds it: dropping its handle ends it.
+        let opened = Opened::new(Box::pin(async move { filter.unsubscribe(key).await }));
         Ok(opened)
     }
 }
@@ -339,6 +326,8 @@ pub(super) fn is_webhook_method(method: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

@@ -1,7 +1,7 @@
 //! The counted metrics: counters and histograms on the hot paths are
 //! `prometheus-client` metrics the chains, filter actors and sessions keep a
 //! handle to (an atomic add each). Handles are passed down from the wiring;
-//! the `/metrics` endpoint (`chainsieve::http::metrics`) registers them with
+//! the `/metrics` endpoint (`chainsieve_http::metrics`) registers them with
 //! what it reads of the server's state when scraped.
 
 use prometheus_client::encoding::EncodeLabelSet;

@@ -255,19 +255,30 @@ impl FilterHandle {
     /// follows. The command is handed over without an await point, so a
     /// caller cancelled midway (a closed connection) still unsubscribes.
     pub async fn unsubscribe(&self, key: u64) {
+        if let Some(done) = self.end(key) {
+            let _ = done.await;
+        }
+    }
+
+    /// Asks the actor to end subscription `key` without waiting for it
+    /// (a guard's drop cannot wait): the receiver tells when it has.
+    /// `None` from a stopped actor, which has no subscriptions left.
+    pub fn end(&self, key: u64) -> Option<oneshot::Receiver<()>> {
         let (ack, done) = oneshot::channel();
         match self.commands.try_send(Command::Unsubscribe(key, ack)) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(command)) => {
                 let commands = self.commands.clone();
-                tokio::spawn(async move {
+                // Outside a runtime (a drop at shutdown) no actor runs
+                // either.
+                let runtime = tokio::runtime::Handle::try_current().ok()?;
+                runtime.spawn(async move {
                     let _ = commands.send(command).await;
                 });
             }
-            // A stopped actor has no subscriptions left to remove.
-            Err(mpsc::error::TrySendError::Closed(_)) => return,
+            Err(mpsc::error::TrySendError::Closed(_)) => return None,
         }
-        let _ = done.await;
+        Some(done)
     }
 
     /// Replaces the component between two batches, every live subscription

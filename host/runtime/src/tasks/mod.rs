@@ -10,7 +10,7 @@
 //! - [`Tasks::critical`]: the server cannot serve without it (a chain's
 //!   pipeline, its source of record, the keys' follower): its end stops
 //!   the server, which exits with the reason ([`Tasks::failed`], awaited
-//!   by `chainsieve::http::serve`).
+//!   by `chainsieve_http::serve`).
 //!
 //! A task ends by panicking, by returning an error, or by returning at all
 //! before `stopping` is cancelled (a task that returns early has stopped
