@@ -123,7 +123,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
     )
     .await
     .context("loading the API keys")?;
-    let history = Arc::new(Streams::new(config.history.max_streams));
+    let history_streams = Arc::new(Streams::new(config.history.max_streams));
     let sessions = TaskTracker::new();
     let ledger = stores
         .usage
@@ -135,7 +135,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         Some(kept) => {
             let opener = Opener {
                 chains: chains.clone(),
-                history: history.clone(),
+                history_streams: history_streams.clone(),
                 keys: keys.clone(),
                 subscriptions: subscriptions.clone(),
             };
@@ -150,7 +150,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         keys,
         admin_token: config.auth.admin_token.clone(),
         subscriptions,
-        history,
+        history_streams,
         connections: Arc::default(),
         metrics,
         rate: RateLimit::new(&plans),

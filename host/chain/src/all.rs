@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::pipeline::{PERSIST_QUEUE, PipelineState};
 use crate::parts::{Origin, Parts, SOURCE_QUEUE};
-use chainsieve_config::{ChainSpec, LogConfig, Source};
+use chainsieve_config::{ChainSpec, LogConfig, SourceSpec};
 use chainsieve_eventlog::EventLog;
 use chainsieve_eventlog::store::{self, LogStore, Persist};
 use chainsieve_history::{self as history, archive::Archive};
@@ -59,7 +59,7 @@ pub(super) fn start(
     queues.watch(chain, "price feed", &price_feed);
     let (events, source) = queues.channel(chain, "source", SOURCE_QUEUE);
     let origin = match (&parts.spec.source, pool) {
-        (Source::Nodes(nodes), Some(pool)) => {
+        (SourceSpec::Nodes(nodes), Some(pool)) => {
             let settings = parts.node_settings(nodes, Vec::new());
             let (status, watcher) = watch::channel(SourceState::Connecting);
             let (state, price, nodes, shutdown) = (
@@ -161,7 +161,7 @@ pub(super) fn event_log(
     queues: &Queues,
 ) -> anyhow::Result<(Arc<EventLog>, Option<mpsc::Sender<Persist>>)> {
     let dir = match (&spec.source, dir) {
-        (Source::Nodes(_), Some(dir)) => dir,
+        (SourceSpec::Nodes(_), Some(dir)) => dir,
         _ => {
             let log = EventLog::new(&spec.name, spec.log_blocks, config.memory_mib);
             return Ok((Arc::new(log), None));

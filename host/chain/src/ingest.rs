@@ -22,7 +22,7 @@ use crate::parts::{Origin, Parts, SOURCE_QUEUE};
 use chainsieve_bus::finality::FinalityMarks;
 use chainsieve_bus::lease::Leases;
 use chainsieve_bus::{Bus, ChainLog, publish};
-use chainsieve_config::{ChainSpec, Source};
+use chainsieve_config::{ChainSpec, SourceSpec};
 use chainsieve_ingest::upstream::UpstreamSettings;
 use chainsieve_model::SourceState;
 use chainsieve_node::NodePool;
@@ -32,7 +32,7 @@ use chainsieve_runtime::metrics::Metrics;
 
 /// Stands for the chain's lease on `bus` and leads it term by term.
 pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin> {
-    let (Source::Nodes(nodes), Some(pool)) = (&parts.spec.source, parts.pool()) else {
+    let (SourceSpec::Nodes(nodes), Some(pool)) = (&parts.spec.source, parts.pool()) else {
         anyhow::bail!(
             "role ingest reads nodes, but chain {}'s source is the devnet",
             parts.spec.name

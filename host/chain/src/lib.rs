@@ -35,7 +35,7 @@ use chainsieve_filters::{FilterEngine, FilterHandle, FilterRegistry};
 use chainsieve_history::Blocks;
 use chainsieve_history::limits::Budget;
 use chainsieve_ingest::canonical::CanonicalChain;
-use chainsieve_ingest::devnet::{Ledger, MineRequest, Submission};
+use chainsieve_ingest::devnet::{Accounts, MineRequest, Submission};
 use chainsieve_model::SourceState;
 use chainsieve_node::NodePool;
 use chainsieve_price::PriceIndex;
@@ -165,7 +165,7 @@ impl Chain {
 
     /// A devnet chain's nonces and balances, for the methods wallets call
     /// (its receipts are its blocks').
-    pub fn ledger(&self) -> Option<&Arc<Ledger>> {
+    pub fn ledger(&self) -> Option<&Arc<Accounts>> {
         match &self.origin {
             Origin::Devnet { ledger, .. } => Some(ledger),
             Origin::Node { .. } | Origin::Bus => None,

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use chainsieve_config::{ChainSpec, Config, NodesSpec};
 use chainsieve_eventlog::store::Persist;
 use chainsieve_history::archive::Archive;
-use chainsieve_ingest::devnet::{Ledger, MineRequest, Submission};
+use chainsieve_ingest::devnet::{Accounts, MineRequest, Submission};
 use chainsieve_ingest::upstream::UpstreamSettings;
 use chainsieve_model::SourceState;
 use chainsieve_node::{NodePool, Rules};
@@ -33,7 +33,7 @@ pub enum Origin {
         /// The door for `eth_sendRawTransaction`.
         submissions: mpsc::Sender<Submission>,
         /// Nonces and balances, for the methods wallets call.
-        ledger: Arc<Ledger>,
+        ledger: Arc<Accounts>,
         /// The door for `evm_mine`: the next block, now.
         miner: mpsc::Sender<MineRequest>,
         /// Every canonical block generated, for history streams.

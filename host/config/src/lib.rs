@@ -26,7 +26,7 @@ pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
 use located::in_range;
 pub use nodes::{
-    Agreement, ChainConfig, MIN_STALL, NodeConfig, NodeSpec, NodesSpec, Source, SourceConfig,
+    Agreement, ChainConfig, MIN_STALL, NodeConfig, NodeSpec, NodesSpec, SourceConfig, SourceSpec,
 };
 pub use plans::{DEFAULT_PLAN, PlanConfig, check_chains, check_methods, is_plain_name};
 pub use rpc::RpcConfig;
@@ -466,7 +466,7 @@ fn blocks_in(key: &str, span: Span, block_time: Duration, most: u64) -> anyhow::
 pub struct ChainSpec {
     pub name: String,
     pub chain_id: u64,
-    pub source: Source,
+    pub source: SourceSpec,
     /// How often the chain makes a block: the devnet's setting, else the
     /// chain's [`cadence`].
     pub block_time: Duration,
@@ -578,7 +578,7 @@ impl Config {
             self.bus.validate()?;
         }
         if self.role == Role::Ingest
-            && let Some(spec) = specs.iter().find(|s| s.source == Source::Devnet)
+            && let Some(spec) = specs.iter().find(|s| s.source == SourceSpec::Devnet)
         {
             bail!(
                 "role ingest reads nodes, but chain {}'s source is the devnet (which generates its history afresh at every start, so it cannot continue a log on the bus): set chains.{}.source to a node's ws:// URL",
@@ -587,7 +587,7 @@ impl Config {
             );
         }
         if self.devnet.reorg_every > 0 {
-            for spec in specs.iter().filter(|s| s.source == Source::Devnet) {
+            for spec in specs.iter().filter(|s| s.source == SourceSpec::Devnet) {
                 // The tracker must hold the reorg's common ancestor.
                 let most = (spec.window as u64).saturating_sub(1);
                 if self.devnet.reorg_depth > most {

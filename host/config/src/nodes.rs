@@ -153,17 +153,17 @@ pub enum Agreement {
 
 /// Where a chain reads, as the server runs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
+pub enum SourceSpec {
     Devnet,
     Nodes(NodesSpec),
 }
 
-impl Source {
+impl SourceSpec {
     /// The chain's nodes; none for the devnet.
     pub fn nodes(&self) -> &[NodeSpec] {
         match self {
-            Source::Devnet => &[],
-            Source::Nodes(spec) => &spec.nodes,
+            SourceSpec::Devnet => &[],
+            SourceSpec::Nodes(spec) => &spec.nodes,
         }
     }
 }
@@ -202,7 +202,7 @@ pub(super) fn source(
     name: &str,
     chain: &ChainConfig,
     block_time: Duration,
-) -> anyhow::Result<Source> {
+) -> anyhow::Result<SourceSpec> {
     let key = |key: &str| format!("chains.{name}.{key}");
     let nodes: Vec<NodeConfig> = match (&chain.source, chain.nodes.is_empty()) {
         (SourceConfig::Devnet, true) => {
@@ -213,7 +213,7 @@ pub(super) fn source(
                     key("quorum")
                 );
             }
-            return Ok(Source::Devnet);
+            return Ok(SourceSpec::Devnet);
         }
         (SourceConfig::Devnet, false) => chain.nodes.clone(),
         (SourceConfig::Nodes(urls), true) => urls
@@ -316,7 +316,7 @@ pub(super) fn source(
         1,
         10_000,
     )?;
-    Ok(Source::Nodes(NodesSpec {
+    Ok(SourceSpec::Nodes(NodesSpec {
         nodes: specs,
         quorum,
         lag_blocks: chain.lag_blocks,
@@ -340,15 +340,15 @@ fn host_and_port(url: &str) -> String {
 mod tests {
     use super::*;
 
-    fn chain(text: &str) -> anyhow::Result<Source> {
+    fn chain(text: &str) -> anyhow::Result<SourceSpec> {
         let chain: ChainConfig = toml::from_str(text)?;
         source("eth", &chain, Duration::from_secs(12))
     }
 
     fn nodes(text: &str) -> NodesSpec {
         match chain(text).expect("valid") {
-            Source::Nodes(spec) => spec,
-            Source::Devnet => panic!("a node chain"),
+            SourceSpec::Nodes(spec) => spec,
+            SourceSpec::Devnet => panic!("a node chain"),
         }
     }
 
@@ -394,7 +394,8 @@ mod tests {
     #[test]
     fn the_stall_threshold_is_block_times_but_never_under_a_second() {
         let chain: ChainConfig = toml::from_str(r#"source = "ws://a:1""#).expect("toml");
-        let Source::Nodes(fast) = source("bsc", &chain, Duration::from_millis(100)).expect("valid")
+        let SourceSpec::Nodes(fast) =
+            source("bsc", &chain, Duration::from_millis(100)).expect("valid")
         else {
             panic!("a node chain");
         };

@@ -139,14 +139,14 @@ impl Mark {
 
 /// Where a replay starts, and which logged steps it passes over.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct ReplayStart {
     /// The first event due.
     pub mark: Mark,
     /// For `fromBlock`: the chain as it stood when the replay began.
     pub as_of: Option<AsOf>,
 }
 
-impl Plan {
+impl ReplayStart {
     /// Every step from `mark` on.
     pub fn from(mark: Mark) -> Self {
         Self { mark, as_of: None }

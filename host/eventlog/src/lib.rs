@@ -23,7 +23,7 @@ use tokio::sync::watch;
 
 use chainsieve_model::{Block, ChainEvent, Grade};
 pub use cursor::Position;
-use cursor::{AsOf, Cursor, Mark, Plan, ResumeError, ResumeFrom};
+use cursor::{AsOf, Cursor, Mark, ReplayStart, ResumeError, ResumeFrom};
 
 /// One change of the chain at its position.
 #[derive(Debug)]
@@ -311,7 +311,7 @@ impl EventLog {
     }
 
     /// Where a subscription resuming `from` starts, or why it cannot.
-    pub fn start_of(&self, from: &ResumeFrom) -> Result<Plan, ResumeError> {
+    pub fn start_of(&self, from: &ResumeFrom) -> Result<ReplayStart, ResumeError> {
         let steps = self.read();
         match from {
             ResumeFrom::After(cursor) => self.after(&steps, cursor),
@@ -319,7 +319,7 @@ impl EventLog {
         }
     }
 
-    fn after(&self, steps: &Steps, cursor: &Cursor) -> Result<Plan, ResumeError> {
+    fn after(&self, steps: &Steps, cursor: &Cursor) -> Result<ReplayStart, ResumeError> {
         if *cursor.chain != *self.chain {
             return Err(ResumeError::OtherChain(format!(
                 "the cursor {cursor} is of chain {}, but this connection serves {}",
@@ -348,7 +348,7 @@ impl EventLog {
                 self.chain
             )));
         }
-        Ok(Plan::from(Mark {
+        Ok(ReplayStart::from(Mark {
             position,
             index: cursor.index.saturating_add(1),
         }))
@@ -357,7 +357,7 @@ impl EventLog {
     /// After an event of a block read from the nodes: the chain as it is
     /// canonical now from the next event on, if the window holds that
     /// very block.
-    fn after_history(&self, steps: &Steps, cursor: &Cursor) -> Result<Plan, ResumeError> {
+    fn after_history(&self, steps: &Steps, cursor: &Cursor) -> Result<ReplayStart, ResumeError> {
         let block = cursor.block.unwrap_or_default();
         let Some(position) = steps.added.get(&block) else {
             return Err(ResumeError::TooOld(format!(
@@ -374,7 +374,7 @@ impl EventLog {
                 self.chain
             )));
         }
-        Ok(Plan {
+        Ok(ReplayStart {
             mark: Mark {
                 position: *position,
                 index: cursor.index.saturating_add(1),
@@ -385,9 +385,9 @@ impl EventLog {
 
     /// The replay of the chain from block `number` as it is canonical now
     /// (see [`AsOf`]).
-    fn block_start(&self, steps: &Steps, number: u64) -> Result<Plan, ResumeError> {
+    fn block_start(&self, steps: &Steps, number: u64) -> Result<ReplayStart, ResumeError> {
         if let Some(position) = steps.added.get(&number) {
-            return Ok(Plan {
+            return Ok(ReplayStart {
                 mark: Mark::step(*position),
                 as_of: Some(as_of(steps, number)),
             });
@@ -395,7 +395,7 @@ impl EventLog {
         let tip = steps.added.last_key_value().map(|(n, _)| *n);
         match tip {
             // Nothing to replay yet: live from the next block on.
-            Some(tip) if number == tip + 1 => Ok(Plan::from(Mark::step(steps.next))),
+            Some(tip) if number == tip + 1 => Ok(ReplayStart::from(Mark::step(steps.next))),
             Some(tip) if number > tip => Err(ResumeError::Ahead(format!(
                 "fromBlock {number} is past {}'s tip, block {tip}",
                 self.chain
@@ -603,7 +603,7 @@ mod tests {
         let from = ResumeFrom::After(cursor(&log, 5, 2));
         assert_eq!(
             log.start_of(&from),
-            Ok(Plan::from(Mark {
+            Ok(ReplayStart::from(Mark {
                 position: 5,
                 index: 3
             }))
@@ -691,7 +691,7 @@ mod tests {
         assert!(removed, "the devnet reorganised");
         for number in 0..=tracker.tip().expect("a tip").number() {
             let canonical = tracker.by_number(number).expect("in the window");
-            let Plan {
+            let ReplayStart {
                 mark: Mark { position, index },
                 as_of,
             } = log

@@ -1,6 +1,6 @@
 //! Where a history stream reads: a chain's canonical blocks beyond its log
 //! window ([`Blocks`]: its nodes, or a devnet chain's archive), and its log
-//! ([`Source`]).
+//! ([`Reading`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use crate::limits::Budget;
 
 /// Where a stream reads.
 #[derive(Debug)]
-pub struct Source {
+pub struct Reading {
     pub blocks: Blocks,
     /// Where the stream hands over.
     pub log: Arc<EventLog>,

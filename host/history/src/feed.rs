@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
-use chainsieve_eventlog::cursor::Plan;
+use chainsieve_eventlog::cursor::ReplayStart;
 use chainsieve_model::Block;
 use chainsieve_usage::Meter;
 
@@ -28,7 +28,7 @@ pub enum HistoryItem {
     Block(Arc<Block>),
     /// The log holds the rest: the chain as it is canonical now from the
     /// block after the last one, whose parent that last one is.
-    Seam(Plan),
+    Seam(ReplayStart),
     /// The stream cannot go on: the JSON-RPC error code and why, for the
     /// subscriber.
     Failed { code: i64, reason: String },

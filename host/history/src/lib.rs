@@ -29,14 +29,14 @@ use chainsieve_bus::ChainLog;
 use chainsieve_eventlog::EventLog;
 use limits::Admitted;
 
-pub use blocks::{Blocks, Source};
+pub use blocks::{Blocks, Reading};
 pub use feed::{GONE, HistoryFeed, HistoryItem, StartAt, UNAVAILABLE};
 pub use reader::CHUNK;
 
 /// Starts reading the chain's blocks from `from`, from `source`'s nodes
 /// (or archive), until its log holds the rest; stops when the feed is
 /// dropped.
-pub fn start(source: Source, from: StartAt, admitted: Admitted) -> HistoryFeed {
+pub fn start(source: Reading, from: StartAt, admitted: Admitted) -> HistoryFeed {
     feed(from, admitted, |block, first, out, stop| {
         reader::read(source, block, first, out, stop)
     })

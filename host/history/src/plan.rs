@@ -12,7 +12,7 @@ use chainsieve_bus::ChainLog;
 use chainsieve_eventlog::cursor::{Cursor, Position, ResumeFrom};
 use chainsieve_eventlog::{EventLog, hash_tag};
 
-use crate::blocks::{Blocks, Source};
+use crate::blocks::{Blocks, Reading};
 use crate::feed::{GONE, HistoryFeed, StartAt, UNAVAILABLE};
 use crate::limits::Admitted;
 use crate::reader::CHUNK;
@@ -225,7 +225,7 @@ pub async fn plan(
     if let (ResumeFrom::After(cursor), StartAt::After { block, .. }) = (asked, from) {
         still_canonical(&blocks, cursor, block).await?;
     }
-    let source = Source {
+    let source = Reading {
         blocks,
         log: log.clone(),
     };

@@ -9,7 +9,7 @@ use alloy_primitives::B256;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::blocks::{Blocks, Source};
+use crate::blocks::{Blocks, Reading};
 use crate::feed::{GONE, HistoryItem, UNAVAILABLE};
 use chainsieve_eventlog::cursor::ResumeFrom;
 use chainsieve_eventlog::{EventLog, hash_tag};
@@ -37,7 +37,7 @@ const RETRY_AFTER: Duration = Duration::from_millis(500);
 /// block's hash must have (a resumed cursor's block, checked again as it
 /// is read).
 pub(super) async fn read(
-    source: Source,
+    source: Reading,
     from: u64,
     first: Option<u64>,
     out: mpsc::Sender<HistoryItem>,
@@ -49,7 +49,7 @@ pub(super) async fn read(
     }
 }
 
-async fn stream(source: &Source, from: u64, first: Option<u64>, out: &mpsc::Sender<HistoryItem>) {
+async fn stream(source: &Reading, from: u64, first: Option<u64>, out: &mpsc::Sender<HistoryItem>) {
     let log = &*source.log;
     let chain = log.chain();
     let mut next = from;

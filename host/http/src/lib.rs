@@ -42,7 +42,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use chainsieve_chain::Chain;
 use chainsieve_config::Role;
 use chainsieve_keys::plan::{Limit, Plan};
-use chainsieve_keys::{Key, Refusal};
+use chainsieve_keys::{Key, KeyRefused};
 use chainsieve_rpc::methods::{self};
 use chainsieve_rpc::{RpcError, refused};
 use socket::{Listener, Socket};
@@ -140,10 +140,12 @@ fn authorize(
             )),
         ));
     };
-    let refusal = |refusal: Refusal| {
+    let refusal = |refusal: KeyRefused| {
         let status = match refusal {
-            Refusal::Unknown | Refusal::Revoked | Refusal::Expired => StatusCode::UNAUTHORIZED,
-            Refusal::NoPlan(_) | Refusal::Chain(_) => StatusCode::FORBIDDEN,
+            KeyRefused::Unknown | KeyRefused::Revoked | KeyRefused::Expired => {
+                StatusCode::UNAUTHORIZED
+            }
+            KeyRefused::NoPlan(_) | KeyRefused::Chain(_) => StatusCode::FORBIDDEN,
         };
         (status, refused(&refusal))
     };

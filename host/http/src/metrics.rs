@@ -77,7 +77,7 @@ fn scrape(state: &AppState) -> Registry {
         skipped,
     );
     let history = Gauge::<i64>::default();
-    history.set(i64::try_from(state.history.running()).unwrap_or(i64::MAX));
+    history.set(i64::try_from(state.history_streams.running()).unwrap_or(i64::MAX));
     registry.register(
         "history_streams",
         "History streams reading the nodes now ([history] max_streams)",

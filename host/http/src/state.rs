@@ -40,7 +40,7 @@ pub struct AppState {
     /// Shared with the webhooks' opener, which keys subscriptions from it.
     pub subscriptions: Arc<Subscriptions>,
     /// History streams reading the nodes, for `[history] max_streams`.
-    pub history: Arc<Streams>,
+    pub history_streams: Arc<Streams>,
     /// Open WebSocket connections per key id, for its plan's
     /// `max_connections`.
     pub connections: Arc<PerKey>,
@@ -105,7 +105,7 @@ impl AppState {
             key,
             connection,
             subscriptions: &self.subscriptions,
-            history: &self.history,
+            history_streams: &self.history_streams,
             rate: &self.rate,
             limits: &self.limits,
             webhooks: self.webhooks.as_ref(),

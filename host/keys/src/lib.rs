@@ -104,7 +104,7 @@ impl Grant {
 
 /// Why a key may not be used now.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub enum KeyRefused {
     #[error("unauthorized: unknown API key")]
     Unknown,
     #[error("unauthorized: this API key was revoked")]
@@ -149,20 +149,20 @@ impl Key {
     }
 
     /// The grant, if the key may be used on `chain` now, with its plan.
-    pub fn admit(&self, chain: &str) -> Result<(Arc<Grant>, Arc<Plan>), Refusal> {
+    pub fn admit(&self, chain: &str) -> Result<(Arc<Grant>, Arc<Plan>), KeyRefused> {
         let grant = self.grant();
         match grant.ended(unix_now()) {
-            Some(Ended::Revoked) => return Err(Refusal::Revoked),
-            Some(Ended::Expired) => return Err(Refusal::Expired),
+            Some(Ended::Revoked) => return Err(KeyRefused::Revoked),
+            Some(Ended::Expired) => return Err(KeyRefused::Expired),
             None => {}
         }
         let Some(plan) = grant.plan.clone() else {
-            return Err(Refusal::NoPlan(grant.record.plan.clone()));
+            return Err(KeyRefused::NoPlan(grant.record.plan.clone()));
         };
         if !chain_allowed(plan.chains.as_ref(), chain)
             || !chain_allowed(grant.chains.as_ref(), chain)
         {
-            return Err(Refusal::Chain(chain.to_string()));
+            return Err(KeyRefused::Chain(chain.to_string()));
         }
         Ok((grant, plan))
     }
@@ -302,12 +302,12 @@ impl Keys {
     }
 
     /// The key whose secret is `secret`.
-    pub fn find(&self, secret: &str) -> Result<Arc<Key>, Refusal> {
+    pub fn find(&self, secret: &str) -> Result<Arc<Key>, KeyRefused> {
         self.read()
             .by_digest
             .get(digest(secret).as_str())
             .cloned()
-            .ok_or(Refusal::Unknown)
+            .ok_or(KeyRefused::Unknown)
     }
 
     pub fn by_id(&self, id: &str) -> Option<Arc<Key>> {

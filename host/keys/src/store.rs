@@ -2,7 +2,7 @@
 //! it: every record with its revision, writes that succeed only over the
 //! revision their writer read, and, where other processes write too (the
 //! bus's KV bucket, `keys/bus.rs`), their changes as they come. A server
-//! of role `all` keeps them in the embedded database ([`LocalStore`]:
+//! of role `all` keeps them in the embedded database ([`EmbeddedKeys`]:
 //! `keys.redb` under `data_dir`, or in memory), where only it
 //! writes.
 
@@ -55,11 +55,11 @@ struct Stored {
 /// The embedded database's store; writes are rare (the admin API's), so
 /// each commits on its own.
 #[derive(Debug)]
-pub struct LocalStore {
+pub struct EmbeddedKeys {
     db: Arc<Database>,
 }
 
-impl LocalStore {
+impl EmbeddedKeys {
     /// Opens (or creates) `dir/keys.redb`, or a database in memory without
     /// `dir`.
     pub fn open(dir: Option<&Path>) -> anyhow::Result<Self> {
@@ -71,7 +71,7 @@ impl LocalStore {
     }
 }
 
-impl KeyStore for LocalStore {
+impl KeyStore for EmbeddedKeys {
     fn load(&self) -> BoxFuture<'_, anyhow::Result<Vec<(Record, u64)>>> {
         let db = self.db.clone();
         Box::pin(async move {
@@ -154,7 +154,7 @@ pub(super) mod tests {
     async fn keys_survive_a_reopen_and_writes_need_the_revision_read() {
         let dir = tempfile::tempdir().expect("temp dir");
         {
-            let store = LocalStore::open(Some(dir.path())).expect("open");
+            let store = EmbeddedKeys::open(Some(dir.path())).expect("open");
             assert_eq!(store.put(record("key_a", "s1"), 0).await.expect("new"), 1);
             assert!(matches!(
                 store.put(record("key_a", "s2"), 0).await,
@@ -168,7 +168,7 @@ pub(super) mod tests {
                 Err(PutError::Conflict)
             ));
         }
-        let store = LocalStore::open(Some(dir.path())).expect("reopen");
+        let store = EmbeddedKeys::open(Some(dir.path())).expect("reopen");
         let loaded = store.load().await.expect("load");
         let mut revoked = record("key_a", "s1");
         revoked.revoked_at = Some(5);

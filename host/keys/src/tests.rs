@@ -9,14 +9,14 @@ use futures_util::stream::BoxStream;
 use tokio::sync::mpsc;
 
 use super::manage::{Create, KeyError, Update};
-use super::store::{LocalStore, PutError, tests::record};
+use super::store::{EmbeddedKeys, PutError, tests::record};
 use super::*;
 use chainsieve_config::{Config, PlanConfig};
 
 /// The embedded store, plus changes "another server" writes.
 #[derive(Debug)]
 struct Shared {
-    local: LocalStore,
+    local: EmbeddedKeys,
     changes: Mutex<Option<mpsc::UnboundedReceiver<(Record, u64)>>>,
 }
 
@@ -58,7 +58,7 @@ fn plans() -> Plans {
 async fn keys(configured: &[&str]) -> (Arc<Keys>, mpsc::UnboundedSender<(Record, u64)>) {
     let (others, changes) = mpsc::unbounded_channel();
     let store = Shared {
-        local: LocalStore::open(None).expect("store"),
+        local: EmbeddedKeys::open(None).expect("store"),
         changes: Mutex::new(Some(changes)),
     };
     let keys = Keys::start(
@@ -86,7 +86,7 @@ async fn configured_keys_are_found_by_secret_and_fixed() {
     assert_eq!(&*alpha.id, "config-1");
     assert_eq!(&*alpha.owner, digest("alpha"));
     assert_eq!(&*keys.find("demo").expect("demo").id, "demo");
-    assert_eq!(keys.find("beta").expect_err("unknown"), Refusal::Unknown);
+    assert_eq!(keys.find("beta").expect_err("unknown"), KeyRefused::Unknown);
     let (_, plan) = alpha.admit("bsc").expect("every chain");
     assert_eq!(&*plan.name, DEFAULT_PLAN);
     assert!(matches!(
@@ -130,7 +130,7 @@ async fn a_key_is_made_re_planned_and_revoked() {
     assert_eq!(changed["plan"], "free");
     assert_eq!(
         key.admit("bsc").expect_err("free is eth only"),
-        Refusal::Chain("bsc".into())
+        KeyRefused::Chain("bsc".into())
     );
     let (grant, plan) = key.admit("eth").expect("eth");
     assert_eq!(plan.requests_per_second.get(), 2);
@@ -143,7 +143,7 @@ async fn a_key_is_made_re_planned_and_revoked() {
     let revoked = keys.revoke(id).await.expect("revoked");
     assert!(revoked["revokedAt"].is_u64());
     assert_eq!(ended.await, Ended::Revoked);
-    assert_eq!(key.admit("eth").expect_err("revoked"), Refusal::Revoked);
+    assert_eq!(key.admit("eth").expect_err("revoked"), KeyRefused::Revoked);
     assert!(matches!(
         keys.update(id, Update::default()).await,
         Err(KeyError::Fixed(_))
@@ -244,6 +244,6 @@ async fn a_change_another_server_wrote_is_taken_and_older_ones_are_not() {
     assert_eq!(
         key.admit("eth")
             .expect_err("an older revision does not undo it"),
-        Refusal::Revoked
+        KeyRefused::Revoked
     );
 }

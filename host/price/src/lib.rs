@@ -35,7 +35,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use chainsieve_config::{ChainSpec, PriceConfig, Source};
+use chainsieve_config::{ChainSpec, PriceConfig, SourceSpec};
 use chainsieve_contracts::catalog::Factory;
 use chainsieve_node::{ChainCalls, NodePool};
 use cold::{ColdRead, Header};
@@ -88,7 +88,7 @@ impl PriceIndex {
         dir: Option<&Path>,
     ) -> anyhow::Result<Arc<Self>> {
         let store = match (&spec.source, dir) {
-            (Source::Nodes(_), Some(dir)) => {
+            (SourceSpec::Nodes(_), Some(dir)) => {
                 std::fs::create_dir_all(dir).with_context(|| {
                     format!("creating the price data directory {}", dir.display())
                 })?;
@@ -100,14 +100,14 @@ impl PriceIndex {
                     )
                 })?
             }
-            (Source::Nodes(_), None) => {
+            (SourceSpec::Nodes(_), None) => {
                 tracing::warn!(
                     chain = %spec.name,
                     "price history is kept in memory; set data_dir to keep it across restarts"
                 );
                 PriceStore::in_memory()?
             }
-            (Source::Devnet, _) => PriceStore::in_memory()?,
+            (SourceSpec::Devnet, _) => PriceStore::in_memory()?,
         };
         Ok(Arc::new(Self {
             store: Arc::new(store),

@@ -56,7 +56,7 @@ pub struct Context<'a> {
     pub connection: Option<&'a Connection>,
     pub subscriptions: &'a Subscriptions,
     /// History streams running on the server.
-    pub history: &'a Arc<Streams>,
+    pub history_streams: &'a Arc<Streams>,
     pub rate: &'a RateLimit,
     pub limits: &'a LimitsConfig,
     /// The server's webhooks; `None` where this role serves none.

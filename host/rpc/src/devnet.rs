@@ -19,7 +19,7 @@ use super::params::{
 use super::{Call, RpcError, result};
 use chainsieve_chain::Chain;
 use chainsieve_ingest::devnet::{
-    Ledger, MineRequest, intrinsic, known_pools, known_tokens, typical_tip,
+    Accounts, MineRequest, intrinsic, known_pools, known_tokens, typical_tip,
 };
 use chainsieve_model::Block;
 
@@ -29,7 +29,7 @@ const FEE_HISTORY_BLOCKS: usize = 1_024;
 /// Answers `call` on a devnet chain; a method it does not know is -32601.
 pub(super) fn answer(
     chain: &Chain,
-    ledger: &Ledger,
+    ledger: &Accounts,
     call: &Call,
 ) -> Result<Box<RawValue>, RpcError> {
     let params = &call.params;
@@ -92,7 +92,7 @@ fn tip(chain: &Chain) -> Result<Arc<Block>, RpcError> {
 
 /// `[address, block]`: every block but `pending` reads the latest count
 /// (the devnet keeps no state per block).
-fn transaction_count(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
+fn transaction_count(ledger: &Accounts, params: &Value) -> Result<Box<RawValue>, RpcError> {
     let address: Address = fixed_param(params, 0, "eth_getTransactionCount", "the address")?;
     let pending = match positional(params, 1) {
         None | Some(Value::Null) => false,
@@ -109,7 +109,7 @@ fn transaction_count(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, R
 
 /// `[address, block]`: the latest balance whatever the block (the devnet
 /// keeps no state per block).
-fn balance(ledger: &Ledger, params: &Value) -> Result<Box<RawValue>, RpcError> {
+fn balance(ledger: &Accounts, params: &Value) -> Result<Box<RawValue>, RpcError> {
     let address: Address = fixed_param(params, 0, "eth_getBalance", "the address")?;
     result(&ledger.balance(address))
 }

@@ -4,17 +4,19 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use chainsieve_keys::Refusal;
+use chainsieve_keys::KeyRefused;
 
 /// The error for a key that may not be used (as it is, or on this chain):
 /// -32000 when it is not a key any more, -32004 when its plan or grant
 /// leaves the chain out.
-pub fn refused(refusal: &Refusal) -> RpcError {
+pub fn refused(refusal: &KeyRefused) -> RpcError {
     match refusal {
-        Refusal::Unknown | Refusal::Revoked | Refusal::Expired => {
+        KeyRefused::Unknown | KeyRefused::Revoked | KeyRefused::Expired => {
             RpcError::generic(refusal.to_string())
         }
-        Refusal::NoPlan(_) | Refusal::Chain(_) => RpcError::not_supported(refusal.to_string()),
+        KeyRefused::NoPlan(_) | KeyRefused::Chain(_) => {
+            RpcError::not_supported(refusal.to_string())
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::params::{parse_bytes, require_positional};
 use super::{RpcError, result};
 use chainsieve_chain::Chain;
-use chainsieve_ingest::devnet::{Refusal, Submission};
+use chainsieve_ingest::devnet::{Submission, SubmissionRefused};
 
 /// Submits a devnet chain's transaction through `submissions`.
 pub(super) async fn send_raw_transaction(
@@ -52,7 +52,9 @@ pub(super) async fn send_raw_transaction(
         .map_err(|_| gone())?;
     match answer.await.map_err(|_| gone())? {
         Ok(()) => result(&hash),
-        Err(refusal @ Refusal::PoolFull) => Err(RpcError::limit_exceeded(refusal.to_string())),
+        Err(refusal @ SubmissionRefused::PoolFull) => {
+            Err(RpcError::limit_exceeded(refusal.to_string()))
+        }
         Err(refusal) => Err(RpcError::generic(refusal.to_string())),
     }
 }

@@ -71,7 +71,7 @@ pub(super) async fn subscribe(
     };
     let opened = open(
         ctx.chain,
-        ctx.history,
+        ctx.history_streams,
         who,
         asked,
         (key, id.clone()),

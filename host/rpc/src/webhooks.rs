@@ -27,7 +27,7 @@ use chainsieve_keys::Keys;
 use chainsieve_keys::plan::{Limit, Plan};
 use chainsieve_usage::Meter;
 use chainsieve_webhook::{
-    Batching, Create, Definition, Feeds, Most, Opened, Refusal, WebhookError,
+    Batching, Create, Definition, FeedRefused, Feeds, Most, Opened, WebhookError,
 };
 
 /// Answers a `webhook_*` call.
@@ -110,7 +110,7 @@ fn error(error: WebhookError) -> RpcError {
         }
         WebhookError::Invalid(message) => RpcError::invalid_params(message),
         WebhookError::Limit(message) => RpcError::limit_exceeded(message),
-        WebhookError::Refused(Refusal { code, message }) => RpcError::new(code, message),
+        WebhookError::Refused(FeedRefused { code, message }) => RpcError::new(code, message),
         store @ WebhookError::Store(_) => RpcError::internal(store.to_string()),
         WebhookError::Busy(message) => RpcError::unavailable(message),
     }
@@ -251,7 +251,7 @@ fn restart(subscribe: &Value, start: &Value) -> Result<Vec<Value>, RpcError> {
 pub struct Opener {
     pub chains: BTreeMap<String, Arc<Chain>>,
     /// History streams: a webhook's count against its owner's places.
-    pub history: Arc<Streams>,
+    pub history_streams: Arc<Streams>,
     /// Whose plan a webhook's history stream counts under.
     pub keys: Arc<Keys>,
     /// Where subscription keys come from (unique in the process).
@@ -282,9 +282,15 @@ impl Opener {
         let filter = asked.filter().clone();
         let made = HalfMade::new(&filter, key);
         let id = definition.id.as_str().into();
-        open(chain, &self.history, who, asked, (key, id), sink, || {
-            Start::Now
-        })
+        open(
+            chain,
+            &self.history_streams,
+            who,
+            asked,
+            (key, id),
+            sink,
+            || Start::Now,
+        )
         .await?;
         made.keep();
         // From here on the webhook holds it: dropping its handle ends it.
@@ -299,11 +305,11 @@ impl Feeds for Opener {
         definition: &'a Definition,
         cursor: Option<&'a str>,
         sink: Sink,
-    ) -> BoxFuture<'a, Result<Opened, Refusal>> {
+    ) -> BoxFuture<'a, Result<Opened, FeedRefused>> {
         Box::pin(async move {
             self.subscribe(definition, cursor, sink)
                 .await
-                .map_err(|error| Refusal {
+                .map_err(|error| FeedRefused {
                     code: error.code,
                     message: error.message,
                 })

@@ -10,16 +10,16 @@ use std::sync::Arc;
 use chainsieve_bus::Bus;
 use chainsieve_config::{Config, Role};
 use chainsieve_keys::bus::KvKeys;
-use chainsieve_keys::store::{KeyStore, LocalStore as LocalKeys};
+use chainsieve_keys::store::{EmbeddedKeys, KeyStore};
 use chainsieve_runtime::metrics::Metrics;
 use chainsieve_runtime::tasks::Tasks;
 use chainsieve_uploads::bus::ObjectUploads;
-use chainsieve_uploads::{LocalStore as LocalUploads, UploadStore};
+use chainsieve_uploads::{EmbeddedUploads, UploadStore};
 use chainsieve_usage::bus::KvUsage;
-use chainsieve_usage::ledger::{LocalStore as LocalUsage, UsageStore};
+use chainsieve_usage::ledger::{EmbeddedUsage, UsageStore};
 use chainsieve_webhook::bus::{KvStore as KvWebhooks, LeaseClaims, holder_name};
 use chainsieve_webhook::claim::{Always, Claims};
-use chainsieve_webhook::store::{LocalStore as LocalWebhooks, Store as WebhookStore};
+use chainsieve_webhook::store::{EmbeddedWebhooks, Store as WebhookStore};
 
 /// Every feature's store, opened before any chain starts.
 pub struct Stores {
@@ -50,7 +50,7 @@ impl Stores {
         let metering = config.usage.enabled;
         Ok(match (config.role, bus) {
             (Role::Ingest, _) => Self {
-                keys: Arc::new(LocalKeys::open(None)?),
+                keys: Arc::new(EmbeddedKeys::open(None)?),
                 uploads: None,
                 usage: None,
                 webhooks: None,
@@ -58,14 +58,14 @@ impl Stores {
             (Role::All, _) => {
                 let dir = config.data_dir();
                 Self {
-                    keys: Arc::new(LocalKeys::open(dir)?),
-                    uploads: Some(Arc::new(LocalUploads::open(dir)?)),
+                    keys: Arc::new(EmbeddedKeys::open(dir)?),
+                    uploads: Some(Arc::new(EmbeddedUploads::open(dir)?)),
                     usage: match metering {
-                        true => Some(Arc::new(LocalUsage::open(dir, retention)?)),
+                        true => Some(Arc::new(EmbeddedUsage::open(dir, retention)?)),
                         false => None,
                     },
                     webhooks: Some((
-                        Arc::new(LocalWebhooks::open(dir, tasks, &metrics.queues)?),
+                        Arc::new(EmbeddedWebhooks::open(dir, tasks, &metrics.queues)?),
                         Arc::new(Always),
                     )),
                 }

@@ -522,18 +522,23 @@ fn module_cycles(graph: &Graph) -> Vec<Cycle> {
         let siblings = Graph {
             files: children.into_iter().collect(),
             modules: BTreeMap::new(),
-            edges: between
-                .into_iter()
-                .map(|((from, to), names)| Edge {
-                    from,
-                    to,
-                    names: names.into_iter().collect(),
-                })
-                .collect(),
+            edges: edge_list(between),
         };
         found.extend(strongly_connected(&siblings));
     }
     found
+}
+
+/// The edges of a map from (from, to) to the names that tie them, sorted.
+fn edge_list(edges: BTreeMap<(String, String), BTreeSet<String>>) -> Vec<Edge> {
+    edges
+        .into_iter()
+        .map(|((from, to), names)| Edge {
+            from,
+            to,
+            names: names.into_iter().collect(),
+        })
+        .collect()
 }
 
 /// A message that names every module of every cycle and what ties them.
@@ -757,14 +762,7 @@ fn dependencies(src: &Path) -> Graph {
     Graph {
         files: krate.files.keys().cloned().collect(),
         modules: krate.files,
-        edges: edges
-            .into_iter()
-            .map(|((from, to), names)| Edge {
-                from,
-                to,
-                names: names.into_iter().collect(),
-            })
-            .collect(),
+        edges: edge_list(edges),
     }
 }
 

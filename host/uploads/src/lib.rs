@@ -4,7 +4,7 @@
 //! it: every upload, writes and removals, and, where other processes write
 //! too (the bus's object store, [`bus`]), their changes as they come. A
 //! server of role `all` keeps them in the embedded database
-//! ([`LocalStore`]: `filters.redb` under `data_dir`, or in memory).
+//! ([`EmbeddedUploads`]: `filters.redb` under `data_dir`, or in memory).
 //!
 //! May use (docs/src/architecture.md, Crates): [`chainsieve_bus`],
 //! [`chainsieve_runtime`].
@@ -51,11 +51,11 @@ pub const FILE: &str = "filters.redb";
 
 /// The embedded database's uploads; only this process writes them.
 #[derive(Debug)]
-pub struct LocalStore {
+pub struct EmbeddedUploads {
     db: Arc<Database>,
 }
 
-impl LocalStore {
+impl EmbeddedUploads {
     /// Opens (or creates) `dir/filters.redb`, or a database in memory
     /// without `dir`.
     pub fn open(dir: Option<&Path>) -> anyhow::Result<Self> {
@@ -85,7 +85,7 @@ impl LocalStore {
     }
 }
 
-impl UploadStore for LocalStore {
+impl UploadStore for EmbeddedUploads {
     fn load(&self) -> BoxFuture<'_, anyhow::Result<Uploaded>> {
         let db = self.db.clone();
         Box::pin(async move {
@@ -128,14 +128,14 @@ mod tests {
     async fn uploads_survive_a_reopen_and_removals_too() {
         let dir = tempfile::tempdir().expect("temp dir");
         {
-            let store = LocalStore::open(Some(dir.path())).expect("open");
+            let store = EmbeddedUploads::open(Some(dir.path())).expect("open");
             store.put("a".into(), vec![1, 2]).await.expect("put");
             store.put("b".into(), vec![3]).await.expect("put");
             store.put("a".into(), vec![4]).await.expect("replaced");
             assert!(store.remove("b".into()).await.expect("removed"));
             assert!(!store.remove("b".into()).await.expect("gone already"));
         }
-        let store = LocalStore::open(Some(dir.path())).expect("reopen");
+        let store = EmbeddedUploads::open(Some(dir.path())).expect("reopen");
         assert_eq!(
             store.load().await.expect("load"),
             vec![("a".to_string(), vec![4])]

@@ -192,7 +192,7 @@ const USAGE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("usage")
 /// The embedded database's buckets (`usage.redb` under `data_dir`,
 /// or in memory): one writer, so each flush adds to them.
 #[derive(Debug)]
-pub struct LocalStore {
+pub struct EmbeddedUsage {
     db: Arc<Database>,
     /// How long buckets are kept.
     retention: Duration,
@@ -203,7 +203,7 @@ pub struct LocalStore {
 /// The file's name under `data_dir`.
 pub const FILE: &str = "usage.redb";
 
-impl LocalStore {
+impl EmbeddedUsage {
     pub fn open(dir: Option<&Path>, retention: Duration) -> anyhow::Result<Self> {
         let db = chainsieve_runtime::embedded::open(dir, FILE, "the usage database")?;
         let txn = db.begin_write()?;
@@ -226,7 +226,7 @@ impl LocalStore {
     }
 }
 
-impl UsageStore for LocalStore {
+impl UsageStore for EmbeddedUsage {
     fn record(&self, flushes: Vec<Flush>) -> BoxFuture<'_, anyhow::Result<()>> {
         let db = self.db.clone();
         let prune = flushes

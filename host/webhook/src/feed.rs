@@ -21,7 +21,7 @@ pub trait Feeds: Send + Sync + 'static {
         definition: &'a Definition,
         cursor: Option<&'a str>,
         sink: Sink,
-    ) -> BoxFuture<'a, Result<Opened, Refusal>>;
+    ) -> BoxFuture<'a, Result<Opened, FeedRefused>>;
 
     /// What counts the usage of the key whose secret has digest `owner`
     /// (a webhook's deliveries count in its owner's); none by default.
@@ -77,12 +77,12 @@ impl std::fmt::Debug for Opened {
 /// would have answered.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message} ({code})")]
-pub struct Refusal {
+pub struct FeedRefused {
     pub code: i64,
     pub message: String,
 }
 
-impl Refusal {
+impl FeedRefused {
     /// Whether trying again later may succeed: not for bad params, nor for
     /// a cursor or block the chain no longer holds.
     pub fn transient(&self) -> bool {

@@ -56,7 +56,7 @@ use claim::{Claim, Claims};
 use claimed::Opening;
 use definition::Paused;
 pub use definition::{Batching, Definition, Progress, State};
-pub use feed::{Feeds, Opened, Refusal};
+pub use feed::{FeedRefused, Feeds, Opened};
 use post::Transport;
 use store::{Change, Store};
 use target::{Policy, Resolve};
@@ -77,7 +77,7 @@ pub enum WebhookError {
     Limit(String),
     /// The subscription refused, as `eth_subscribe` would have.
     #[error(transparent)]
-    Refused(Refusal),
+    Refused(FeedRefused),
     /// The store failed: -32603.
     #[error("the webhooks database failed: {0:#}")]
     Store(anyhow::Error),

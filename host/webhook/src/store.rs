@@ -2,7 +2,7 @@
 //! definition and a progress record per webhook, and, where other
 //! processes write them too (the bus's KV buckets, `webhook/bus.rs`),
 //! their changes as they come. The server of role `all` keeps them in the
-//! embedded database ([`LocalStore`]: `webhooks.redb` under `[log]
+//! embedded database ([`EmbeddedWebhooks`]: `webhooks.redb` under `[log]
 //! data_dir`, or in memory), where only it writes.
 //!
 //! Every delivery writes its webhook's progress before and after its POST,
@@ -87,7 +87,7 @@ type Queued = (Write, oneshot::Sender<anyhow::Result<()>>);
 
 /// The embedded database's store.
 #[derive(Debug)]
-pub struct LocalStore {
+pub struct EmbeddedWebhooks {
     db: Arc<Database>,
     /// Writes for the committing task, each with the writer's answer.
     /// Bounded ([`WRITE_QUEUE`]): past it a writer waits for the disk.
@@ -96,7 +96,7 @@ pub struct LocalStore {
     closing: CancellationToken,
 }
 
-impl LocalStore {
+impl EmbeddedWebhooks {
     /// Opens (or creates) `dir/webhooks.redb`, or a database in memory
     /// without `dir`, and starts its committing task on `tasks`: it ends
     /// once the store is closed or dropped.
@@ -145,7 +145,7 @@ impl LocalStore {
     }
 }
 
-impl Store for LocalStore {
+impl Store for EmbeddedWebhooks {
     fn load(&self) -> BoxFuture<'_, anyhow::Result<Vec<(Definition, Progress)>>> {
         let db = self.db.clone();
         Box::pin(async move {
@@ -324,8 +324,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let tasks = chainsieve_runtime::tasks::Tasks::new(CancellationToken::new());
         {
-            let store =
-                LocalStore::open(Some(dir.path()), &tasks, &Queues::default()).expect("opens");
+            let store = EmbeddedWebhooks::open(Some(dir.path()), &tasks, &Queues::default())
+                .expect("opens");
             for id in ["a", "b", "c"] {
                 store
                     .put_definition(definition(id), 0)
@@ -353,8 +353,8 @@ mod tests {
         }
         tasks.close();
         tasks.wait().await;
-        let store =
-            LocalStore::open(Some(dir.path()), &tasks, &Queues::default()).expect("opens again");
+        let store = EmbeddedWebhooks::open(Some(dir.path()), &tasks, &Queues::default())
+            .expect("opens again");
         let mut loaded = store.load().await.expect("loads");
         loaded.sort_by(|a, b| a.0.id.cmp(&b.0.id));
         let ids: Vec<&str> = loaded.iter().map(|(d, _)| d.id.as_str()).collect();
@@ -374,7 +374,7 @@ mod tests {
     #[tokio::test]
     async fn a_close_writes_what_is_queued_then_ends() {
         let tasks = chainsieve_runtime::tasks::Tasks::new(CancellationToken::new());
-        let store = LocalStore::open(None, &tasks, &Queues::default()).expect("opens");
+        let store = EmbeddedWebhooks::open(None, &tasks, &Queues::default()).expect("opens");
         let queued = store.put_definition(definition("a"), 0);
         store.close();
         queued.await.expect("written before the close took effect");

@@ -18,7 +18,7 @@ use url::Url;
 use super::claim::{Claim, Claims};
 use super::definition::Paused;
 use super::post::{Envelope, Line, Outcome, Transport};
-use super::store::{Change, LocalStore, Store};
+use super::store::{Change, EmbeddedWebhooks, Store};
 use super::*;
 use chainsieve_fanout::{Notice, Via};
 
@@ -27,7 +27,7 @@ const WAIT: Duration = Duration::from_secs(5);
 /// The real store in memory, with the changes the test reports.
 #[derive(Debug)]
 struct Shared {
-    inner: LocalStore,
+    inner: EmbeddedWebhooks,
     changes: Mutex<Option<mpsc::Receiver<Change>>>,
 }
 
@@ -83,7 +83,7 @@ impl Feeds for Feed {
         _definition: &'a Definition,
         cursor: Option<&'a str>,
         sink: Sink,
-    ) -> BoxFuture<'a, Result<Opened, Refusal>> {
+    ) -> BoxFuture<'a, Result<Opened, FeedRefused>> {
         let _ = self.0.send(Seen::Opened(cursor.map(str::to_owned), sink));
         let closes = self.0.clone();
         Box::pin(async move {
@@ -187,8 +187,12 @@ impl Bench {
         let (grants, granted) = mpsc::unbounded_channel();
         let tasks = chainsieve_runtime::tasks::Tasks::new(CancellationToken::new());
         let store = Arc::new(Shared {
-            inner: LocalStore::open(None, &tasks, &chainsieve_runtime::queues::Queues::default())
-                .expect("a store"),
+            inner: EmbeddedWebhooks::open(
+                None,
+                &tasks,
+                &chainsieve_runtime::queues::Queues::default(),
+            )
+            .expect("a store"),
             changes: Mutex::new(Some(reported)),
         });
         let shutdown = CancellationToken::new();

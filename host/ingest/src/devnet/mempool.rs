@@ -28,12 +28,12 @@ pub struct Submission {
 }
 
 /// Where a submission's outcome goes.
-pub type Answer = oneshot::Sender<Result<(), Refusal>>;
+pub type Answer = oneshot::Sender<Result<(), SubmissionRefused>>;
 
 /// Why the devnet refused a submitted transaction; the messages are
 /// geth's, so clients that match on them keep working.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub enum SubmissionRefused {
     #[error("nonce too low: next nonce {expected}, tx nonce {got}")]
     NonceTooLow { expected: u64, got: u64 },
     /// A node would queue it; the devnet keeps no future transactions.
@@ -83,19 +83,19 @@ impl Devnet {
         &mut self,
         envelope: TxEnvelope,
         from: Address,
-    ) -> Result<Arc<Transaction>, Refusal> {
+    ) -> Result<Arc<Transaction>, SubmissionRefused> {
         use alloy_consensus::Transaction as _;
         let gas = envelope.gas_limit();
         let needed = intrinsic_gas(&envelope);
         if gas < needed {
-            return Err(Refusal::IntrinsicGas { gas, needed });
+            return Err(SubmissionRefused::IntrinsicGas { gas, needed });
         }
         let limit = self.gas_limit();
         if gas > limit {
-            return Err(Refusal::GasLimit { gas, limit });
+            return Err(SubmissionRefused::GasLimit { gas, limit });
         }
         if self.pending.len() >= POOL_LIMIT {
-            return Err(Refusal::PoolFull);
+            return Err(SubmissionRefused::PoolFull);
         }
         let own = self.signers.iter().position(|s| s.address() == from);
         let next = match own {
@@ -104,10 +104,10 @@ impl Devnet {
         };
         let (expected, got) = (*next, envelope.nonce());
         if got < expected {
-            return Err(Refusal::NonceTooLow { expected, got });
+            return Err(SubmissionRefused::NonceTooLow { expected, got });
         }
         if got > expected {
-            return Err(Refusal::NonceTooHigh { expected, got });
+            return Err(SubmissionRefused::NonceTooHigh { expected, got });
         }
         *next += 1;
         let tx = Arc::new(Transaction::from_envelope(&envelope, from));
@@ -166,14 +166,14 @@ mod tests {
             // Nonces in order, as a node's pool wants them.
             (
                 first,
-                Refusal::NonceTooLow {
+                SubmissionRefused::NonceTooLow {
                     expected: 1,
                     got: 0,
                 },
             ),
             (
                 outside(2, 21_000, &[]).0,
-                Refusal::NonceTooHigh {
+                SubmissionRefused::NonceTooHigh {
                     expected: 1,
                     got: 2,
                 },
@@ -181,14 +181,14 @@ mod tests {
             // Calldata costs 4 gas per zero byte and 16 per other byte.
             (
                 outside(1, 21_019, &[0, 1]).0,
-                Refusal::IntrinsicGas {
+                SubmissionRefused::IntrinsicGas {
                     gas: 21_019,
                     needed: 21_020,
                 },
             ),
             (
                 outside(1, 60_000_001, &[]).0,
-                Refusal::GasLimit {
+                SubmissionRefused::GasLimit {
                     gas: 60_000_001,
                     limit: 60_000_000,
                 },
@@ -365,7 +365,7 @@ mod tests {
         }
         assert_eq!(
             devnet.accept(stand_in(POOL_LIMIT as u64), from),
-            Err(Refusal::PoolFull)
+            Err(SubmissionRefused::PoolFull)
         );
     }
 }

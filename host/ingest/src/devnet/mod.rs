@@ -28,9 +28,9 @@
 //! accounts send), `mempool` (submissions), `block` (building blocks),
 //! `reorg` and `task` (the real-time loop).
 
+mod accounts;
 mod block;
 mod calls;
-mod ledger;
 mod mempool;
 mod profile;
 mod reorg;
@@ -58,11 +58,11 @@ use chainsieve_model::SourceEvent;
 use profile::{Profile, profile};
 use workload::{CREATE_GAS, Pool, Unsigned, gas_limit_for};
 
+pub use accounts::Accounts;
 pub use calls::DevnetCalls;
 pub use chainsieve_config::DevnetSettings;
 pub use chainsieve_contracts::catalog::KnownToken;
-pub use ledger::Ledger;
-pub use mempool::{Answer, POOL_LIMIT, Refusal, Submission, intrinsic};
+pub use mempool::{Answer, POOL_LIMIT, Submission, SubmissionRefused, intrinsic};
 pub use profile::{FinalityDepths, KnownPool, known_pools, known_tokens, typical_tip};
 pub use task::{MineRequest, run};
 pub use workload::{EMPTY_BLOB_COMMITMENT, empty_blob_hash};
@@ -97,7 +97,7 @@ pub struct Devnet {
     /// The last blocks with their contents, newest last, for reorgs.
     recent: VecDeque<(Arc<Block>, Arc<Vec<Generated>>)>,
     /// Nonces and gas for the RPC methods, shared with them.
-    ledger: Arc<Ledger>,
+    ledger: Arc<Accounts>,
     /// Pending micro-batches sent since the last block.
     batches_since_block: u32,
     blocks_since_reorg: u64,
@@ -160,7 +160,7 @@ impl Devnet {
             lookup: None,
             gas_used: None,
         });
-        let ledger = Arc::new(Ledger::new(
+        let ledger = Arc::new(Accounts::new(
             signers.iter().map(|s| s.address()),
             alloy_primitives::U256::from(FUNDED_ETHER * 10u128.pow(18)),
         ));
@@ -196,7 +196,7 @@ impl Devnet {
 
     /// What the RPC methods read of the devnet's accounts: nonces and
     /// balances.
-    pub fn ledger(&self) -> Arc<Ledger> {
+    pub fn ledger(&self) -> Arc<Accounts> {
         self.ledger.clone()
     }
 

@@ -12,7 +12,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::mempool::Submission;
-use super::{Devnet, Done, FinalityDepths, Ledger, Step};
+use super::{Accounts, Devnet, Done, FinalityDepths, Step};
 use chainsieve_model::{SourceEvent, Transaction};
 
 /// Submissions taken into one pending announcement at most.
@@ -199,7 +199,7 @@ fn begin(devnet: &mut Devnet, working: &mut Option<JoinHandle<Done>>) -> Option<
 struct Sink<'a> {
     out: &'a mpsc::Sender<SourceEvent>,
     shutdown: &'a CancellationToken,
-    ledger: &'a Ledger,
+    ledger: &'a Accounts,
     finality: FinalityDepths,
 }
 
@@ -239,7 +239,7 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::super::testing::{outside, quiet, settings};
-    use super::super::{DevnetSettings, Refusal};
+    use super::super::{DevnetSettings, SubmissionRefused};
     use super::*;
 
     /// The next event [`run`] sends; `why` it should come in time.
@@ -350,7 +350,7 @@ mod tests {
             [
                 Ok(()),
                 Ok(()),
-                Err(Refusal::NonceTooLow {
+                Err(SubmissionRefused::NonceTooLow {
                     expected: 2,
                     got: 1
                 })
@@ -365,7 +365,7 @@ mod tests {
         submit: &mpsc::Sender<Submission>,
         nonce: u64,
     ) -> (
-        oneshot::Receiver<Result<(), Refusal>>,
+        oneshot::Receiver<Result<(), SubmissionRefused>>,
         alloy_primitives::Address,
     ) {
         let (envelope, from) = outside(nonce, 21_000, &[]);

@@ -11,7 +11,7 @@ const H: u64 = 1_800_000_000 - 1_800_000_000 % HOUR;
 /// The embedded store, refusing writes while `failing`.
 #[derive(Debug)]
 struct Flaky {
-    local: LocalStore,
+    local: EmbeddedUsage,
     failing: AtomicBool,
 }
 
@@ -47,7 +47,7 @@ fn ledger(store: Arc<dyn UsageStore>) -> Arc<Ledger> {
 #[tokio::test]
 async fn flushes_fill_hourly_buckets_and_a_refused_one_is_tried_again() {
     let store = Arc::new(Flaky {
-        local: LocalStore::open(None, Duration::from_secs(90 * 86_400)).expect("store"),
+        local: EmbeddedUsage::open(None, Duration::from_secs(90 * 86_400)).expect("store"),
         failing: AtomicBool::new(false),
     });
     let ledger = ledger(store.clone());
@@ -120,11 +120,11 @@ async fn buckets_survive_a_reopen_and_old_ones_are_forgotten() {
         this_process: Counts::default(),
     };
     {
-        let store = LocalStore::open(Some(dir.path()), retention).expect("open");
+        let store = EmbeddedUsage::open(Some(dir.path()), retention).expect("open");
         store.record(vec![flush(H, 1)]).await.expect("written");
         store.record(vec![flush(H, 2)]).await.expect("added");
     }
-    let store = LocalStore::open(Some(dir.path()), retention).expect("reopen");
+    let store = EmbeddedUsage::open(Some(dir.path()), retention).expect("reopen");
     let hours = store.read("key_a".into(), H, H).await.expect("read");
     assert_eq!(hours[&H].notifications, 3);
     store

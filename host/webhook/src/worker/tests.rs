@@ -17,9 +17,9 @@ use url::Url;
 
 use super::{Hook, Shared, run};
 use crate::definition::{Batching, Definition, Progress, State};
-use crate::feed::{Feeds, Opened, Refusal};
+use crate::feed::{FeedRefused, Feeds, Opened};
 use crate::post::{Envelope, Line, Outcome, Transport};
-use crate::store::{LocalStore, Store};
+use crate::store::{EmbeddedWebhooks, Store};
 use chainsieve_config::WebhooksConfig;
 use chainsieve_fanout::{Notice, Sink, Via};
 
@@ -30,7 +30,7 @@ const WAIT: Duration = Duration::from_secs(5);
 struct Feed {
     opens: mpsc::UnboundedSender<(Option<String>, Sink)>,
     /// Refusals answered to the next opens, first first.
-    refusals: std::sync::Mutex<VecDeque<Refusal>>,
+    refusals: std::sync::Mutex<VecDeque<FeedRefused>>,
 }
 
 impl Feeds for Feed {
@@ -39,7 +39,7 @@ impl Feeds for Feed {
         _definition: &'a Definition,
         cursor: Option<&'a str>,
         sink: Sink,
-    ) -> BoxFuture<'a, Result<Opened, Refusal>> {
+    ) -> BoxFuture<'a, Result<Opened, FeedRefused>> {
         let refused = self.refusals.lock().expect("lock").pop_front();
         if refused.is_none() {
             let _ = self.opens.send((cursor.map(str::to_owned), sink));
@@ -87,7 +87,7 @@ impl Transport for Script {
 
 struct Bench {
     hook: Arc<Hook>,
-    store: Arc<LocalStore>,
+    store: Arc<EmbeddedWebhooks>,
     opens: mpsc::UnboundedReceiver<(Option<String>, Sink)>,
     tries: mpsc::UnboundedReceiver<Try>,
     feed: Arc<Feed>,
@@ -115,12 +115,12 @@ impl Bench {
         config: WebhooksConfig,
         batch: Batching,
         progress: Progress,
-        refusals: Vec<Refusal>,
+        refusals: Vec<FeedRefused>,
     ) -> Self {
         let (opens_in, opens) = mpsc::unbounded_channel();
         let (tries_in, tries) = mpsc::unbounded_channel();
         let store = Arc::new(
-            LocalStore::open(
+            EmbeddedWebhooks::open(
                 None,
                 &chainsieve_runtime::tasks::Tasks::new(CancellationToken::new()),
                 &chainsieve_runtime::queues::Queues::default(),
@@ -378,7 +378,7 @@ async fn the_batch_in_flight_at_a_restart_keeps_its_id() {
 /// meanwhile.
 #[tokio::test]
 async fn an_ended_subscription_is_opened_again_from_the_cursor() {
-    let refusal = Refusal {
+    let refusal = FeedRefused {
         code: -32603,
         message: "the logs filter is disabled".into(),
     };

@@ -14,7 +14,7 @@ use super::block::Generated;
 use chainsieve_model::{Block, Transaction};
 
 #[derive(Debug)]
-pub struct Ledger {
+pub struct Accounts {
     inner: Mutex<Inner>,
 }
 
@@ -30,7 +30,7 @@ struct Inner {
     balances: HashMap<Address, I256>,
 }
 
-impl Ledger {
+impl Accounts {
     /// A ledger with `funded` accounts holding `allocation` wei at genesis.
     pub fn new(funded: impl IntoIterator<Item = Address>, allocation: U256) -> Self {
         let allocation = I256::from_raw(allocation);
