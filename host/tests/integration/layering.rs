@@ -550,23 +550,7 @@ fn report_modules(src: &Path, cycles: &[Cycle]) -> String {
         cycles.len(),
         src.display()
     );
-    for (i, cycle) in cycles.iter().enumerate() {
-        let _ = writeln!(text, "\ncycle {}: {}", i + 1, cycle.files.join(", "));
-        let _ = writeln!(
-            text,
-            "  shortest loop: {}",
-            shortest_loop(cycle).join(" -> ")
-        );
-        for edge in &cycle.edges {
-            let _ = writeln!(
-                text,
-                "  {} -> {}: {}",
-                edge.from,
-                edge.to,
-                edge.names.join(", ")
-            );
-        }
-    }
+    write_cycles(&mut text, cycles, |module| module.to_string());
     text
 }
 
@@ -589,25 +573,33 @@ fn report(src: &Path, cycles: &[Cycle]) -> String {
          all of them, or pass it in from above.\n",
         cycles.len()
     );
+    write_cycles(&mut text, cycles, |file| format!("{dir}/{file}"));
+    text
+}
+
+/// Each cycle's members, its shortest loop and the edges that tie it,
+/// each member as `name` writes it.
+fn write_cycles(text: &mut String, cycles: &[Cycle], name: impl Fn(&str) -> String) {
+    let names = |members: &[String]| members.iter().map(|m| name(m)).collect::<Vec<_>>();
     for (i, cycle) in cycles.iter().enumerate() {
-        let files: Vec<_> = cycle.files.iter().map(|f| format!("{dir}/{f}")).collect();
-        let _ = writeln!(text, "\ncycle {}: {}", i + 1, files.join(", "));
-        let shortest: Vec<_> = shortest_loop(cycle)
-            .iter()
-            .map(|f| format!("{dir}/{f}"))
-            .collect();
-        let _ = writeln!(text, "  shortest loop: {}", shortest.join(" -> "));
+        let _ = writeln!(
+            text,
+            "\ncycle {}: {}",
+            i + 1,
+            names(&cycle.files).join(", ")
+        );
+        let shortest = names(&shortest_loop(cycle)).join(" -> ");
+        let _ = writeln!(text, "  shortest loop: {shortest}");
         for edge in &cycle.edges {
             let _ = writeln!(
                 text,
-                "  {dir}/{} -> {dir}/{}: {}",
-                edge.from,
-                edge.to,
+                "  {} -> {}: {}",
+                name(&edge.from),
+                name(&edge.to),
                 edge.names.join(", ")
             );
         }
     }
-    text
 }
 
 /// The shortest chain of edges in `cycle` that leads from a file back to
