@@ -2,12 +2,11 @@
 //! the test command), one process per chain, on a free port, with `HOME`
 //! in a temp dir (anvil writes state files there).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 
 use anyhow::{Context, bail};
-use chainsieve_config::{AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve_config::{Config, SourceConfig};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -106,21 +105,10 @@ impl Anvil {
     /// A server config whose one chain, `eth`, reads this node, accepting
     /// the API key `key`.
     pub fn config(&self, key: &str) -> Config {
-        Config {
-            chains: BTreeMap::from([(
-                "eth".to_string(),
-                ChainConfig {
-                    chain_id: Some(self.chain_id),
-                    source: SourceConfig::node(self.ws_url()),
-                    ..Default::default()
-                },
-            )]),
-            auth: AuthConfig {
-                keys: vec![key.to_string()],
-                ..Default::default()
-            },
-            ..Config::default()
-        }
+        crate::reading(
+            key,
+            [("eth", self.chain_id, SourceConfig::node(self.ws_url()))],
+        )
     }
 
     /// The node's process id (to read its CPU time and memory).

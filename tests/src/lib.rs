@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use chainsieve_config::{Config, Role};
+use chainsieve_config::{AuthConfig, ChainConfig, Config, Role, SourceConfig};
 use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
 use chainsieve_model::SourceState;
 use futures_util::{SinkExt, StreamExt};
@@ -53,6 +53,30 @@ pub fn fast_devnet() -> DevnetSettings {
 pub fn test_config() -> Config {
     Config {
         devnet: fast_devnet(),
+        ..Config::default()
+    }
+}
+
+/// A config whose chains are `chains` (name, chain id, source), accepting
+/// the API key `key`: where every node test's config starts.
+pub fn reading<'a>(
+    key: &str,
+    chains: impl IntoIterator<Item = (&'a str, u64, SourceConfig)>,
+) -> Config {
+    let chains = chains.into_iter().map(|(name, chain_id, source)| {
+        let chain = ChainConfig {
+            chain_id: Some(chain_id),
+            source,
+            ..ChainConfig::default()
+        };
+        (name.to_string(), chain)
+    });
+    Config {
+        chains: chains.collect(),
+        auth: AuthConfig {
+            keys: vec![key.to_string()],
+            ..AuthConfig::default()
+        },
         ..Config::default()
     }
 }
@@ -136,8 +160,32 @@ impl TestServer {
         Ok(server)
     }
 
+    /// [`TestServer::start`] for a test: panics with the reason if the
+    /// server does not start. Every test file starts its servers here.
+    pub async fn started(config: Config) -> Self {
+        Self::start(config)
+            .await
+            .unwrap_or_else(|error| panic!("the server starts: {error:#}"))
+    }
+
+    /// [`TestServer::started`], returning once every chain it reads from
+    /// nodes is live: what a node announces from then on reaches the
+    /// subscribers. An edge reads no node (the bus is its source) and is
+    /// returned started; an ingest standing by never goes live, so its tests
+    /// use [`TestServer::started`].
+    pub async fn live(config: Config) -> Self {
+        let server = Self::started(config).await;
+        if server.config.role != Role::Edge {
+            let chains = server.config.chains.iter();
+            for (name, _) in chains.filter(|(_, c)| matches!(c.source, SourceConfig::Nodes(_))) {
+                server.wait_live(name).await;
+            }
+        }
+        server
+    }
+
     pub async fn default() -> Self {
-        Self::start(test_config()).await.expect("server starts")
+        Self::started(test_config()).await
     }
 
     pub fn ws_url(&self, chain: &str, key: &str) -> String {
@@ -186,6 +234,14 @@ impl TestServer {
                 )
             })
             .expect("the pool lives");
+    }
+
+    /// Waits until each of `chain`'s first `count` nodes is live (counts
+    /// toward agreement).
+    pub async fn nodes_live(&self, chain: &str, count: usize) {
+        for node in 0..count {
+            self.node_state(chain, node, "live").await;
+        }
     }
 
     /// `GET /readyz`: its status code and body.

@@ -30,6 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
+use tokio::sync::Notify;
+
 use super::frame::{Frame, Notice};
 use super::wire::{Wire, with_scratch};
 use chainsieve_usage::Meter;
@@ -81,6 +83,10 @@ struct Shared {
     /// Whether the notifications taken are counted ([`Queue::counts`]),
     /// for the connection's key's meter.
     counted: bool,
+    /// Some sender waits for room ([`Queue::room_waiters`]): read without
+    /// the lock by the writer after each round, so a queue nobody waits on
+    /// pays one load for it.
+    room_waited: AtomicBool,
 }
 
 /// A connection's place in its key's meter, which reads its counts.
@@ -118,6 +124,10 @@ struct Queue {
     /// their bytes, when [`Shared::counted`]: kept here, in the lines a
     /// sender touches anyway, and read by the meter under this lock.
     counts: (u64, u64),
+    /// Senders to wake once the queue is at most half full again
+    /// ([`Sink::wake_when_room`]): filter actors whose replays wait for
+    /// the room. Each at most once.
+    room_waiters: Vec<Arc<Notify>>,
 }
 
 /// How a sender's frames may reach the socket.
@@ -187,6 +197,30 @@ impl Shared {
         // Nothing under this lock panics (queue changes, encoding into a
         // Vec, a non-blocking write); a poisoned queue is still whole.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// [`Sink::room_to_spare`] of `queue`, this queue's frames.
+    fn room_to_spare(&self, queue: &Queue) -> usize {
+        (self.capacity / 2 + 1).saturating_sub(queue.frames.len())
+    }
+
+    /// Wakes the senders waiting for room if there is room now; called
+    /// after frames left the queue.
+    fn wake_room_waiters(&self) {
+        if !self.room_waited.load(Ordering::Acquire) {
+            return;
+        }
+        let waiters = {
+            let mut queue = self.lock();
+            if !queue.receiver_gone && self.room_to_spare(&queue) == 0 {
+                return;
+            }
+            self.room_waited.store(false, Ordering::Release);
+            std::mem::take(&mut queue.room_waiters)
+        };
+        for waiter in waiters {
+            waiter.notify_one();
+        }
     }
 
     /// Wakes the writer if it waits.
@@ -340,6 +374,7 @@ impl Sink {
             senders: AtomicUsize::new(1),
             wire,
             counted: meter.is_some(),
+            room_waited: AtomicBool::new(false),
         });
         let metered = meter.map(|meter| Metered {
             number: meter.attach(shared.clone()),
@@ -471,7 +506,24 @@ impl Sink {
     /// queue is at most half full: a replay fills only that half, so live
     /// frames always find room (docs/src/architecture.md, The event log).
     pub fn room_to_spare(&self) -> usize {
-        (self.shared.capacity / 2 + 1).saturating_sub(self.shared.lock().frames.len())
+        self.shared.room_to_spare(&self.shared.lock())
+    }
+
+    /// Has `wakeup` notified once [`Self::room_to_spare`] is above zero:
+    /// at once if it is, else when the writer has taken frames (or the
+    /// receiver is gone). Checked and registered under the queue's lock,
+    /// so a round of the writer in between is never missed.
+    pub fn wake_when_room(&self, wakeup: &Arc<Notify>) {
+        let mut queue = self.shared.lock();
+        if queue.receiver_gone || self.shared.room_to_spare(&queue) > 0 {
+            drop(queue);
+            wakeup.notify_one();
+            return;
+        }
+        if !queue.room_waiters.iter().any(|w| Arc::ptr_eq(w, wakeup)) {
+            queue.room_waiters.push(wakeup.clone());
+        }
+        self.shared.room_waited.store(true, Ordering::Release);
     }
 
     /// Set when a frame was dropped for lack of room, or by the session.
@@ -582,6 +634,8 @@ impl Frames {
             }
         }
         if into.len() > before || had_unwritten {
+            drop(queue);
+            self.shared.wake_room_waiters();
             return Poll::Ready(Round::Frames);
         }
         if self.shared.senders.load(Ordering::Acquire) == 0 {
@@ -599,7 +653,9 @@ impl Frames {
 
     /// The next frame if one is queued.
     pub fn try_recv(&mut self) -> Option<Frame> {
-        self.shared.lock().frames.pop_front()
+        let frame = self.shared.lock().frames.pop_front();
+        self.shared.wake_room_waiters();
+        frame
     }
 }
 
@@ -615,6 +671,9 @@ impl Drop for Frames {
         };
         // Dropped outside the lock: the last reference to a notice frees it.
         drop(frames);
+        // Nothing is queued any more: a sender waiting for room finds the
+        // connection gone.
+        self.shared.wake_room_waiters();
         // No sender counts past `receiver_gone`: the meter keeps the last
         // counts.
         if let Some(metered) = &self.metered {
@@ -699,6 +758,50 @@ mod tests {
             .expect("no panic");
         assert!(closing.is_closed());
         closing.closed().await;
+    }
+
+    /// A sender waiting for room on a queue past half full is woken by the
+    /// writer's next round, and only once the queue is back to half; one
+    /// asking while there is room is woken at once; a receiver's drop wakes
+    /// every waiter.
+    #[tokio::test]
+    async fn a_sender_waiting_for_room_is_woken_when_the_writer_makes_it() {
+        let (sink, mut frames) = Sink::new(4);
+        while sink.room_to_spare() > 0 {
+            sink.send("frame".to_string()).expect("room");
+        }
+        sink.send("past half".to_string()).expect("the other half");
+        let wakeup = Arc::new(Notify::new());
+        sink.wake_when_room(&wakeup);
+        let woken = wakeup.notified();
+        tokio::pin!(woken);
+        assert!(!woken.as_mut().enable(), "no room yet");
+        frames.try_recv().expect("a frame");
+        assert_eq!(sink.room_to_spare(), 0, "still past half");
+        assert!(!woken.as_mut().enable(), "not woken without room");
+        frames.try_recv().expect("a frame");
+        assert!(sink.room_to_spare() > 0);
+        tokio::time::timeout(TIMEOUT, woken)
+            .await
+            .expect("woken by the round that made room");
+
+        sink.wake_when_room(&wakeup);
+        tokio::time::timeout(TIMEOUT, wakeup.notified())
+            .await
+            .expect("woken at once while there is room");
+
+        while sink.room_to_spare() > 0 {
+            sink.send("frame".to_string()).expect("room");
+        }
+        let other = Arc::new(Notify::new());
+        sink.wake_when_room(&wakeup);
+        sink.wake_when_room(&other);
+        drop(frames);
+        for waiter in [&wakeup, &other] {
+            tokio::time::timeout(TIMEOUT, waiter.notified())
+                .await
+                .expect("the receiver's drop wakes every waiter");
+        }
     }
 
     /// A writer waiting on an empty queue is woken by the next frame, by

@@ -3,6 +3,7 @@
 //! a stream fails with.
 
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
@@ -41,6 +42,9 @@ pub struct HistoryFeed {
     /// index were delivered before.
     pub after: Option<u32>,
     items: mpsc::Receiver<HistoryItem>,
+    /// An item [`Self::poll_ready`] took from `items` before
+    /// [`Self::try_next`] asked.
+    early: Option<HistoryItem>,
     /// Cancels the reader when the subscription ends.
     _reader: DropGuard,
     /// The stream's place among `[history] max_streams`, given back with
@@ -63,6 +67,7 @@ impl HistoryFeed {
         Self {
             after,
             items,
+            early: None,
             _reader: reader,
             _admitted: admitted,
             meter: None,
@@ -74,10 +79,31 @@ impl HistoryFeed {
         Self { meter, ..self }
     }
 
+    /// Ready once [`Self::try_next`] has something to say: the next item,
+    /// kept for it, or that the reader stopped. For an actor that waits on
+    /// several streams at once.
+    pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.early.is_some() {
+            return Poll::Ready(());
+        }
+        match self.items.poll_recv(cx) {
+            Poll::Ready(item) => {
+                // `None`: the reader stopped; `try_next` says so.
+                self.early = item;
+                Poll::Ready(())
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
     /// The next item if one is ready; `None` while the reader is at work.
     /// A reader that stopped without a word fails the stream.
     pub fn try_next(&mut self) -> Option<HistoryItem> {
-        match self.items.try_recv() {
+        let next = match self.early.take() {
+            Some(item) => Ok(item),
+            None => self.items.try_recv(),
+        };
+        match next {
             Ok(item) => {
                 if let (HistoryItem::Block(_), Some(meter)) = (&item, &self.meter) {
                     meter.replayed(1);

@@ -2,7 +2,6 @@
 //! server a method may use; and what a call gives back.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::value::RawValue;
@@ -13,6 +12,7 @@ use super::subscriptions::{OwnedIds, Subscriptions};
 use chainsieve_chain::Chain;
 use chainsieve_config::LimitsConfig;
 use chainsieve_fanout::{SendError, Sink};
+use chainsieve_filters::actor::Gate;
 use chainsieve_history::limits::Streams;
 use chainsieve_keys::Key;
 use chainsieve_webhook::Webhooks;
@@ -68,12 +68,12 @@ pub struct Context<'a> {
 /// batch, so batches answered side by side on one connection each open
 /// only their own.
 #[derive(Debug, Default)]
-pub(super) struct Gates(Mutex<Vec<Arc<AtomicBool>>>);
+pub(super) struct Gates(Mutex<Vec<Arc<Gate>>>);
 
 impl Gates {
     /// A new closed gate, opened with the others by [`Reply::queue`].
-    pub(super) fn add(&self) -> Arc<AtomicBool> {
-        let gate = Arc::new(AtomicBool::new(false));
+    pub(super) fn add(&self) -> Arc<Gate> {
+        let gate = Gate::closed();
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -87,7 +87,7 @@ impl Gates {
             .into_inner()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         for gate in gates {
-            gate.store(true, Ordering::Release);
+            gate.open();
         }
     }
 }
@@ -142,15 +142,15 @@ mod tests {
             Reply::new(Some("[second]".into()), second),
         );
         second.queue(&sink).expect("room in the queue");
-        assert!(second_gate.load(Ordering::Acquire));
-        assert!(!first_gate.load(Ordering::Acquire));
+        assert!(second_gate.is_open());
+        assert!(!first_gate.is_open());
         assert_eq!(
             frames.try_recv().expect("queued").to_text(),
             "[second]",
             "the response is queued before its subscriptions deliver"
         );
         first.queue(&sink).expect("room in the queue");
-        assert!(first_gate.load(Ordering::Acquire));
+        assert!(first_gate.is_open());
     }
 
     /// A reply with nothing to send (the request was a notification)

@@ -43,31 +43,16 @@ async fn connected(nats: &Nats) -> Bus {
         .expect("connect")
 }
 
-/// A server in `role` on `nats`, its eth chain read from `anvil` (an edge
-/// reads it from the bus instead).
-async fn server(role: Role, anvil: &Anvil, nats: &Nats) -> TestServer {
-    let config = Config {
+/// A config in `role` on `nats`, its eth chain read from `anvil` (an edge
+/// reads it from the bus instead). An ingest started alone leads
+/// ([`TestServer::live`]); one started beside a leader stands by
+/// ([`TestServer::started`]).
+fn on_bus(role: Role, anvil: &Anvil, nats: &Nats) -> Config {
+    Config {
         role,
         bus: bus_config(nats),
         ..anvil.config(KEY)
-    };
-    let server = TestServer::start(config).await.expect("server starts");
-    if role == Role::Ingest {
-        server.wait_live("eth").await;
     }
-    server
-}
-
-/// An ingest on `nats` reading `anvil` that stands by (another leads),
-/// started without waiting for it to lead.
-async fn standby(anvil: &Anvil, nats: &Nats) -> TestServer {
-    TestServer::start(Config {
-        role: Role::Ingest,
-        bus: bus_config(nats),
-        ..anvil.config(KEY)
-    })
-    .await
-    .expect("standby starts")
 }
 
 /// A client of `newHeads` and every log on `edge`, resuming from `cursor`
@@ -114,8 +99,8 @@ async fn take(
 async fn finality_reaches_the_edges() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let nats = Nats::start().await.expect("nats-server");
-    let _ingest = server(Role::Ingest, &anvil, &nats).await;
-    let edge = server(Role::Edge, &anvil, &nats).await;
+    let _ingest = TestServer::live(on_bus(Role::Ingest, &anvil, &nats)).await;
+    let edge = TestServer::live(on_bus(Role::Edge, &anvil, &nats)).await;
     let (mut plain, heads, logs) = subscriber(&edge, None).await;
     let mut waiting = WsClient::connect(&edge.ws_url("eth", KEY))
         .await
@@ -141,7 +126,7 @@ async fn finality_reaches_the_edges() {
 async fn edges_serve_one_log_and_a_client_resumes_on_another_edge() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let nats = Nats::start().await.expect("nats-server");
-    let ingest = server(Role::Ingest, &anvil, &nats).await;
+    let ingest = TestServer::live(on_bus(Role::Ingest, &anvil, &nats)).await;
     let (status, body) = ingest
         .post(
             "eth",
@@ -157,8 +142,8 @@ async fn edges_serve_one_log_and_a_client_resumes_on_another_edge() {
         "{body}"
     );
     let (a, b) = (
-        server(Role::Edge, &anvil, &nats).await,
-        server(Role::Edge, &anvil, &nats).await,
+        TestServer::live(on_bus(Role::Edge, &anvil, &nats)).await,
+        TestServer::live(on_bus(Role::Edge, &anvil, &nats)).await,
     );
     let (mut on_a, heads_a, logs_a) = subscriber(&a, None).await;
     let (mut on_b, heads_b, logs_b) = subscriber(&b, None).await;
@@ -286,8 +271,8 @@ async fn prices_are_the_same_on_every_edge_and_outlive_the_leader() {
     let priced =
         |price: &'static str| move |answer: &Value| answer["result"]["token0Price"] == price;
 
-    let leader = server(Role::Ingest, &anvil, &nats).await;
-    let first = server(Role::Edge, &anvil, &nats).await;
+    let leader = TestServer::live(on_bus(Role::Ingest, &anvil, &nats)).await;
+    let first = TestServer::live(on_bus(Role::Edge, &anvil, &nats)).await;
     let (mut on_first, first_heads) = price_client(&first).await;
     let trade1 = session
         .send(Some(fixture.pair), fixture.reserves(2_000), Some(t0 + 100))
@@ -303,7 +288,7 @@ async fn prices_are_the_same_on_every_edge_and_outlive_the_leader() {
     .await;
 
     // A late edge has the history once it is ready.
-    let second = server(Role::Edge, &anvil, &nats).await;
+    let second = TestServer::live(on_bus(Role::Edge, &anvil, &nats)).await;
     let (mut on_second, second_heads) = price_client(&second).await;
     let then = on_second
         .call("token_price", ask(Some(t0 + 150)))
@@ -313,7 +298,7 @@ async fn prices_are_the_same_on_every_edge_and_outlive_the_leader() {
     assert_eq!(then["result"]["blockNumbers"], json!([block1]));
 
     // The standby takes over when the leader stops, and indexes on.
-    let standby = standby(&anvil, &nats).await;
+    let standby = TestServer::started(on_bus(Role::Ingest, &anvil, &nats)).await;
     leader.stop().await;
     standby.wait_live("eth").await;
     let trade2 = session
@@ -427,13 +412,9 @@ async fn a_cluster_loses_a_server_and_clients_miss_nothing() {
         bus: bus.clone(),
         ..anvil.config(KEY)
     };
-    let ingest = TestServer::start(config(Role::Ingest))
-        .await
-        .expect("ingest starts");
+    let ingest = TestServer::started(config(Role::Ingest)).await;
     ingest.wait_live("eth").await;
-    let edge = TestServer::start(config(Role::Edge))
-        .await
-        .expect("edge starts");
+    let edge = TestServer::started(config(Role::Edge)).await;
     let (mut client, _, logs) = subscriber(&edge, None).await;
     let (mut deployer, deployer_heads, _) = subscriber(&edge, None).await;
     let contract = deploy_ping(&mut deployer, &deployer_heads, &anvil).await;
@@ -678,20 +659,12 @@ async fn kill_a_leader_and_measure(killed: Killed) {
         bus,
         ..anvil.config(KEY)
     };
-    let ingest = TestServer::start(config(Role::Ingest, through(x)))
-        .await
-        .expect("ingest starts");
+    let ingest = TestServer::started(config(Role::Ingest, through(x))).await;
     ingest.wait_live("eth").await;
-    let _standby = TestServer::start(config(Role::Ingest, bus.clone()))
-        .await
-        .expect("standby starts");
+    let _standby = TestServer::started(config(Role::Ingest, bus.clone())).await;
     let edges = [
-        TestServer::start(config(Role::Edge, through(x)))
-            .await
-            .expect("edge starts"),
-        TestServer::start(config(Role::Edge, through((x + 1) % 3)))
-            .await
-            .expect("edge starts"),
+        TestServer::started(config(Role::Edge, through(x))).await,
+        TestServer::started(config(Role::Edge, through((x + 1) % 3))).await,
     ];
     let mut watches = [
         HeadWatch::start(&edges[0]).await,
@@ -897,11 +870,11 @@ async fn the_price_journal_is_one_linear_log() {
 async fn every_topic_is_the_same_on_both_edges() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let nats = Nats::start().await.expect("nats-server");
-    let _leader = server(Role::Ingest, &anvil, &nats).await;
-    let _standby = standby(&anvil, &nats).await;
+    let _leader = TestServer::live(on_bus(Role::Ingest, &anvil, &nats)).await;
+    let _standby = TestServer::started(on_bus(Role::Ingest, &anvil, &nats)).await;
     let edges = [
-        server(Role::Edge, &anvil, &nats).await,
-        server(Role::Edge, &anvil, &nats).await,
+        TestServer::live(on_bus(Role::Edge, &anvil, &nats)).await,
+        TestServer::live(on_bus(Role::Edge, &anvil, &nats)).await,
     ];
     let (mut deployer, deployer_heads, _) = subscriber(&edges[1], None).await;
     let contract = deploy_ping(&mut deployer, &deployer_heads, &anvil).await;

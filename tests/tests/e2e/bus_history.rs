@@ -30,14 +30,13 @@ fn window(blocks: u64) -> LogConfig {
 
 /// An edge on `nats` serving `config`'s chains with a log of 16 blocks.
 async fn edge_of(nats: &Nats, config: Config) -> TestServer {
-    TestServer::start(Config {
+    TestServer::started(Config {
         role: Role::Edge,
         bus: bus(nats),
         log: window(16),
         ..config
     })
     .await
-    .expect("edge starts")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,14 +46,13 @@ async fn an_edge_reads_history_from_the_stream_then_its_log() {
     // with the last 8 of them.
     anvil.mine(30).await.expect("mine");
     let nats = Nats::start().await.expect("nats");
-    let ingest = TestServer::start(Config {
+    let ingest = TestServer::started(Config {
         role: Role::Ingest,
         bus: bus(&nats),
         log: window(8),
         ..anvil.config(KEY)
     })
-    .await
-    .expect("ingest starts");
+    .await;
     ingest.wait_live("eth").await;
     // Of no node: its chain's source is the bus alone.
     let mut no_node = anvil.config(KEY);

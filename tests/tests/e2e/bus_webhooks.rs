@@ -18,8 +18,10 @@ use serde_json::{Value, json};
 
 const KEY: &str = "bus-webhooks";
 
-async fn server(role: Role, anvil: &Anvil, nats: &Nats) -> TestServer {
-    let config = Config {
+/// A config in `role` on `nats` whose webhooks may call the test's
+/// receiver, its eth chain read from `anvil` (an edge reads the bus).
+fn on_bus(role: Role, anvil: &Anvil, nats: &Nats) -> Config {
+    Config {
         role,
         bus: BusConfig {
             urls: vec![nats.url()],
@@ -34,12 +36,7 @@ async fn server(role: Role, anvil: &Anvil, nats: &Nats) -> TestServer {
             ..WebhooksConfig::default()
         },
         ..anvil.config(KEY)
-    };
-    let server = TestServer::start(config).await.expect("server starts");
-    if role == Role::Ingest {
-        server.wait_live("eth").await;
     }
-    server
 }
 
 /// `webhook_get` of `id` on `ws`, until `done` holds of it.
@@ -65,9 +62,9 @@ async fn get_until(
 async fn one_edge_delivers_a_webhook_and_the_other_takes_over() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let nats = Nats::start().await.expect("nats-server");
-    let _ingest = server(Role::Ingest, &anvil, &nats).await;
-    let first = server(Role::Edge, &anvil, &nats).await;
-    let second = server(Role::Edge, &anvil, &nats).await;
+    let _ingest = TestServer::live(on_bus(Role::Ingest, &anvil, &nats)).await;
+    let first = TestServer::live(on_bus(Role::Edge, &anvil, &nats)).await;
+    let second = TestServer::live(on_bus(Role::Edge, &anvil, &nats)).await;
     let mut receiver = Receiver::start().await.expect("receiver");
     let mut on_first = WsClient::connect(&first.ws_url("eth", KEY))
         .await

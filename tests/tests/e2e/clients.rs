@@ -17,7 +17,7 @@ async fn start_server() -> TestServer {
     let mut config = test_config();
     config.chains.get_mut("eth").expect("an eth chain").window =
         Some(Span::Time(SCRIPT_TIMEOUT * 2));
-    let server = TestServer::start(config).await.expect("server starts");
+    let server = TestServer::started(config).await;
     let mut raw = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");

@@ -20,7 +20,7 @@ async fn a_new_topic_from_the_filters_directory_is_served() {
     )
     .expect("copy the example");
     let config = watching(dir.path());
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let token = chainsieve_ingest::devnet::known_tokens(1)[0].address;
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await

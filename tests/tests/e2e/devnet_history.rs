@@ -93,13 +93,12 @@ fn numbers_of(heads: &[Value]) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_block_and_cursors_past_the_window_replay_the_chain_as_it_is_now() {
-    let server = TestServer::start(config(DevnetSettings {
+    let server = TestServer::started(config(DevnetSettings {
         reorg_every: 5,
         reorg_depth: 3,
         ..fast_devnet()
     }))
-    .await
-    .expect("server");
+    .await;
     let url = server.ws_url("eth", "demo");
     let mut control = WsClient::connect(&url).await.expect("connect");
     control
@@ -185,9 +184,7 @@ async fn the_memory_bound_lets_the_oldest_go_and_says_so() {
         genesis_timestamp: None,
         ..with_a_past(1)
     };
-    let server = TestServer::start(one_chain(still, "bsc", 56))
-        .await
-        .expect("server");
+    let server = TestServer::started(one_chain(still, "bsc", 56)).await;
     let mut ws = WsClient::connect(&server.ws_url("bsc", "demo"))
         .await
         .expect("connect");
@@ -243,7 +240,7 @@ async fn with_a_data_directory_the_whole_past_is_held() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = one_chain(with_a_past(1), "polygon", 137);
     config.data_dir = Some(dir.path().to_path_buf());
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("polygon", "demo"))
         .await
         .expect("connect");

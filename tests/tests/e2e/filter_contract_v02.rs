@@ -30,9 +30,7 @@ async fn swap_in_evil(dir: &std::path::Path, server: &TestServer) -> std::path::
 /// directory kept alive with it), and a client of its `eth` chain.
 async fn serving_evil() -> (tempfile::TempDir, TestServer, WsClient) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = TestServer::start(watching(dir.path()))
-        .await
-        .expect("server");
+    let server = TestServer::started(watching(dir.path())).await;
     swap_in_evil(dir.path(), &server).await;
     let ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
@@ -64,9 +62,7 @@ fn shape(head: &Value) -> Shape {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_swaps_between_contract_versions_under_a_live_subscription() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = TestServer::start(watching(dir.path()))
-        .await
-        .expect("server");
+    let server = TestServer::started(watching(dir.path())).await;
     let (_, v0_1) = v0_1_build("newHeads");
     place(dir.path(), "newHeads.wasm", &v0_1);
     wait_until_served(&server.state, "newHeads", &dir.path().join("newHeads.wasm"))
@@ -195,9 +191,7 @@ async fn decoded_transfers_are_served_next_to_the_raw_ones() {
     ] {
         place(dir.path(), file, &built(file));
     }
-    let server = TestServer::start(watching(dir.path()))
-        .await
-        .expect("server");
+    let server = TestServer::started(watching(dir.path())).await;
     let usdc = hex_address(&chainsieve_ingest::devnet::known_tokens(1)[0].address);
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await

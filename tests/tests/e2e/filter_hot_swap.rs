@@ -18,7 +18,7 @@ fn number(head: &Value) -> u64 {
 async fn server_watching() -> (tempfile::TempDir, TestServer) {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = watching(dir.path());
-    (dir, TestServer::start(config).await.expect("server"))
+    (dir, TestServer::started(config).await)
 }
 
 /// A client with a live `newHeads` subscription on eth, its id, and the
@@ -212,7 +212,7 @@ async fn the_admin_view_lists_what_every_chain_runs_behind_a_token() {
     place(dir.path(), "erc20.wasm", &example);
     let mut config = watching(dir.path());
     config.auth.admin_token = Some(TOKEN.into());
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
@@ -281,9 +281,7 @@ async fn the_admin_view_lists_what_every_chain_runs_behind_a_token() {
     );
 
     // Without a configured token the endpoint does not exist.
-    let plain = TestServer::start(chainsieve_tests::test_config())
-        .await
-        .expect("server");
+    let plain = TestServer::started(chainsieve_tests::test_config()).await;
     let url = format!("http://{}/admin/filters", plain.addr);
     assert_eq!(status(client.get(&url).bearer_auth(TOKEN)).await, 404);
 }

@@ -73,7 +73,7 @@ async fn misbehaving_filters_are_stopped_and_everything_else_keeps_serving() {
     let mut config = watching(dir.path());
     config.filters.call_timeout_ms = 200;
     config.filters.memory_limit_mib = 32;
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut eth = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");

@@ -116,7 +116,7 @@ async fn an_upload_is_checked_served_over_the_directory_kept_and_removed() {
         tempfile::tempdir().expect("temp dir"),
     );
     let config = server_config(filters_dir.path(), data_dir.path());
-    let server = TestServer::start(config.clone()).await.expect("server");
+    let server = TestServer::started(config.clone()).await;
 
     // Only with the token.
     let (status, _) = filters(&server, Method::PUT, "newHeads", None, even_heads()).await;
@@ -219,7 +219,7 @@ async fn an_upload_is_checked_served_over_the_directory_kept_and_removed() {
     // Kept across a restart with the data directory.
     drop(ws);
     server.stop().await;
-    let server = TestServer::start(config).await.expect("restarted");
+    let server = TestServer::started(config).await;
     assert_eq!(
         origin(&server.state, "eth", "newHeads").as_deref(),
         Some("uploaded newHeads")
@@ -248,7 +248,7 @@ async fn on_bus(role: Role, anvil: &Anvil, nats: &Nats) -> TestServer {
         ..anvil.config("uploads")
     };
     config.auth.admin_token = Some(TOKEN.into());
-    let server = TestServer::start(config).await.expect("server starts");
+    let server = TestServer::started(config).await;
     if role == Role::Ingest {
         server.wait_live("eth").await;
     }

@@ -4,32 +4,11 @@
 //! waiting for `finalized` is told of the canonical blocks only, once
 //! final, never of a removal, and resumes from its cursors like any other.
 
-use chainsieve_config::{AuthConfig, ChainConfig, Config, SourceConfig};
 use chainsieve_tests::anvil::{Anvil, deploy_ping};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
 
 const KEY: &str = "finality-test";
-
-async fn server(anvil: &Anvil) -> TestServer {
-    let config = Config {
-        chains: [(
-            "eth".to_string(),
-            ChainConfig {
-                chain_id: Some(anvil.chain_id),
-                source: SourceConfig::node(anvil.ws_url()),
-                ..Default::default()
-            },
-        )]
-        .into(),
-        auth: AuthConfig {
-            keys: vec![KEY.to_string()],
-            ..Default::default()
-        },
-        ..Config::default()
-    };
-    TestServer::start(config).await.expect("server starts")
-}
 
 /// The `params` of the next notification of `subscription`, skipping
 /// others.
@@ -45,7 +24,7 @@ async fn next_of(client: &mut WsClient, subscription: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finalized_subscribers_never_see_a_removal_and_resume_by_cursor() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = server(&anvil).await;
+    let server = TestServer::started(anvil.config(KEY)).await;
     server.wait_live("eth").await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await

@@ -18,12 +18,6 @@ use serde_json::{Value, json};
 const KEY: &str = "forward-test";
 
 /// `eth` read from `anvil`, `bsc` on the devnet, `anvil_mine` allowed.
-async fn server(anvil: &Anvil) -> TestServer {
-    TestServer::start(config(anvil))
-        .await
-        .expect("server starts")
-}
-
 fn config(anvil: &Anvil) -> Config {
     let chains = BTreeMap::from([
         (
@@ -62,7 +56,7 @@ async fn the_node_answers_what_chainsieve_does_not() {
     // Blocks before the server starts: its window begins at the node's
     // head then, so genesis is a block only the node holds.
     anvil.mine(3).await.expect("mine");
-    let server = server(&anvil).await;
+    let server = TestServer::started(config(&anvil)).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -203,7 +197,7 @@ async fn the_node_answers_what_chainsieve_does_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ethers_and_viem_need_only_chainsieve() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = server(&anvil).await;
+    let server = TestServer::started(config(&anvil)).await;
     let url = server.http_url("eth", KEY);
     for script in ["one_url_ethers.mjs", "one_url_viem.mjs"] {
         let report = run_script(script, &[&url, DEV_KEY, &ping_contract(), REVERTING]).await;
@@ -270,7 +264,7 @@ async fn logs_come_from_the_log_or_the_node() {
     anvil.ping(&contract, 1).await;
     // Older than the window the server will keep (128 blocks).
     anvil.mine(300).await.expect("mine");
-    let server = server(&anvil).await;
+    let server = TestServer::started(config(&anvil)).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -322,7 +316,7 @@ async fn logs_come_from_the_log_or_the_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_node_times_out_and_is_reconnected() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = server(&anvil).await;
+    let server = TestServer::started(config(&anvil)).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -419,7 +413,7 @@ async fn a_connection_waiting_on_a_hung_node_is_not_taken_for_unresponsive() {
     // Four ping intervals pass while the calls wait.
     config.rpc.timeout_ms = 4_000;
     config.limits.ping_interval_secs = 1;
-    let server = TestServer::start(config).await.expect("server starts");
+    let server = TestServer::started(config).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -532,7 +526,7 @@ impl HungNode {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_at_a_rate_are_answered_as_the_node_answers() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = server(&anvil).await;
+    let server = TestServer::started(config(&anvil)).await;
     let params = json!([DEV_ACCOUNT, "latest"]);
     // A hundred calls, at 200 a second.
     let (rate, duration) = (200, std::time::Duration::from_millis(500));
@@ -564,7 +558,7 @@ async fn forwarded_calls_count_against_the_key_rate() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let mut config = config(&anvil);
     config.limits.requests_per_second_per_key = 2;
-    let server = TestServer::start(config).await.expect("server starts");
+    let server = TestServer::started(config).await;
     let call = |id: u32| json!({"jsonrpc":"2.0","id":id,"method":"eth_getBalance","params":[DEV_ACCOUNT, "latest"]});
     let (status, batch) = server
         .post("eth", KEY, &json!([call(1), call(2), call(3)]).to_string())

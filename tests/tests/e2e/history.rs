@@ -18,35 +18,25 @@ const KEY: &str = "history-test";
 /// The log keeps this many blocks: the calls below go far past it.
 const WINDOW: u64 = 16;
 
-/// A server reading `anvil` whose log keeps [`WINDOW`] blocks.
-async fn server(anvil: &Anvil, max_blocks: u64) -> TestServer {
-    started(
-        anvil,
-        HistoryConfig {
-            max_blocks,
-            ..HistoryConfig::default()
-        },
-    )
-    .await
-}
-
-async fn started(anvil: &Anvil, history: HistoryConfig) -> TestServer {
-    serving(anvil, history, FiltersConfig::default()).await
-}
-
-async fn serving(anvil: &Anvil, history: HistoryConfig, filters: FiltersConfig) -> TestServer {
-    let config = Config {
+/// A config reading `anvil` whose log keeps [`WINDOW`] blocks.
+fn config(anvil: &Anvil, history: HistoryConfig) -> Config {
+    Config {
         log: LogConfig {
             window: Span::Blocks(WINDOW),
             ..LogConfig::default()
         },
         history,
-        filters,
         ..anvil.config(KEY)
+    }
+}
+
+/// [`config`] with history ranges of at most `max_blocks`.
+fn at_most(anvil: &Anvil, max_blocks: u64) -> Config {
+    let history = HistoryConfig {
+        max_blocks,
+        ..HistoryConfig::default()
     };
-    let server = TestServer::start(config).await.expect("server starts");
-    server.wait_live("eth").await;
-    server
+    config(anvil, history)
 }
 
 /// The Ping contract and `calls` calls to it, a block each, reaching
@@ -115,15 +105,14 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
     let filters = tempfile::tempdir().expect("a filters directory");
     let example = "chainsieve_example_erc20_transfers.wasm";
     place(filters.path(), example, &built(example));
-    let server = serving(
-        &anvil,
-        HistoryConfig::default(),
-        FiltersConfig {
+    let config = Config {
+        filters: FiltersConfig {
             dir: filters.path().to_path_buf(),
             ..FiltersConfig::default()
         },
-    )
-    .await;
+        ..config(&anvil, HistoryConfig::default())
+    };
+    let server = TestServer::live(config).await;
     let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
     let token = deploy(&mut setup, &heads, &anvil, &transfer_contract()).await;
     let from = anvil.block_number().await.expect("head") + 1;
@@ -228,7 +217,7 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
 #[tokio::test]
 async fn from_block_further_back_than_the_limit_is_refused() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = server(&anvil, 20).await;
+    let server = TestServer::live(at_most(&anvil, 20)).await;
     anvil.mine(40).await.expect("mine");
     let tip = anvil.block_number().await.expect("head");
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
@@ -274,7 +263,7 @@ async fn take(client: &mut WsClient, count: usize) -> Vec<(Value, String)> {
 #[tokio::test]
 async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = server(&anvil, 10_000).await;
+    let server = TestServer::live(at_most(&anvil, 10_000)).await;
     let calls = 3 * WINDOW as usize;
     let past = Past::made(&server, &anvil, calls).await;
 
@@ -305,7 +294,7 @@ async fn a_history_stream_cut_half_way_resumes_from_its_last_cursor() {
 #[tokio::test]
 async fn a_cursor_whose_block_was_reorganised_out_after_the_window_is_refused() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = server(&anvil, 10_000).await;
+    let server = TestServer::live(at_most(&anvil, 10_000)).await;
     let mut past = Past::made(&server, &anvil, 2 * WINDOW as usize).await;
     let mut client = past.follow(&server).await;
     let (_, cursor) = take(&mut client, 4).await.pop().expect("four");
@@ -347,7 +336,7 @@ async fn history_streams_are_limited_per_key_and_give_their_place_back() {
         calls_per_second_per_node: 1,
         ..HistoryConfig::default()
     };
-    let server = started(&anvil, history).await;
+    let server = TestServer::live(config(&anvil, history)).await;
     let calls = 3 * WINDOW as usize;
     let mut past = Past::made(&server, &anvil, calls).await;
 
@@ -415,7 +404,7 @@ async fn a_history_stream_meets_traffic_and_a_reorg_at_the_seam() {
         calls_per_second_per_node: 200,
         ..HistoryConfig::default()
     };
-    let server = started(&anvil, history).await;
+    let server = TestServer::live(config(&anvil, history)).await;
     let past = Past::made(&server, &anvil, 10 * WINDOW as usize).await;
     let mut client = past.follow(&server).await;
     anvil.ping(&past.contract, 4).await;
@@ -464,7 +453,7 @@ async fn history_reads_the_next_node_when_the_first_refuses() {
         },
         ..anvil.config(KEY)
     };
-    let server = TestServer::start(config).await.expect("server starts");
+    let server = TestServer::started(config).await;
     for node in 0..2 {
         server.node_state("eth", node, "live").await;
     }
@@ -515,7 +504,7 @@ async fn two_thousand_blocks_behind_a_128_block_window() {
         },
         ..anvil.config(KEY)
     };
-    let server = TestServer::start(config).await.expect("server starts");
+    let server = TestServer::started(config).await;
     server.wait_live("eth").await;
     let (mut setup, heads, ping) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
     let token = deploy(&mut setup, &heads, &anvil, &transfer_contract()).await;

@@ -136,7 +136,7 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     // keeps each feature's database in it.
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("var/chainsieve");
-    let server = TestServer::start(config(&data)).await.expect("server");
+    let server = TestServer::started(config(&data)).await;
     for file in ["keys.redb", "usage.redb", "webhooks.redb", "filters.redb"] {
         assert!(data.join(file).is_file(), "{file} in the data directory");
     }
@@ -325,7 +325,7 @@ async fn keys_are_made_held_to_their_plan_re_planned_revoked_and_kept() {
     // Restarted on the same data directory: keys and revocations kept.
     let (kept_id, kept) = create(&server, json!({"chains": ["bsc"]})).await;
     server.stop().await;
-    let server = TestServer::start(config(&data)).await.expect("restarted");
+    let server = TestServer::started(config(&data)).await;
     let (answered, _) = batch(&server, "bsc", &kept, 1).await;
     assert_eq!(answered, 1, "a key made before the restart works after it");
     let (status, _) = chain_id(&server, "eth", &kept).await;
@@ -358,7 +358,7 @@ async fn edge(anvil: &Anvil, nats: &Nats, role: Role) -> TestServer {
     config.auth.admin_token = Some(TOKEN.into());
     config.plans = plans();
     config.usage.flush_secs = 1;
-    let server = TestServer::start(config).await.expect("server starts");
+    let server = TestServer::started(config).await;
     if role == Role::Ingest {
         server.wait_live("eth").await;
     }
@@ -502,7 +502,7 @@ async fn usage_counts_what_a_key_sent_and_received_and_is_kept() {
         config.usage.flush_secs = 1;
         config
     };
-    let server = TestServer::start(config.clone()).await.expect("server");
+    let server = TestServer::started(config.clone()).await;
     let (id, secret) = create(&server, json!({"name": "metered"})).await;
 
     // Calls over HTTP: each call of a batch counts.
@@ -584,7 +584,7 @@ async fn usage_counts_what_a_key_sent_and_received_and_is_kept() {
     // Restarted on the same data directory: the hours are kept.
     drop(ws);
     server.stop().await;
-    let server = TestServer::start(config).await.expect("restarted");
+    let server = TestServer::started(config).await;
     assert_eq!(
         usage_total(&server, &id).await,
         total,

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 async fn a_connection_holds_at_most_its_subscriptions() {
     let config =
         chainsieve_tests::with_limits(|limits| limits.max_subscriptions_per_connection = 3);
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
@@ -88,7 +88,7 @@ async fn a_filter_names_at_most_a_thousand_values() {
 async fn the_filter_value_cap_is_a_setting() {
     let mut config = test_config();
     config.filters.max_values = 2;
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
@@ -109,7 +109,7 @@ async fn the_filter_value_cap_is_a_setting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_holds_at_most_its_connections() {
     let config = chainsieve_tests::with_limits(|limits| limits.max_connections_per_key = 2);
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let url = server.ws_url("bsc", "demo");
     let first = WsClient::connect(&url).await.expect("first");
     let _second = WsClient::connect(&url).await.expect("second");
@@ -137,7 +137,7 @@ async fn a_key_holds_at_most_its_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_readiness() {
-    let server = TestServer::start(test_config()).await.expect("server");
+    let server = TestServer::started(test_config()).await;
     let client = reqwest::Client::new();
     let get = |path: &str| {
         let url = format!("http://{}{path}", server.addr);
@@ -168,7 +168,7 @@ async fn health_and_readiness() {
             ..ChainConfig::default()
         },
     );
-    let down = TestServer::start(config).await.expect("server");
+    let down = TestServer::started(config).await;
     let url = format!("http://{}/readyz", down.addr);
     let response = client.get(url).send().await.expect("request");
     assert_eq!(response.status().as_u16(), 503);
@@ -187,7 +187,7 @@ async fn health_and_readiness() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_makes_at_most_its_requests_per_second() {
     let config = chainsieve_tests::with_limits(|limits| limits.requests_per_second_per_key = 10);
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
@@ -269,7 +269,7 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_what_happened() {
-    let server = TestServer::start(test_config()).await.expect("server");
+    let server = TestServer::started(test_config()).await;
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
@@ -401,7 +401,7 @@ async fn request_limits_name_their_settings() {
         limits.max_batch = 2;
         limits.max_request_bytes = 1_024;
     });
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let call = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
     let (status, body) = server
         .post("eth", "demo", &format!("[{call},{call},{call}]"))

@@ -59,9 +59,8 @@ async fn every_target_delivers_the_whole_stream() {
 
     let anvil = workload.start_node().await.expect("anvil");
     let node = anvil.ws_url();
-    let server = TestServer::start(load::chainsieve_config(SourceConfig::node(node.clone())))
-        .await
-        .expect("server");
+    let server =
+        TestServer::started(load::chainsieve_config(SourceConfig::node(node.clone()))).await;
     // Subscribed to the node before any transaction is sent: what anvil
     // announces before that is never forwarded.
     server.wait_live("eth").await;
@@ -94,9 +93,7 @@ async fn every_target_delivers_the_whole_stream() {
         .await
         .expect("the floor stops");
 
-    let server = TestServer::start(load::chainsieve_config(SourceConfig::Devnet))
-        .await
-        .expect("server");
+    let server = TestServer::started(load::chainsieve_config(SourceConfig::Devnet)).await;
     let url = server.ws_url("eth", "load");
     let devnet = load::run(&spec, workload, &url, &url, None, &[])
         .await

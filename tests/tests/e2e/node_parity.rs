@@ -100,7 +100,7 @@ async fn every_transaction_type_reads_as_the_node_gives_it() {
     let mut anvil = Anvil::start_with(1, 0, &["--hardfork", "osaka", "--no-mining"])
         .await
         .expect("anvil");
-    let server = TestServer::start(anvil.config(KEY)).await.expect("server");
+    let server = TestServer::started(anvil.config(KEY)).await;
     let mut node = WsClient::connect(&anvil.ws_url()).await.expect("node");
     let mut ours = WsClient::connect(&server.ws_url("eth", KEY))
         .await

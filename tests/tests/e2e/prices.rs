@@ -171,7 +171,7 @@ async fn devnet_history_answers_past_timestamps() {
     let block_ms = config.devnet.block_time_ms.expect("the test devnet's pace");
     // Whole seconds from genesis to block `n` (a header counts seconds).
     let offset = |n: u64| n * block_ms / 1_000;
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let tokens = known_tokens(1);
     let usdc = tokens.iter().find(|t| t.symbol == "USDC").expect("USDC");
     let weth = tokens.iter().find(|t| t.symbol == "WETH").expect("WETH");

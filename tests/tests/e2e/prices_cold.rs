@@ -71,9 +71,7 @@ async fn first_answer(server: &TestServer, anvil: &Anvil, scene: &Scene) -> (WsC
 /// its first answer for the latest price.
 async fn started(chain: &Session<'_>) -> (Scene, TestServer, WsClient, Value) {
     let scene = scene(chain, 40).await;
-    let server = TestServer::start(config(chain.anvil, PriceConfig::default()))
-        .await
-        .expect("server");
+    let server = TestServer::started(config(chain.anvil, PriceConfig::default())).await;
     let (client, now) = first_answer(&server, chain.anvil, &scene).await;
     (scene, server, client, now)
 }
@@ -122,9 +120,7 @@ async fn prices_from_the_pools_state_before_the_index_began() {
             "[price] node_calls_per_second",
         ),
     ] {
-        let limited = TestServer::start(config(&anvil, price))
-            .await
-            .expect("server");
+        let limited = TestServer::started(config(&anvil, price)).await;
         let (_, refused) = first_answer(&limited, &anvil, &scene).await;
         assert_eq!(refused["error"]["code"], -32005, "{refused}");
         let message = refused["error"]["message"].as_str().expect("a message");

@@ -49,7 +49,7 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let data_dir = tempfile::tempdir().expect("data dir");
     let config = node_config(&anvil, data_dir.path(), Some(0));
-    let server = TestServer::start(config.clone()).await.expect("server");
+    let server = TestServer::started(config.clone()).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -264,7 +264,7 @@ async fn prices_from_real_pools_by_time_with_spoofing_and_reorgs() {
         .send(Some(pair), fixture.reserves(3_500), Some(t0 + 10_000))
         .await;
     anvil.mine(3).await.expect("mine");
-    let server = TestServer::start(config).await.expect("server again");
+    let server = TestServer::started(config).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -299,9 +299,7 @@ async fn history_is_backfilled_from_a_configured_block() {
     anvil.mine(5).await.expect("mine");
 
     let data_dir = tempfile::tempdir().expect("data dir");
-    let server = TestServer::start(node_config(&anvil, data_dir.path(), Some(0)))
-        .await
-        .expect("server");
+    let server = TestServer::started(node_config(&anvil, data_dir.path(), Some(0))).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");

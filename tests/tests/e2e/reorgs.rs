@@ -30,7 +30,7 @@ async fn reorgs_remove_then_re_emit() {
         },
         ..Config::default()
     };
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("bsc", "demo"))
         .await
         .expect("connect");

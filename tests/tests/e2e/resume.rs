@@ -139,10 +139,11 @@ async fn heads_from_block_four(server: &TestServer, chain: &str) -> (WsClient, S
     (ws, live, now)
 }
 
-/// The server with the example `erc20Transfers` component, a devnet that
+/// A config with the example `erc20Transfers` component (in the
+/// directory returned, kept as long as the server runs), a devnet that
 /// reorganises every `reorg_every` blocks (0: never) up to three deep, and
 /// a log of `blocks`.
-async fn server(blocks: usize, reorg_every: u64) -> (TestServer, tempfile::TempDir) {
+fn config(blocks: usize, reorg_every: u64) -> (Config, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let example = "chainsieve_example_erc20_transfers.wasm";
     place(dir.path(), example, &built(example));
@@ -158,12 +159,13 @@ async fn server(blocks: usize, reorg_every: u64) -> (TestServer, tempfile::TempD
         },
         ..watching(dir.path())
     };
-    (TestServer::start(config).await.expect("server"), dir)
+    (config, dir)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_topic_resumes_exactly_across_a_reorg() {
-    let (server, _dir) = server(1_024, 4).await;
+    let (config, _dir) = config(1_024, 4);
+    let server = TestServer::started(config).await;
     let token = hex_address(&chainsieve_ingest::devnet::known_tokens(1)[0].address);
     let url = server.ws_url("eth", "demo");
 
@@ -300,7 +302,8 @@ async fn every_topic_resumes_exactly_across_a_reorg() {
 /// The mined topics replay from the start of a block within the window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_block_replays_heads_from_that_block_then_goes_live() {
-    let (server, _dir) = server(1_024, 0).await;
+    let (config, _dir) = config(1_024, 0);
+    let server = TestServer::started(config).await;
     let (mut ws, live, now) = heads_from_block_four(&server, "bsc").await;
     let replay = ws
         .subscribe(json!(["newHeads", {"fromBlock": format!("{:#x}", now - 3)}]))
@@ -327,7 +330,8 @@ async fn from_block_replays_heads_from_that_block_then_goes_live() {
 /// saying what was wrong, and the connection serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_resumes_are_refused_with_their_codes() {
-    let (server, _dir) = server(8, 0).await;
+    let (config, _dir) = config(8, 0);
+    let server = TestServer::started(config).await;
     let mut bsc = WsClient::connect(&server.ws_url("bsc", "demo"))
         .await
         .expect("connect");
@@ -392,7 +396,8 @@ async fn bad_resumes_are_refused_with_their_codes() {
 /// which tells the client the subscription's id, is on its way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_in_a_batch_replays_after_the_batch_response() {
-    let (server, _dir) = server(1_024, 0).await;
+    let (config, _dir) = config(1_024, 0);
+    let server = TestServer::started(config).await;
     let (mut ws, live, now) = heads_from_block_four(&server, "polygon").await;
     let batch = json!([
         {"jsonrpc": "2.0", "id": 7, "method": "eth_subscribe", "params": ["newHeads", {"fromBlock": format!("{:#x}", now - 2)}]},

@@ -13,18 +13,15 @@ use serde_json::{Value, json};
 
 const KEY: &str = "resume-test";
 
-/// A server whose eth chain reads `anvil`, its log kept in `data_dir`.
-async fn server(anvil: &Anvil, data_dir: &std::path::Path) -> TestServer {
-    let config = Config {
+/// A config whose eth chain reads `anvil`, its log kept in `data_dir`.
+fn config(anvil: &Anvil, data_dir: &std::path::Path) -> Config {
+    Config {
         log: LogConfig {
             data_dir: Some(data_dir.to_path_buf()),
             ..LogConfig::default()
         },
         ..anvil.config(KEY)
-    };
-    let server = TestServer::start(config).await.expect("server starts");
-    server.wait_live("eth").await;
-    server
+    }
 }
 
 /// The three topics a client follows: (name, params after the topic).
@@ -95,7 +92,7 @@ fn results<'a>(got: &'a BTreeMap<&str, Vec<Value>>, topic: &str) -> Vec<&'a Valu
 async fn resume_across_a_node_reorg_and_a_server_restart() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let data = tempfile::tempdir().expect("data dir");
-    let server = server(&anvil, data.path()).await;
+    let server = TestServer::live(config(&anvil, data.path())).await;
     let mut cursors: BTreeMap<&'static str, String> = BTreeMap::new();
 
     // A contract, and three calls the client sees: three blocks, each one
@@ -164,7 +161,7 @@ async fn resume_across_a_node_reorg_and_a_server_restart() {
     drop(setup);
     server.stop().await;
     let later = anvil.ping(&contract, 2).await;
-    let server = self::server(&anvil, data.path()).await;
+    let server = TestServer::live(config(&anvil, data.path())).await;
     let (mut client, ids) = follow(&server, &contract, &cursors).await;
     let after = read_until(&mut client, &ids, &mut cursors, |got| {
         results(got, "logs").len() == 2
@@ -202,9 +199,7 @@ async fn resume_across_a_node_reorg_and_a_server_restart() {
 #[tokio::test]
 async fn from_block_gives_the_chain_as_it_is_canonical_then_live() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = TestServer::start(anvil.config(KEY))
-        .await
-        .expect("server starts");
+    let server = TestServer::started(anvil.config(KEY)).await;
     server.wait_live("eth").await;
     let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
     let from = anvil.block_number().await.expect("head") + 1;
@@ -286,9 +281,7 @@ async fn a_quorum_chain_restarted_behind_forked_nodes_reaches_their_fork_point_a
         ..a.config(KEY)
     };
     // The first run: one node, the chain to block 67.
-    let first = TestServer::start(config(vec![a.ws_url()], None))
-        .await
-        .expect("server starts");
+    let first = TestServer::started(config(vec![a.ws_url()], None)).await;
     first.wait_live("eth").await;
     let mut client = WsClient::connect(&first.ws_url("eth", KEY))
         .await
@@ -326,9 +319,7 @@ async fn a_quorum_chain_restarted_behind_forked_nodes_reaches_their_fork_point_a
         hash(b.block(87).await.expect("a block"))
     );
 
-    let server = TestServer::start(config(vec![a.ws_url(), b.ws_url()], Some(2)))
-        .await
-        .expect("server starts");
+    let server = TestServer::started(config(vec![a.ws_url(), b.ws_url()], Some(2))).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -433,7 +424,7 @@ async fn the_event_log_file_is_announced_as_new_then_as_restored() {
     let data = tempfile::tempdir().expect("data dir");
     let said = || String::from_utf8_lossy(&kept.0.lock().expect("the log")).to_string();
 
-    let first = server(&anvil, data.path()).await;
+    let first = TestServer::live(config(&anvil, data.path())).await;
     let mut client = WsClient::connect(&first.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -449,7 +440,7 @@ async fn the_event_log_file_is_announced_as_new_then_as_restored() {
     );
     assert!(!logged.contains("head=0"), "{logged}");
 
-    let _again = server(&anvil, data.path()).await;
+    let _again = TestServer::live(config(&anvil, data.path())).await;
     let logged = said();
     assert!(logged.contains("event log restored: blocks"), "{logged}");
 }

@@ -209,7 +209,7 @@ async fn block_methods_answer_from_recent_blocks() {
             ..ChainConfig::default()
         },
     );
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
@@ -455,7 +455,7 @@ async fn unsubscribe_over_websocket_and_over_http_with_the_same_key() {
         },
         ..test_config()
     };
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("eth", "alice"))
         .await
         .expect("connect");
@@ -579,7 +579,7 @@ async fn evm_mine_steps_the_devnet_block_by_block() {
         devnet: chainsieve_tests::stepped_devnet(),
         ..Config::default()
     };
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("polygon", "demo"))
         .await
         .expect("connect");

@@ -7,42 +7,24 @@
 
 use std::collections::BTreeMap;
 
-use chainsieve_config::{Agreement, AuthConfig, ChainConfig, Config, SourceConfig};
+use chainsieve_config::{Agreement, Config, SourceConfig};
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, deploy_ping};
 use chainsieve_tests::faulty::FaultyNode;
-use chainsieve_tests::{TestServer, WsClient, quantity};
+use chainsieve_tests::{TestServer, WsClient, quantity, reading};
 use serde_json::{Value, json};
 
 const KEY: &str = "several-nodes-test";
 
 /// `eth` reads `nodes`; `direct` reads `anvil` itself.
-async fn server(anvil: &Anvil, nodes: &[&FaultyNode]) -> TestServer {
-    TestServer::start(config(anvil, nodes))
-        .await
-        .expect("server starts")
-}
-
 fn config(anvil: &Anvil, nodes: &[&FaultyNode]) -> Config {
-    let chain = |source| ChainConfig {
-        chain_id: Some(anvil.chain_id),
-        source,
-        ..Default::default()
-    };
     let urls = nodes.iter().map(|n| n.ws_url()).collect();
-    Config {
-        chains: BTreeMap::from([
-            ("eth".to_string(), chain(SourceConfig::Nodes(urls))),
-            (
-                "direct".to_string(),
-                chain(SourceConfig::node(anvil.ws_url())),
-            ),
-        ]),
-        auth: AuthConfig {
-            keys: vec![KEY.to_string()],
-            ..Default::default()
-        },
-        ..Config::default()
-    }
+    reading(
+        KEY,
+        [
+            ("eth", anvil.chain_id, SourceConfig::Nodes(urls)),
+            ("direct", anvil.chain_id, SourceConfig::node(anvil.ws_url())),
+        ],
+    )
 }
 
 /// `N` nodes, each a proxy in front of `node`.
@@ -54,15 +36,6 @@ async fn proxies<const N: usize>(node: &Anvil) -> [FaultyNode; N] {
     started
         .try_into()
         .unwrap_or_else(|_| unreachable!("{N} proxies were started"))
-}
-
-/// A server of `config` once every one of the `nodes` of `eth` counts.
-async fn started(config: Config, nodes: usize) -> TestServer {
-    let server = TestServer::start(config).await.expect("server starts");
-    for node in 0..nodes {
-        server.node_state("eth", node, "live").await;
-    }
-    server
 }
 
 /// One client's subscriptions to every mined topic, and what they got.
@@ -184,7 +157,7 @@ async fn node_states(server: &TestServer, chain: &str) -> Vec<(String, String)> 
 async fn subscribers_of_three_nodes_see_what_one_healthy_node_gives_while_nodes_fail() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let [a, b, c] = proxies(&anvil).await;
-    let server = server(&anvil, &[&a, &b, &c]).await;
+    let server = TestServer::started(config(&anvil, &[&a, &b, &c])).await;
     server.wait_live("eth").await;
     server.wait_live("direct").await;
     let mut setup = WsClient::connect(&server.ws_url("direct", KEY))
@@ -321,34 +294,23 @@ impl Fork {
         }
     }
 
-    async fn server(&self, agreement: Agreement, quorum: Option<u64>) -> TestServer {
-        let chain = ChainConfig {
-            chain_id: Some(1),
-            source: SourceConfig::Nodes(vec![
-                self.a.ws_url(),
-                self.b.ws_url(),
-                self.minority.ws_url(),
-            ]),
-            agreement,
-            quorum,
-            ..Default::default()
-        };
-        let config = Config {
-            chains: BTreeMap::from([("eth".to_string(), chain)]),
-            auth: AuthConfig {
-                keys: vec![KEY.to_string()],
-                ..Default::default()
-            },
-            ..Config::default()
-        };
-        started(config, 3).await
+    /// A config of one chain, `eth`, reading the three nodes under
+    /// `agreement` and `quorum`.
+    fn config(&self, agreement: Agreement, quorum: Option<u64>) -> Config {
+        let urls = vec![self.a.ws_url(), self.b.ws_url(), self.minority.ws_url()];
+        let mut config = reading(KEY, [("eth", 1, SourceConfig::Nodes(urls))]);
+        let eth = config.chains.get_mut("eth").expect("eth");
+        eth.agreement = agreement;
+        eth.quorum = quorum;
+        config
     }
 
     /// Runs the fork under `agreement` and answers what a subscriber saw:
     /// (newHeads, logs, bvMinedTransactions), and the hashes of the
     /// minority's block and the majority's blocks.
     async fn run(&self, agreement: Agreement, quorum: Option<u64>) -> Seen {
-        let server = self.server(agreement, quorum).await;
+        let server = TestServer::started(self.config(agreement, quorum)).await;
+        server.nodes_live("eth", 3).await;
         let mut client = WsClient::connect(&server.ws_url("eth", KEY))
             .await
             .expect("connect");
@@ -480,7 +442,8 @@ async fn lagging(
 async fn calls_go_to_a_node_that_can_answer_them() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let [behind, a, b] = proxies(&anvil).await;
-    let server = started(config(&anvil, &[&behind, &a, &b]), 3).await;
+    let server = TestServer::started(config(&anvil, &[&behind, &a, &b])).await;
+    server.nodes_live("eth", 3).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -566,7 +529,8 @@ async fn calls_go_to_a_node_that_can_answer_them() {
 async fn a_block_every_node_serves_the_same_wrong_way_goes_out_counted() {
     let anvil = Anvil::start(1).await.expect("anvil");
     let [a, b] = proxies(&anvil).await;
-    let server = started(config(&anvil, &[&a, &b]), 2).await;
+    let server = TestServer::started(config(&anvil, &[&a, &b])).await;
+    server.nodes_live("eth", 2).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -621,7 +585,8 @@ async fn a_hedged_read_is_answered_by_the_next_node_when_the_first_sits_on_it() 
     let mut config = config(&anvil, &[&hung, &other]);
     config.rpc.timeout_ms = 120_000;
     config.rpc.hedge_after_ms = Some(200);
-    let server = started(config, 2).await;
+    let server = TestServer::started(config).await;
+    server.nodes_live("eth", 2).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -650,7 +615,8 @@ async fn finality_comes_from_the_nodes_that_know_it() {
     let eth = config.chains.get_mut("eth").expect("eth");
     eth.agreement = Agreement::Quorum;
     eth.quorum = Some(2);
-    let server = started(config, 3).await;
+    let server = TestServer::started(config).await;
+    server.nodes_live("eth", 3).await;
     a.refuse("eth_getBlockByNumber");
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
@@ -681,7 +647,8 @@ async fn a_pending_transaction_every_node_announces_goes_out_once() {
         .await
         .expect("anvil");
     let [a, b, c] = proxies(&anvil).await;
-    let server = started(config(&anvil, &[&a, &b, &c]), 3).await;
+    let server = TestServer::started(config(&anvil, &[&a, &b, &c])).await;
+    server.nodes_live("eth", 3).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");

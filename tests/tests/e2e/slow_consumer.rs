@@ -21,7 +21,7 @@ async fn a_stalled_subscriber_is_closed_and_others_are_unaffected() {
         },
         ..Config::default()
     };
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
 
     // The stalled client: a tiny receive buffer, and it never reads after
     // subscribing.
@@ -89,7 +89,7 @@ async fn a_stalled_subscriber_is_closed_and_others_are_unaffected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_its_replies_is_closed_with_a_reason() {
     let config = chainsieve_tests::with_limits(|limits| limits.outbound_queue = 16);
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(1024).expect("small buffer");
     let stream = socket.connect(server.addr).await.expect("connect");
@@ -147,7 +147,7 @@ async fn a_client_that_never_reads_its_replies_is_closed_with_a_reason() {
 async fn a_peer_that_never_answers_pings_is_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let config = chainsieve_tests::with_limits(|limits| limits.ping_interval_secs = 1);
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut tcp = tokio::net::TcpStream::connect(server.addr)
         .await
         .expect("connect");
@@ -202,7 +202,7 @@ async fn a_peer_that_never_answers_pings_is_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_answers_pings_stays_open() {
     let config = chainsieve_tests::with_limits(|limits| limits.ping_interval_secs = 1);
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url("eth", "demo"))
         .await
         .expect("connect");

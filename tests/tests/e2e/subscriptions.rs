@@ -313,12 +313,11 @@ async fn bv_pending_transactions_filter_by_sender_or_receiver() {
 async fn bv_mined_transactions_filter_by_receiver_and_method() {
     // Stepped: the blocks the test needs come at once, not at the clock's
     // pace.
-    let server = TestServer::start(chainsieve::Config {
+    let server = TestServer::started(chainsieve::Config {
         devnet: chainsieve_tests::stepped_devnet(),
         ..chainsieve::Config::default()
     })
-    .await
-    .expect("server");
+    .await;
     for (chain, chain_id) in CHAINS {
         let token = chainsieve_ingest::devnet::known_tokens(chain_id)[0].address;
         let mut ws = WsClient::connect(&server.ws_url(chain, "demo"))
@@ -477,7 +476,7 @@ async fn a_subscription_made_in_a_batch_starts_after_the_batch_response() {
         },
         ..chainsieve::Config::default()
     };
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");

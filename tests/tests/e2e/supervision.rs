@@ -33,7 +33,7 @@ async fn heads_until(client: &mut WsClient, last: u64) -> Vec<Value> {
 #[tokio::test]
 async fn a_source_that_panics_is_started_again_and_its_heads_come_once_in_order() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = TestServer::start(anvil.config(KEY)).await.expect("server");
+    let server = TestServer::started(anvil.config(KEY)).await;
     server.wait_live("eth").await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
@@ -96,7 +96,7 @@ async fn a_source_that_panics_is_started_again_and_its_heads_come_once_in_order(
 
 #[tokio::test]
 async fn a_pipeline_that_panics_stops_the_server_with_the_reason() {
-    let server = TestServer::start(test_config()).await.expect("server");
+    let server = TestServer::started(test_config()).await;
     let mut client = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("connect");
@@ -119,7 +119,7 @@ async fn a_pipeline_that_panics_stops_the_server_with_the_reason() {
 
 #[tokio::test]
 async fn a_part_whose_task_stops_is_not_ready_with_the_reason_while_the_rest_serves() {
-    let server = TestServer::start(test_config()).await.expect("server");
+    let server = TestServer::started(test_config()).await;
     server.state.tasks.inject("usage flush", Fault::Return);
     let usage = Part::Service("usage");
     server

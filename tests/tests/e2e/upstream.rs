@@ -2,48 +2,22 @@
 //! feed chainsieve, and real WebSocket clients check every event type, the
 //! reorg guarantees and reconnects with backfill.
 
-use std::collections::BTreeMap;
-
-use chainsieve_config::{AuthConfig, ChainConfig, Config, SourceConfig, Span};
+use chainsieve_config::{Config, SourceConfig, Span};
 use chainsieve_model::SourceState;
 use chainsieve_tests::anvil::{
     Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2, deploy_ping, mined, ping_contract, ping_topic,
 };
-use chainsieve_tests::{TestServer, WsClient, of};
+use chainsieve_tests::{TestServer, WsClient, of, reading};
 use serde_json::{Value, json};
 
 const KEY: &str = "upstream-test";
 
-/// A server whose chains read the given nodes.
-async fn server(nodes: &[(&str, &Anvil)]) -> TestServer {
-    let chains: BTreeMap<String, ChainConfig> = nodes
+/// A config whose chains read the given nodes.
+fn config(nodes: &[(&str, &Anvil)]) -> Config {
+    let chains = nodes
         .iter()
-        .map(|(name, anvil)| {
-            (
-                name.to_string(),
-                ChainConfig {
-                    chain_id: Some(anvil.chain_id),
-                    source: SourceConfig::node(anvil.ws_url()),
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
-    TestServer::start(keyed(chains))
-        .await
-        .expect("server starts")
-}
-
-/// A config serving `chains` with the test's API key.
-fn keyed(chains: BTreeMap<String, ChainConfig>) -> Config {
-    Config {
-        chains,
-        auth: AuthConfig {
-            keys: vec![KEY.to_string()],
-            ..Default::default()
-        },
-        ..Config::default()
-    }
+        .map(|(name, anvil)| (*name, anvil.chain_id, SourceConfig::node(anvil.ws_url())));
+    reading(KEY, chains)
 }
 
 fn hash_of(tx: &Value) -> String {
@@ -63,7 +37,12 @@ async fn every_event_type_on_three_nodes() {
     let (eth, bsc, polygon) =
         tokio::try_join!(Anvil::start(1), Anvil::start(56), Anvil::start(137))
             .expect("three anvils");
-    let server = server(&[("eth", &eth), ("bsc", &bsc), ("polygon", &polygon)]).await;
+    let server = TestServer::started(config(&[
+        ("eth", &eth),
+        ("bsc", &bsc),
+        ("polygon", &polygon),
+    ]))
+    .await;
     for (name, anvil) in [("eth", &eth), ("bsc", &bsc), ("polygon", &polygon)] {
         check_chain(&server, name, anvil).await;
     }
@@ -260,7 +239,7 @@ async fn check_chain(server: &TestServer, name: &str, anvil: &Anvil) {
 #[tokio::test]
 async fn reorgs_remove_and_reemit_exactly() {
     let anvil = Anvil::start(1).await.expect("anvil");
-    let server = server(&[("eth", &anvil)]).await;
+    let server = TestServer::started(config(&[("eth", &anvil)])).await;
     let mut client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect");
@@ -353,7 +332,7 @@ async fn reorgs_remove_and_reemit_exactly() {
 #[tokio::test]
 async fn reconnect_backfills_without_gap_or_duplicate() {
     let (mut eth, bsc) = tokio::try_join!(Anvil::start(1), Anvil::start(56)).expect("anvils");
-    let server = server(&[("eth", &eth), ("bsc", &bsc)]).await;
+    let server = TestServer::started(config(&[("eth", &eth), ("bsc", &bsc)])).await;
     let mut eth_client = WsClient::connect(&server.ws_url("eth", KEY))
         .await
         .expect("connect eth");
@@ -412,17 +391,9 @@ async fn reconnect_backfills_without_gap_or_duplicate() {
 
 /// A server reading the node at `url` as Ethereum.
 async fn eth_server(url: String, window: Option<u64>) -> TestServer {
-    TestServer::start(keyed(BTreeMap::from([(
-        "eth".to_string(),
-        ChainConfig {
-            chain_id: Some(1),
-            source: SourceConfig::node(url),
-            window: window.map(Span::Blocks),
-            ..Default::default()
-        },
-    )])))
-    .await
-    .expect("server starts")
+    let mut config = reading(KEY, [("eth", 1, SourceConfig::node(url))]);
+    config.chains.get_mut("eth").expect("eth").window = window.map(Span::Blocks);
+    TestServer::started(config).await
 }
 
 /// A node on another chain than configured is refused, with a reason that

@@ -154,7 +154,7 @@ async fn a_logs_webhook_and_a_custom_one_get_what_a_socket_gets() {
         webhooks: reachable(),
         ..watching(dir.path())
     };
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut receiver = Receiver::start().await.expect("receiver");
     let usdc = hex_address(&chainsieve_ingest::devnet::known_tokens(1)[0].address);
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
@@ -330,7 +330,7 @@ async fn nothing_is_lost_to_a_receiver_failing_every_way() {
         },
         ..Config::default()
     };
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut receiver = Receiver::start().await.expect("receiver");
     receiver.script([
         Answer::Status(500),
@@ -405,7 +405,7 @@ async fn a_worker_that_panics_goes_on_from_its_cursor() {
         webhooks: reachable(),
         ..Config::default()
     };
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut receiver = Receiver::start().await.expect("receiver");
     let (mut ws, heads, hook, secret) = heads_hook(&server, &receiver).await;
     let mut control = read_until(&mut ws, &heads, |events| events.len() >= 3).await;
@@ -446,7 +446,7 @@ async fn on_anvil(anvil: &Anvil, data_dir: &Path) -> TestServer {
         webhooks: reachable(),
         ..anvil.config(KEY)
     };
-    let server = TestServer::start(config).await.expect("server starts");
+    let server = TestServer::started(config).await;
     server.wait_live("eth").await;
     server
 }
@@ -536,7 +536,7 @@ async fn refusals_limits_and_the_owners_controls() {
         devnet: fast_devnet(),
         ..Config::default()
     };
-    let server = TestServer::start(strict).await.expect("server");
+    let server = TestServer::started(strict).await;
     let receiver = Receiver::start().await.expect("receiver");
     let call = |method: &str, params: Value| {
         let body =
@@ -596,7 +596,7 @@ async fn refusals_limits_and_the_owners_controls() {
         },
         ..Config::default()
     };
-    let server = TestServer::start(config).await.expect("server");
+    let server = TestServer::started(config).await;
     let mut ws = WsClient::connect(&server.ws_url("eth", "owner"))
         .await
         .expect("connect");

@@ -8,38 +8,13 @@
 
 use std::sync::Arc;
 
+use super::record::{Current, Feed};
 use super::replay::allowance;
-use super::{Actor, Feed, pairs};
+use super::{Actor, pairs};
 use crate::batch::EventBatch;
 use chainsieve_fanout::Via;
-use chainsieve_history::{HistoryFeed, HistoryItem};
+use chainsieve_history::HistoryItem;
 use chainsieve_model::Block;
-
-/// A subscription's history stream as the actor reads it.
-#[derive(Debug)]
-pub(super) struct Reading {
-    feed: HistoryFeed,
-    /// The block being delivered: its batch, the subscription's pairs in
-    /// chain order, and how many of them went.
-    current: Option<Current>,
-}
-
-#[derive(Debug)]
-struct Current {
-    block: Arc<Block>,
-    batch: EventBatch,
-    pairs: Vec<pairs::Pair>,
-    sent: usize,
-}
-
-impl Reading {
-    pub(super) fn new(feed: HistoryFeed) -> Self {
-        Self {
-            feed,
-            current: None,
-        }
-    }
-}
 
 impl Actor {
     /// Moves each history stream on by at most one block; true if any

@@ -20,13 +20,14 @@
 //! actor sleeps until a command or the grade moves.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chainsieve_filter_core::Matches;
 
+use super::Actor;
 use super::pairs::{self, Pair};
-use super::{Actor, Feed, Record};
+use super::record::{Feed, Record};
 use crate::batch::EventBatch;
 use crate::instance::Instance;
 use chainsieve_eventlog::cursor::Mark;
@@ -53,11 +54,10 @@ const SKIPS_PER_TURN: usize = 256;
 pub(super) enum Turn {
     /// Some replay moved: take another turn soon.
     Moved,
-    /// Replays wait on their readers' room, their gates or the budget:
-    /// look again shortly.
-    Blocked,
-    /// Every replay waits for a finality grade to move.
-    Final,
+    /// Every replay waits: on its reader's room, its gate, its history
+    /// reader, a finality grade or the budget, until one lets go
+    /// ([`super::wait`]).
+    Waits,
 }
 
 /// Whether a replay at `next` is told of the step there now, passes over
@@ -128,6 +128,16 @@ impl Budget {
             self.tokens -= 1.0;
         }
         available
+    }
+
+    /// When the bucket next holds one notification's worth; `None` while
+    /// it does.
+    pub(super) fn refilled_at(&mut self) -> Option<Instant> {
+        if !self.is_empty() {
+            return None;
+        }
+        let missing = (1.0 - self.tokens) / REPLAY_RATE;
+        Some(self.refilled + Duration::from_secs_f64(missing))
     }
 
     /// Adds what the time since the last look earned; true if that is less
@@ -222,7 +232,7 @@ impl Actor {
             return Turn::Moved;
         }
         if self.replay.budget.is_empty() {
-            return Turn::Blocked;
+            return Turn::Waits;
         }
         let moved = self.history_turn() || skipped;
         let log = &self.log;
@@ -232,7 +242,6 @@ impl Actor {
             };
             Some((next, due(log, record, next)))
         };
-        let mut only_finality = true;
         let mut position = None;
         for record in self
             .replay
@@ -241,25 +250,19 @@ impl Actor {
             .filter_map(|key| self.subscriptions.get(key))
         {
             if record.feed == Feed::History {
-                // Waits on its reader's nodes, not on a grade.
-                only_finality = false;
+                // Moved on by `history_turn`, above.
                 continue;
             }
             let Some((next, due)) = ready(record) else {
                 continue;
             };
             let room = record.announced() && record.sink.room_to_spare() > 0;
-            only_finality &= due == Due::Wait;
             if room && due == Due::Now {
                 position = Some(position.map_or(next.position, |p: Position| p.min(next.position)));
             }
         }
         let Some(position) = position else {
-            return match (moved, only_finality) {
-                (true, _) => Turn::Moved,
-                (false, true) => Turn::Final,
-                (false, false) => Turn::Blocked,
-            };
+            return if moved { Turn::Moved } else { Turn::Waits };
         };
         let Some(step) = self.log.get(position) else {
             self.end_fallen_behind(position);

@@ -4,17 +4,19 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use chainsieve_filter_core::Matches;
+use chainsieve_filter_core::{Matches, Source};
 
 use super::*;
+use crate::contract::Delivery;
 use crate::testing::{builtin, subscribe_all, to_everything};
 use chainsieve_config::LogConfig;
-use chainsieve_eventlog::cursor::Cursor;
+use chainsieve_eventlog::cursor::{Cursor, ResumeError, ResumeFrom};
 use chainsieve_fanout::testing::Pipe;
-use chainsieve_fanout::{Frame, Frames, Notice};
+use chainsieve_fanout::{self as fanout, Frame, Frames, Notice};
 use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
 use chainsieve_model::{Block, ChainEvent, Grade};
 use chainsieve_runtime::metrics::Metrics;
+use tokio::sync::oneshot;
 
 /// What the stand-ins do, shared with the test that scripts them.
 #[derive(Default)]
