@@ -539,6 +539,8 @@ impl WsClient {
     }
 
     /// Waits for the server to close the connection; returns (code, reason).
+    /// The close is answered at once, as a client library answers it, so
+    /// the server does not wait out its close timeout for the echo.
     pub async fn closed(&mut self) -> anyhow::Result<(u16, String)> {
         loop {
             let message = tokio::time::timeout(TIMEOUT, self.socket.next())
@@ -546,6 +548,9 @@ impl WsClient {
                 .context("timed out waiting for the close")?;
             match message {
                 Some(Ok(Message::Close(Some(frame)))) => {
+                    // tungstenite queues the echo; a flush sends it (the
+                    // server may have gone already: nothing to answer).
+                    let _ = self.socket.flush().await;
                     return Ok((frame.code.into(), frame.reason.to_string()));
                 }
                 Some(Ok(Message::Close(None))) | None => bail!("closed without a close frame"),
