@@ -11,6 +11,7 @@ pub mod faulty;
 pub mod filters;
 pub mod floor;
 pub mod load;
+pub mod logs;
 pub mod nats;
 pub mod process;
 pub mod receiver;
@@ -123,13 +124,7 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(config: Config) -> anyhow::Result<Self> {
-        // RUST_LOG shows the servers' logs (`-- --nocapture`).
-        if std::env::var_os("RUST_LOG").is_some() {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-                .with_test_writer()
-                .try_init();
-        }
+        logs::global();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .context("binding 127.0.0.1:0")?;

@@ -394,35 +394,11 @@ async fn a_quorum_chain_restarted_behind_forked_nodes_reaches_their_fork_point_a
 /// restore (no "head 0"), a restarted one names the blocks it restored.
 #[tokio::test]
 async fn the_event_log_file_is_announced_as_new_then_as_restored() {
-    use std::sync::{Arc, Mutex};
-
-    /// Everything logged, kept for the test.
-    #[derive(Clone, Default)]
-    struct Kept(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Kept {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("the log").extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    let kept = Kept::default();
-    let writer = kept.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_env_filter("chainsieve_chain=info")
-        .finish();
-    // This test's thread only (the runtime is current-thread): the log
-    // is opened as the server starts, on it.
-    let _scope = tracing_subscriber::util::SubscriberInitExt::set_default(subscriber);
+    // The log is opened as the server starts, on this test's thread (the
+    // runtime is current-thread).
+    let (kept, _scope) = chainsieve_tests::logs::kept("chainsieve_chain=info");
     let anvil = Anvil::start(1).await.expect("anvil");
     let data = tempfile::tempdir().expect("data dir");
-    let said = || String::from_utf8_lossy(&kept.0.lock().expect("the log")).to_string();
 
     let first = TestServer::live(config(&anvil, data.path())).await;
     let mut client = WsClient::connect(&first.ws_url("eth", KEY))
@@ -433,7 +409,7 @@ async fn the_event_log_file_is_announced_as_new_then_as_restored() {
     client.until_head(&heads, 1).await;
     drop(client);
     first.stop().await;
-    let logged = said();
+    let logged = kept.said();
     assert!(
         logged.contains("event log: nothing to restore, a new file"),
         "{logged}"
@@ -441,6 +417,6 @@ async fn the_event_log_file_is_announced_as_new_then_as_restored() {
     assert!(!logged.contains("head=0"), "{logged}");
 
     let _again = TestServer::live(config(&anvil, data.path())).await;
-    let logged = said();
+    let logged = kept.said();
     assert!(logged.contains("event log restored: blocks"), "{logged}");
 }
