@@ -310,6 +310,25 @@ impl EventLog {
         self.read().at(position).cloned()
     }
 
+    /// The cursor of the end of the log as it is now (`chainsieve_headCursor`,
+    /// docs/src/api.md): after every event of its newest step. A
+    /// subscription resuming from it starts with the next step, as one made
+    /// now does; a client that subscribes with it holds a cursor to resume
+    /// from before its first notification. `None` while the log is empty.
+    pub fn head_cursor(&self) -> Option<Cursor> {
+        let steps = self.read();
+        let position = steps.next - 1;
+        let step = steps.at(position)?;
+        Some(Cursor {
+            chain: self.chain.to_string(),
+            position: Some(position),
+            block: step.change.block().map(|block| block.number()),
+            // After the last event any stream can have in the step.
+            index: u32::MAX,
+            tag: step.tag,
+        })
+    }
+
     /// Where a subscription resuming `from` starts, or why it cannot.
     pub fn start_of(&self, from: &ResumeFrom) -> Result<ReplayStart, ResumeError> {
         let steps = self.read();
@@ -584,6 +603,24 @@ mod tests {
             index,
             tag: step.tag,
         }
+    }
+
+    #[test]
+    fn the_head_cursor_resumes_with_the_next_step() {
+        assert_eq!(log_of(4).head_cursor(), None, "an empty log");
+        let (log, _) = filled(10, 4);
+        let head = log.head_cursor().expect("a head");
+        assert_eq!(head.to_string().parse::<Cursor>(), Ok(head.clone()));
+        assert_eq!((head.position, head.block), (Some(10), Some(9)));
+        let start = log.start_of(&ResumeFrom::After(head)).expect("resumes");
+        assert_eq!(
+            start.mark,
+            Mark {
+                position: 10,
+                index: u32::MAX
+            },
+            "nothing of step 10 is due again"
+        );
     }
 
     #[test]

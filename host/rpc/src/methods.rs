@@ -1,5 +1,6 @@
 //! The method table, for both transports: the subscription methods
-//! ([`super::subscribe`]), `token_price` ([`super::token_price`]), what real
+//! ([`super::subscribe`]) and the head cursor a resuming client starts
+//! from, `token_price` ([`super::token_price`]), what real
 //! clients send around them (`eth_chainId`, `net_version`, and the window's
 //! blocks in [`super::blocks`]), `eth_sendRawTransaction` on devnet chains
 //! ([`super::submit`]) with what wallets call around it ([`super::devnet`]);
@@ -86,6 +87,14 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
             Some(connection) => subscribe::subscribe(ctx, &plan, connection, call, batch).await,
         },
         "eth_unsubscribe" => reply(subscribe::unsubscribe(ctx, &call.params).await),
+        // What a resuming client subscribes from (docs/src/api.md, The
+        // head cursor).
+        "chainsieve_headCursor" => reply(result(
+            &ctx.chain
+                .log()
+                .head_cursor()
+                .map(|cursor| cursor.to_string()),
+        )),
         "eth_chainId" => reply(result(&U64::from(ctx.chain.chain_id))),
         "net_version" => reply(result(&ctx.chain.chain_id.to_string())),
         "net_listening" => reply(result(&true)),
