@@ -16,6 +16,15 @@ if ! command -v node >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq nodejs npm
 fi
 npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
+# The resuming JavaScript client (clients/js): built, packed and installed
+# into the tests' node_modules from its tarball, as an application installs
+# it (tests/tests/e2e/resuming_clients.rs).
+npm ci --prefix clients/js --no-audit --no-fund --loglevel=error
+npm run --prefix clients/js --silent build
+mkdir -p target/clients
+tarball="$(npm pack ./clients/js --pack-destination target/clients --silent)"
+npm install --prefix tests/js --no-save --no-audit --no-fund --loglevel=error \
+    "./target/clients/$tarball"
 
 # Prometheus' own checker (`promtool check metrics`) for the /metrics
 # page, from Debian's prometheus package.

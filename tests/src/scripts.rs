@@ -32,26 +32,35 @@ fn python() -> PathBuf {
 /// Runs `script` with `args` and returns the JSON report it prints last;
 /// panics (with its stderr) if it fails or outlasts [`SCRIPT_TIMEOUT`].
 pub async fn run_script(script: &str, args: &[&str]) -> Value {
-    let path = if script.ends_with(".py") {
+    run_file(&script_path(script), args).await
+}
+
+/// Where `script` is: `tests/py/` for `.py`, `tests/js/` otherwise.
+fn script_path(script: &str) -> PathBuf {
+    if script.ends_with(".py") {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("py")
             .join(script)
     } else {
         js_dir().join(script)
-    };
-    run_file(&path, args).await
+    }
+}
+
+/// What runs the script at `path`: the test venv's Python for `.py`,
+/// Node.js otherwise.
+fn interpreter(path: &std::path::Path) -> PathBuf {
+    if path.extension().is_some_and(|e| e == "py") {
+        python()
+    } else {
+        PathBuf::from("node")
+    }
 }
 
 /// [`run_script`] of a script anywhere (one a test wrote): `.py` with the
 /// test venv's Python, anything else with Node.js.
 pub async fn run_file(path: &std::path::Path, args: &[&str]) -> Value {
     let script = path.display().to_string();
-    let interpreter = if script.ends_with(".py") {
-        python()
-    } else {
-        PathBuf::from("node")
-    };
-    let mut command = tokio::process::Command::new(interpreter);
+    let mut command = tokio::process::Command::new(interpreter(path));
     command.arg(path);
     let run = command.args(args).kill_on_drop(true).output();
     let output = tokio::time::timeout(SCRIPT_TIMEOUT, run)
@@ -62,4 +71,80 @@ pub async fn run_file(path: &std::path::Path, args: &[&str]) -> Value {
     assert!(output.status.success(), "{script} failed: {stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     serde_json::from_str(stdout.lines().last().expect("a report line")).expect("JSON report")
+}
+
+/// A script the test talks to while it runs: lines on its stdin, JSON
+/// lines on its stdout. Killed when dropped.
+pub struct Conversation {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    script: String,
+}
+
+impl Conversation {
+    /// Starts `script` (as [`run_script`] finds it) with `args`; its stderr
+    /// goes to the test's.
+    pub fn start(script: &str, args: &[&str]) -> Self {
+        Self::start_file(&script_path(script), args)
+    }
+
+    /// [`Conversation::start`] of a script anywhere (one a test wrote).
+    pub fn start_file(path: &std::path::Path, args: &[&str]) -> Self {
+        use std::process::Stdio;
+        use tokio::io::AsyncBufReadExt;
+        let script = path.display().to_string();
+        let mut child = tokio::process::Command::new(interpreter(path))
+            .arg(path)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|error| panic!("{script} starts: {error}"));
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        Self {
+            child,
+            stdin,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+            script,
+        }
+    }
+
+    /// The next line it prints, within [`SCRIPT_TIMEOUT`].
+    pub async fn next_text(&mut self) -> String {
+        tokio::time::timeout(SCRIPT_TIMEOUT, self.lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("{} printed a line in time", self.script))
+            .expect("its stdout")
+            .unwrap_or_else(|| panic!("{} ended early: see its stderr above", self.script))
+    }
+
+    /// The next line it prints, as JSON, within [`SCRIPT_TIMEOUT`].
+    pub async fn next(&mut self) -> Value {
+        let line = self.next_text().await;
+        serde_json::from_str(&line)
+            .unwrap_or_else(|_| panic!("{}: a JSON line: {line}", self.script))
+    }
+
+    /// Writes `line` to its stdin.
+    pub async fn say(&mut self, line: &str) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .expect("its stdin");
+    }
+
+    /// Its last line, once it has exited successfully.
+    pub async fn report(mut self) -> Value {
+        let report = self.next().await;
+        let status = tokio::time::timeout(SCRIPT_TIMEOUT, self.child.wait())
+            .await
+            .expect("the script exits")
+            .expect("its status");
+        assert!(status.success(), "{} failed: {status}", self.script);
+        report
+    }
 }

@@ -29,6 +29,7 @@ mod prices_on_anvil;
 mod reorgs;
 mod resume;
 mod resume_on_anvil;
+mod resuming_clients;
 mod rpc;
 mod several_nodes;
 mod slow_consumer;
