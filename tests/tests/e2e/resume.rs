@@ -328,64 +328,6 @@ async fn from_block_replays_heads_from_that_block_then_goes_live() {
 
 /// Every refusal is a JSON-RPC error with the right code and a message
 /// saying what was wrong, and the connection serves on.
-/// A subscription made with `resumeFrom` the head cursor gets, on every
-/// topic, exactly what a plain one made earlier gets after the cursor's
-/// step: what a resuming client subscribes from before its first
-/// notification.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_subscription_from_the_head_cursor_gets_what_follows_its_step() {
-    let (config, _dir) = config(1_024, 4);
-    let server = TestServer::started(config).await;
-    let token = hex_address(&chainsieve_ingest::devnet::known_tokens(1)[0].address);
-    let url = server.ws_url("eth", "demo");
-
-    let mut control = WsClient::connect(&url).await.expect("connect");
-    let control_ids = subscribe_all(&mut control, &token, |_| None).await;
-    let mut controlled: BTreeMap<&'static str, Vec<Delivered>> = BTreeMap::new();
-    read_until_each(&mut control, &control_ids, &mut controlled, 1).await;
-
-    let mut resumed = WsClient::connect(&url).await.expect("connect");
-    let head = resumed
-        .call("chainsieve_headCursor", json!([]))
-        .await
-        .expect("answered")["result"]
-        .as_str()
-        .expect("a cursor: the chain has blocks")
-        .to_string();
-    let head: Cursor = head.parse().expect("a cursor");
-    let after = head.position.expect("a logged step");
-    let resumed_ids = subscribe_all(&mut resumed, &token, |_| {
-        Some(json!({"resumeFrom": head.to_string()}))
-    })
-    .await;
-    let mut got: BTreeMap<&'static str, Vec<Delivered>> = BTreeMap::new();
-    read_until_each(&mut resumed, &resumed_ids, &mut got, 3).await;
-
-    for (topic, delivered) in &got {
-        assert!(
-            delivered.iter().all(|d| d.position() > after),
-            "{topic}: nothing of the head's step or before: {delivered:?}"
-        );
-        let last = delivered.last().expect("some").mark();
-        while controlled
-            .get(topic)
-            .and_then(|c| c.last())
-            .is_none_or(|c| c.mark() < last)
-        {
-            read_one(&mut control, &control_ids, &mut controlled).await;
-        }
-        let expected: Vec<&Delivered> = controlled[topic]
-            .iter()
-            .filter(|d| d.position() > after && d.mark() <= last)
-            .collect();
-        assert_eq!(
-            delivered.iter().collect::<Vec<_>>(),
-            expected,
-            "{topic}: what the plain subscription got after the head's step"
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_resumes_are_refused_with_their_codes() {
     let (config, _dir) = config(8, 0);
