@@ -193,8 +193,6 @@ export class ResumingSession {
   #subscriptions = new Map<string, Subscription>();
   /** The current socket's subscription ids → the application's. */
   #serverIds = new Map<string, string>();
-  /** Notifications that came before their subscription's answer. */
-  #early = new Map<string, unknown[]>();
   #waiters: Array<() => void> = [];
   #lastHeard = 0;
   #heartbeat?: ReturnType<typeof setInterval>;
@@ -360,14 +358,12 @@ export class ResumingSession {
     this.#call("eth_subscribe", params, ofSocket, (serverId) => made(serverId as string), failed);
   }
 
-  /** Routes the server's `serverId` to `subscription`, then hands over
-   *  what came before the answer. */
+  /** Routes the server's `serverId` to `subscription`. The server sends a
+   *  subscription's answer before its first notification, and the answer
+   *  is handled as it is read, so nothing comes for an id not yet routed. */
   #adopt(subscription: Subscription, serverId: string): void {
     subscription.serverId = serverId;
     this.#serverIds.set(serverId, subscription.id);
-    const early = this.#early.get(serverId);
-    this.#early.delete(serverId);
-    for (const params of early ?? []) this.#notified(params);
   }
 
   #connect(): void {
@@ -418,7 +414,6 @@ export class ResumingSession {
     this.#socket = undefined;
     this.#generation++;
     this.#serverIds.clear();
-    this.#early.clear();
     for (const subscription of this.#subscriptions.values()) subscription.serverId = undefined;
     for (const [id, pending] of this.#pending) {
       if (pending.ofSocket) {
@@ -447,7 +442,8 @@ export class ResumingSession {
       const timer = setTimeout(() => {
         if (generation === this.#generation) this.#dropped();
       }, heartbeat.timeoutMs);
-      this.request("eth_chainId").then(
+      // Of this socket: a drop fails it instead of sending it again.
+      this.#request("eth_chainId", [], true).then(
         () => clearTimeout(timer),
         () => clearTimeout(timer),
       );
@@ -537,16 +533,8 @@ export class ResumingSession {
   #notified(raw: unknown): void {
     const params = raw as { subscription: string; result?: unknown; cursor?: string; error?: JsonRpcError };
     const id = this.#serverIds.get(params.subscription);
-    if (id === undefined) {
-      // Before the answer that names it, kept while one may come; or of
-      // one unsubscribed, dropped.
-      const subscribing = [...this.#pending.values()].some((p) => p.method === "eth_subscribe" && p.sentOn !== 0);
-      if (!subscribing) return;
-      const early = this.#early.get(params.subscription) ?? [];
-      early.push(raw);
-      this.#early.set(params.subscription, early);
-      return;
-    }
+    // Of a subscription unsubscribed, or of a socket since dropped.
+    if (id === undefined) return;
     const subscription = this.#subscriptions.get(id);
     if (!subscription || subscription.ended) return;
     if (params.error) {
