@@ -32,6 +32,19 @@ pub struct Cursor {
     pub tag: u64,
 }
 
+impl Cursor {
+    /// The index of a cursor after a whole step rather than after one
+    /// stream's event in it: the head cursor's ([`crate::EventLog::head_cursor`]).
+    pub const STEP_END: u32 = u32::MAX;
+
+    /// Whether it names the end of a step, which every stream of the log
+    /// resumes from (a block's step included for the pending streams), not
+    /// an event of one stream.
+    pub fn is_step_end(&self) -> bool {
+        self.index == Self::STEP_END
+    }
+}
+
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:", self.chain)?;

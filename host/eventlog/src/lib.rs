@@ -323,8 +323,7 @@ impl EventLog {
             chain: self.chain.to_string(),
             position: Some(position),
             block: step.change.block().map(|block| block.number()),
-            // After the last event any stream can have in the step.
-            index: u32::MAX,
+            index: Cursor::STEP_END,
             tag: step.tag,
         })
     }
@@ -612,12 +611,13 @@ mod tests {
         let head = log.head_cursor().expect("a head");
         assert_eq!(head.to_string().parse::<Cursor>(), Ok(head.clone()));
         assert_eq!((head.position, head.block), (Some(10), Some(9)));
+        assert!(head.is_step_end());
         let start = log.start_of(&ResumeFrom::After(head)).expect("resumes");
         assert_eq!(
             start.mark,
             Mark {
                 position: 10,
-                index: u32::MAX
+                index: Cursor::STEP_END
             },
             "nothing of step 10 is due again"
         );

@@ -84,7 +84,12 @@ fn read(options: &Map<String, Value>, source: Source) -> Result<ResumeFrom, RpcE
             let cursor = cursor
                 .parse::<Cursor>()
                 .map_err(|malformed| RpcError::invalid_params(malformed.to_string()))?;
-            if source == Source::PendingTransactions && cursor.block.is_some() {
+            // A block's event is no place in a pending stream; the end of a
+            // block's step (the head cursor) is one in every stream.
+            if source == Source::PendingTransactions
+                && cursor.block.is_some()
+                && !cursor.is_step_end()
+            {
                 return Err(RpcError::invalid_params(format!(
                     "the cursor {cursor} is of a block's event; this topic reads pending transactions: resume it with one of its own cursors"
                 )));
@@ -162,6 +167,10 @@ mod tests {
         );
         let (taken, _) = take(json!([{"resumeFrom": mined}]), Source::Logs);
         assert!(taken.is_ok(), "a mined topic takes it");
+        // The head cursor, at a block's step, resumes a pending topic too.
+        let head = "eth:12@5:4294967295:00000000000000ff";
+        let (taken, _) = take(json!([{"resumeFrom": head}]), Source::PendingTransactions);
+        assert!(taken.is_ok(), "{taken:?}");
     }
 
     #[test]
