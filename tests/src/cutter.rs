@@ -26,6 +26,9 @@ pub struct Cutter {
     accepted: watch::Sender<u64>,
     /// Cuts that left the client half a chunk of the server's bytes.
     mid_frame: Arc<AtomicU64>,
+    /// Whether new connections wait (see [`Cutter::hold`]); the accepting
+    /// task watches it.
+    held: watch::Sender<bool>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -42,8 +45,15 @@ impl Cutter {
         let counted = accepted.clone();
         let mid_frame = Arc::new(AtomicU64::new(0));
         let halves = mid_frame.clone();
+        let held = watch::Sender::new(false);
+        let mut holding = held.subscribe();
         let accepting = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                // A connection made while held waits, its handshake
+                // unanswered, until the hold ends.
+                if holding.wait_for(|held| !*held).await.is_err() {
+                    return;
+                }
                 counted.send_modify(|accepted| *accepted += 1);
                 tokio::spawn(pass(client, upstream, watching.clone(), halves.clone()));
             }
@@ -53,6 +63,7 @@ impl Cutter {
             cuts,
             accepted,
             mid_frame,
+            held,
             accepting,
         })
     }
@@ -65,6 +76,14 @@ impl Cutter {
     /// cut.
     pub fn cut(&self) {
         self.cuts.send_modify(|cuts| *cuts += 1);
+    }
+
+    /// Keeps new connections waiting (counted as accepted once it ends)
+    /// until the guard is dropped: what happens meanwhile, a client that
+    /// was cut misses live.
+    pub fn hold(&self) -> Hold<'_> {
+        self.held.send_replace(true);
+        Hold(self)
     }
 
     /// How many connections it has accepted so far.
@@ -93,6 +112,15 @@ impl Drop for Cutter {
     fn drop(&mut self) {
         self.accepting.abort();
         self.cut();
+    }
+}
+
+/// The guard of [`Cutter::hold`].
+pub struct Hold<'a>(&'a Cutter);
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        self.0.held.send_replace(false);
     }
 }
 
@@ -187,5 +215,21 @@ mod tests {
         let mut got = [0u8; 5];
         again.read_exact(&mut got).await.expect("echoed");
         assert_eq!(&got, b"AGAIN");
+    }
+
+    #[tokio::test]
+    async fn a_connection_made_while_held_passes_once_the_hold_ends() {
+        let cutter = Cutter::start(echo().await).await.expect("cutter");
+        let held = cutter.hold();
+        let mut client = TcpStream::connect(cutter.addr).await.expect("connect");
+        client.write_all(b"held").await.expect("write");
+        let mut got = [0u8; 4];
+        let early = tokio::time::timeout(Duration::from_millis(100), client.read(&mut got)).await;
+        assert!(early.is_err(), "no answer while held: {early:?}");
+        assert_eq!(cutter.accepted(), 0);
+        drop(held);
+        cutter.until_accepted(1).await;
+        client.read_exact(&mut got).await.expect("echoed");
+        assert_eq!(&got, b"HELD");
     }
 }

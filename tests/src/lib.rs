@@ -39,6 +39,14 @@ use tokio_util::sync::CancellationToken;
 /// How long any single expected event may take before a test fails.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The value of the sample `series` (`name{labels}`) in a Prometheus text
+/// page.
+pub fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.split(' ').next()?.parse().ok())
+}
+
 /// Devnet settings for tests: fast blocks, fixed seed and genesis time.
 pub fn fast_devnet() -> DevnetSettings {
     DevnetSettings {
@@ -257,6 +265,19 @@ impl TestServer {
             .text()
             .await
             .expect("the page's text")
+    }
+
+    /// Waits (within [`TIMEOUT`], reading `/metrics` every 10 ms) until the
+    /// sample `series` (`name{labels}`) is `value`.
+    pub async fn until_metric(&self, series: &str, value: f64) {
+        let reached = async {
+            while sample(&self.metrics().await, series) != Some(value) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(TIMEOUT, reached)
+            .await
+            .unwrap_or_else(|_| panic!("{series} reached {value} in time"));
     }
 
     /// Waits until `chain`'s node source is subscribed and following: what

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use chainsieve_config::{ChainConfig, SourceConfig};
-use chainsieve_tests::{TestServer, WsClient, test_config};
+use chainsieve_tests::{TestServer, WsClient, sample, test_config};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,13 +258,6 @@ fn assert_limit(answer: &Value, phrases: &[&str]) {
     for phrase in phrases {
         assert!(message.contains(phrase), "{phrase:?} not in {answer}");
     }
-}
-
-/// The value of the sample `name{labels}` in a Prometheus text page.
-fn sample(page: &str, series: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|value| value.split(' ').next()?.parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

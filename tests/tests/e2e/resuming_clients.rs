@@ -4,7 +4,10 @@
 //! (`chainsieve_tests::cutter`), while anvil makes transactions and
 //! reorganises: each of its handlers for `newHeads`, `logs` and
 //! `bvMinedTransactions` receives exactly what a control subscription that
-//! never disconnects receives, in order, removals included.
+//! never disconnects receives, in order, removals included. The same
+//! application on the unmodified libraries (`tests/js/plain_clients.mjs`)
+//! loses what came while it was cut off: the figure of the book's Clients
+//! chapter.
 
 use std::collections::BTreeMap;
 
@@ -59,80 +62,198 @@ fn key(library: &str, topic: &str, result: &Value) -> Value {
     }
 }
 
+/// The control: a connection that never drops, subscribed to the three
+/// topics before the application, its notifications read by a task of its
+/// own as they come.
+struct Control {
+    feed: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    /// Its subscription ids, to the topic each is.
+    topics: BTreeMap<String, &'static str>,
+    /// Each topic's results so far, in order.
+    results: BTreeMap<&'static str, Vec<Value>>,
+}
+
+impl Control {
+    async fn subscribe(url: &str, contract: &str) -> Self {
+        let mut client = WsClient::connect(url).await.expect("connect");
+        let mut ids = BTreeMap::new();
+        for (topic, params) in topics(contract) {
+            let mut call = vec![json!(topic)];
+            call.extend(params);
+            let id = client
+                .subscribe(Value::Array(call))
+                .await
+                .expect("subscribe");
+            ids.insert(id, topic);
+        }
+        Self {
+            feed: client.forward_notifications(),
+            topics: ids,
+            results: BTreeMap::new(),
+        }
+    }
+
+    /// Reads until `topics` of the three have had an event in the block
+    /// `hash`: the server has sent it to every subscriber.
+    async fn until_block(&mut self, hash: &str, topics: usize) {
+        let mut seen = std::collections::BTreeSet::new();
+        while seen.len() < topics {
+            let params = tokio::time::timeout(TIMEOUT, self.feed.recv())
+                .await
+                .expect("the control's notifications in time")
+                .expect("the control's connection is open");
+            let topic = self.topics[params["subscription"].as_str().expect("an id")];
+            let result = params["result"].clone();
+            let block = if topic == "newHeads" {
+                &result["hash"]
+            } else {
+                &result["blockHash"]
+            };
+            if *block == json!(hash) {
+                seen.insert(topic);
+            }
+            self.results.entry(topic).or_default().push(result);
+        }
+    }
+
+    /// Each topic's keys as `library`'s application records them.
+    fn keys(&self, library: &str) -> BTreeMap<&'static str, Vec<Value>> {
+        let mut keys = BTreeMap::new();
+        for (topic, results) in &self.results {
+            // ethers v6 hands a filter's listener no removed log (see the
+            // script): an ethers application never sees one, however it
+            // is connected.
+            let seen = results
+                .iter()
+                .filter(|r| !(library == "ethers" && *topic == "logs" && r["removed"] == true));
+            keys.insert(*topic, seen.map(|r| key(library, topic, r)).collect());
+        }
+        keys
+    }
+}
+
+/// The chain's newest block: (number, hash).
+async fn newest(anvil: &Anvil) -> (u64, String) {
+    let number = anvil.block_number().await.expect("the newest block");
+    let block = anvil.block(number).await.expect("the newest block");
+    (number, block["hash"].as_str().expect("a hash").to_string())
+}
+
+/// How the application's library comes back after a cut.
+#[derive(Clone, Copy, PartialEq)]
+enum Comeback {
+    /// It reconnects and resumes (the packages): a block is mined as soon
+    /// as it has reconnected, while it subscribes again, and the next cut
+    /// follows at once.
+    Resumes,
+    /// It reconnects and subscribes again from "now" (viem): a block is
+    /// mined once the server has its subscriptions again, and the next cut
+    /// waits until the block reached its handlers, so what it loses is
+    /// only what came while it was cut off.
+    SubscribesAgain,
+    /// It stays disconnected (ethers v6).
+    Never,
+}
+
+/// The scenario both the resuming and the plain clients go through: the
+/// application (`script`, on `library`) connected through the cutter, the
+/// control directly; `CUTS` times a block is mined, the connection cut,
+/// and while the application is held off, one more block is mined (and
+/// every `REORG_EVERY`th time the last two are reorganised) and sent by
+/// the server; then the application is let back in. Answers the control
+/// (read up to the last block mined), the cutter, the application and the
+/// last block ("<hash> <number>").
+async fn cut_again_and_again(
+    anvil: &Anvil,
+    server: &TestServer,
+    script: &str,
+    library: &str,
+    comeback: Comeback,
+) -> (Control, Cutter, Conversation, String) {
+    let (setup, _, contract) = ping_client(&server.ws_url("eth", KEY), anvil).await;
+    drop(setup);
+    let mut control = Control::subscribe(&server.ws_url("eth", KEY), &contract).await;
+    let cutter = Cutter::start(server.addr).await.expect("the cutter");
+    let url = cutter.ws_url("eth", KEY);
+    let mut application = Conversation::start(script, &[library, &url, &contract]);
+    assert_eq!(application.next().await, json!({"ready": true}));
+
+    let mut last = String::new();
+    for cut in 0..=CUTS {
+        anvil.ping(&contract, 1).await;
+        let (number, hash) = newest(anvil).await;
+        last = format!("{hash} {number}");
+        control.until_block(&hash, 3).await;
+        if comeback == Comeback::SubscribesAgain {
+            application.say(&format!("wait {last}")).await;
+            assert_eq!(application.next().await, json!({"have": true}));
+        }
+        if cut == CUTS {
+            break;
+        }
+        let accepted = cutter.accepted();
+        let held = cutter.hold();
+        cutter.cut();
+        anvil.ping(&contract, 1).await;
+        let reorganised = cut % REORG_EVERY == REORG_EVERY - 1;
+        if reorganised {
+            anvil.reorg(2).await.expect("a reorg");
+        }
+        // An empty block after a reorg: its head only.
+        let topics = if reorganised { 1 } else { 3 };
+        control.until_block(&newest(anvil).await.1, topics).await;
+        if comeback == Comeback::SubscribesAgain {
+            // Its old subscriptions gone: only the control's are left.
+            subscriptions(server, &contract, 1.0).await;
+        }
+        drop(held);
+        if comeback != Comeback::Never {
+            cutter.until_accepted(accepted + 1).await;
+        }
+        if comeback == Comeback::SubscribesAgain {
+            subscriptions(server, &contract, 2.0).await;
+        }
+    }
+    (control, cutter, application, last)
+}
+
+/// Waits until the server counts `count` subscriptions of each topic.
+async fn subscriptions(server: &TestServer, contract: &str, count: f64) {
+    for (topic, _) in topics(contract) {
+        let series = format!(r#"chainsieve_subscriptions{{chain="eth",topic="{topic}"}}"#);
+        server.until_metric(&series, count).await;
+    }
+}
+
+/// Each topic's keys the control got and the application did not, and the
+/// count of those it got that the control did not.
+fn compare(
+    expected: &BTreeMap<&'static str, Vec<Value>>,
+    report: &Value,
+) -> BTreeMap<&'static str, (Vec<Value>, usize)> {
+    expected
+        .iter()
+        .map(|(topic, expected)| {
+            let got = report[*topic].as_array().expect("recorded");
+            let missing = expected.iter().filter(|e| !got.contains(e)).cloned();
+            let extra = got.iter().filter(|g| !expected.contains(g)).count();
+            (*topic, (missing.collect(), extra))
+        })
+        .collect()
+}
+
 async fn every_notification_reaches_the_application_once_across_cuts(library: &str) {
     let anvil = Anvil::start(1).await.expect("anvil");
     let server = TestServer::live(anvil.config(KEY)).await;
-    let (setup, _, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
-    drop(setup);
-
-    // The control: subscribed before the application, read throughout by
-    // a task of its own; nothing happens on the chain until both are.
-    let mut control = WsClient::connect(&server.ws_url("eth", KEY))
-        .await
-        .expect("connect");
-    let mut ids = BTreeMap::new();
-    for (topic, params) in topics(&contract) {
-        let mut call = vec![json!(topic)];
-        call.extend(params);
-        let id = control
-            .subscribe(Value::Array(call))
-            .await
-            .expect("subscribe");
-        ids.insert(id, topic);
-    }
-    let mut feed = control.forward_notifications();
-
-    let cutter = Cutter::start(server.addr).await.expect("the cutter");
-    let url = cutter.ws_url("eth", KEY);
-    let mut application = Conversation::start("resuming_clients.mjs", &[library, &url, &contract]);
-    assert_eq!(application.next().await, json!({"ready": true}));
-
-    for cut in 1..=CUTS {
-        anvil.ping(&contract, 1).await;
-        if cut % REORG_EVERY == 0 {
-            anvil.reorg(2).await.expect("a reorg");
-        }
-        let accepted = cutter.accepted();
-        cutter.cut();
-        cutter.until_accepted(accepted + 1).await;
-    }
-    anvil.ping(&contract, 1).await;
-    let last = anvil.block_number().await.expect("the last block");
-    let last_hash = anvil.block(last).await.expect("the last block")["hash"]
-        .as_str()
-        .expect("a hash")
-        .to_string();
-
-    let mut controlled: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
-    let mut seen_last: BTreeMap<&str, bool> = BTreeMap::new();
-    while seen_last.len() < 3 {
-        let params = tokio::time::timeout(TIMEOUT, feed.recv())
-            .await
-            .expect("the control's notifications in time")
-            .expect("the control's connection is open");
-        let topic = ids[params["subscription"].as_str().expect("an id")];
-        let result = &params["result"];
-        // ethers v6 hands a filter's listener no removed log (see the
-        // script): an ethers application never sees one, however it is
-        // connected.
-        let unseen = library == "ethers" && topic == "logs" && result["removed"] == true;
-        if !unseen {
-            controlled
-                .entry(topic)
-                .or_default()
-                .push(key(library, topic, result));
-        }
-        let block = if topic == "newHeads" {
-            &result["hash"]
-        } else {
-            &result["blockHash"]
-        };
-        if *block == json!(last_hash) {
-            seen_last.insert(topic, true);
-        }
-    }
-
-    application.say(&format!("{last_hash} {last}")).await;
+    let (control, cutter, mut application, last) = cut_again_and_again(
+        &anvil,
+        &server,
+        "resuming_clients.mjs",
+        library,
+        Comeback::Resumes,
+    )
+    .await;
+    application.say(&last).await;
     let report = application.report().await;
     assert_eq!(report["errors"], json!([]), "{report}");
     assert!(
@@ -143,33 +264,22 @@ async fn every_notification_reaches_the_application_once_across_cuts(library: &s
         cutter.cut_mid_frame() > 0,
         "some cuts fell in the middle of a frame"
     );
-    let mut differ = Vec::new();
-    for (topic, expected) in &controlled {
-        let removed = expected
+    let expected = control.keys(library);
+    for (topic, keys) in &expected {
+        let removed = keys
             .iter()
             .filter(|k| k.as_str().is_some_and(|k| k.ends_with("/true")))
             .count();
         if *topic == "bvMinedTransactions" || (*topic == "logs" && library == "viem") {
-            assert!(
-                removed > 0,
-                "{topic}: the reorgs removed some: {expected:?}"
-            );
+            assert!(removed > 0, "{topic}: the reorgs removed some: {keys:?}");
         }
-        let got = report[*topic].as_array().expect("recorded");
-        if got != expected {
-            let missing: Vec<&Value> = expected.iter().filter(|e| !got.contains(e)).collect();
-            let extra: Vec<&Value> = got.iter().filter(|g| !expected.contains(g)).collect();
-            differ.push(format!(
-                "{topic}: got {} of {}, missing {missing:?}, extra {extra:?}",
-                got.len(),
-                expected.len()
-            ));
-        }
+        assert_eq!(
+            &report[*topic],
+            &json!(keys),
+            "{library}'s {topic} handler got what the control got: {:?}",
+            compare(&expected, &report)[topic]
+        );
     }
-    assert!(
-        differ.is_empty(),
-        "{library}'s handlers got what the control got: {differ:#?}"
-    );
 }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viem_application_gets_every_notification_once_across_cuts() {
@@ -179,6 +289,54 @@ async fn a_viem_application_gets_every_notification_once_across_cuts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ethers_application_gets_every_notification_once_across_cuts() {
     every_notification_reaches_the_application_once_across_cuts("ethers").await;
+}
+
+/// The same scenario on the unmodified library loses what came while it
+/// was cut off: viem subscribes again from "now", ethers v6 not at all.
+/// Prints the figure the book's Clients chapter states.
+async fn the_plain_library_loses_what_came_while_cut_off(library: &str) {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let server = TestServer::live(anvil.config(KEY)).await;
+    let comeback = if library == "viem" {
+        Comeback::SubscribesAgain
+    } else {
+        Comeback::Never
+    };
+    let (control, _cutter, mut application, _) =
+        cut_again_and_again(&anvil, &server, "plain_clients.mjs", library, comeback).await;
+    application.say("report").await;
+    let report = application.report().await;
+    assert_eq!(
+        report["closed"],
+        json!(comeback == Comeback::Never),
+        "{report}"
+    );
+    let expected = control.keys(library);
+    let compared = compare(&expected, &report);
+    let mut figures = Vec::new();
+    for (topic, (missing, extra)) in &compared {
+        let total = expected[topic].len();
+        assert!(
+            !missing.is_empty(),
+            "{library} (unmodified) lost some {topic} notifications"
+        );
+        assert_eq!(*extra, 0, "{topic}: nothing the control did not get");
+        figures.push(format!("{topic} {} of {total}", missing.len()));
+    }
+    eprintln!(
+        "unmodified {library} over {CUTS} cuts lost: {}",
+        figures.join(", ")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmodified_viem_loses_what_came_while_cut_off() {
+    the_plain_library_loses_what_came_while_cut_off("viem").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmodified_ethers_loses_everything_after_the_first_cut() {
+    the_plain_library_loses_what_came_while_cut_off("ethers").await;
 }
 
 /// Every JavaScript example of the book's Clients chapter runs as pasted
