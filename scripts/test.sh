@@ -21,6 +21,8 @@ npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
 # it (tests/tests/e2e/resuming_clients.rs).
 npm ci --prefix clients/js --no-audit --no-fund --loglevel=error
 npm run --prefix clients/js --silent build
+# Its own tests, against scripted servers (clients/js/test).
+npm test --prefix clients/js --silent
 mkdir -p target/clients
 tarball="$(npm pack ./clients/js --pack-destination target/clients --silent)"
 npm install --prefix tests/js --no-save --no-audit --no-fund --loglevel=error \

@@ -12,20 +12,12 @@
 // that block's event; "report" with its report, and exits.
 import { createInterface } from "node:readline";
 
+import * as app from "./application.mjs";
+
 const [library, url, contract] = process.argv.slice(2);
-const got = { newHeads: [], logs: [], bvMinedTransactions: [] };
-// Woken by every handler call.
-let waiters = [];
-const record = (topic, key) => {
-  got[topic].push(key);
-  for (const wake of waiters.splice(0)) wake();
-};
-const errors = [];
 // Whether the socket closed for good (ethers: it never opens another).
 let closed = false;
-const bvKey = (tx) => `${tx.hash}/${tx.blockHash}/${tx.removed === true}`;
-const bvParams = ["bvMinedTransactions", { toAddress: [contract] }];
-process.on("unhandledRejection", (error) => errors.push(String(error)));
+process.on("unhandledRejection", app.onError);
 
 // Resolves once `count` eth_subscribe requests written to `socket` have
 // been answered (the libraries subscribe some topics in the background).
@@ -55,43 +47,23 @@ if (library === "viem") {
     transport: webSocket(url, { reconnect: { delay: 20, attempts: 1_000 } }),
   });
   ready = subscribed((await client.transport.getRpcClient()).socket, 3);
-  const onError = (error) => errors.push(String(error));
-  client.transport.subscribe({
-    params: ["newHeads"],
-    onData: (data) => record("newHeads", data.result.hash),
-    onError,
-  });
-  client.watchEvent({
-    address: contract,
-    onLogs: (logs) => {
-      for (const log of logs) record("logs", `${log.blockHash}/${log.logIndex}/${log.removed}`);
-    },
-    onError,
-  });
-  client.transport.subscribe({
-    params: bvParams,
-    onData: (data) => record("bvMinedTransactions", bvKey(data.result)),
-    onError,
-  });
+  app.followOnViem(client, contract);
 } else if (library === "ethers") {
   const { WebSocketProvider } = await import("ethers");
   const provider = new WebSocketProvider(url);
   const socket = provider.websocket;
   ready = subscribed(socket, 3);
   // Without a listener, the reset's error event would end the process.
-  socket.on("error", (error) => errors.push(String(error)));
+  socket.on("error", app.onError);
   socket.on("close", () => (closed = true));
-  provider.on("block", (number) => record("newHeads", number));
-  provider.on({ address: contract }, (log) =>
-    record("logs", `${log.blockHash}/${log.index}/${log.removed}`),
-  );
+  app.followOnEthers(provider, contract);
   // ethers has no API for a topic it has no event name for: the
   // application reads its notifications off the socket.
-  const bv = await provider.send("eth_subscribe", bvParams);
+  const bv = await provider.send("eth_subscribe", app.bvParams(contract));
   socket.addEventListener("message", ({ data }) => {
     const message = JSON.parse(data);
     if (message.method === "eth_subscription" && message.params.subscription === bv) {
-      record("bvMinedTransactions", bvKey(message.params.result));
+      app.record("bvMinedTransactions", app.bvKey(message.params.result));
     }
   });
 } else {
@@ -104,19 +76,10 @@ console.log(JSON.stringify({ ready: true }));
 for await (const line of createInterface({ input: process.stdin })) {
   const [command, hash, number] = line.split(" ");
   if (command === "wait") {
-    const head = library === "ethers" ? Number(number) : hash;
-    while (
-      !(
-        got.newHeads.includes(head) &&
-        got.logs.some((key) => key.startsWith(`${hash}/`)) &&
-        got.bvMinedTransactions.some((key) => key.includes(`/${hash}/`))
-      )
-    ) {
-      await new Promise((resolve) => waiters.push(resolve));
-    }
+    await app.untilBlock(library, hash, number);
     console.log(JSON.stringify({ have: true }));
   } else if (command === "report") {
-    console.log(JSON.stringify({ ...got, errors, closed }));
+    console.log(JSON.stringify({ ...app.got, errors: app.errors, closed }));
     process.exit(0);
   }
 }

@@ -21,6 +21,10 @@ interface Payload {
 export class ResumingWebSocketProvider extends SocketProvider {
   /** The session under it (its `reconnections`). */
   readonly session: ResumingSession;
+  /** Settles once ethers knows the network: a log it is handed before
+   *  that fails (its wrapper reads the network), so a subscription is
+   *  made only then. */
+  #networkKnown: Promise<unknown> | undefined;
 
   constructor(
     url: string,
@@ -58,13 +62,21 @@ export class ResumingWebSocketProvider extends SocketProvider {
       });
     let answered: Promise<unknown>;
     if (payload.method === "eth_subscribe") {
-      answered = this.session.subscribe(payload.params, {
-        onData: (notification) =>
-          this._processMessage(
-            JSON.stringify({ jsonrpc: "2.0", method: "eth_subscription", params: notification }),
-          ),
-        onError: (error) => this.emit("error", error),
+      // Written after `_start`, so the detection it awaits is the one
+      // `_start` began, which records the network first.
+      this.#networkKnown ??= this._detectNetwork().catch((error: unknown) => {
+        this.#networkKnown = undefined;
+        throw error;
       });
+      answered = this.#networkKnown.then(() =>
+        this.session.subscribe(payload.params, {
+          onData: (notification) =>
+            this._processMessage(
+              JSON.stringify({ jsonrpc: "2.0", method: "eth_subscription", params: notification }),
+            ),
+          onError: (error) => this.emit("error", error),
+        }),
+      );
     } else if (payload.method === "eth_unsubscribe") {
       answered = this.session.unsubscribe(String(payload.params[0]));
     } else {
