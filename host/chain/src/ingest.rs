@@ -81,7 +81,7 @@ struct Leader {
     pipeline: Pipeline,
     on_bus: ChainLog,
     leases: Leases,
-    /// The tail a term restores: `[log] blocks`.
+    /// The tail a term restores: `[log] window`.
     blocks: usize,
     /// What the source follows; each term resumes it from the tail it
     /// restored.

@@ -76,7 +76,7 @@ fn approximate_bytes(change: &ChainEvent) -> usize {
 #[derive(Debug)]
 pub struct EventLog {
     chain: Arc<str>,
-    /// Blocks added that the window keeps (`[log] blocks`).
+    /// Blocks added that the window keeps (`[log] window`).
     max_blocks: usize,
     /// What the window's steps may hold (`[log] memory_mib`).
     max_bytes: usize,
@@ -128,6 +128,24 @@ impl Steps {
     fn at(&self, position: Position) -> Option<&Arc<Step>> {
         let offset = usize::try_from(position.checked_sub(self.oldest())?).ok()?;
         self.held.get(offset)
+    }
+
+    /// The tag a step-end cursor at `position` carries, and the block it
+    /// names: those of the newest step at or before it that added a block
+    /// (a pending or removal step is in no block of its own), so history
+    /// can place the cursor once the window has moved past it and check
+    /// its block is still canonical; the step's own tag, and no block,
+    /// when no such step is held.
+    fn step_end_names(&self, position: Position) -> Option<(u64, Option<u64>)> {
+        let step = self.at(position)?;
+        let added = (self.oldest()..=position)
+            .rev()
+            .filter_map(|p| self.at(p))
+            .find_map(|step| match &step.change {
+                ChainEvent::Added(block) => Some((step.tag, Some(block.number()))),
+                _ => None,
+            });
+        Some(added.unwrap_or((step.tag, None)))
     }
 }
 
@@ -318,13 +336,13 @@ impl EventLog {
     pub fn head_cursor(&self) -> Option<Cursor> {
         let steps = self.read();
         let position = steps.next - 1;
-        let step = steps.at(position)?;
+        let (tag, block) = steps.step_end_names(position)?;
         Some(Cursor {
             chain: self.chain.to_string(),
             position: Some(position),
-            block: step.change.block().map(|block| block.number()),
+            block,
             index: Cursor::STEP_END,
-            tag: step.tag,
+            tag,
         })
     }
 
@@ -360,7 +378,12 @@ impl EventLog {
                 self.describe(steps)
             )));
         }
-        if steps.at(position).is_none_or(|step| step.tag != cursor.tag) {
+        let held = if cursor.is_step_end() {
+            steps.step_end_names(position)
+        } else {
+            steps.at(position).map(|step| (step.tag, cursor.block))
+        };
+        if held != Some((cursor.tag, cursor.block)) {
             return Err(ResumeError::Unknown(format!(
                 "the cursor {cursor} names a step {}'s log does not hold at that position: it comes from another log, or from one a restart did not keep",
                 self.chain
@@ -478,7 +501,7 @@ impl EventLog {
 
     fn describe(&self, steps: &Steps) -> String {
         let bounds = format!(
-            "it keeps the last {} blocks and at most {} MiB ([log] blocks, [log] memory_mib)",
+            "it keeps the last {} blocks and at most {} MiB ([log] window, [log] memory_mib)",
             self.max_blocks,
             self.max_bytes >> 20
         );
@@ -621,6 +644,36 @@ mod tests {
             },
             "nothing of step 10 is due again"
         );
+    }
+
+    #[test]
+    fn a_head_cursor_at_a_pending_step_names_the_block_before_it() {
+        let (log, blocks) = filled(10, 4);
+        log.append(ChainEvent::Pending(Vec::new()));
+        let head = log.head_cursor().expect("a head");
+        // Its block and tag are block 9's, so history places it once the
+        // window has moved past (history::plan::start_at).
+        assert_eq!((head.position, head.block), (Some(11), Some(9)));
+        assert_eq!(head.tag, hash_tag(&blocks[9].hash));
+        let start = log
+            .start_of(&ResumeFrom::After(head.clone()))
+            .expect("resumes");
+        assert_eq!(
+            start.mark,
+            Mark {
+                position: 11,
+                index: Cursor::STEP_END
+            },
+            "with the next step"
+        );
+        let elsewhere = Cursor {
+            block: Some(8),
+            ..head
+        };
+        assert!(matches!(
+            log.start_of(&ResumeFrom::After(elsewhere)),
+            Err(ResumeError::Unknown(_))
+        ));
     }
 
     #[test]

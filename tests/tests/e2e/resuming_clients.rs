@@ -11,10 +11,11 @@
 
 use std::collections::BTreeMap;
 
+use chainsieve_config::{Config, LogConfig, Span};
 use chainsieve_tests::anvil::{Anvil, ping_client};
 use chainsieve_tests::cutter::Cutter;
 use chainsieve_tests::scripts::Conversation;
-use chainsieve_tests::{TIMEOUT, TestServer, WsClient, quantity};
+use chainsieve_tests::{TIMEOUT, TestServer, WsClient, quantity, test_config};
 use serde_json::{Value, json};
 
 const KEY: &str = "clients";
@@ -368,4 +369,74 @@ async fn the_books_javascript_examples_run_as_pasted() {
         let printed = running.next_text().await;
         assert!(!printed.trim().is_empty(), "{example}");
     }
+}
+
+/// A resume the server refuses reaches the application's error handler as
+/// the package's `ResumeRefusedError` (code, message, subscription,
+/// cursor), never as a silent start from now: the application is kept off
+/// until its pending-transaction cursor has left the log's window. That
+/// subscription stops (`onRefused: "stop"`); its heads go on.
+async fn a_refused_resume_reaches_the_application(library: &str) {
+    const WINDOW: u64 = 4;
+    let config = Config {
+        log: LogConfig {
+            window: Span::Blocks(WINDOW),
+            ..LogConfig::default()
+        },
+        ..test_config()
+    };
+    let server = TestServer::started(config).await;
+    let mut watcher = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("connect");
+    let heads = watcher.subscribe(json!(["newHeads"])).await.expect("heads");
+    let cutter = Cutter::start(server.addr).await.expect("the cutter");
+    let url = cutter.ws_url("eth", "demo");
+    let mut application = Conversation::start("refused_resume.mjs", &[library, &url]);
+    assert_eq!(application.next().await, json!({"pending": true}));
+
+    let held = cutter.hold();
+    cutter.cut();
+    let now = watcher
+        .call("eth_blockNumber", json!([]))
+        .await
+        .expect("the newest block");
+    watcher
+        .until_head(&heads, quantity(&now["result"]) + WINDOW + 2)
+        .await;
+    drop(held);
+
+    let report = application.report().await;
+    assert_eq!(
+        report["refusals"].as_array().map(Vec::len),
+        Some(1),
+        "the pending subscription's only: {report}"
+    );
+    let refusal = &report["refusals"][0];
+    assert_eq!(refusal["name"], "ResumeRefusedError", "{report}");
+    assert_eq!(refusal["code"], -32001, "{report}");
+    assert!(
+        refusal["cursor"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("eth:")),
+        "{report}"
+    );
+    assert!(refusal["subscription"].is_string(), "{report}");
+    let message = refusal["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("(-32001)") && message.contains("window"),
+        "{report}"
+    );
+    assert_eq!(report["subscriptions"], 1, "the heads go on: {report}");
+    assert!(report["headsAfter"].as_u64() >= Some(2), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_resume_reaches_a_viem_application_as_an_error() {
+    a_refused_resume_reaches_the_application("viem").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_resume_reaches_an_ethers_application_as_an_error() {
+    a_refused_resume_reaches_the_application("ethers").await;
 }
