@@ -203,6 +203,10 @@ pub enum ResumeError {
     /// A block past the chain's tip.
     #[error("{0}")]
     Ahead(String),
+    /// A cursor naming a block the chain has not reached again yet (it is
+    /// catching up after a restart): try again in a moment.
+    #[error("{0}")]
+    NotYet(String),
 }
 
 #[cfg(test)]

@@ -365,13 +365,6 @@ impl EventLog {
         let Some(position) = cursor.position else {
             return self.after_history(steps, cursor);
         };
-        let head = steps.next - 1;
-        if position > head {
-            return Err(ResumeError::Unknown(format!(
-                "the cursor {cursor} is past the end of {}'s log (its last step is {head}): it comes from another log, or from one a restart did not keep",
-                self.chain
-            )));
-        }
         if position < steps.oldest() {
             return Err(ResumeError::TooOld(format!(
                 "the cursor {cursor} is older than {}",
@@ -383,28 +376,53 @@ impl EventLog {
         } else {
             steps.at(position).map(|step| (step.tag, cursor.block))
         };
-        if held != Some((cursor.tag, cursor.block)) {
-            return Err(ResumeError::Unknown(format!(
+        if held == Some((cursor.tag, cursor.block)) {
+            return Ok(ReplayStart::from(Mark {
+                position,
+                index: cursor.index.saturating_add(1),
+            }));
+        }
+        match cursor.block {
+            // Its block tells where it is, whatever became of its position
+            // (a crash lost the step before it was on disk, and the restart
+            // gave the position to another).
+            Some(block) => self.after_block(steps, cursor, block),
+            None if position > steps.next - 1 => Err(ResumeError::Unknown(format!(
+                "the cursor {cursor} is past the end of {}'s log (its last step is {}): it comes from another log, or from one a restart did not keep",
+                self.chain,
+                steps.next - 1
+            ))),
+            None => Err(ResumeError::Unknown(format!(
                 "the cursor {cursor} names a step {}'s log does not hold at that position: it comes from another log, or from one a restart did not keep",
                 self.chain
-            )));
+            ))),
         }
-        Ok(ReplayStart::from(Mark {
-            position,
-            index: cursor.index.saturating_add(1),
-        }))
     }
 
-    /// After an event of a block read from the nodes: the chain as it is
-    /// canonical now from the next event on, if the window holds that
-    /// very block.
-    fn after_history(&self, steps: &Steps, cursor: &Cursor) -> Result<ReplayStart, ResumeError> {
-        let block = cursor.block.unwrap_or_default();
+    /// After an event of the canonical block `block` (or, for a head
+    /// cursor, after the block's step), found by the block: the replay of
+    /// the log from there, removals included.
+    fn after_block(
+        &self,
+        steps: &Steps,
+        cursor: &Cursor,
+        block: u64,
+    ) -> Result<ReplayStart, ResumeError> {
+        let tip = steps.added.last_key_value().map(|(number, _)| *number);
         let Some(position) = steps.added.get(&block) else {
-            return Err(ResumeError::TooOld(format!(
-                "the cursor {cursor} names block {block}, which {} does not hold",
-                self.describe(steps)
-            )));
+            return Err(if tip.is_none_or(|tip| block > tip) {
+                ResumeError::NotYet(format!(
+                    "the cursor {cursor} names block {block}, which {}'s log has not reached again yet{}: try again in a moment",
+                    self.chain,
+                    tip.map(|tip| format!(" (its tip is block {tip})"))
+                        .unwrap_or_default()
+                ))
+            } else {
+                ResumeError::TooOld(format!(
+                    "the cursor {cursor} names block {block}, which {} does not hold",
+                    self.describe(steps)
+                ))
+            });
         };
         if steps
             .at(*position)
@@ -415,12 +433,21 @@ impl EventLog {
                 self.chain
             )));
         }
+        Ok(ReplayStart::from(Mark {
+            position: *position,
+            index: cursor.index.saturating_add(1),
+        }))
+    }
+
+    /// After an event of a block read from the nodes: the chain as it is
+    /// canonical now from the next event on, if the window holds that
+    /// very block.
+    fn after_history(&self, steps: &Steps, cursor: &Cursor) -> Result<ReplayStart, ResumeError> {
+        let block = cursor.block.unwrap_or_default();
+        let start = self.after_block(steps, cursor, block)?;
         Ok(ReplayStart {
-            mark: Mark {
-                position: *position,
-                index: cursor.index.saturating_add(1),
-            },
             as_of: Some(as_of(steps, block)),
+            ..start
         })
     }
 
@@ -646,6 +673,53 @@ mod tests {
         );
     }
 
+    /// A crash lost the last steps before they were on disk and the
+    /// restarted log gave their positions to others: a cursor of a block's
+    /// event resumes by its block, one past the tip waits (-32002), a
+    /// pending one is refused.
+    #[test]
+    fn a_cursor_whose_position_a_restart_reused_resumes_by_its_block() {
+        let (before, blocks) = filled(10, 16);
+        let event = cursor(&before, 9, 2);
+        assert_eq!(event.block, Some(8));
+        before.append(ChainEvent::Pending(Vec::new()));
+        let pending = cursor(&before, 11, 0);
+        // The restart: the same blocks, each one step further on.
+        let after = log_of(16);
+        after.append(ChainEvent::Pending(Vec::new()));
+        for block in &blocks[..9] {
+            after.append(ChainEvent::Added(block.clone()));
+        }
+        let start = after
+            .start_of(&ResumeFrom::After(event.clone()))
+            .expect("resumes by its block");
+        assert_eq!(
+            start.mark,
+            Mark {
+                position: 10,
+                index: 3
+            }
+        );
+        let ahead = Cursor {
+            block: Some(9),
+            tag: hash_tag(&blocks[9].hash),
+            ..event.clone()
+        };
+        assert!(matches!(
+            after.start_of(&ResumeFrom::After(ahead)),
+            Err(ResumeError::NotYet(m)) if m.contains("block 9") && m.contains("tip is block 8")
+        ));
+        let elsewhere = Cursor { tag: 1, ..event };
+        assert!(matches!(
+            after.start_of(&ResumeFrom::After(elsewhere)),
+            Err(ResumeError::Unknown(m)) if m.contains("no longer canonical")
+        ));
+        assert!(matches!(
+            after.start_of(&ResumeFrom::After(pending)),
+            Err(ResumeError::Unknown(_))
+        ));
+    }
+
     #[test]
     fn a_head_cursor_at_a_pending_step_names_the_block_before_it() {
         let (log, blocks) = filled(10, 4);
@@ -722,8 +796,11 @@ mod tests {
             log.start_of(&ResumeFrom::After(other)),
             Err(ResumeError::Unknown(_))
         ));
+        // A pending step's cursor (no block) past the end: nothing tells
+        // where it is. (One naming a block resumes by it, see above.)
         let mut ahead = cursor(&log, 8, 0);
         ahead.position = Some(11);
+        ahead.block = None;
         assert!(matches!(
             log.start_of(&ResumeFrom::After(ahead)),
             Err(ResumeError::Unknown(m)) if m.contains("past the end")

@@ -130,6 +130,7 @@ pub(super) fn refusal(error: ResumeError) -> RpcError {
         ResumeError::TooOld(message) | ResumeError::Unknown(message) => {
             RpcError::not_found(message)
         }
+        ResumeError::NotYet(message) => RpcError::unavailable(message),
     }
 }
 
