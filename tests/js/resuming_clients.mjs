@@ -6,9 +6,9 @@
 //
 //   node resuming_clients.mjs <viem|ethers> <ws url> <contract>
 //
-// Prints {"ready": true} once subscribed; then reads one line on stdin,
-// the final block's hash, and prints its report once every handler has
-// that block's event.
+// Prints {"ready": true} once subscribed; then reads lines on stdin:
+// "wait <hash> <number>" prints {"have": true} once every handler has that
+// block's event, "report <hash> <number>" its report then.
 import { createInterface } from "node:readline";
 
 import * as app from "./application.mjs";
@@ -49,9 +49,14 @@ if (library === "viem") {
 while (session.subscriptionCount < 3) await new Promise((resolve) => setTimeout(resolve, 10));
 console.log(JSON.stringify({ ready: true }));
 
-const lines = createInterface({ input: process.stdin });
-const [finalHash, finalNumber] = (await lines[Symbol.asyncIterator]().next()).value.split(" ");
-await app.untilBlock(library, finalHash, finalNumber);
-console.log(JSON.stringify({ ...app.got, errors: app.errors, reconnections: session.reconnections }));
-close();
-process.exit(0);
+for await (const line of createInterface({ input: process.stdin })) {
+  const [command, hash, number] = line.split(" ");
+  await app.untilBlock(library, hash, number);
+  if (command === "wait") {
+    console.log(JSON.stringify({ have: true }));
+  } else if (command === "report") {
+    console.log(JSON.stringify({ ...app.got, errors: app.errors, reconnections: session.reconnections }));
+    close();
+    process.exit(0);
+  }
+}

@@ -29,6 +29,9 @@ pub struct Cutter {
     /// Whether new connections wait (see [`Cutter::hold`]); the accepting
     /// task watches it.
     held: watch::Sender<bool>,
+    /// Where new connections go (see [`Cutter::redirect`]); the accepting
+    /// task reads it for each.
+    upstream: watch::Sender<SocketAddr>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -47,6 +50,8 @@ impl Cutter {
         let halves = mid_frame.clone();
         let held = watch::Sender::new(false);
         let mut holding = held.subscribe();
+        let upstream = watch::Sender::new(upstream);
+        let going = upstream.subscribe();
         let accepting = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 // A connection made while held waits, its handshake
@@ -55,7 +60,8 @@ impl Cutter {
                     return;
                 }
                 counted.send_modify(|accepted| *accepted += 1);
-                tokio::spawn(pass(client, upstream, watching.clone(), halves.clone()));
+                let to = *going.borrow();
+                tokio::spawn(pass(client, to, watching.clone(), halves.clone()));
             }
         });
         Ok(Self {
@@ -64,6 +70,7 @@ impl Cutter {
             accepted,
             mid_frame,
             held,
+            upstream,
             accepting,
         })
     }
@@ -84,6 +91,12 @@ impl Cutter {
     pub fn hold(&self) -> Hold<'_> {
         self.held.send_replace(true);
         Hold(self)
+    }
+
+    /// Sends the next connections to `upstream` (a server restarted on
+    /// another port); the open ones stay where they are.
+    pub fn redirect(&self, upstream: SocketAddr) {
+        self.upstream.send_replace(upstream);
     }
 
     /// How many connections it has accepted so far.
@@ -231,5 +244,24 @@ mod tests {
         cutter.until_accepted(1).await;
         client.read_exact(&mut got).await.expect("echoed");
         assert_eq!(&got, b"HELD");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_sends_the_next_connections_elsewhere() {
+        let cutter = Cutter::start(echo().await).await.expect("cutter");
+        let mut first = TcpStream::connect(cutter.addr).await.expect("connect");
+        cutter.until_accepted(1).await;
+        let other = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        cutter.redirect(other.local_addr().expect("addr"));
+        let _second = TcpStream::connect(cutter.addr).await.expect("connect");
+        tokio::time::timeout(crate::TIMEOUT, other.accept())
+            .await
+            .expect("the next connection reaches the new upstream")
+            .expect("accepted");
+        // The open one still reaches the first.
+        first.write_all(b"old").await.expect("write");
+        let mut got = [0u8; 3];
+        first.read_exact(&mut got).await.expect("echoed");
+        assert_eq!(&got, b"OLD");
     }
 }

@@ -6,6 +6,7 @@ pub mod anvil;
 pub mod bench;
 pub mod book;
 pub mod calls;
+pub mod control;
 pub mod cutter;
 pub mod dex;
 pub mod faulty;

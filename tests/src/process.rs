@@ -12,6 +12,29 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use crate::TIMEOUT;
+use crate::anvil::Anvil;
+
+/// The config of a server process reading `anvil` as its `eth` chain, `key`
+/// its one API key, logging JSON (what [`ServerProcess::logged`] reads):
+/// `top` (top-level settings) before the sections, `sections` after them.
+pub fn anvil_config(anvil: &Anvil, key: &str, top: &str, sections: &str) -> String {
+    format!(
+        r#"
+{top}
+[auth]
+keys = ["{key}"]
+[chains.eth]
+chain_id = {chain_id}
+source = "{node}"
+[logging]
+format = "json"
+level = "info"
+{sections}
+"#,
+        chain_id = anvil.chain_id,
+        node = anvil.ws_url(),
+    )
+}
 
 /// One server process. Killed when dropped.
 pub struct ServerProcess {

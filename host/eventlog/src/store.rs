@@ -5,8 +5,10 @@
 //!
 //! The pipeline appends in memory and hands each step to [`write`], a task
 //! that commits what queued up in one transaction, off the pipeline's
-//! path. A crash may lose the last steps not yet committed; the next start
-//! gives their positions to new steps, and a cursor naming a lost one is
+//! path. A crash may lose the last steps not yet committed, even ones
+//! already sent; the next start gives their positions to new steps. A
+//! cursor naming a lost block's step resumes by its block (read from the
+//! nodes again, or -32002 until it is); one of a lost pending step is
 //! refused by its tag, never resumed at the wrong place.
 
 use std::path::Path;

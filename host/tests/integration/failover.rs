@@ -13,7 +13,7 @@ use std::time::Instant;
 use chainsieve_tests::WsClient;
 use chainsieve_tests::anvil::{Anvil, deploy_ping};
 use chainsieve_tests::nats::Nats;
-use chainsieve_tests::process::ServerProcess;
+use chainsieve_tests::process::{ServerProcess, anvil_config};
 use chainsieve_tests::receiver::{Delivery, Receiver, create, head_numbers};
 use serde_json::{Value, json};
 
@@ -26,14 +26,8 @@ fn binary() -> &'static Path {
 /// The config of a server in `role` reading `anvil` (the ingest) through
 /// `nats`; a lease of one second.
 fn config(role: &str, anvil: &Anvil, nats: &Nats) -> String {
-    format!(
+    let sections = format!(
         r#"
-role = "{role}"
-[auth]
-keys = ["{KEY}"]
-[chains.eth]
-chain_id = {chain_id}
-source = "{node}"
 [bus]
 urls = ["{bus}"]
 lease_ms = 1000
@@ -41,14 +35,10 @@ lease_ms = 1000
 allow_http = true
 allow_private_addresses = true
 lease_ms = 1000
-[logging]
-format = "json"
-level = "info"
 "#,
-        chain_id = anvil.chain_id,
-        node = anvil.ws_url(),
         bus = nats.url(),
-    )
+    );
+    anvil_config(anvil, KEY, &format!(r#"role = "{role}""#), &sections)
 }
 
 async fn start(role: &str, anvil: &Anvil, nats: &Nats) -> ServerProcess {

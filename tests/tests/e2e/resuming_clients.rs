@@ -9,14 +9,13 @@
 //! loses what came while it was cut off: the figure of the book's Clients
 //! chapter.
 
-use std::collections::BTreeMap;
-
 use chainsieve_config::{Config, LogConfig, Span};
 use chainsieve_tests::anvil::{Anvil, ping_client};
+use chainsieve_tests::control::{Control, compare, newest, topics};
 use chainsieve_tests::cutter::Cutter;
 use chainsieve_tests::scripts::Conversation;
-use chainsieve_tests::{TIMEOUT, TestServer, WsClient, quantity, test_config};
-use serde_json::{Value, json};
+use chainsieve_tests::{TestServer, WsClient, quantity, test_config};
+use serde_json::json;
 
 const KEY: &str = "clients";
 /// Connections cut while the chain moves.
@@ -26,119 +25,6 @@ const CUTS: u64 = 30;
 const CUT_ESTABLISHED: u64 = 20;
 /// Every how many cuts the node reorganises its last two blocks.
 const REORG_EVERY: u64 = 6;
-
-/// The three topics an application follows: (name, params after it).
-fn topics(contract: &str) -> [(&'static str, Vec<Value>); 3] {
-    [
-        ("newHeads", vec![]),
-        ("logs", vec![json!({ "address": contract })]),
-        (
-            "bvMinedTransactions",
-            vec![json!({ "toAddress": [contract] })],
-        ),
-    ]
-}
-
-/// What the script's handler for `topic` records of `result`, the same way
-/// (`tests/js/resuming_clients.mjs`): a head's hash (ethers' "block" event
-/// gives its number only), a log's block, index and removal, a
-/// transaction's hash, block and removal.
-fn key(library: &str, topic: &str, result: &Value) -> Value {
-    let text = |field: &str| result[field].as_str().unwrap_or_default().to_string();
-    match topic {
-        "newHeads" if library == "ethers" => json!(quantity(&result["number"])),
-        "newHeads" => json!(text("hash")),
-        "logs" => json!(format!(
-            "{}/{}/{}",
-            text("blockHash"),
-            quantity(&result["logIndex"]),
-            result["removed"] == true
-        )),
-        _ => json!(format!(
-            "{}/{}/{}",
-            text("hash"),
-            text("blockHash"),
-            result["removed"] == true
-        )),
-    }
-}
-
-/// The control: a connection that never drops, subscribed to the three
-/// topics before the application, its notifications read by a task of its
-/// own as they come.
-struct Control {
-    feed: tokio::sync::mpsc::UnboundedReceiver<Value>,
-    /// Its subscription ids, to the topic each is.
-    topics: BTreeMap<String, &'static str>,
-    /// Each topic's results so far, in order.
-    results: BTreeMap<&'static str, Vec<Value>>,
-}
-
-impl Control {
-    async fn subscribe(url: &str, contract: &str) -> Self {
-        let mut client = WsClient::connect(url).await.expect("connect");
-        let mut ids = BTreeMap::new();
-        for (topic, params) in topics(contract) {
-            let mut call = vec![json!(topic)];
-            call.extend(params);
-            let id = client
-                .subscribe(Value::Array(call))
-                .await
-                .expect("subscribe");
-            ids.insert(id, topic);
-        }
-        Self {
-            feed: client.forward_notifications(),
-            topics: ids,
-            results: BTreeMap::new(),
-        }
-    }
-
-    /// Reads until `topics` of the three have had an event in the block
-    /// `hash`: the server has sent it to every subscriber.
-    async fn until_block(&mut self, hash: &str, topics: usize) {
-        let mut seen = std::collections::BTreeSet::new();
-        while seen.len() < topics {
-            let params = tokio::time::timeout(TIMEOUT, self.feed.recv())
-                .await
-                .expect("the control's notifications in time")
-                .expect("the control's connection is open");
-            let topic = self.topics[params["subscription"].as_str().expect("an id")];
-            let result = params["result"].clone();
-            let block = if topic == "newHeads" {
-                &result["hash"]
-            } else {
-                &result["blockHash"]
-            };
-            if *block == json!(hash) {
-                seen.insert(topic);
-            }
-            self.results.entry(topic).or_default().push(result);
-        }
-    }
-
-    /// Each topic's keys as `library`'s application records them.
-    fn keys(&self, library: &str) -> BTreeMap<&'static str, Vec<Value>> {
-        let mut keys = BTreeMap::new();
-        for (topic, results) in &self.results {
-            // ethers v6 hands a filter's listener no removed log (see the
-            // script): an ethers application never sees one, however it
-            // is connected.
-            let seen = results
-                .iter()
-                .filter(|r| !(library == "ethers" && *topic == "logs" && r["removed"] == true));
-            keys.insert(*topic, seen.map(|r| key(library, topic, r)).collect());
-        }
-        keys
-    }
-}
-
-/// The chain's newest block: (number, hash).
-async fn newest(anvil: &Anvil) -> (u64, String) {
-    let number = anvil.block_number().await.expect("the newest block");
-    let block = anvil.block(number).await.expect("the newest block");
-    (number, block["hash"].as_str().expect("a hash").to_string())
-}
 
 /// How the application's library comes back after a cut.
 #[derive(Clone, Copy, PartialEq)]
@@ -226,23 +112,6 @@ async fn subscriptions(server: &TestServer, contract: &str, count: f64) {
     }
 }
 
-/// Each topic's keys the control got and the application did not, and the
-/// count of those it got that the control did not.
-fn compare(
-    expected: &BTreeMap<&'static str, Vec<Value>>,
-    report: &Value,
-) -> BTreeMap<&'static str, (Vec<Value>, usize)> {
-    expected
-        .iter()
-        .map(|(topic, expected)| {
-            let got = report[*topic].as_array().expect("recorded");
-            let missing = expected.iter().filter(|e| !got.contains(e)).cloned();
-            let extra = got.iter().filter(|g| !expected.contains(g)).count();
-            (*topic, (missing.collect(), extra))
-        })
-        .collect()
-}
-
 async fn every_notification_reaches_the_application_once_across_cuts(library: &str) {
     let anvil = Anvil::start(1).await.expect("anvil");
     let server = TestServer::live(anvil.config(KEY)).await;
@@ -254,7 +123,7 @@ async fn every_notification_reaches_the_application_once_across_cuts(library: &s
         Comeback::Resumes,
     )
     .await;
-    application.say(&last).await;
+    application.say(&format!("report {last}")).await;
     let report = application.report().await;
     assert_eq!(report["errors"], json!([]), "{report}");
     assert!(
@@ -265,21 +134,14 @@ async fn every_notification_reaches_the_application_once_across_cuts(library: &s
         cutter.cut_mid_frame() > 0,
         "some cuts fell in the middle of a frame"
     );
-    let expected = control.keys(library);
-    for (topic, keys) in &expected {
+    for (topic, keys) in control.assert_same(library, &report) {
         let removed = keys
             .iter()
             .filter(|k| k.as_str().is_some_and(|k| k.ends_with("/true")))
             .count();
-        if *topic == "bvMinedTransactions" || (*topic == "logs" && library == "viem") {
+        if topic == "bvMinedTransactions" || (topic == "logs" && library == "viem") {
             assert!(removed > 0, "{topic}: the reorgs removed some: {keys:?}");
         }
-        assert_eq!(
-            &report[*topic],
-            &json!(keys),
-            "{library}'s {topic} handler got what the control got: {:?}",
-            compare(&expected, &report)[topic]
-        );
     }
 }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
