@@ -48,6 +48,13 @@ if [ ! -x tests/py/.venv/bin/python ]; then
     }
 fi
 tests/py/.venv/bin/pip install -q --disable-pip-version-check -r tests/py/requirements.txt
+# The resuming Python client (clients/py): its unit tests, then built as a
+# wheel and installed into the venv from it, as an application installs it
+# (tests/tests/e2e/resuming_clients.rs).
+tests/py/.venv/bin/python -m unittest discover -q -s clients/py/tests -t clients/py
+tests/py/.venv/bin/pip wheel -q --disable-pip-version-check --no-deps -w target/clients ./clients/py
+tests/py/.venv/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps \
+    target/clients/chainsieve_client-0.1.0-py3-none-any.whl
 
 cargo fmt --all -- --check
 # One build for the lints and the tests: the workspace's crates are compiled

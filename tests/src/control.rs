@@ -23,9 +23,9 @@ pub fn topics(contract: &str) -> [(&'static str, Vec<Value>); 3] {
 }
 
 /// What the script's handler for `topic` records of `result`, the same way
-/// (`tests/js/resuming_clients.mjs`): a head's hash (ethers' "block" event
-/// gives its number only), a log's block, index and removal, a
-/// transaction's hash, block and removal.
+/// (`tests/js/resuming_clients.mjs`, `tests/py/resuming_clients.py`): a
+/// head's hash (ethers' "block" event gives its number only), a log's
+/// block, index and removal, a transaction's hash, block and removal.
 pub fn key(library: &str, topic: &str, result: &Value) -> Value {
     let text = |field: &str| result[field].as_str().unwrap_or_default().to_string();
     match topic {
@@ -44,6 +44,13 @@ pub fn key(library: &str, topic: &str, result: &Value) -> Value {
             result["removed"] == true
         )),
     }
+}
+
+/// The test application `name` on a client of `library`: `viem` and
+/// `ethers` share `tests/js/<name>.mjs`, `python` is `tests/py/<name>.py`.
+pub fn application(library: &str, name: &str) -> String {
+    let extension = if library == "python" { "py" } else { "mjs" };
+    format!("{name}.{extension}")
 }
 
 /// The control: a connection that never drops, subscribed to the three

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use chainsieve_tests::TestServer;
 use chainsieve_tests::anvil::{Anvil, ping_client};
-use chainsieve_tests::control::{Control, newest};
+use chainsieve_tests::control::{Control, application, newest};
 use chainsieve_tests::cutter::Cutter;
 use chainsieve_tests::process::{ServerProcess, anvil_config};
 use chainsieve_tests::scripts::Conversation;
@@ -58,7 +58,10 @@ async fn every_notification_reaches_the_application_once_across_kills(library: &
     let mut server = start(&config).await;
     let cutter = Cutter::start(server.addr).await.expect("the cutter");
     let url = cutter.ws_url("eth", KEY);
-    let mut application = Conversation::start("resuming_clients.mjs", &[library, &url, &contract]);
+    let mut application = Conversation::start(
+        &application(library, "resuming_clients"),
+        &[library, &url, &contract],
+    );
     assert_eq!(application.next().await, json!({"ready": true}));
 
     for kill in 0..=KILLS {
@@ -111,4 +114,9 @@ async fn a_viem_application_gets_every_notification_once_across_kills() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ethers_application_gets_every_notification_once_across_kills() {
     every_notification_reaches_the_application_once_across_kills("ethers").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web3py_application_gets_every_notification_once_across_kills() {
+    every_notification_reaches_the_application_once_across_kills("python").await;
 }

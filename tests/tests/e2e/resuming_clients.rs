@@ -11,7 +11,7 @@
 
 use chainsieve_config::{Config, LogConfig, Span};
 use chainsieve_tests::anvil::{Anvil, ping_client};
-use chainsieve_tests::control::{Control, compare, newest, topics};
+use chainsieve_tests::control::{Control, application, compare, newest, topics};
 use chainsieve_tests::cutter::Cutter;
 use chainsieve_tests::scripts::Conversation;
 use chainsieve_tests::{TestServer, WsClient, quantity, test_config};
@@ -118,7 +118,7 @@ async fn every_notification_reaches_the_application_once_across_cuts(library: &s
     let (control, cutter, mut application, last) = cut_again_and_again(
         &anvil,
         &server,
-        "resuming_clients.mjs",
+        &application(library, "resuming_clients"),
         library,
         Comeback::Resumes,
     )
@@ -152,6 +152,11 @@ async fn a_viem_application_gets_every_notification_once_across_cuts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ethers_application_gets_every_notification_once_across_cuts() {
     every_notification_reaches_the_application_once_across_cuts("ethers").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web3py_application_gets_every_notification_once_across_cuts() {
+    every_notification_reaches_the_application_once_across_cuts("python").await;
 }
 
 /// The same scenario on the unmodified library loses what came while it
@@ -202,34 +207,38 @@ async fn unmodified_ethers_loses_everything_after_the_first_cut() {
     the_plain_library_loses_what_came_while_cut_off("ethers").await;
 }
 
-/// Every JavaScript example of the book's Clients chapter runs as pasted
-/// (its URL pointed at a devnet server) and prints what it subscribed to.
+/// Every example of the book's Clients chapter (JavaScript, Python) runs
+/// as pasted (its URL pointed at a devnet server) and prints what it
+/// subscribed to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_books_javascript_examples_run_as_pasted() {
+async fn the_books_client_examples_run_as_pasted() {
     let server = TestServer::default().await;
-    let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/clients.md");
-    let text = std::fs::read_to_string(&page).expect("the Clients chapter");
-    let examples: Vec<&str> = text
-        .split("```js\n")
-        .skip(1)
-        .map(|rest| rest.split("```").next().expect("a closed block"))
-        .collect();
-    assert_eq!(examples.len(), 2, "the viem and the ethers example");
-    for example in examples {
-        let code = example.replace(
-            "ws://127.0.0.1:8080/eth/v1/demo",
-            &server.ws_url("eth", "demo"),
-        );
-        // Beside tests/js/node_modules, where the package is installed.
-        let file = tempfile::Builder::new()
-            .prefix(".book-example-")
-            .suffix(".mjs")
-            .tempfile_in(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("js"))
-            .expect("a script file");
-        std::fs::write(file.path(), code).expect("written");
-        let mut running = Conversation::start_file(file.path(), &[]);
-        let printed = running.next_text().await;
-        assert!(!printed.trim().is_empty(), "{example}");
+    let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text =
+        std::fs::read_to_string(tests.join("../docs/src/clients.md")).expect("the Clients chapter");
+    // (fence, file suffix, where the packages are installed)
+    for (language, suffix, dir, count) in [("js", ".mjs", "js", 2), ("python", ".py", "py", 1)] {
+        let examples: Vec<&str> = text
+            .split(&format!("```{language}\n"))
+            .skip(1)
+            .map(|rest| rest.split("```").next().expect("a closed block"))
+            .collect();
+        assert_eq!(examples.len(), count, "the {language} examples");
+        for example in examples {
+            let code = example.replace(
+                "ws://127.0.0.1:8080/eth/v1/demo",
+                &server.ws_url("eth", "demo"),
+            );
+            let file = tempfile::Builder::new()
+                .prefix(".book-example-")
+                .suffix(suffix)
+                .tempfile_in(tests.join(dir))
+                .expect("a script file");
+            std::fs::write(file.path(), code).expect("written");
+            let mut running = Conversation::start_file(file.path(), &[]);
+            let printed = running.next_text().await;
+            assert!(!printed.trim().is_empty(), "{example}");
+        }
     }
 }
 
@@ -254,7 +263,8 @@ async fn a_refused_resume_reaches_the_application(library: &str) {
     let heads = watcher.subscribe(json!(["newHeads"])).await.expect("heads");
     let cutter = Cutter::start(server.addr).await.expect("the cutter");
     let url = cutter.ws_url("eth", "demo");
-    let mut application = Conversation::start("refused_resume.mjs", &[library, &url]);
+    let mut application =
+        Conversation::start(&application(library, "refused_resume"), &[library, &url]);
     assert_eq!(application.next().await, json!({"pending": true}));
 
     let held = cutter.hold();
@@ -301,4 +311,9 @@ async fn a_refused_resume_reaches_a_viem_application_as_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_resume_reaches_an_ethers_application_as_an_error() {
     a_refused_resume_reaches_the_application("ethers").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_resume_reaches_a_web3py_application_as_an_error() {
+    a_refused_resume_reaches_the_application("python").await;
 }
