@@ -828,7 +828,7 @@ mod tests {
                 self.0.load(key)
             }
             fn save(&self, key: &str, cursor: &str) {
-                self.1.lock().unwrap().push(cursor.to_string());
+                self.1.lock().expect("the log").push(cursor.to_string());
                 self.0.save(key, cursor);
             }
         }
@@ -847,7 +847,7 @@ mod tests {
         answer(&mut session, &json!(2), json!("0xc"), &mut out);
         notify(&mut session, "0xc", 10, &mut out);
         assert_eq!(
-            store.1.lock().unwrap().last().map(String::as_str),
+            store.1.lock().expect("the log").last().map(String::as_str),
             Some("eth:10@10:0:ab")
         );
     }
