@@ -47,9 +47,14 @@ pub fn key(library: &str, topic: &str, result: &Value) -> Value {
 }
 
 /// The test application `name` on a client of `library`: `viem` and
-/// `ethers` share `tests/js/<name>.mjs`, `python` is `tests/py/<name>.py`.
+/// `ethers` share `tests/js/<name>.mjs`, `python` is `tests/py/<name>.py`,
+/// `alloy` is the Rust application `name` (`crate::applications`).
 pub fn application(library: &str, name: &str) -> String {
-    let extension = if library == "python" { "py" } else { "mjs" };
+    let extension = match library {
+        "python" => "py",
+        "alloy" => "rs",
+        _ => "mjs",
+    };
     format!("{name}.{extension}")
 }
 

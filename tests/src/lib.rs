@@ -3,6 +3,7 @@
 //! (never sleeps).
 
 pub mod anvil;
+pub mod applications;
 pub mod bench;
 pub mod book;
 pub mod calls;

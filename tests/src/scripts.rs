@@ -74,28 +74,69 @@ pub async fn run_file(path: &std::path::Path, args: &[&str]) -> Value {
 }
 
 /// A script the test talks to while it runs: lines on its stdin, JSON
-/// lines on its stdout. Killed when dropped.
+/// lines on its stdout. Killed when dropped. A `.rs` "script" is one of
+/// the Rust applications (`crate::applications`), a task of this process
+/// speaking the same lines.
 pub struct Conversation {
-    child: tokio::process::Child,
-    stdin: tokio::process::ChildStdin,
-    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    peer: Peer,
     script: String,
+}
+
+enum Peer {
+    Process {
+        // Boxed: a process's parts are ten times a task's.
+        child: Box<tokio::process::Child>,
+        stdin: tokio::process::ChildStdin,
+        lines: Box<tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>>,
+    },
+    Task {
+        task: tokio::task::JoinHandle<()>,
+        to: tokio::sync::mpsc::UnboundedSender<String>,
+        from: tokio::sync::mpsc::UnboundedReceiver<String>,
+    },
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Peer::Task { task, .. } = self {
+            task.abort();
+        }
+    }
 }
 
 impl Conversation {
     /// Starts `script` (as [`run_script`] finds it) with `args`; its stderr
     /// goes to the test's.
     pub fn start(script: &str, args: &[&str]) -> Self {
+        if let Some(name) = script.strip_suffix(".rs") {
+            let (to, commands) = tokio::sync::mpsc::unbounded_channel();
+            let (say, from) = tokio::sync::mpsc::unbounded_channel();
+            let task = crate::applications::start(name, args, (commands, say));
+            return Self {
+                peer: Peer::Task { task, to, from },
+                script: script.to_string(),
+            };
+        }
         Self::start_file(&script_path(script), args)
     }
 
     /// [`Conversation::start`] of a script anywhere (one a test wrote).
     pub fn start_file(path: &std::path::Path, args: &[&str]) -> Self {
+        let mut command = tokio::process::Command::new(interpreter(path));
+        command.arg(path);
+        Self::spawn(command, path, args)
+    }
+
+    /// [`Conversation::start`] of a program (a built example).
+    pub fn start_program(path: &std::path::Path, args: &[&str]) -> Self {
+        Self::spawn(tokio::process::Command::new(path), path, args)
+    }
+
+    fn spawn(mut command: tokio::process::Command, path: &std::path::Path, args: &[&str]) -> Self {
         use std::process::Stdio;
         use tokio::io::AsyncBufReadExt;
         let script = path.display().to_string();
-        let mut child = tokio::process::Command::new(interpreter(path))
-            .arg(path)
+        let mut child = command
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -105,19 +146,24 @@ impl Conversation {
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         Self {
-            child,
-            stdin,
-            lines: tokio::io::BufReader::new(stdout).lines(),
+            peer: Peer::Process {
+                child: Box::new(child),
+                stdin,
+                lines: Box::new(tokio::io::BufReader::new(stdout).lines()),
+            },
             script,
         }
     }
 
     /// The next line it prints, within [`SCRIPT_TIMEOUT`].
     pub async fn next_text(&mut self) -> String {
-        tokio::time::timeout(SCRIPT_TIMEOUT, self.lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("{} printed a line in time", self.script))
-            .expect("its stdout")
+        let line = match &mut self.peer {
+            Peer::Process { lines, .. } => tokio::time::timeout(SCRIPT_TIMEOUT, lines.next_line())
+                .await
+                .map(|line| line.expect("its stdout")),
+            Peer::Task { from, .. } => tokio::time::timeout(SCRIPT_TIMEOUT, from.recv()).await,
+        };
+        line.unwrap_or_else(|_| panic!("{} printed a line in time", self.script))
             .unwrap_or_else(|| panic!("{} ended early: see its stderr above", self.script))
     }
 
@@ -131,20 +177,33 @@ impl Conversation {
     /// Writes `line` to its stdin.
     pub async fn say(&mut self, line: &str) {
         use tokio::io::AsyncWriteExt;
-        self.stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .expect("its stdin");
+        match &mut self.peer {
+            Peer::Process { stdin, .. } => stdin
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .expect("its stdin"),
+            Peer::Task { to, .. } => to.send(line.to_string()).expect("it reads its lines"),
+        }
     }
 
     /// Its last line, once it has exited successfully.
     pub async fn report(mut self) -> Value {
         let report = self.next().await;
-        let status = tokio::time::timeout(SCRIPT_TIMEOUT, self.child.wait())
-            .await
-            .expect("the script exits")
-            .expect("its status");
-        assert!(status.success(), "{} failed: {status}", self.script);
+        match &mut self.peer {
+            Peer::Process { child, .. } => {
+                let status = tokio::time::timeout(SCRIPT_TIMEOUT, child.wait())
+                    .await
+                    .expect("the script exits")
+                    .expect("its status");
+                assert!(status.success(), "{} failed: {status}", self.script);
+            }
+            Peer::Task { task, .. } => {
+                tokio::time::timeout(SCRIPT_TIMEOUT, task)
+                    .await
+                    .expect("the application ends")
+                    .unwrap_or_else(|error| panic!("{} failed: {error}", self.script));
+            }
+        }
         report
     }
 }

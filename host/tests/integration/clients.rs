@@ -1,7 +1,8 @@
-//! The resuming clients of `clients/js` under an application whose server
-//! is killed (`kill -9`) as soon as the application has a block, and
-//! started again on its data directory (on another port: the cutter sends
-//! the application's next connection there): each of its handlers for
+//! The resuming clients (`clients/js`, `clients/py`, `clients/rust`) under
+//! an application whose server is killed (`kill -9`) as soon as the
+//! application has a block, and started again on its data directory (on
+//! another port: the cutter sends the application's next connection
+//! there): each of its handlers for
 //! `newHeads`, `logs` and `bvMinedTransactions` receives exactly what a
 //! control on a server that never stops receives, in order, removals
 //! included. A kill can lose steps the server had sent but not yet
@@ -11,12 +12,12 @@
 
 use std::path::Path;
 
-use chainsieve_tests::TestServer;
 use chainsieve_tests::anvil::{Anvil, ping_client};
 use chainsieve_tests::control::{Control, application, newest};
 use chainsieve_tests::cutter::Cutter;
 use chainsieve_tests::process::{ServerProcess, anvil_config};
 use chainsieve_tests::scripts::Conversation;
+use chainsieve_tests::{TIMEOUT, TestServer, WsClient};
 use serde_json::json;
 
 const KEY: &str = "clients";
@@ -30,7 +31,10 @@ fn config(anvil: &Anvil, data_dir: &Path) -> String {
     anvil_config(anvil, KEY, &top, "")
 }
 
-/// The server started on `config`, once its chain is ready.
+/// The server started on `config`, once its chain is ready and its log
+/// holds a block: a subscription made before that would get the chain's
+/// newest block as new, one the control (on a server that had it long
+/// before) never got.
 async fn start(config: &str) -> ServerProcess {
     let mut server = ServerProcess::start(Path::new(env!("CARGO_BIN_EXE_chainsieve")), config)
         .await
@@ -39,6 +43,22 @@ async fn start(config: &str) -> ServerProcess {
         .logged("chain ready")
         .await
         .expect("its chain is ready");
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let logged = async {
+        while client
+            .call("chainsieve_headCursor", json!([]))
+            .await
+            .expect("an answer")["result"]
+            .is_null()
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(TIMEOUT, logged)
+        .await
+        .expect("its log holds a block in time");
     server
 }
 
@@ -119,4 +139,9 @@ async fn an_ethers_application_gets_every_notification_once_across_kills() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_web3py_application_gets_every_notification_once_across_kills() {
     every_notification_reaches_the_application_once_across_kills("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alloy_application_gets_every_notification_once_across_kills() {
+    every_notification_reaches_the_application_once_across_kills("alloy").await;
 }

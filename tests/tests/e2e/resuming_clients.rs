@@ -1,12 +1,13 @@
-//! The resuming clients of `clients/js` (a viem transport, an ethers v6
-//! provider) under an application, through a proxy that cuts its
+//! The resuming clients (`clients/js`: a viem transport, an ethers v6
+//! provider; `clients/py`: a web3.py provider; `clients/rust`: an alloy
+//! connector) under an application, through a proxy that cuts its
 //! connection again and again, sometimes in the middle of a frame
 //! (`chainsieve_tests::cutter`), while anvil makes transactions and
 //! reorganises: each of its handlers for `newHeads`, `logs` and
 //! `bvMinedTransactions` receives exactly what a control subscription that
 //! never disconnects receives, in order, removals included. The same
-//! application on the unmodified libraries (`tests/js/plain_clients.mjs`)
-//! loses what came while it was cut off: the figure of the book's Clients
+//! application on the unmodified libraries (`tests/js/plain_clients.mjs`,
+//! `chainsieve_tests::applications`) loses what came while it was cut off: the figure of the book's Clients
 //! chapter.
 
 use chainsieve_config::{Config, LogConfig, Span};
@@ -159,19 +160,25 @@ async fn a_web3py_application_gets_every_notification_once_across_cuts() {
     every_notification_reaches_the_application_once_across_cuts("python").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alloy_application_gets_every_notification_once_across_cuts() {
+    every_notification_reaches_the_application_once_across_cuts("alloy").await;
+}
+
 /// The same scenario on the unmodified library loses what came while it
-/// was cut off: viem subscribes again from "now", ethers v6 not at all.
-/// Prints the figure the book's Clients chapter states.
+/// was cut off: viem and alloy subscribe again from "now", ethers v6 not
+/// at all. Prints the figure the book's Clients chapter states.
 async fn the_plain_library_loses_what_came_while_cut_off(library: &str) {
     let anvil = Anvil::start(1).await.expect("anvil");
     let server = TestServer::live(anvil.config(KEY)).await;
-    let comeback = if library == "viem" {
-        Comeback::SubscribesAgain
-    } else {
+    let comeback = if library == "ethers" {
         Comeback::Never
+    } else {
+        Comeback::SubscribesAgain
     };
+    let script = application(library, "plain_clients");
     let (control, _cutter, mut application, _) =
-        cut_again_and_again(&anvil, &server, "plain_clients.mjs", library, comeback).await;
+        cut_again_and_again(&anvil, &server, &script, library, comeback).await;
     application.say("report").await;
     let report = application.report().await;
     assert_eq!(
@@ -203,12 +210,17 @@ async fn unmodified_viem_loses_what_came_while_cut_off() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmodified_alloy_loses_what_came_while_cut_off() {
+    the_plain_library_loses_what_came_while_cut_off("alloy").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unmodified_ethers_loses_everything_after_the_first_cut() {
     the_plain_library_loses_what_came_while_cut_off("ethers").await;
 }
 
-/// Every example of the book's Clients chapter (JavaScript, Python) runs
-/// as pasted (its URL pointed at a devnet server) and prints what it
+/// Every example of the book's Clients chapter (JavaScript, Python, Rust)
+/// runs as pasted (its URL pointed at a devnet server) and prints what it
 /// subscribed to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_books_client_examples_run_as_pasted() {
@@ -240,6 +252,38 @@ async fn the_books_client_examples_run_as_pasted() {
             assert!(!printed.trim().is_empty(), "{example}");
         }
     }
+    // The Rust example is clients/rust/examples/follow.rs, which the
+    // workspace's build compiles; run with the server's URL.
+    let examples: Vec<&str> = text
+        .split("```rust\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().expect("a closed block"))
+        .collect();
+    let source = tests.join("../clients/rust/examples/follow.rs");
+    let file = std::fs::read_to_string(&source).expect("the Rust example");
+    assert_eq!(
+        examples,
+        [file.as_str()],
+        "the book shows examples/follow.rs"
+    );
+    let built = std::env::current_exe()
+        .expect("this test's path")
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("examples/follow"))
+        .expect("the target directory");
+    assert!(
+        built.exists(),
+        "{} is built by `cargo test --workspace` (the README's test command); \
+         alone: cargo build -p chainsieve-client --example follow",
+        built.display()
+    );
+    let mut running = Conversation::start_program(&built, &[&server.ws_url("eth", "demo")]);
+    let printed = running.next_text().await;
+    assert!(
+        printed.starts_with("block ") || printed.starts_with("transaction "),
+        "{printed}"
+    );
 }
 
 /// A resume the server refuses reaches the application's error handler as
@@ -316,4 +360,9 @@ async fn a_refused_resume_reaches_an_ethers_application_as_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_resume_reaches_a_web3py_application_as_an_error() {
     a_refused_resume_reaches_the_application("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_resume_reaches_an_alloy_application_as_an_error() {
+    a_refused_resume_reaches_the_application("alloy").await;
 }
