@@ -40,6 +40,12 @@ if ! command -v curl >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends curl
 fi
 
+# Debian's Chromium, where the JavaScript package runs in a browser page
+# (tests/js/browser_clients.mjs, driven by playwright-core from npm).
+if ! command -v chromium >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium
+fi
+
 # web3.py for the Python client test and nats-server (the bus tests), in a
 # venv of its own.
 if [ ! -x tests/py/.venv/bin/python ]; then

@@ -113,17 +113,12 @@ async fn subscriptions(server: &TestServer, contract: &str, count: f64) {
     }
 }
 
-async fn every_notification_reaches_the_application_once_across_cuts(library: &str) {
+/// The application (`script`, on `library`) through the cuts.
+async fn every_notification_reaches_the_application_once_across_cuts(library: &str, script: &str) {
     let anvil = Anvil::start(1).await.expect("anvil");
     let server = TestServer::live(anvil.config(KEY)).await;
-    let (control, cutter, mut application, last) = cut_again_and_again(
-        &anvil,
-        &server,
-        &application(library, "resuming_clients"),
-        library,
-        Comeback::Resumes,
-    )
-    .await;
+    let (control, cutter, mut application, last) =
+        cut_again_and_again(&anvil, &server, script, library, Comeback::Resumes).await;
     application.say(&format!("report {last}")).await;
     let report = application.report().await;
     assert_eq!(report["errors"], json!([]), "{report}");
@@ -147,22 +142,41 @@ async fn every_notification_reaches_the_application_once_across_cuts(library: &s
 }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viem_application_gets_every_notification_once_across_cuts() {
-    every_notification_reaches_the_application_once_across_cuts("viem").await;
+    let script = application("viem", "resuming_clients");
+    every_notification_reaches_the_application_once_across_cuts("viem", &script).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ethers_application_gets_every_notification_once_across_cuts() {
-    every_notification_reaches_the_application_once_across_cuts("ethers").await;
+    let script = application("ethers", "resuming_clients");
+    every_notification_reaches_the_application_once_across_cuts("ethers", &script).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_web3py_application_gets_every_notification_once_across_cuts() {
-    every_notification_reaches_the_application_once_across_cuts("python").await;
+    let script = application("python", "resuming_clients");
+    every_notification_reaches_the_application_once_across_cuts("python", &script).await;
+}
+
+/// The JavaScript package in a browser: the same application in a page of
+/// headless Chromium (`tests/js/browser_clients.mjs`), on the browser's
+/// own WebSocket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viem_application_in_chromium_gets_every_notification_once_across_cuts() {
+    every_notification_reaches_the_application_once_across_cuts("viem", "browser_clients.mjs")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ethers_application_in_chromium_gets_every_notification_once_across_cuts() {
+    every_notification_reaches_the_application_once_across_cuts("ethers", "browser_clients.mjs")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_alloy_application_gets_every_notification_once_across_cuts() {
-    every_notification_reaches_the_application_once_across_cuts("alloy").await;
+    let script = application("alloy", "resuming_clients");
+    every_notification_reaches_the_application_once_across_cuts("alloy", &script).await;
 }
 
 /// The same scenario on the unmodified library loses what came while it
