@@ -174,6 +174,14 @@ impl Conversation {
             .unwrap_or_else(|_| panic!("{}: a JSON line: {line}", self.script))
     }
 
+    /// Its process id, when it is a process that has not exited.
+    pub fn pid(&self) -> Option<u32> {
+        match &self.peer {
+            Peer::Process { child, .. } => child.id(),
+            Peer::Task { .. } => None,
+        }
+    }
+
     /// Writes `line` to its stdin.
     pub async fn say(&mut self, line: &str) {
         use tokio::io::AsyncWriteExt;

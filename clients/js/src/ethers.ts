@@ -1,7 +1,12 @@
 // An ethers v6 provider, usable wherever `WebSocketProvider` is, whose
 // subscriptions resume by cursor after every reconnection.
 
-import { SocketProvider, type JsonRpcApiProviderOptions, type Networkish } from "ethers";
+import {
+  SocketProvider,
+  type JsonRpcApiProviderOptions,
+  type Networkish,
+  type SocketSubscriber,
+} from "ethers";
 
 import { ResumingSession, RpcError, type ResumeOptions, type SubscriptionHandlers } from "./session.js";
 
@@ -25,6 +30,10 @@ export class ResumingWebSocketProvider extends SocketProvider {
    *  that fails (its wrapper reads the network), so a subscription is
    *  made only then. */
   #networkKnown: Promise<unknown> | undefined;
+  /** ethers' subscribers by the id the application holds, as ethers
+   *  registers them: a notification goes to its subscriber as the session
+   *  parsed it, not written out again for ethers to parse. */
+  #subscribers = new Map<string, SocketSubscriber>();
 
   constructor(
     url: string,
@@ -70,19 +79,31 @@ export class ResumingWebSocketProvider extends SocketProvider {
       });
       answered = this.#networkKnown.then(() =>
         this.session.subscribe(payload.params, {
-          onData: (notification) =>
-            this._processMessage(
-              JSON.stringify({ jsonrpc: "2.0", method: "eth_subscription", params: notification }),
-            ),
+          onData: (notification) => {
+            const subscriber = this.#subscribers.get(notification.subscription);
+            if (subscriber) subscriber._handleMessage(notification.result);
+            // Before ethers registered its subscriber: it keeps these for
+            // it, in order.
+            else
+              this._processMessage(
+                JSON.stringify({ jsonrpc: "2.0", method: "eth_subscription", params: notification }),
+              );
+          },
           onError: (error) => this.emit("error", error),
         }),
       );
     } else if (payload.method === "eth_unsubscribe") {
+      this.#subscribers.delete(String(payload.params[0]));
       answered = this.session.unsubscribe(String(payload.params[0]));
     } else {
       answered = this.session.request(payload.method, payload.params);
     }
     answered.then((result) => answer({ result }), failed);
+  }
+
+  override _register(filterId: number | string, subscriber: SocketSubscriber): void {
+    super._register(filterId, subscriber);
+    this.#subscribers.set(String(filterId), subscriber);
   }
 
   override async destroy(): Promise<void> {

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use alloy_json_rpc::SubId;
-use alloy_pubsub::{ConnectionHandle, PubSubConnect};
+use alloy_pubsub::{ConnectionHandle, PubSubConnect, PubSubFrontend};
 use alloy_transport::{TransportErrorKind, TransportResult};
 
 pub use backoff::Backoff;
@@ -100,6 +100,7 @@ type OnError = Arc<dyn Fn(ResumeRefusedError) + Send + Sync>;
 /// [`ResumingConnect`]).
 #[derive(Clone)]
 pub(crate) struct Options {
+    channel_size: usize,
     backoff: Backoff,
     heartbeat: Option<Heartbeat>,
     connect_timeout: Duration,
@@ -153,6 +154,7 @@ impl ResumingConnect {
         Self {
             url: url.into(),
             options: Options {
+                channel_size: 1_024,
                 backoff: Backoff::default(),
                 heartbeat: Some(Heartbeat::default()),
                 connect_timeout: Duration::from_secs(10),
@@ -162,6 +164,18 @@ impl ResumingConnect {
             },
             status: Arc::default(),
         }
+    }
+
+    /// How many notifications each subscription's channel in alloy holds
+    /// for the application (default 1,024; alloy's own is 16). alloy's
+    /// subscription streams skip, without a word, what overflowed a
+    /// channel the application did not read in time: a burst larger than
+    /// it (a block's logs, a batch of pending transactions) is lost there,
+    /// past the connector. `Subscription::recv` says so
+    /// (`RecvError::Lagged`).
+    pub fn channel_size(mut self, size: usize) -> Self {
+        self.options.channel_size = size.max(1);
+        self
     }
 
     /// Reconnection delays (default: [`Backoff::default`]).
@@ -219,12 +233,9 @@ impl ResumingConnect {
     }
 }
 
-impl PubSubConnect for ResumingConnect {
-    fn is_local(&self) -> bool {
-        alloy_transport::utils::guess_local_url(&self.url)
-    }
-
-    async fn connect(&self) -> TransportResult<ConnectionHandle> {
+impl ResumingConnect {
+    /// Opens the socket and starts the connection's task.
+    async fn start(&self) -> TransportResult<ConnectionHandle> {
         let socket = socket::open(&self.url, self.options.connect_timeout)
             .await
             .map_err(|error| TransportErrorKind::custom_str(&error))?;
@@ -237,5 +248,38 @@ impl PubSubConnect for ResumingConnect {
             self.status.clone(),
         ));
         Ok(handle)
+    }
+}
+
+impl PubSubConnect for ResumingConnect {
+    fn is_local(&self) -> bool {
+        alloy_transport::utils::guess_local_url(&self.url)
+    }
+
+    async fn connect(&self) -> TransportResult<ConnectionHandle> {
+        self.start().await
+    }
+
+    /// alloy's service, with the subscription channels'
+    /// [`channel_size`](ResumingConnect::channel_size).
+    async fn into_service(self) -> TransportResult<PubSubFrontend> {
+        let size = self.options.channel_size;
+        let frontend = Service(self).into_service().await?;
+        frontend.set_channel_size(size);
+        Ok(frontend)
+    }
+}
+
+/// The connector as alloy's own `into_service` takes it (which the public
+/// type's replaces, to size the channels after).
+struct Service(ResumingConnect);
+
+impl PubSubConnect for Service {
+    fn is_local(&self) -> bool {
+        self.0.is_local()
+    }
+
+    async fn connect(&self) -> TransportResult<ConnectionHandle> {
+        self.0.start().await
     }
 }

@@ -123,8 +123,8 @@ struct NotificationParams<'a> {
     subscription: SubId,
     #[serde(borrow, default)]
     result: Option<&'a RawValue>,
-    #[serde(default)]
-    cursor: Option<String>,
+    #[serde(borrow, default)]
+    cursor: Option<Cow<'a, str>>,
     #[serde(default)]
     error: Option<ErrorPayload>,
 }
@@ -412,7 +412,14 @@ impl Session {
                 // application next.
                 store.save(&subscription.key, &cursor);
             }
-            subscription.resume = Resume::Cursor(cursor);
+            match &mut subscription.resume {
+                // The last one's buffer, reused: one per notification.
+                Resume::Cursor(last) => {
+                    last.clear();
+                    last.push_str(&cursor);
+                }
+                resume => *resume = Resume::Cursor(cursor.into_owned()),
+            }
         }
         let result = params
             .result

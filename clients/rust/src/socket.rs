@@ -128,13 +128,14 @@ pub(crate) async fn run(
                 }
             },
             frame = next_frame(&mut connection.socket) => {
-                connection.heard = Instant::now();
+                let now = Instant::now();
+                connection.heard = now;
                 match frame {
                     Some(Ok(Message::Text(text))) => {
-                        session.on_message(text.as_str(), std::time::Instant::now(), &mut out);
+                        session.on_message(text.as_str(), now.into_std(), &mut out);
                     }
                     Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                        Ok(text) => session.on_message(text, std::time::Instant::now(), &mut out),
+                        Ok(text) => session.on_message(text, now.into_std(), &mut out),
                         Err(_) => tracing::warn!("chainsieve-client: a binary frame that is no text"),
                     },
                     Some(Ok(Message::Close(_))) | None => connection.dropped("closed"),
@@ -142,11 +143,10 @@ pub(crate) async fn run(
                     Some(Err(error)) => connection.dropped(&error.to_string()),
                 }
             }
-            () = sleep_until(connection.reopen_at.unwrap_or_else(Instant::now)),
-                if connection.reopen_at.is_some() => {
+            () = at(connection.reopen_at) => {
                 connection.reopen(&mut session, &mut out).await;
             }
-            () = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
+            () = at(retry_at) => {
                 session.retry_due(std::time::Instant::now(), &mut out);
             }
             _ = heartbeat.tick(), if options.heartbeat.is_some() && connection.socket.is_some() => {
@@ -168,11 +168,22 @@ pub(crate) async fn run(
         for refusal in out.refusals.drain(..) {
             (options.on_error)(refusal);
         }
-        let texts = std::mem::take(&mut out.to_server);
-        connection.write(texts).await;
+        if !out.to_server.is_empty() {
+            let texts = std::mem::take(&mut out.to_server);
+            connection.write(texts).await;
+        }
         status
             .subscriptions
             .store(session.subscription_count(), Ordering::Relaxed);
+    }
+}
+
+/// Once `deadline` has passed; never without one (a timer is made only
+/// when there is one: the loop turns once per frame).
+async fn at(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

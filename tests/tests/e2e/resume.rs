@@ -162,16 +162,48 @@ fn config(blocks: usize, reorg_every: u64) -> (Config, tempfile::TempDir) {
     (config, dir)
 }
 
+/// A server on [`config`]'s chain (reorganising every 4 blocks), its first
+/// known token, and a control connection subscribed to every topic.
+struct Scene {
+    server: TestServer,
+    _dir: tempfile::TempDir,
+    token: String,
+    url: String,
+    control: WsClient,
+    /// The control's subscription ids, to their topics.
+    control_ids: BTreeMap<String, &'static str>,
+}
+
+impl Scene {
+    async fn start() -> Self {
+        let (config, _dir) = config(1_024, 4);
+        let server = TestServer::started(config).await;
+        let token = hex_address(&chainsieve_ingest::devnet::known_tokens(1)[0].address);
+        let url = server.ws_url("eth", "demo");
+        let mut control = WsClient::connect(&url).await.expect("connect");
+        let control_ids = subscribe_all(&mut control, &token, |_| None).await;
+        Self {
+            server,
+            _dir,
+            token,
+            url,
+            control,
+            control_ids,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_topic_resumes_exactly_across_a_reorg() {
-    let (config, _dir) = config(1_024, 4);
-    let server = TestServer::started(config).await;
-    let token = hex_address(&chainsieve_ingest::devnet::known_tokens(1)[0].address);
-    let url = server.ws_url("eth", "demo");
-
+    let Scene {
+        server: _server,
+        _dir,
+        token,
+        url,
+        control,
+        control_ids,
+    } = Scene::start().await;
     // The control never leaves: it is read by a task of its own throughout.
-    let mut control = WsClient::connect(&url).await.expect("connect");
-    let control_ids = subscribe_all(&mut control, &token, |_| None).await;
     let mut control_feed = control.forward_notifications();
     let mut controlled: BTreeMap<&'static str, Vec<Delivered>> = BTreeMap::new();
 
@@ -297,6 +329,71 @@ async fn every_topic_resumes_exactly_across_a_reorg() {
         removed > 0,
         "the resumed streams carried the reorg's removals"
     );
+}
+
+/// A subscription made with `resumeFrom` the head cursor gets, on every
+/// topic, exactly what a plain one made earlier gets after the cursor's
+/// step: what a resuming client subscribes from before its first
+/// notification. The plain one is read by a task throughout (a
+/// subscriber left unread is closed as stalled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_from_the_head_cursor_gets_what_follows_its_step() {
+    let Scene {
+        server: _server,
+        _dir,
+        token,
+        url,
+        mut control,
+        control_ids,
+    } = Scene::start().await;
+    let mut controlled: BTreeMap<&'static str, Vec<Delivered>> = BTreeMap::new();
+    read_until_each(&mut control, &control_ids, &mut controlled, 1).await;
+    let mut feed = control.forward_notifications();
+
+    let mut resumed = WsClient::connect(&url).await.expect("connect");
+    let head = resumed
+        .call("chainsieve_headCursor", json!([]))
+        .await
+        .expect("answered")["result"]
+        .as_str()
+        .expect("a cursor: the chain has blocks")
+        .to_string();
+    let head: Cursor = head.parse().expect("a cursor");
+    let after = head.position.expect("a logged step");
+    let resumed_ids = subscribe_all(&mut resumed, &token, |_| {
+        Some(json!({"resumeFrom": head.to_string()}))
+    })
+    .await;
+    let mut got: BTreeMap<&'static str, Vec<Delivered>> = BTreeMap::new();
+    read_until_each(&mut resumed, &resumed_ids, &mut got, 3).await;
+
+    for (topic, delivered) in &got {
+        assert!(
+            delivered.iter().all(|d| d.position() > after),
+            "{topic}: nothing of the head's step or before: {delivered:?}"
+        );
+        let last = delivered.last().expect("some").mark();
+        while controlled
+            .get(topic)
+            .and_then(|c| c.last())
+            .is_none_or(|c| c.mark() < last)
+        {
+            file(
+                &next_forwarded(&mut feed).await,
+                &control_ids,
+                &mut controlled,
+            );
+        }
+        let expected: Vec<&Delivered> = controlled[topic]
+            .iter()
+            .filter(|d| d.position() > after && d.mark() <= last)
+            .collect();
+        assert_eq!(
+            delivered.iter().collect::<Vec<_>>(),
+            expected,
+            "{topic}: what the plain subscription got after the head's step"
+        );
+    }
 }
 
 /// The mined topics replay from the start of a block within the window.
