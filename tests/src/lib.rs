@@ -385,7 +385,10 @@ impl Drop for TestServer {
 /// A JSON-RPC WebSocket client that keeps notifications it has not been
 /// asked for yet.
 pub struct WsClient {
-    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    /// Boxed: with TLS in the build (the clients' wss), the stream is
+    /// 1.4 kB, and a test's future holding a few clients is on its
+    /// thread's stack.
+    socket: Box<WebSocketStream<MaybeTlsStream<TcpStream>>>,
     next_id: u64,
     notifications: VecDeque<Value>,
 }
@@ -396,7 +399,7 @@ impl WsClient {
             .await
             .with_context(|| format!("connecting {url}"))?;
         Ok(Self {
-            socket,
+            socket: Box::new(socket),
             next_id: 1,
             notifications: VecDeque::new(),
         })

@@ -5,6 +5,10 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+
+/// The session's maps: looked up once or twice per notification, by keys
+/// the application cannot choose (the server's ids), so a fast hash.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -92,10 +96,10 @@ struct Retry {
 /// in flight.
 pub(crate) struct Session {
     options: Arc<Options>,
-    subscriptions: HashMap<SubId, Subscription>,
+    subscriptions: Map<SubId, Subscription>,
     /// The server's ids on the current socket, to alloy's.
-    server_ids: HashMap<SubId, SubId>,
-    in_flight: HashMap<Id, InFlight>,
+    server_ids: Map<SubId, SubId>,
+    in_flight: Map<Id, InFlight>,
     retries: Vec<Retry>,
     /// Our requests' ids: `chainsieve:<n>`, never one of alloy's numbers.
     next_id: u64,
@@ -144,9 +148,9 @@ impl Session {
     pub(crate) fn new(options: Arc<Options>) -> Self {
         Self {
             options,
-            subscriptions: HashMap::new(),
-            server_ids: HashMap::new(),
-            in_flight: HashMap::new(),
+            subscriptions: Map::default(),
+            server_ids: Map::default(),
+            in_flight: Map::default(),
             retries: Vec::new(),
             next_id: 0,
             generation: 0,

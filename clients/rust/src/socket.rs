@@ -117,7 +117,10 @@ pub(crate) async fn run(
     let mut out = Output::default();
     loop {
         let retry_at = session.next_retry().map(Instant::from_std);
+        // In order: no random draw per frame; the application's requests
+        // are few, the frames many.
         tokio::select! {
+            biased;
             request = interface.recv_from_frontend() => match request {
                 Some(request) => session.on_request(request.get(), &mut out),
                 None => {
