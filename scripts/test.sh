@@ -72,4 +72,7 @@ cargo fmt --all -- --check
 export CHAINSIEVE_CLIPPY_DRIVER="$(rustup which clippy-driver)"
 export RUSTC_WORKSPACE_WRAPPER="$PWD/scripts/clippy-rustc"
 cargo test --workspace --all-targets --no-run
+# A `#[tokio::test]` runs its whole future on the test thread's stack,
+# and debug builds' futures are large: 8 MiB for each, not Rust's 2.
+export RUST_MIN_STACK=8388608
 cargo test --workspace
