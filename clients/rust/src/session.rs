@@ -63,9 +63,12 @@ struct Subscription {
 /// A request sent and not answered yet.
 #[derive(Debug)]
 enum InFlight {
-    /// The application's, as sent (an `eth_subscribe` with the resume
-    /// point it was given): sent again on the next socket.
+    /// The application's, as sent: sent again on the next socket.
     Application { method: String, request: String },
+    /// The application's `eth_subscribe`, as sent with the resume point
+    /// it was given (`start`: its parameters, which its answer makes a
+    /// subscription of): sent again on the next socket.
+    Subscribe { start: Box<Start>, request: String },
     /// Ours, asking where a new subscription of the application starts
     /// (`start` is its subscribe, held until the answer).
     Start { start: Box<Start>, request: String },
@@ -244,18 +247,18 @@ impl Session {
     /// Sends the application's subscribe with the resume point its options
     /// now hold, under its own id.
     fn send_subscribe(&mut self, start: Start, out: &mut Output) {
-        let mut params = start.params;
+        let mut params = start.params.clone();
         if !start.options.is_empty() {
-            params.push(Value::Object(start.options));
+            params.push(Value::Object(start.options.clone()));
         }
         let request =
             json!({"jsonrpc": "2.0", "id": start.id, "method": "eth_subscribe", "params": params})
                 .to_string();
         out.to_server.push(request.clone());
         self.in_flight.insert(
-            start.id,
-            InFlight::Application {
-                method: "eth_subscribe".into(),
+            start.id.clone(),
+            InFlight::Subscribe {
+                start: Box::new(start),
                 request,
             },
         );
@@ -352,11 +355,10 @@ impl Session {
                 }
                 ResponsePayload::Failure(error) => self.refused(id, error, now, out),
             },
-            Some(InFlight::Application { method, request }) => {
-                if method == "eth_subscribe"
-                    && let ResponsePayload::Success(server_id) = &response.payload
-                {
-                    self.adopt(&request, server_id);
+            Some(InFlight::Application { .. }) => out.to_alloy.push(PubSubItem::Response(response)),
+            Some(InFlight::Subscribe { start, .. }) => {
+                if let ResponsePayload::Success(server_id) = &response.payload {
+                    self.adopt(*start, server_id);
                 }
                 out.to_alloy.push(PubSubItem::Response(response));
             }
@@ -365,18 +367,13 @@ impl Session {
 
     /// The application's subscribe answered: a subscription whose id is
     /// the server's first one, the one alloy holds.
-    fn adopt(&mut self, request: &str, server_id: &RawValue) {
+    fn adopt(&mut self, start: Start, server_id: &RawValue) {
         let Ok(server_id) = serde_json::from_str::<SubId>(server_id.get()) else {
             return;
         };
-        let Some(mut params) = serde_json::from_str::<Value>(request)
-            .ok()
-            .and_then(|r| r.get("params").cloned())
-            .and_then(|p| serde_json::from_value::<Vec<Value>>(p).ok())
-        else {
-            return;
-        };
-        let options = take_options(&mut params);
+        let Start {
+            params, options, ..
+        } = start;
         let resume = match (options.get("resumeFrom"), options.get("fromBlock")) {
             (Some(Value::String(cursor)), _) => Resume::Cursor(cursor.clone()),
             (_, Some(Value::String(block))) => Resume::FromBlock(block.clone()),
@@ -526,7 +523,9 @@ impl Session {
                         }),
                     }));
                 }
-                InFlight::Application { ref request, .. } | InFlight::Start { ref request, .. } => {
+                InFlight::Application { ref request, .. }
+                | InFlight::Subscribe { ref request, .. }
+                | InFlight::Start { ref request, .. } => {
                     out.to_server.push(request.clone());
                     self.in_flight.insert(id, in_flight);
                 }
