@@ -10,7 +10,9 @@
 // on stdin: "wait <hash> <number>" prints {"have": true} once every
 // handler has that block's event, "report <hash> <number>" its report then
 // (with every console error and uncaught exception of the page among its
-// errors).
+// errors, except the line Chromium itself logs when a socket to the
+// server's URL is cut before its handshake ends, which the cutter does on
+// purpose: those are counted as `handshakesCut`).
 import { createServer } from "node:http";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -46,8 +48,12 @@ const browser = await chromium.launch({
 });
 const page = await browser.newPage();
 const errors = [];
+let handshakesCut = 0;
+const cutInHandshake = `WebSocket connection to '${url}' failed: Error during WebSocket handshake: `;
 page.on("console", (message) => {
-  if (message.type() === "error") errors.push(`console: ${message.text()}`);
+  if (message.type() !== "error") return;
+  if (message.text().startsWith(cutInHandshake)) handshakesCut += 1;
+  else errors.push(`console: ${message.text()}`);
 });
 page.on("pageerror", (error) => errors.push(`page: ${error.message}`));
 const query = new URLSearchParams({ library, url, contract });
@@ -63,6 +69,7 @@ for await (const line of createInterface({ input: process.stdin })) {
   } else if (command === "report") {
     const report = await page.evaluate(() => window.application.report());
     report.errors.push(...errors);
+    report.handshakesCut = handshakesCut;
     console.log(JSON.stringify(report));
     await browser.close();
     server.close();
