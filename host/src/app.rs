@@ -31,6 +31,7 @@ use chainsieve_runtime::tasks::Tasks;
 use chainsieve_uploads::UploadStore;
 use chainsieve_usage::Ledger;
 use chainsieve_usage::ledger::UsageStore;
+use chainsieve_watchlists::Watchlists;
 use chainsieve_webhook::claim::Claims;
 use chainsieve_webhook::post::Poster;
 use chainsieve_webhook::store::Store as WebhookStore;
@@ -142,6 +143,14 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
             Some(start_webhooks(config, opener, kept, &tasks, &chains_running).await?)
         }
     };
+    let watchlists = match stores.watchlists {
+        None => None,
+        Some(store) => Some(
+            Watchlists::start(store, &tasks, &metrics.queues, chains_running.clone())
+                .await
+                .context("loading the watchlists")?,
+        ),
+    };
     stop_on_error.disarm();
     Ok(Arc::new(AppState {
         role: config.role,
@@ -163,6 +172,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         filter_reloads,
         uploads,
         webhooks,
+        watchlists,
     }))
 }
 

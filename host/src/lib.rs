@@ -41,6 +41,9 @@
 //!   definitions and cursors kept in the embedded database, one worker per
 //!   webhook, signed deliveries retried in order; the RPC side opens their
 //!   subscriptions.
+//! - [`chainsieve_watchlists`] — named address sets a key edits while
+//!   the server runs: one index of every watched address for matching,
+//!   each edit numbered and committed whole to the embedded database.
 //! - [`chainsieve_fanout`] — per-connection bounded queues and the
 //!   notification frame, built around a payload serialized once per event.
 //! - [`chainsieve_keys`] — API keys and their plans: the config's and those

@@ -21,6 +21,7 @@ mod plans;
 mod rpc;
 mod span;
 mod usage;
+mod watchlists;
 mod webhooks;
 pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
@@ -33,6 +34,7 @@ pub use rpc::RpcConfig;
 use span::duration_text;
 pub use span::{Span, cadence};
 pub use usage::UsageConfig;
+pub use watchlists::WatchlistsConfig;
 pub use webhooks::WebhooksConfig;
 
 /// How far back a chain keeps its recent blocks by default
@@ -64,8 +66,8 @@ pub struct Config {
     /// The one directory for what the server keeps across restarts
     /// (docs/src/configuration.md, The data directory): each node chain's
     /// event log and price history, each devnet chain's archive, and on a
-    /// server of role `all` its keys, usage, webhooks and uploaded filters,
-    /// a file each. Created when missing. Unset: all of it in memory.
+    /// server of role `all` its keys, usage, webhooks, uploaded filters
+    /// and watchlists, a file each. Created when missing. Unset: all of it in memory.
     /// `[log] data_dir` is its earlier name.
     pub data_dir: Option<PathBuf>,
     pub auth: AuthConfig,
@@ -85,6 +87,7 @@ pub struct Config {
     /// What node-fed chains forward to their node.
     pub rpc: RpcConfig,
     pub webhooks: WebhooksConfig,
+    pub watchlists: WatchlistsConfig,
     /// Counting what each key used.
     pub usage: UsageConfig,
     pub logging: LoggingConfig,
@@ -242,6 +245,7 @@ impl Default for Config {
             bus: BusConfig::default(),
             rpc: RpcConfig::default(),
             webhooks: WebhooksConfig::default(),
+            watchlists: WatchlistsConfig::default(),
             usage: UsageConfig::default(),
             logging: LoggingConfig::default(),
         }
@@ -572,6 +576,7 @@ impl Config {
         self.devnet.validate()?;
         self.rpc.validate()?;
         self.webhooks.validate()?;
+        self.watchlists.validate()?;
         self.usage.validate()?;
         self.logging.validate()?;
         if self.role != Role::All {

@@ -33,6 +33,11 @@ pub struct PlanConfig {
     /// History streams a key may run at once on each server. Default
     /// `history.max_streams_per_key`.
     pub max_history_streams: Option<usize>,
+    /// Watchlists a key may hold. Default `watchlists.max_per_key`.
+    pub max_watchlists: Option<usize>,
+    /// Addresses each of its watchlists may hold. Default
+    /// `watchlists.max_addresses`.
+    pub max_watchlist_addresses: Option<usize>,
     /// The chains a key may use; unset: every chain served.
     pub chains: Option<Vec<String>>,
     /// The methods a key may call: namespaces (`eth`, `token`, `webhook`,
@@ -73,6 +78,12 @@ pub(super) fn validate<'a>(
             ),
             ("max_webhooks", plan.max_webhooks, 1_000_000),
             ("max_history_streams", plan.max_history_streams, 100_000),
+            ("max_watchlists", plan.max_watchlists, 100_000),
+            (
+                "max_watchlist_addresses",
+                plan.max_watchlist_addresses,
+                100_000_000,
+            ),
         ] {
             if let Some(value) = value {
                 in_range(&key(field), value as u64, 1, high)?;

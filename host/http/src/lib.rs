@@ -14,7 +14,7 @@
 //! [`chainsieve_config`], [`chainsieve_fanout`], [`chainsieve_history`],
 //! [`chainsieve_keys`], [`chainsieve_model`], [`chainsieve_node`],
 //! [`chainsieve_rpc`], [`chainsieve_runtime`], [`chainsieve_usage`],
-//! [`chainsieve_webhook`].
+//! [`chainsieve_watchlists`], [`chainsieve_webhook`].
 
 pub mod admin;
 mod exposition;

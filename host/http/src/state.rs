@@ -22,6 +22,7 @@ use chainsieve_rpc::subscriptions::Subscriptions;
 use chainsieve_runtime::metrics::Metrics;
 use chainsieve_runtime::tasks::Tasks;
 use chainsieve_usage::Ledger;
+use chainsieve_watchlists::Watchlists;
 use chainsieve_webhook::Webhooks;
 
 /// Everything a request handler needs; one per server, built by
@@ -73,6 +74,8 @@ pub struct AppState {
     /// The webhooks (of the deployment, on an edge); `None` on an ingest,
     /// which serves no client.
     pub webhooks: Option<Arc<Webhooks>>,
+    /// Every key's watchlists; `None` where this role keeps none.
+    pub watchlists: Option<Arc<Watchlists>>,
 }
 
 /// Counters about the server's connections.
@@ -109,6 +112,7 @@ impl AppState {
             rate: &self.rate,
             limits: &self.limits,
             webhooks: self.webhooks.as_ref(),
+            watchlists: self.watchlists.as_ref(),
         }
     }
 }

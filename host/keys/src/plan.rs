@@ -22,6 +22,8 @@ pub struct Plan {
     pub max_subscriptions_per_connection: usize,
     pub max_webhooks: usize,
     pub max_history_streams: usize,
+    pub max_watchlists: usize,
+    pub max_watchlist_addresses: usize,
     /// `None`: every chain.
     pub chains: Option<BTreeSet<String>>,
     /// `None`: every method.
@@ -38,6 +40,8 @@ pub enum Limit {
     SubscriptionsPerConnection,
     Webhooks,
     HistoryStreams,
+    Watchlists,
+    WatchlistAddresses,
 }
 
 impl Plan {
@@ -71,6 +75,16 @@ impl Plan {
                 "max_history_streams",
                 written.max_history_streams.is_some(),
                 "history.max_streams_per_key",
+            ),
+            Limit::Watchlists => (
+                "max_watchlists",
+                written.max_watchlists.is_some(),
+                "watchlists.max_per_key",
+            ),
+            Limit::WatchlistAddresses => (
+                "max_watchlist_addresses",
+                written.max_watchlist_addresses.is_some(),
+                "watchlists.max_addresses",
             ),
         };
         if set {
@@ -142,6 +156,10 @@ impl Plans {
             max_history_streams: plan
                 .max_history_streams
                 .unwrap_or(config.history.max_streams_per_key),
+            max_watchlists: plan.max_watchlists.unwrap_or(config.watchlists.max_per_key),
+            max_watchlist_addresses: plan
+                .max_watchlist_addresses
+                .unwrap_or(config.watchlists.max_addresses),
             chains: plan
                 .chains
                 .as_ref()

@@ -15,6 +15,7 @@ use chainsieve_fanout::{SendError, Sink};
 use chainsieve_filters::actor::Gate;
 use chainsieve_history::limits::Streams;
 use chainsieve_keys::Key;
+use chainsieve_watchlists::Watchlists;
 use chainsieve_webhook::Webhooks;
 
 /// A WebSocket connection as the methods see it.
@@ -61,6 +62,8 @@ pub struct Context<'a> {
     pub limits: &'a LimitsConfig,
     /// The server's webhooks; `None` where this role serves none.
     pub webhooks: Option<&'a Arc<Webhooks>>,
+    /// Every key's watchlists; `None` where this role keeps none.
+    pub watchlists: Option<&'a Arc<Watchlists>>,
 }
 
 /// Gates of the subscriptions one batch makes: they deliver only once the

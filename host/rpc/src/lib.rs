@@ -7,7 +7,7 @@
 //! [`chainsieve_filter_core`], [`chainsieve_filters`], [`chainsieve_history`],
 //! [`chainsieve_ingest`], [`chainsieve_keys`], [`chainsieve_log_rules`],
 //! [`chainsieve_model`], [`chainsieve_node`], [`chainsieve_price`],
-//! [`chainsieve_usage`], [`chainsieve_webhook`].
+//! [`chainsieve_usage`], [`chainsieve_watchlists`], [`chainsieve_webhook`].
 
 mod blocks;
 mod context;
@@ -24,6 +24,7 @@ mod submit;
 mod subscribe;
 pub mod subscriptions;
 mod token_price;
+mod watchlists;
 pub mod webhooks;
 
 use serde::{Deserialize, Serialize};

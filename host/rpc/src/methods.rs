@@ -16,7 +16,7 @@ pub use super::context::{Connection, Context, Reply};
 use super::context::{Gates, Outcome};
 use super::{
     Call, Incoming, RpcError, batch_response, blocks, devnet, error_response, forward, logs, parse,
-    refused, response, result, submit, subscribe, token_price, webhooks,
+    refused, response, result, submit, subscribe, token_price, watchlists, webhooks,
 };
 use chainsieve_chain::Chain;
 use chainsieve_history::Blocks;
@@ -119,6 +119,9 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
         "token_price" => reply(token_price::token_price(ctx.chain, &call.params).await),
         method if webhooks::is_webhook_method(method) => {
             reply(webhooks::call(ctx, &plan, call).await)
+        }
+        method if watchlists::is_watchlist_method(method) => {
+            reply(watchlists::call(ctx, &plan, call).await)
         }
         "eth_sendRawTransaction" => match ctx.chain.submissions() {
             Some(submissions) => {

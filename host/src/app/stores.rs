@@ -17,6 +17,7 @@ use chainsieve_uploads::bus::ObjectUploads;
 use chainsieve_uploads::{EmbeddedUploads, UploadStore};
 use chainsieve_usage::bus::KvUsage;
 use chainsieve_usage::ledger::{EmbeddedUsage, UsageStore};
+use chainsieve_watchlists::store::{EmbeddedWatchlists, WatchlistStore};
 use chainsieve_webhook::bus::{KvStore as KvWebhooks, LeaseClaims, holder_name};
 use chainsieve_webhook::claim::{Always, Claims};
 use chainsieve_webhook::store::{EmbeddedWebhooks, Store as WebhookStore};
@@ -35,6 +36,9 @@ pub struct Stores {
     /// bus's buckets) and who delivers each (this process, or the edge
     /// holding its lease); `None` on an ingest.
     pub webhooks: Option<(Arc<dyn WebhookStore>, Arc<dyn Claims>)>,
+    /// The watchlists (`watchlists.redb`); `None` on an ingest and, until
+    /// they are kept on the bus, on an edge.
+    pub watchlists: Option<Arc<dyn WatchlistStore>>,
 }
 
 impl Stores {
@@ -54,6 +58,7 @@ impl Stores {
                 uploads: None,
                 usage: None,
                 webhooks: None,
+                watchlists: None,
             },
             (Role::All, _) => {
                 let dir = config.data_dir();
@@ -68,6 +73,7 @@ impl Stores {
                         Arc::new(EmbeddedWebhooks::open(dir, tasks, &metrics.queues)?),
                         Arc::new(Always),
                     )),
+                    watchlists: Some(Arc::new(EmbeddedWatchlists::open(dir)?)),
                 }
             }
             (Role::Edge, Some(bus)) => {
@@ -89,6 +95,7 @@ impl Stores {
                         Arc::new(KvWebhooks::open(bus).await?),
                         Arc::new(claims.await?),
                     )),
+                    watchlists: None,
                 }
             }
             (Role::Edge, None) => anyhow::bail!("an edge keeps its state on the bus, and has none"),

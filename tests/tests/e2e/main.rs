@@ -36,4 +36,5 @@ mod slow_consumer;
 mod subscriptions;
 mod supervision;
 mod upstream;
+mod watchlists;
 mod webhooks;
