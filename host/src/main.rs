@@ -44,6 +44,7 @@ static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
 ///   [price]      max_node_calls = 64   node_calls_per_second = 200
 ///   [rpc]        allow = […]   deny = […]   timeout_ms = 10000
 ///   [webhooks]   max_per_key = 20   timeout_ms = 10000   allow_http = false
+///   [watchlists] max_per_key = 20   max_addresses = 1000000
 ///   [usage]      enabled = true   flush_secs = 10   retention_days = 90
 ///   [bus]        urls = ["nats://127.0.0.1:4222"]   prefix = "chainsieve"   lease_ms = 3000
 ///   [logging]    level = "info"   format = "text"   (or "json")

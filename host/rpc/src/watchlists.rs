@@ -5,19 +5,14 @@
 //! key's is "not found". An edit is all or nothing: one malformed address,
 //! or a watchlist that would pass its plan's size, changes nothing.
 
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use super::context::Context;
 use super::params::{positional, require_positional};
 use super::{Call, RpcError, result};
 use chainsieve_keys::plan::{Limit, Plan};
-use chainsieve_watchlists::{Address, Most, WatchlistError};
-
-/// The most addresses `watchlist_get` answers at once, and how many
-/// unless asked.
-const MAX_PAGE: usize = 10_000;
-const DEFAULT_PAGE: usize = 1_000;
+use chainsieve_watchlists::{Address, DEFAULT_PAGE, MAX_PAGE, Most, WatchlistError, parse_address};
 
 pub(super) fn is_watchlist_method(method: &str) -> bool {
     method.starts_with("watchlist_")
@@ -108,16 +103,11 @@ pub(super) async fn call(
         "watchlist_get" => {
             let name = name_param(params, method, 2)?;
             let (after, limit) = page_options(positional(params, 1))?;
-            let summary = watchlists.get(&owner, &name).map_err(error)?;
-            let page = watchlists
-                .page(&owner, &name, after, limit)
-                .map_err(error)?;
-            let next = (page.len() == limit).then(|| page.last().map(hex));
-            let mut answer = serde_json::to_value(summary)
-                .map_err(|e| RpcError::internal(format!("encoding a watchlist: {e}")))?;
-            answer["addresses"] = page.iter().map(hex).collect();
-            answer["next"] = json!(next.flatten());
-            result(&answer)
+            result(
+                &watchlists
+                    .inspect(&owner, &name, after, limit)
+                    .map_err(error)?,
+            )
         }
         other => Err(RpcError::method_not_found(other)),
     }
@@ -176,19 +166,6 @@ fn addresses(list: &Value, method: &str) -> Result<Vec<Address>, RpcError> {
         .collect()
 }
 
-fn parse_address(text: &str) -> Option<Address> {
-    let digits = text.strip_prefix("0x")?;
-    let mut address = [0u8; 20];
-    (digits.len() == 40)
-        .then(|| alloy_primitives::hex::decode_to_slice(digits, &mut address).ok())
-        .flatten()
-        .map(|()| address)
-}
-
-fn hex(address: &Address) -> Value {
-    Value::String(format!("0x{}", alloy_primitives::hex::encode(address)))
-}
-
 /// `watchlist_get`'s page: `{"after": address, "limit": n}`, both optional.
 fn page_options(options: Option<&Value>) -> Result<(Option<Address>, usize), RpcError> {
     let Some(options) = options.filter(|o| !o.is_null()) else {
@@ -229,6 +206,8 @@ fn page_options(options: Option<&Value>) -> Result<(Option<Address>, usize), Rpc
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

@@ -80,6 +80,22 @@ pub struct Summary {
     pub updated: u64,
 }
 
+/// The most addresses one page of a watchlist holds, and how many unless
+/// asked.
+pub const MAX_PAGE: usize = 10_000;
+pub const DEFAULT_PAGE: usize = 1_000;
+
+/// A watchlist and one page of its addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Inspection {
+    #[serde(flatten)]
+    pub summary: Summary,
+    /// `0x` hex, in byte order.
+    pub addresses: Vec<String>,
+    /// Where the next page starts (its `after`); `None` after the last.
+    pub next: Option<String>,
+}
+
 /// What a change did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -243,29 +259,41 @@ impl Watchlists {
         Ok(summary(self.registry().entry(owner, name)?))
     }
 
-    /// Up to `limit` of the watchlist's addresses after `after`, in byte
-    /// order.
-    pub fn page(
+    /// The watchlist with a page of its addresses: up to `limit` (1 to
+    /// [`MAX_PAGE`]) after `after`, in byte order.
+    pub fn inspect(
         &self,
         owner: &str,
         name: &str,
         after: Option<Address>,
         limit: usize,
-    ) -> Result<Vec<Address>, WatchlistError> {
-        let handle = self.handle_of(owner, name)?;
+    ) -> Result<Inspection, WatchlistError> {
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(WatchlistError::Invalid(format!(
+                "limit is a number from 1 to {MAX_PAGE}, got {limit}"
+            )));
+        }
+        let registry = self.registry();
+        let entry = registry.entry(owner, name)?;
         let index = self.index();
         let mut page: Vec<Address> = index
-            .members_of(handle, index.seq())
+            .members_of(entry.handle, index.seq())
             .into_iter()
             .filter(|address| after.is_none_or(|after| *address > after))
             .collect();
         drop(index);
-        if page.len() > limit {
+        let more = page.len() > limit;
+        if more {
             page.select_nth_unstable(limit);
             page.truncate(limit);
         }
         page.sort_unstable();
-        Ok(page)
+        let hex = |address: &Address| format!("0x{}", alloy_primitives::hex::encode(address));
+        Ok(Inspection {
+            summary: summary(entry),
+            next: page.last().filter(|_| more).map(hex),
+            addresses: page.iter().map(hex).collect(),
+        })
     }
 
     /// Makes `owner`'s watchlist `name` with `addresses` in it.
@@ -572,6 +600,16 @@ impl Shared {
 /// rewritten after twice its size in edits.
 fn compaction_due(journal: u64, live: u64) -> bool {
     journal > (2 * live).max(8 << 20)
+}
+
+/// `0x` and 40 hex digits, any case.
+pub fn parse_address(text: &str) -> Option<Address> {
+    let digits = text.strip_prefix("0x")?;
+    let mut address = [0u8; 20];
+    (digits.len() == 40)
+        .then(|| alloy_primitives::hex::decode_to_slice(digits, &mut address).ok())
+        .flatten()
+        .map(|()| address)
 }
 
 /// `addresses` without repeats, in their first order.

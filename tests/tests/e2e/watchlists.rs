@@ -22,7 +22,7 @@ fn config(data_dir: &std::path::Path) -> Config {
         data_dir: Some(data_dir.to_path_buf()),
         auth: AuthConfig {
             keys: vec!["owner".into(), "stranger".into()],
-            ..AuthConfig::default()
+            admin_token: Some(TOKEN.into()),
         },
         watchlists: WatchlistsConfig {
             max_per_key: 2,
@@ -30,6 +30,20 @@ fn config(data_dir: &std::path::Path) -> Config {
         },
         ..Config::default()
     }
+}
+
+const TOKEN: &str = "admin-token-for-watchlists";
+
+/// `GET path` of the admin API: (status, body).
+async fn admin(server: &TestServer, path: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .get(format!("http://{}{path}", server.addr))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("admin request");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON body"))
 }
 
 async fn call(server: &TestServer, key: &str, method: &str, params: Value) -> Value {
@@ -194,6 +208,41 @@ async fn a_watchlist_is_edited_inspected_and_kept_across_a_restart() {
     assert_eq!(names, vec![("second", 0), ("users", 15)], "{list}");
     let page = call(&server, "owner", "watchlist_get", json!(["users"])).await;
     assert_eq!(page["result"]["addresses"], addresses(5..20), "{page}");
+    // The operator sees the same, by the key's id (the first of `[auth] keys`).
+    let (status, listed) = admin(&server, "/admin/keys/config-1/watchlists").await;
+    assert_eq!(
+        (status, &listed["watchlists"]),
+        (200, &list["result"]),
+        "{listed}"
+    );
+    let (status, page) = admin(
+        &server,
+        &format!(
+            "/admin/keys/config-1/watchlists/users?limit=2&after={}",
+            address(5)
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, &page["addresses"]),
+        (200, &addresses(6..8)),
+        "{page}"
+    );
+    assert_eq!(page["next"], json!(address(7)), "{page}");
+    let (status, none) = admin(&server, "/admin/keys/config-2/watchlists/users").await;
+    assert_eq!(
+        (status, &none["error"]["code"]),
+        (404, &json!(-32001)),
+        "{none}"
+    );
+    let (status, bad) = admin(&server, "/admin/keys/config-1/watchlists/users?limit=0").await;
+    assert_eq!(
+        (status, &bad["error"]["code"]),
+        (400, &json!(-32602)),
+        "{bad}"
+    );
+    let (status, nobody) = admin(&server, "/admin/keys/nobody/watchlists").await;
+    assert_eq!(status, 404, "{nobody}");
     let cleared = call(&server, "owner", "watchlist_clear", json!(["users"])).await;
     assert_eq!(
         (

@@ -6,6 +6,7 @@
 mod filters;
 mod keys;
 mod usage;
+mod watchlists;
 
 use std::sync::Arc;
 
@@ -39,6 +40,8 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
             get(keys::get).patch(keys::update).delete(keys::revoke),
         )
         .route("/admin/keys/{id}/usage", get(usage::usage))
+        .route("/admin/keys/{id}/watchlists", get(watchlists::list))
+        .route("/admin/keys/{id}/watchlists/{name}", get(watchlists::get))
         .route_layer(middleware::from_fn_with_state(state, guard))
 }
 
