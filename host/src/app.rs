@@ -75,6 +75,20 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         }
         None => Box::pin(futures_util::stream::pending()),
     };
+    // Before the chains: their pipelines place its edits.
+    let watchlists = match &stores.watchlists {
+        None => None,
+        Some(store) => Some(
+            Watchlists::start(
+                store.clone(),
+                &tasks,
+                &metrics.queues,
+                chains_running.clone(),
+            )
+            .await
+            .context("loading the watchlists")?,
+        ),
+    };
     let mut chains = BTreeMap::new();
     for spec in &specs {
         let chain = Chain::start(
@@ -86,6 +100,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
             bus.as_ref(),
             &chains_running,
             &tasks,
+            watchlists.as_ref(),
         )
         .await
         .with_context(|| format!("starting chain {}", spec.name))?;
@@ -142,14 +157,6 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
             };
             Some(start_webhooks(config, opener, kept, &tasks, &chains_running).await?)
         }
-    };
-    let watchlists = match stores.watchlists {
-        None => None,
-        Some(store) => Some(
-            Watchlists::start(store, &tasks, &metrics.queues, chains_running.clone())
-                .await
-                .context("loading the watchlists")?,
-        ),
     };
     stop_on_error.disarm();
     Ok(Arc::new(AppState {

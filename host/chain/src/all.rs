@@ -123,9 +123,13 @@ pub(super) fn start(
     parts.tasks.critical(
         parts.task("pipeline"),
         parts.part(),
-        parts
-            .pipeline(Some(price_feed), persist)
-            .run(source, parts.shutdown.clone()),
+        match parts.watchlists {
+            Some(lists) => parts
+                .pipeline(Some(price_feed), persist)
+                .watching(lists.clone()),
+            None => parts.pipeline(Some(price_feed), persist),
+        }
+        .run(source, parts.shutdown.clone()),
     );
     Ok(origin)
 }

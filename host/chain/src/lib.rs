@@ -10,7 +10,8 @@
 //! [`chainsieve_config`], [`chainsieve_eventlog`], [`chainsieve_fanout`],
 //! [`chainsieve_filter_core`], [`chainsieve_filters`], [`chainsieve_history`],
 //! [`chainsieve_ingest`], [`chainsieve_model`], [`chainsieve_node`],
-//! [`chainsieve_price`], [`chainsieve_runtime`], [`chainsieve_uploads`].
+//! [`chainsieve_price`], [`chainsieve_runtime`], [`chainsieve_uploads`],
+//! [`chainsieve_watchlists`].
 
 pub mod all;
 mod continued;
@@ -41,8 +42,10 @@ use chainsieve_node::NodePool;
 use chainsieve_price::PriceIndex;
 use chainsieve_runtime::metrics::Metrics;
 use chainsieve_runtime::tasks::Tasks;
+use chainsieve_watchlists::Watchlists;
 use parts::Parts;
 use pipeline::PipelineState;
+pub use pipeline::WatchPoint;
 
 pub use parts::Origin;
 
@@ -87,6 +90,7 @@ impl Chain {
         bus: Option<&Bus>,
         shutdown: &CancellationToken,
         tasks: &Tasks,
+        watchlists: Option<&Arc<Watchlists>>,
     ) -> anyhow::Result<Arc<Chain>> {
         let role = config.role;
         let (log, persist) = match role {
@@ -126,6 +130,7 @@ impl Chain {
             metrics,
             shutdown,
             tasks,
+            watchlists,
         };
         let (origin, stream) = match (role, bus) {
             (Role::All, _) => (all::start(&parts, persist)?, None),
@@ -251,5 +256,10 @@ impl Chain {
     /// The chain's event log.
     pub fn log(&self) -> &Arc<EventLog> {
         self.state.log()
+    }
+
+    /// Where the chain placed the watchlist edits, as it places them.
+    pub fn watch_points(&self) -> watch::Receiver<WatchPoint> {
+        self.state.watch_points()
     }
 }

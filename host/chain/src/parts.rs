@@ -17,6 +17,7 @@ use chainsieve_node::{NodePool, Rules};
 use chainsieve_price::PriceIndex;
 use chainsieve_runtime::metrics::Metrics;
 use chainsieve_runtime::tasks::{Part, Tasks};
+use chainsieve_watchlists::Watchlists;
 
 use crate::pipeline::{Pipeline, PipelineState};
 
@@ -62,6 +63,9 @@ pub(crate) struct Parts<'a> {
     pub(crate) metrics: &'a Arc<Metrics>,
     pub(crate) shutdown: &'a CancellationToken,
     pub(crate) tasks: &'a Tasks,
+    /// Where the role keeps watchlists (role `all`): their edits are placed
+    /// in the chain's log.
+    pub(crate) watchlists: Option<&'a Arc<Watchlists>>,
 }
 
 impl Parts<'_> {

@@ -15,6 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use chainsieve_eventlog::cursor::Cursor;
 use chainsieve_eventlog::store::Persist;
 use chainsieve_eventlog::{EventLog, Position, Step};
 use chainsieve_fanout::Together;
@@ -24,6 +25,8 @@ use chainsieve_ingest::canonical::CanonicalChain;
 use chainsieve_model::{ChainEvent, FinalMark, Grade, SourceEvent};
 use chainsieve_price::Feed;
 use chainsieve_runtime::metrics::Metrics;
+use chainsieve_watchlists::views::View;
+use chainsieve_watchlists::{Seq, Watchlists};
 
 /// What the pipeline writes and the chain's readers (RPC methods, the hot
 /// swap, the probes) share with it.
@@ -40,6 +43,22 @@ pub struct PipelineState {
     synced: watch::Sender<bool>,
     /// Every canonical change, in order; written only by the pipeline.
     log: Arc<EventLog>,
+    /// The last watchlist edit the pipeline placed in the log, and where:
+    /// what an edit's answer reports for this chain.
+    watch_points: watch::Sender<WatchPoint>,
+}
+
+/// Where a chain placed a watchlist edit: every event after `after` is
+/// matched against the watchlists as of `edit` (and the edits before it),
+/// every event before against the set before (docs/src/watchlists.md,
+/// Where an edit applies).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchPoint {
+    pub edit: Seq,
+    /// The log's head cursor just after the edit's step; `None` for the
+    /// edits in force when the chain started (they apply to everything it
+    /// serves).
+    pub after: Option<Cursor>,
 }
 
 impl PipelineState {
@@ -56,7 +75,16 @@ impl PipelineState {
             topics: RwLock::new(Arc::new(topics)),
             synced: watch::Sender::new(false),
             log,
+            watch_points: watch::Sender::new(WatchPoint {
+                edit: 0,
+                after: None,
+            }),
         }
+    }
+
+    /// Where the chain placed the watchlist edits, as it places them.
+    pub fn watch_points(&self) -> watch::Receiver<WatchPoint> {
+        self.watch_points.subscribe()
     }
 
     /// The chain's event log.
@@ -139,6 +167,17 @@ pub struct Pipeline {
     persist: Option<mpsc::Sender<Persist>>,
     /// Events ingested per stream, in [`stream_slot`] order.
     ingested: [Counter; 4],
+    /// The watchlists, where the role keeps them: each edit is placed in
+    /// the log as a step, and every batch after it holds its view.
+    watching: Option<Watching>,
+}
+
+/// The watchlists a pipeline places edits of, and the view its batches
+/// hold now.
+#[derive(Clone, Debug)]
+struct Watching {
+    lists: Arc<Watchlists>,
+    current: Arc<View>,
 }
 
 /// A stream's place in [`Pipeline::ingested`].
@@ -171,6 +210,21 @@ impl Pipeline {
                 Source::Logs,
             ]
             .map(|source| metrics.events(chain, source.name())),
+            watching: None,
+        }
+    }
+
+    /// This pipeline, placing `lists`' edits in the log from the one in
+    /// force now on.
+    pub fn watching(self, lists: Arc<Watchlists>) -> Self {
+        let edit = lists.index().seq();
+        self.state
+            .watch_points
+            .send_replace(WatchPoint { edit, after: None });
+        let current = Arc::new(lists.view(edit));
+        Self {
+            watching: Some(Watching { lists, current }),
+            ..self
         }
     }
 
@@ -194,10 +248,17 @@ impl Pipeline {
         mut source: mpsc::Receiver<SourceEvent>,
         shutdown: CancellationToken,
     ) {
+        let mut edits = self.watching.as_ref().map(|w| w.lists.edits());
         loop {
             let event = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return,
+                // An edit is placed between two source events, whatever
+                // the source's pace.
+                Some(edit) = next_edit(edits.as_mut()) => {
+                    self.place_edit(edit).await;
+                    continue;
+                }
                 event = source.recv() => event,
             };
             let Some(event) = event else {
@@ -256,16 +317,35 @@ impl Pipeline {
         }
     }
 
+    /// Places watchlist edit `edit` in the log, unless an edit at or after
+    /// it already is.
+    async fn place_edit(&mut self, edit: Seq) {
+        if self
+            .watching
+            .as_ref()
+            .is_some_and(|w| w.current.edit() < edit)
+        {
+            self.take(None, ChainEvent::Watch(edit)).await;
+        }
+    }
+
     /// Takes one canonical change to the price index and the log (at
     /// `position` if another log gave it one, else at the next, and then
     /// to the writer persisting or publishing it), and once
     /// the source is synced to the actors: the source's past is placed and
     /// logged, never notified.
-    async fn take(&self, position: Option<Position>, change: ChainEvent) {
+    async fn take(&mut self, position: Option<Position>, change: ChainEvent) {
         let step = match position {
             Some(position) => self.state.log.append_at(position, change),
             None => self.state.log.append(change),
         };
+        if let (ChainEvent::Watch(edit), Some(watching)) = (&step.change, &mut self.watching) {
+            watching.current = Arc::new(watching.lists.view(*edit));
+            self.state.watch_points.send_replace(WatchPoint {
+                edit: *edit,
+                after: self.state.log.head_cursor(),
+            });
+        }
         if let (Some(price), Some(feed)) = (&self.price, Feed::of(step.position, &step.change)) {
             // The indexer stops only at shutdown (or fails, its part then
             // reported): a closed queue is no reason to stop the chain.
@@ -364,6 +444,11 @@ impl Pipeline {
                 batch.deliver_together(together.clone());
             }
         }
+        for (batch, takers) in &mut deliveries {
+            if let (Some(watching), false) = (&self.watching, takers.is_empty()) {
+                batch.hold_view(watching.current.clone());
+            }
+        }
         for (batch, takers) in deliveries {
             self.ingested[stream_slot(batch.source)].inc_by(batch.len() as u64);
             let batch = Arc::new(batch);
@@ -381,6 +466,18 @@ impl Pipeline {
         if !filter.send_batch(batch).await {
             tracing::error!(chain = %self.chain, topic = %filter.topic, "filter actor stopped");
         }
+    }
+}
+
+/// The next edit `edits` says was applied; never, without watchlists.
+async fn next_edit(edits: Option<&mut watch::Receiver<Seq>>) -> Option<Seq> {
+    match edits {
+        Some(edits) => match edits.changed().await {
+            Ok(()) => Some(*edits.borrow_and_update()),
+            // The service is gone (the server stops): no more edits.
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -517,6 +614,90 @@ mod tests {
             "every log: {taken}"
         );
         assert_eq!(pipe.writes(), 1, "in one write");
+    }
+
+    /// A watchlist edit is placed in the log as a step of its own between
+    /// the source's events, wherever the source is, and the chain says
+    /// where: the head cursor just after it, which the next block's events
+    /// follow.
+    #[tokio::test]
+    async fn an_edit_is_placed_between_two_steps_and_its_point_told() {
+        use chainsieve_runtime::queues::Queues;
+        use chainsieve_runtime::tasks::Tasks;
+        use chainsieve_watchlists::Most;
+        use chainsieve_watchlists::store::EmbeddedWatchlists;
+
+        let stop = CancellationToken::new();
+        let tasks = Tasks::new(stop.clone());
+        let store = Arc::new(EmbeddedWatchlists::open(None).expect("store"));
+        let lists = Watchlists::start(store, &tasks, &Queues::default(), stop.clone())
+            .await
+            .expect("watchlists");
+        let log = testing::log();
+        let (pipeline, state, _indexed) = pipeline(BTreeMap::new(), log.clone());
+        let mut points = state.watch_points();
+        // Room for one: a send returns once the pipeline took the event
+        // before.
+        let (events, source) = mpsc::channel(1);
+        tokio::spawn(pipeline.watching(lists.clone()).run(source, stop.clone()));
+        let mut devnet = devnet();
+        events
+            .send(SourceEvent::Block(devnet.genesis()))
+            .await
+            .expect("open");
+        events.send(SourceEvent::Synced).await.expect("open");
+        let first = blocks(&mut devnet, 1).remove(0);
+        events
+            .send(SourceEvent::Block(first.clone()))
+            .await
+            .expect("open");
+        // Two events that change nothing: once the second is in, the
+        // block before the first was applied.
+        let applied = || async {
+            for _ in 0..2 {
+                let nothing = SourceEvent::Finality {
+                    safe: None,
+                    finalized: None,
+                };
+                events.send(nothing).await.expect("open");
+            }
+        };
+        applied().await;
+        let most = Most {
+            watchlists: 1,
+            addresses: 10,
+            plan: "default".into(),
+            watchlists_origin: String::new(),
+            addresses_origin: String::new(),
+        };
+        let made = lists
+            .create("owner", "users", vec![[1; 20]], most)
+            .await
+            .expect("made");
+        let point = points
+            .wait_for(|point| point.edit >= made.edit)
+            .await
+            .expect("the pipeline runs")
+            .clone();
+        assert_eq!(point.edit, made.edit);
+        let after = point.after.expect("a cursor");
+        let position = after.position.expect("in the log");
+        let step = log.get(position).expect("held");
+        assert!(
+            matches!(step.change, ChainEvent::Watch(edit) if edit == made.edit),
+            "{step:?}"
+        );
+        // The cursor names the newest block before it.
+        assert_eq!(after.block, Some(first.number()));
+        let second = blocks(&mut devnet, 1).remove(0);
+        events
+            .send(SourceEvent::Block(second.clone()))
+            .await
+            .expect("open");
+        applied().await;
+        let placed = log.get(position + 1).expect("the next step");
+        assert!(matches!(&placed.change, ChainEvent::Added(b) if b.hash == second.hash));
+        stop.cancel();
     }
 
     /// A writer that does not keep up holds the pipeline back, and the
@@ -742,7 +923,7 @@ mod tests {
             .filter_map(|position| leader_log.get(position))
             .map(|step| match &step.change {
                 ChainEvent::Added(block) | ChainEvent::Removed(block) => block.logs.len(),
-                ChainEvent::Pending(_) => 0,
+                ChainEvent::Pending(_) | ChainEvent::Watch(_) => 0,
             })
             .sum();
         assert!(expected > 10, "{expected} notifications");

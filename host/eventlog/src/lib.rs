@@ -48,12 +48,14 @@ impl Step {
 }
 
 /// The first eight bytes of the step's block hash (inverted for a
-/// removal) or of its first pending transaction's hash.
+/// removal) or of its first pending transaction's hash; a watchlist
+/// edit's number.
 pub fn tag(change: &ChainEvent) -> u64 {
     match change {
         ChainEvent::Added(block) => hash_tag(&block.hash),
         ChainEvent::Removed(block) => !hash_tag(&block.hash),
         ChainEvent::Pending(txs) => txs.first().map_or(0, |tx| hash_tag(&tx.hash)),
+        ChainEvent::Watch(edit) => *edit,
     }
 }
 
@@ -69,6 +71,7 @@ fn approximate_bytes(change: &ChainEvent) -> usize {
     match change {
         ChainEvent::Added(block) | ChainEvent::Removed(block) => block.approximate_bytes(),
         ChainEvent::Pending(txs) => 64 + txs.iter().map(|tx| tx.approximate_bytes()).sum::<usize>(),
+        ChainEvent::Watch(_) => 64,
     }
 }
 
@@ -245,7 +248,7 @@ impl EventLog {
             ChainEvent::Removed(block) => {
                 steps.added.remove(&block.number());
             }
-            ChainEvent::Pending(_) => {}
+            ChainEvent::Pending(_) | ChainEvent::Watch(_) => {}
         }
         steps.bytes += step.bytes;
         steps.held.push_back(step.clone());

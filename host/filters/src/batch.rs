@@ -15,6 +15,7 @@ use chainsieve_eventlog::{self as eventlog, Position, Step};
 use chainsieve_fanout::{Notice, Together};
 use chainsieve_model::{Block, Transaction};
 use chainsieve_model::{ChainEvent, StreamEvent};
+use chainsieve_watchlists::views::View;
 
 /// The payload kinds, in the order [`EventBatch`] caches them.
 const PAYLOAD_KINDS: [Payload; 3] = [Payload::Hash, Payload::Full, Payload::FullBlockvision];
@@ -65,6 +66,11 @@ pub struct EventBatch {
     /// frames to a connection go out in one write once the last batch is
     /// let go.
     together: Option<Arc<Together>>,
+    /// The watchlists as of the last edit placed before its step, held
+    /// while the batch is in flight so the index keeps that view
+    /// (docs/src/watchlists.md, Where an edit applies); `None` where no
+    /// watchlists are kept.
+    view: Option<Arc<View>>,
 }
 
 impl EventBatch {
@@ -79,6 +85,7 @@ impl EventBatch {
             projected: Mutex::default(),
             slots,
             together: None,
+            view: None,
         }
     }
 
@@ -89,6 +96,7 @@ impl EventBatch {
             ChainEvent::Pending(_) => &[Source::PendingTransactions],
             ChainEvent::Added(_) => &[Source::Heads, Source::MinedTransactions, Source::Logs],
             ChainEvent::Removed(_) => &[Source::MinedTransactions, Source::Logs],
+            ChainEvent::Watch(_) => &[],
         };
         sources
             .iter()
@@ -145,6 +153,16 @@ impl EventBatch {
 
     pub fn len(&self) -> usize {
         self.events.len()
+    }
+
+    /// Matches this batch as of the watchlists' `view`.
+    pub fn hold_view(&mut self, view: Arc<View>) {
+        self.view = Some(view);
+    }
+
+    /// The edit whose watchlists this batch is matched against.
+    pub fn view(&self) -> Option<&View> {
+        self.view.as_deref()
     }
 
     /// Makes this batch one of the step's delivered [`Together`].

@@ -11,7 +11,8 @@
 //!
 //! May use (docs/src/architecture.md, Crates): [`chainsieve_config`],
 //! [`chainsieve_eventlog`], [`chainsieve_fanout`], [`chainsieve_filter_core`],
-//! [`chainsieve_history`], [`chainsieve_model`], [`chainsieve_runtime`].
+//! [`chainsieve_history`], [`chainsieve_model`], [`chainsieve_runtime`],
+//! [`chainsieve_watchlists`].
 
 pub mod actor;
 pub mod batch;

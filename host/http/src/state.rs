@@ -105,6 +105,7 @@ impl AppState {
     ) -> Context<'a> {
         Context {
             chain,
+            chains: &self.chains,
             key,
             connection,
             subscriptions: &self.subscriptions,

@@ -145,7 +145,7 @@ impl CanonicalChain {
                     self.release(block);
                 }
             }
-            ChainEvent::Pending(_) => {}
+            ChainEvent::Pending(_) | ChainEvent::Watch(_) => {}
         }
     }
 
@@ -221,6 +221,7 @@ mod tests {
                 ChainEvent::Added(b) => ('+', b.number(), b.hash[31]),
                 ChainEvent::Removed(b) => ('-', b.number(), b.hash[31]),
                 ChainEvent::Pending(_) => ('p', 0, 0),
+                ChainEvent::Watch(edit) => ('w', *edit, 0),
             })
             .collect()
     }

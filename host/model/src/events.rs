@@ -21,14 +21,19 @@ pub enum ChainEvent {
     /// A block left the canonical chain in a reorg (sent newest first,
     /// before the new branch's blocks).
     Removed(Arc<Block>),
+    /// The watchlists as of edit `n` apply to every event after this step;
+    /// the events before it were matched against the set before
+    /// (docs/src/watchlists.md, Where an edit applies). No event of its own.
+    Watch(u64),
 }
 
 impl ChainEvent {
-    /// The block added or removed; none for pending transactions.
+    /// The block added or removed; none for pending transactions or a
+    /// watchlist edit.
     pub fn block(&self) -> Option<&Arc<Block>> {
         match self {
             ChainEvent::Added(block) | ChainEvent::Removed(block) => Some(block),
-            ChainEvent::Pending(_) => None,
+            ChainEvent::Pending(_) | ChainEvent::Watch(_) => None,
         }
     }
 }

@@ -71,7 +71,7 @@ impl Indexer {
                 })
                 .await
             }
-            ChainEvent::Pending(_) => Ok(()),
+            ChainEvent::Pending(_) | ChainEvent::Watch(_) => Ok(()),
         }
     }
 
@@ -313,9 +313,9 @@ pub enum Feed {
 
 impl Feed {
     /// The change at log `position` for the indexer; `None` for pending
-    /// transactions, which set no price.
+    /// transactions and watchlist edits, which set no price.
     pub fn of(position: Position, change: &ChainEvent) -> Option<Self> {
-        (!matches!(change, ChainEvent::Pending(_))).then(|| Self::Change {
+        change.block().is_some().then(|| Self::Change {
             position,
             change: change.clone(),
         })

@@ -1,7 +1,7 @@
 //! What a call runs with: who is calling, over what, and the parts of the
 //! server a method may use; and what a call gives back.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use serde_json::value::RawValue;
@@ -51,6 +51,9 @@ impl Connection {
 #[derive(Clone, Copy, Debug)]
 pub struct Context<'a> {
     pub chain: &'a Arc<Chain>,
+    /// Every chain served, for what concerns them all (where a watchlist
+    /// edit applies on each).
+    pub chains: &'a BTreeMap<String, Arc<Chain>>,
     /// The caller's key; its plan is read at every call (it may change).
     pub key: &'a Arc<Key>,
     /// `None` over HTTP.

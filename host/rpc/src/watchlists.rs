@@ -6,13 +6,21 @@
 //! or a watchlist that would pass its plan's size, changes nothing.
 
 use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::context::Context;
 use super::params::{positional, require_positional};
 use super::{Call, RpcError, result};
+use chainsieve_chain::Chain;
 use chainsieve_keys::plan::{Limit, Plan};
-use chainsieve_watchlists::{Address, DEFAULT_PAGE, MAX_PAGE, Most, WatchlistError, parse_address};
+use chainsieve_watchlists::{
+    Address, Applied, DEFAULT_PAGE, MAX_PAGE, Most, Seq, WatchlistError, parse_address,
+};
 
 pub(super) fn is_watchlist_method(method: &str) -> bool {
     method.starts_with("watchlist_")
@@ -42,10 +50,18 @@ pub(super) async fn call(
     let lists = watchlists.clone();
     // A change runs to its end even if its caller goes (a WebSocket closed
     // midway): the caller learns its outcome or nothing, never half of it.
-    let to_the_end = |work: tokio::task::JoinHandle<Result<_, WatchlistError>>| async move {
-        work.await
+    // Its answer says where each chain placed it.
+    let chains = ctx.chains;
+    let to_the_end = |work: tokio::task::JoinHandle<Result<Applied, WatchlistError>>| async move {
+        let applied = work
+            .await
             .map_err(|failed| RpcError::internal(format!("the watchlist call failed: {failed}")))?
-            .map_err(error)
+            .map_err(error)?;
+        let applies_after = points(chains, applied.edit).await;
+        result(&Edited {
+            applied,
+            applies_after,
+        })
     };
     match method {
         "watchlist_create" => {
@@ -55,11 +71,10 @@ pub(super) async fn call(
                 Some(list) => addresses(list, method)?,
             };
             let most = most();
-            let applied = to_the_end(tokio::spawn(async move {
+            to_the_end(tokio::spawn(async move {
                 lists.create(&owner, &name, addresses, most).await
             }))
-            .await?;
-            result(&applied)
+            .await
         }
         "watchlist_add" | "watchlist_remove" => {
             let name = name_param(params, method, 2)?;
@@ -71,26 +86,24 @@ pub(super) async fn call(
             let addresses = addresses(list, method)?;
             let adding = method == "watchlist_add";
             let most = most();
-            let applied = to_the_end(tokio::spawn(async move {
+            to_the_end(tokio::spawn(async move {
                 match adding {
                     true => lists.add(&owner, &name, addresses, most).await,
                     false => lists.remove(&owner, &name, addresses).await,
                 }
             }))
-            .await?;
-            result(&applied)
+            .await
         }
         "watchlist_clear" | "watchlist_delete" => {
             let name = name_param(params, method, 1)?;
             let clearing = method == "watchlist_clear";
-            let applied = to_the_end(tokio::spawn(async move {
+            to_the_end(tokio::spawn(async move {
                 match clearing {
                     true => lists.clear(&owner, &name).await,
                     false => lists.delete(&owner, &name).await,
                 }
             }))
-            .await?;
-            result(&applied)
+            .await
         }
         "watchlist_list" => {
             if params.as_array().is_some_and(|items| !items.is_empty()) || params.is_object() {
@@ -111,6 +124,43 @@ pub(super) async fn call(
         }
         other => Err(RpcError::method_not_found(other)),
     }
+}
+
+/// How long an edit's answer waits for a chain to place it.
+const POINT_WAIT: Duration = Duration::from_secs(5);
+
+/// What an edit answers: what it did, and where it applies on each chain.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Edited {
+    #[serde(flatten)]
+    applied: Applied,
+    /// Per chain, the cursor after which its events are matched against
+    /// the edited set (docs/src/watchlists.md, Where an edit applies);
+    /// `null` for a chain that did not place it within [`POINT_WAIT`].
+    applies_after: BTreeMap<String, Option<String>>,
+}
+
+/// Where each chain placed edit `edit` (or a later one, which includes it).
+async fn points(
+    chains: &BTreeMap<String, Arc<Chain>>,
+    edit: Seq,
+) -> BTreeMap<String, Option<String>> {
+    let placed = chains.iter().map(|(name, chain)| {
+        let mut points = chain.watch_points();
+        async move {
+            let point = tokio::time::timeout(POINT_WAIT, points.wait_for(|p| p.edit >= edit)).await;
+            let after = match point {
+                Ok(Ok(point)) => point.after.as_ref().map(ToString::to_string),
+                _ => None,
+            };
+            (name.clone(), after)
+        }
+    });
+    futures_util::future::join_all(placed)
+        .await
+        .into_iter()
+        .collect()
 }
 
 /// The JSON-RPC error of a refused watchlist call.

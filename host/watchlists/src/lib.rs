@@ -5,7 +5,8 @@
 //!   edit a reader may still be before: what matching looks addresses up
 //!   in, one hash probe an address;
 //! - [`store`] — where they persist: the embedded database on a server of
-//!   role `all` (`watchlists.redb` under `data_dir`, or in memory).
+//!   role `all` (`watchlists.redb` under `data_dir`, or in memory);
+//! - [`views`] — which edits the chains' readers still read them as of.
 //!
 //! [`Watchlists`] is the service: reads answer from memory; every change
 //! goes to one editor task, which checks it whole against the limits,
@@ -18,13 +19,14 @@
 
 pub mod index;
 pub mod store;
+pub mod views;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use chainsieve_runtime::clock::unix_now;
@@ -32,12 +34,16 @@ use chainsieve_runtime::queues::Queues;
 use chainsieve_runtime::tasks::{Part, Tasks};
 pub use index::{Address, Handle, Index, Seq};
 use store::{Change, ListRecord, WatchlistStore};
+use views::{View, Views};
 
 /// The part of the server the editor serves.
 pub const PART: Part = Part::Service("watchlists");
 
 /// Changes waiting for the editor; a caller past it waits for room.
 const EDIT_QUEUE: usize = 64;
+
+/// How often the editor forgets what every view has passed, between edits.
+const SETTLE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why a watchlist call was refused.
 #[derive(Debug, thiserror::Error)]
@@ -182,6 +188,10 @@ struct Shared {
     /// The store's journal since its last snapshot, in bytes: written by
     /// the editor alone (an atomic only to be shared).
     journal_bytes: AtomicU64,
+    /// The views the chains hold: the index keeps what the oldest needs.
+    views: Arc<Views>,
+    /// The last edit applied, for the chains to place in their streams.
+    committed: watch::Sender<Seq>,
 }
 
 /// The watchlists of every key.
@@ -217,7 +227,10 @@ impl Watchlists {
                 size,
             });
         }
+        let committed = watch::Sender::new(loaded.index.seq());
         let shared = Arc::new(Shared {
+            views: Arc::default(),
+            committed,
             index: RwLock::new(loaded.index),
             registry: RwLock::new(registry),
             store,
@@ -239,6 +252,17 @@ impl Watchlists {
             .index
             .read()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A view of the watchlists as of `edit` (see [`views`]).
+    pub fn view(&self, edit: Seq) -> View {
+        self.shared.views.view(edit)
+    }
+
+    /// The last edit applied, as it changes: each chain places it in its
+    /// stream (docs/src/watchlists.md, Where an edit applies).
+    pub fn edits(&self) -> watch::Receiver<Seq> {
+        self.shared.committed.subscribe()
     }
 
     /// `owner`'s watchlist `name`'s handle, for a subscription that names it.
@@ -404,7 +428,22 @@ async fn edit(
     mut requests: mpsc::Receiver<Request>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    while let Some(request) = stop.run_until_cancelled(requests.recv()).await.flatten() {
+    // What every view has passed is forgotten after each edit and, as
+    // views move on between edits, every second.
+    let mut tidy = tokio::time::interval(SETTLE_EVERY);
+    tidy.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let request = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            _ = tidy.tick() => {
+                shared.settle();
+                continue;
+            }
+            request = requests.recv() => request,
+        };
+        let Some(request) = request else {
+            return Ok(());
+        };
         let Request {
             owner,
             name,
@@ -413,10 +452,13 @@ async fn edit(
             reply,
         } = request;
         let answer = shared.apply(owner, name, edit, most).await;
+        if let Ok(applied) = &answer {
+            shared.committed.send_replace(applied.edit);
+        }
+        shared.settle();
         // A caller that went away still had its change made.
         let _ = reply.send(answer);
     }
-    Ok(())
 }
 
 impl Shared {
@@ -586,6 +628,19 @@ impl Shared {
                     "compacting the watchlists failed; the journal goes on"
                 )
             }
+        }
+    }
+
+    /// Forgets the flips every view has passed.
+    fn settle(&self) {
+        let mut index = self.index.write().unwrap_or_else(PoisonError::into_inner);
+        if index.unsettled() > 0 {
+            let latest = index.seq();
+            index.settle(
+                self.views
+                    .oldest()
+                    .map_or(latest, |oldest| oldest.min(latest)),
+            );
         }
     }
 

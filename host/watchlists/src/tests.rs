@@ -268,3 +268,42 @@ async fn a_compacted_journal_loads_the_same() {
     assert_eq!(page, addresses(10..13));
     assert_eq!(lists.index().seq(), 9);
 }
+
+/// The index keeps an edit's flips while a view before it is held (a
+/// chain's pipeline, a batch in flight), and forgets them once none is.
+#[tokio::test]
+async fn flips_last_while_a_view_before_them_is_held() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (lists, _tasks) = service(dir.path()).await;
+    let before = lists.view(0);
+    let mut edits = lists.edits();
+    let made = lists
+        .create("alice", "users", addresses(0..5), most(5, 10))
+        .await
+        .expect("create");
+    assert_eq!(*edits.borrow_and_update(), made.edit, "the edit is told");
+    let handle = lists.handle_of("alice", "users").expect("handle");
+    {
+        let index = lists.index();
+        assert_eq!(index.unsettled(), 5, "kept for the view before");
+        assert!(!index.contains(handle, &addresses(0..1)[0], before.edit()));
+        assert!(index.contains(handle, &addresses(0..1)[0], made.edit));
+    }
+    let after = lists.view(made.edit);
+    drop(before);
+    lists
+        .add("alice", "users", addresses(5..6), most(5, 10))
+        .await
+        .expect("add");
+    assert_eq!(
+        lists.index().unsettled(),
+        1,
+        "the first edit's flips are gone; the second's wait for the view of the first"
+    );
+    drop(after);
+    lists
+        .remove("alice", "users", addresses(0..1))
+        .await
+        .expect("remove");
+    assert_eq!(lists.index().unsettled(), 0, "no view is held");
+}

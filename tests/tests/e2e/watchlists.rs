@@ -51,6 +51,28 @@ async fn call(server: &TestServer, key: &str, method: &str, params: Value) -> Va
     server.post("eth", key, &body).await.1
 }
 
+/// Where each chain placed an edit: the position of the cursor after
+/// which it applies, by chain (every chain served has one).
+fn points(answer: &Value) -> std::collections::BTreeMap<String, u64> {
+    let points = answer["result"]["appliesAfter"]
+        .as_object()
+        .expect("appliesAfter");
+    let positions: std::collections::BTreeMap<String, u64> = points
+        .iter()
+        .map(|(chain, cursor)| {
+            let cursor = cursor.as_str().expect("a cursor");
+            let rest = cursor
+                .strip_prefix(&format!("{chain}:"))
+                .expect("of its chain");
+            let position = rest.split('@').next().expect("a position");
+            (chain.clone(), position.parse().expect("a number"))
+        })
+        .collect();
+    let chains: Vec<&str> = positions.keys().map(String::as_str).collect();
+    assert_eq!(chains, ["bsc", "eth", "polygon"], "{answer}");
+    positions
+}
+
 fn error(answer: &Value, code: i64, says: &str) {
     assert_eq!(answer["error"]["code"], code, "{answer}");
     let message = answer["error"]["message"].as_str().expect("a message");
@@ -71,6 +93,7 @@ async fn a_watchlist_is_edited_inspected_and_kept_across_a_restart() {
     assert_eq!(made["result"]["size"], 10, "{made}");
     assert_eq!(made["result"]["added"], 10, "{made}");
     let first_edit = made["result"]["edit"].as_u64().expect("an edit number");
+    let first_points = points(&made);
 
     // Over a socket, with a repeat and an address already in: each counted once.
     let mut socket = WsClient::connect(&server.ws_url("eth", "owner"))
@@ -90,6 +113,10 @@ async fn a_watchlist_is_edited_inspected_and_kept_across_a_restart() {
         added["result"]["edit"].as_u64() > Some(first_edit),
         "{added}"
     );
+    // Each chain placed it in its log after the first edit.
+    for (chain, position) in points(&added) {
+        assert!(position > first_points[&chain], "{chain}: {added}");
+    }
 
     // Refusals, each on the same connection, none changing anything.
     let bad = socket
