@@ -25,6 +25,7 @@ use chainsieve_node::health::lag;
 use chainsieve_runtime::metrics::{ChainLabel, NodeLabels, TopicLabels};
 use chainsieve_runtime::tasks::Tasks;
 use chainsieve_usage::Counts;
+use chainsieve_watchlists::Watchlists;
 use chainsieve_webhook::Webhooks;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -166,6 +167,9 @@ fn scrape(state: &AppState) -> Registry {
     if let Some(webhooks) = &state.webhooks {
         register_webhooks(&mut registry, webhooks);
     }
+    if let Some(watchlists) = &state.watchlists {
+        register_watchlists(&mut registry, watchlists);
+    }
     register_keys(&mut registry, &state.keys);
     register_tasks(&mut registry, &state.tasks);
     registry
@@ -292,6 +296,36 @@ fn register_keys(registry: &mut Registry, keys: &Keys) {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: String,
+}
+
+/// The watchlists, the addresses they watch, the edits made, and the
+/// changes kept for views before them.
+fn register_watchlists(registry: &mut Registry, watchlists: &Watchlists) {
+    let figures = watchlists.figures();
+    for (name, help, value) in [
+        ("watchlists", "Watchlists of every key", figures.watchlists),
+        (
+            "watchlist_addresses",
+            "Distinct addresses in at least one watchlist",
+            figures.addresses,
+        ),
+        (
+            "watchlist_unsettled",
+            "Watchlist changes kept for views before them (a batch in flight, a chain that has not placed the edit)",
+            figures.unsettled,
+        ),
+    ] {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        registry.register(name, help, gauge);
+    }
+    let edits = Counter::<u64>::default();
+    edits.inc_by(figures.edits);
+    registry.register(
+        "watchlist_edits",
+        "Watchlist edits applied (the last edit's number)",
+        edits,
+    );
 }
 
 /// Deliveries, failed tries, and per webhook state the webhooks, their

@@ -102,6 +102,19 @@ pub struct Inspection {
     pub next: Option<String>,
 }
 
+/// The watchlists' figures for `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Figures {
+    /// Watchlists of every key.
+    pub watchlists: usize,
+    /// Distinct addresses in at least one.
+    pub addresses: usize,
+    /// Changes the index keeps for views before them.
+    pub unsettled: usize,
+    /// The last edit's number.
+    pub edits: Seq,
+}
+
 /// What a change did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -252,6 +265,18 @@ impl Watchlists {
             .index
             .read()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What `/metrics` reports of them.
+    pub fn figures(&self) -> Figures {
+        let watchlists = self.registry().by_owner.values().map(BTreeMap::len).sum();
+        let index = self.index();
+        Figures {
+            watchlists,
+            addresses: index.addresses(),
+            unsettled: index.unsettled(),
+            edits: index.seq(),
+        }
     }
 
     /// A view of the watchlists as of `edit` (see [`views`]).

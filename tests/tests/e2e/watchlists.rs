@@ -186,6 +186,14 @@ async fn a_watchlist_is_edited_inspected_and_kept_across_a_restart() {
     )
     .await;
     assert_eq!(removed["result"]["removed"], 5, "{removed}");
+    // The index keeps the edits' changes for views before them only until
+    // the chains have placed them and their batches before are done.
+    server
+        .until_metric("chainsieve_watchlist_edits_total", 4.0)
+        .await;
+    server
+        .until_metric("chainsieve_watchlist_unsettled", 0.0)
+        .await;
     // Pages walk the addresses in order.
     let page = call(
         &server,
@@ -235,6 +243,11 @@ async fn a_watchlist_is_edited_inspected_and_kept_across_a_restart() {
     assert_eq!(names, vec![("second", 0), ("users", 15)], "{list}");
     let page = call(&server, "owner", "watchlist_get", json!(["users"])).await;
     assert_eq!(page["result"]["addresses"], addresses(5..20), "{page}");
+    // What /metrics says of them.
+    server.until_metric("chainsieve_watchlists", 2.0).await;
+    server
+        .until_metric("chainsieve_watchlist_addresses", 15.0)
+        .await;
     // The operator sees the same, by the key's id (the first of `[auth] keys`).
     let (status, listed) = admin(&server, "/admin/keys/config-1/watchlists").await;
     assert_eq!(
