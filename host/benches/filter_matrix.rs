@@ -327,16 +327,16 @@ fn measure<F: Filter>(
             }
             let batch = (case.batch)(len, subscriptions);
             let expected = match_batch(&native, &batch).expect("native");
-            assert_eq!(wasm.match_batch(&batch).expect("wasm"), expected);
-            assert_eq!(bare.match_batch(&batch).expect("wasm"), expected);
+            assert_eq!(wasm.match_batch(&batch, None).expect("wasm"), expected);
+            assert_eq!(bare.match_batch(&batch, None).expect("wasm"), expected);
             let native_us = time(|| {
                 black_box(match_batch(&native, black_box(&batch)).expect("native"));
             });
             let wasm_us = time(|| {
-                black_box(wasm.match_batch(black_box(&batch)).expect("wasm"));
+                black_box(wasm.match_batch(black_box(&batch), None).expect("wasm"));
             });
             let bare_us = time(|| {
-                black_box(bare.match_batch(black_box(&batch)).expect("wasm"));
+                black_box(bare.match_batch(black_box(&batch), None).expect("wasm"));
             });
             rows.push(Row {
                 subscriptions,
@@ -384,7 +384,7 @@ fn measure_v0_2<G: chainsieve_filter_sdk_0_2::Filter>(
             v0_1.subscribe(i, &params).expect("call").expect("accepted");
         }
         let native_behind_reach = |batch: &[u8]| {
-            reach.run(batch, |part| {
+            reach.run(batch, None, |part, _| {
                 chainsieve_filter_sdk_0_2::match_batch(&native, part).map_err(anyhow::Error::msg)
             })
         };
@@ -396,13 +396,16 @@ fn measure_v0_2<G: chainsieve_filter_sdk_0_2::Filter>(
             let expected =
                 sorted(&chainsieve_filter_sdk_0_2::match_batch(&native, &batch).expect("native"));
             let whole = (case.batch)(row.batch, subscriptions);
-            assert_eq!(sorted(&wasm.match_batch(&batch).expect("wasm")), expected);
+            assert_eq!(
+                sorted(&wasm.match_batch(&batch, None).expect("wasm")),
+                expected
+            );
             assert_eq!(
                 sorted(&native_behind_reach(&batch).expect("native")),
                 expected
             );
             assert_eq!(
-                sorted(&v0_1.match_batch(&whole).expect("0.1")),
+                sorted(&v0_1.match_batch(&whole, None).expect("0.1")),
                 expected,
                 "0.2 answers as 0.1"
             );
@@ -416,7 +419,7 @@ fn measure_v0_2<G: chainsieve_filter_sdk_0_2::Filter>(
                 black_box(native_behind_reach(black_box(&batch)).expect("native"));
             });
             let wasm_us = time(|| {
-                black_box(wasm.match_batch(black_box(&batch)).expect("wasm"));
+                black_box(wasm.match_batch(black_box(&batch), None).expect("wasm"));
             });
             row.v0_2 = Some(V0_2Times {
                 native: native_us,
@@ -461,7 +464,7 @@ fn payload_costs(metered: &Arc<FilterEngine>) {
             let us = time(|| {
                 let batch = EventBatch::new(Source::Logs, events.clone());
                 let matches = instance
-                    .match_batch(&component.manifest.layout.of(&batch))
+                    .match_batch(&component.manifest.layout.of(&batch), None)
                     .expect("match");
                 // The actor's path: pairs in delivery order, a written
                 // payload's notice made once for all it goes to.

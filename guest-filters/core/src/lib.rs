@@ -31,7 +31,7 @@ use std::hash::Hash;
 pub use keys::{KeyMap, KeySet};
 pub use layout::{Batch, HeadView, LayoutError, LogView, Source, TxView};
 pub use params::ParamsError;
-pub use reach::{Key, Reach};
+pub use reach::{Key, MembershipWalk, Memberships, Reach, WatchedField};
 pub use read::{LogRead, TxRead};
 pub use rules::RuleSet;
 /// Re-exported so filters parse their parameters with the same JSON crate.

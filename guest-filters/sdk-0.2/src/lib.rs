@@ -269,20 +269,29 @@ pub mod __private {
             payload: self::delivery(delivery),
             reach: match reach {
                 Reach::Every => wit::Reach::Every,
-                Reach::Keys(keys) => wit::Reach::Keyed(keys.iter().map(key).collect()),
+                // A 0.2 component is never given a watchlist (the host
+                // refuses them before it subscribes); were a rule to name
+                // one, the component is asked about every event.
+                Reach::Keys(keys) => keys
+                    .iter()
+                    .map(key)
+                    .collect::<Option<_>>()
+                    .map_or(wit::Reach::Any, wit::Reach::Keyed),
                 Reach::Any => wit::Reach::Any,
             },
         }
     }
 
-    fn key(k: &Key) -> wit::Key {
-        match k {
+    /// The key as 0.2 says it; `None` for one it cannot (a watchlist's).
+    fn key(k: &Key) -> Option<wit::Key> {
+        Some(match k {
             Key::Sender(a) => wit::Key::Sender(a.to_vec()),
             Key::Receiver(a) => wit::Key::Receiver(a.to_vec()),
             Key::Selector(s) => wit::Key::Selector(s.to_vec()),
             Key::Emitter(a) => wit::Key::Emitter(a.to_vec()),
             Key::Topic(position, t) => wit::Key::Topic((*position, t.to_vec())),
-        }
+            Key::Watched(..) => return None,
+        })
     }
 
     pub fn delivery(d: Delivery) -> wit::Payload {

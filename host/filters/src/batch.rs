@@ -160,9 +160,9 @@ impl EventBatch {
         self.view = Some(view);
     }
 
-    /// The edit whose watchlists this batch is matched against.
-    pub fn view(&self) -> Option<&View> {
-        self.view.as_deref()
+    /// The view of the watchlists this batch is matched against.
+    pub fn view(&self) -> Option<&Arc<View>> {
+        self.view.as_ref()
     }
 
     /// Makes this batch one of the step's delivered [`Together`].

@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use alloy_primitives::B256;
 use anyhow::{Context, anyhow};
-use chainsieve_filter_core::{Matches, Reach, params};
+use chainsieve_filter_core::{Matches, Memberships, Reach, params};
+use chainsieve_watchlists::views::View;
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -17,7 +18,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::contract::{self, Delivery, FilterManifest};
 use super::limits::InstanceLimits;
 use super::reach::ReachIndex;
-use super::{v0_1_0, v0_2_0};
+use super::{v0_1_0, v0_2_0, v0_3_0};
 use chainsieve_config::FiltersConfig;
 
 /// How often the epoch advances; a call's deadline is a whole number of ticks.
@@ -26,7 +27,7 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// The contract versions this host serves, each by a bindings module of its
 /// own (`super::v0_1_0`, `super::v0_2_0`). A component names its version
 /// through the `chainsieve:filter/types@<version>` interface it imports.
-pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0"];
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0"];
 
 /// Sizes of the instance pool, for the whole process. A server runs one
 /// instance per (chain, topic), plus one briefly during a swap or a
@@ -149,12 +150,14 @@ pub struct FilterEngine {
 enum Pre {
     V0_1(v0_1_0::FilterPre<FilterState>),
     V0_2(v0_2_0::FilterPre<FilterState>),
+    V0_3(v0_3_0::FilterPre<FilterState>),
 }
 
 /// An instance's exports, of its contract version.
 enum Bindings {
     V0_1(v0_1_0::Filter),
     V0_2(v0_2_0::Filter),
+    V0_3(v0_3_0::Filter),
 }
 
 /// A compiled, linked component and its manifest, ready to instantiate.
@@ -231,6 +234,7 @@ impl FilterEngine {
         let pre = match version.as_str() {
             "0.1.0" => Pre::V0_1(anyhow_result(v0_1_0::FilterPre::new(pre)).with_context(world)?),
             "0.2.0" => Pre::V0_2(anyhow_result(v0_2_0::FilterPre::new(pre)).with_context(world)?),
+            "0.3.0" => Pre::V0_3(anyhow_result(v0_3_0::FilterPre::new(pre)).with_context(world)?),
             other => {
                 anyhow::bail!("{origin}: this host has no bindings for chainsieve:filter@{other}")
             }
@@ -291,6 +295,7 @@ impl FilterEngine {
         let bindings = match pre {
             Pre::V0_1(pre) => Bindings::V0_1(pre.instantiate(&mut store)?),
             Pre::V0_2(pre) => Bindings::V0_2(pre.instantiate(&mut store)?),
+            Pre::V0_3(pre) => Bindings::V0_3(pre.instantiate(&mut store)?),
         };
         Ok(FilterInstance {
             exports: Exports {
@@ -409,6 +414,7 @@ impl Exports {
     fn match_batch(
         &mut self,
         batch: &[u8],
+        memberships: &Memberships,
         max_payload_bytes: usize,
         writes_for: &HashSet<u64>,
     ) -> anyhow::Result<Matches> {
@@ -417,6 +423,9 @@ impl Exports {
                 Ok(match bindings {
                     Bindings::V0_1(f) => f.call_match_batch(store, batch)?.map(v0_1_0::matches),
                     Bindings::V0_2(f) => f.call_match_batch(store, batch)?.map(v0_2_0::matches),
+                    Bindings::V0_3(f) => f
+                        .call_match_batch(store, batch, &v0_3_0::memberships(memberships))?
+                        .map(v0_3_0::matches),
                 })
             })?
             .map_err(|e| anyhow!("the filter refused the batch: {e}"))?;
@@ -438,6 +447,7 @@ impl FilterInstance {
             Ok(match bindings {
                 Bindings::V0_1(f) => v0_1_0::manifest(f.call_manifest(store)?),
                 Bindings::V0_2(f) => v0_2_0::manifest(f.call_manifest(store)?),
+                Bindings::V0_3(f) => v0_3_0::manifest(f.call_manifest(store)?),
             })
         })
     }
@@ -453,6 +463,9 @@ impl FilterInstance {
                 Bindings::V0_2(f) => f
                     .call_subscribe(store, id, params)?
                     .map(v0_2_0::subscription),
+                Bindings::V0_3(f) => f
+                    .call_subscribe(store, id, params)?
+                    .map(v0_3_0::subscription),
             })
         })?;
         // Refused, the guest keeps what `id` was (its rules read the
@@ -475,22 +488,24 @@ impl FilterInstance {
         self.exports.call(|bindings, store| match bindings {
             Bindings::V0_1(f) => f.call_unsubscribe(store, id),
             Bindings::V0_2(f) => f.call_unsubscribe(store, id),
+            Bindings::V0_3(f) => f.call_unsubscribe(store, id),
         })
     }
 
     /// Matches a packed batch (in the layout the component reads): the
     /// component is asked about the events its subscriptions can match,
     /// and those that take every event are served by the host
-    /// ([`ReachIndex::run`]); its answer is checked ([`Exports::match_batch`]).
-    pub fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches> {
+    /// ([`ReachIndex::run`]), with the memberships `view` gives their
+    /// watched fields; its answer is checked ([`Exports::match_batch`]).
+    pub fn match_batch(&mut self, batch: &[u8], view: Option<&View>) -> anyhow::Result<Matches> {
         let Self {
             exports,
             max_payload_bytes,
             writes_for,
             reach,
         } = self;
-        reach.run(batch, |part| {
-            exports.match_batch(part, *max_payload_bytes, writes_for)
+        reach.run(batch, view, |part, memberships| {
+            exports.match_batch(part, memberships, *max_payload_bytes, writes_for)
         })
     }
 }

@@ -145,7 +145,7 @@ impl Harness {
     /// subscriber by subscriber), with the payloads the component wrote
     /// (checked as the server checks them).
     pub fn run_encoded(&mut self, batch: &[u8], len: usize) -> anyhow::Result<Vec<Match>> {
-        let found = self.instance.match_batch(batch)?;
+        let found = self.instance.match_batch(batch, None)?;
         found
             .pairs()
             .enumerate()

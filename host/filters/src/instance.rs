@@ -4,6 +4,7 @@
 //! (rebuild, replay, disable, swap) is tested without a misbehaving guest.
 
 use chainsieve_filter_core::Matches;
+use chainsieve_watchlists::views::View;
 
 use super::contract::Delivery;
 
@@ -14,8 +15,9 @@ pub trait Instance: Send {
     /// `Ok(Err(message))` is the component refusing the parameters.
     fn subscribe(&mut self, key: u64, params: &str) -> anyhow::Result<Result<Delivery, String>>;
     fn unsubscribe(&mut self, key: u64) -> anyhow::Result<()>;
-    /// Matches a batch in the layout the component reads.
-    fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches>;
+    /// Matches a batch in the layout the component reads, as of `view` of
+    /// the watchlists.
+    fn match_batch(&mut self, batch: &[u8], view: Option<&View>) -> anyhow::Result<Matches>;
 }
 
 /// Makes fresh instances of a component.
@@ -32,8 +34,8 @@ impl Instance for FilterInstance {
         FilterInstance::unsubscribe(self, key)
     }
 
-    fn match_batch(&mut self, batch: &[u8]) -> anyhow::Result<Matches> {
-        FilterInstance::match_batch(self, batch)
+    fn match_batch(&mut self, batch: &[u8], view: Option<&View>) -> anyhow::Result<Matches> {
+        FilterInstance::match_batch(self, batch, view)
     }
 }
 

@@ -30,6 +30,7 @@ pub mod testing;
 // the version-independent types of `contract`.
 mod v0_1_0;
 mod v0_2_0;
+mod v0_3_0;
 
 pub use actor::{FilterHandle, FilterStatus, SubscribeError};
 pub use contract::{Delivery, FilterManifest, Layout};

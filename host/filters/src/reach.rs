@@ -3,10 +3,20 @@
 //! subscription can match before the component is asked, and subscriptions
 //! that take every event are served without asking. Most events concern
 //! no subscriber: they never cross into WASM (docs/src/architecture.md, Reach).
+//!
+//! A 0.3 subscription may reach the events whose field holds an address of
+//! a watchlist: the host looks each such field up in the watchlists' index
+//! as of the batch's view, and tells the component which events' fields
+//! hit which of the watchlists named (docs/src/watchlists.md, How matching
+//! scales).
 
 use anyhow::bail;
 use chainsieve_filter_core::projection::{KeyFields, Records};
-use chainsieve_filter_core::{Broadcast, Key, KeyMap, Matches, Reach, Source};
+use chainsieve_filter_core::{
+    Broadcast, Key, KeyMap, Matches, Memberships, Reach, Source, WatchedField,
+};
+use chainsieve_watchlists::Index;
+use chainsieve_watchlists::views::View;
 
 use super::contract::{Delivery, Layout};
 
@@ -32,7 +42,31 @@ pub struct ReachIndex {
     selectors: Counts<[u8; 4]>,
     emitters: Counts<[u8; 20]>,
     topics: [Counts<[u8; 32]>; 4],
+    /// Per watched field (in [`watched_slot`] order), how many
+    /// subscriptions named each watchlist.
+    watched: [Counts<u32>; 7],
 }
+
+/// A watched field's place in [`ReachIndex::watched`].
+fn watched_slot(field: WatchedField) -> usize {
+    match field {
+        WatchedField::Sender => 0,
+        WatchedField::Receiver => 1,
+        WatchedField::Emitter => 2,
+        WatchedField::Topic(i) => 3 + usize::from(i.min(3)),
+    }
+}
+
+/// The watched fields, in [`watched_slot`] order.
+const WATCHED: [WatchedField; 7] = [
+    WatchedField::Sender,
+    WatchedField::Receiver,
+    WatchedField::Emitter,
+    WatchedField::Topic(0),
+    WatchedField::Topic(1),
+    WatchedField::Topic(2),
+    WatchedField::Topic(3),
+];
 
 /// The part of a batch the component is asked about.
 #[derive(Debug, PartialEq, Eq)]
@@ -99,7 +133,8 @@ impl ReachIndex {
                             "the filter keyed a subscription on {key:?}, a field its manifest does not declare"
                         );
                     }
-                    if let Key::Topic(position, _) = key
+                    if let Key::Topic(position, _) | Key::Watched(WatchedField::Topic(position), _) =
+                        key
                         && *position > 3
                     {
                         bail!(
@@ -136,6 +171,9 @@ impl ReachIndex {
             Key::Selector(s) => self.selectors.entry(*s).or_default(),
             Key::Emitter(a) => self.emitters.entry(*a).or_default(),
             Key::Topic(i, t) => self.topics[usize::from(*i)].entry(*t).or_default(),
+            Key::Watched(field, list) => {
+                self.watched[watched_slot(*field)].entry(*list).or_default()
+            }
         }
     }
 
@@ -154,37 +192,102 @@ impl ReachIndex {
             Key::Selector(s) => down(&mut self.selectors, s),
             Key::Emitter(a) => down(&mut self.emitters, a),
             Key::Topic(i, t) => down(&mut self.topics[usize::from(*i)], t),
+            Key::Watched(field, list) => down(&mut self.watched[watched_slot(*field)], list),
         }
     }
 
     /// The part of `batch` (in the component's layout) the component is
     /// asked about: the events some subscription's keys concern, all of
     /// them when a subscription reaches any event.
-    pub fn narrow(&self, batch: &[u8]) -> anyhow::Result<Narrowed> {
-        if self.any > 0 || self.declared.is_none() {
-            return Ok(Narrowed::Whole);
+    ///
+    /// With watched keys, `view` (the batch's view of the watchlists) says
+    /// which watchlists each watched field's address is in; the answer's
+    /// memberships name the events of the part asked about.
+    pub fn narrow(
+        &self,
+        batch: &[u8],
+        view: Option<&View>,
+    ) -> anyhow::Result<(Narrowed, Memberships)> {
+        let watching = self.watched.iter().any(|counts| !counts.is_empty());
+        if (self.any > 0 && !watching) || self.declared.is_none() {
+            return Ok((Narrowed::Whole, Memberships::default()));
         }
         if self.keyed == 0 {
-            return Ok(Narrowed::Nothing);
+            return Ok((Narrowed::Nothing, Memberships::default()));
         }
         let records = Records::parse(batch).map_err(anyhow::Error::msg)?;
-        let probe = Probe::of(self, KeyFields::of(&records));
+        let fields = KeyFields::of(&records);
+        let probe = Probe::of(self, fields);
+        let index = view
+            .filter(|_| watching)
+            .map(|view| (view.index(), view.edit()));
+        let mut memberships = Memberships::default();
         let mut indices = Vec::with_capacity(records.len());
-        for (index, record) in records.iter().enumerate() {
-            if probe.concerns(record) {
-                indices.push(index as u32);
+        for (at, record) in records.iter().enumerate() {
+            // The event's number in the part asked about; with any, the
+            // whole batch is asked about.
+            let event = if self.any > 0 {
+                at as u32
+            } else {
+                indices.len() as u32
+            };
+            let mut concerned = self.any > 0 || probe.concerns(record);
+            if let Some((index, edit)) = &index {
+                concerned |=
+                    self.watched_in(&fields, record, index, *edit, event, &mut memberships);
+            }
+            if concerned {
+                indices.push(at as u32);
             }
         }
-        Ok(if indices.is_empty() {
-            Narrowed::Nothing
-        } else if indices.len() == records.len() {
+        let narrowed = if self.any > 0 || indices.len() == records.len() {
             Narrowed::Whole
+        } else if indices.is_empty() {
+            Narrowed::Nothing
         } else {
             Narrowed::Subset {
                 bytes: records.subset(&indices),
                 indices,
             }
-        })
+        };
+        Ok((narrowed, memberships))
+    }
+
+    /// Adds `record`'s watched memberships (as event `event`) for the
+    /// watchlists some subscription named on each field; whether it has
+    /// one.
+    fn watched_in(
+        &self,
+        fields: &KeyFields,
+        record: &[u8],
+        index: &Index,
+        edit: chainsieve_watchlists::Seq,
+        event: u32,
+        memberships: &mut Memberships,
+    ) -> bool {
+        let mut hit = false;
+        for (slot, named) in self.watched.iter().enumerate() {
+            if named.is_empty() {
+                continue;
+            }
+            let field = WATCHED[slot];
+            let address = match field {
+                WatchedField::Sender => fields.sender(record).copied(),
+                WatchedField::Receiver => fields.receiver(record).copied(),
+                WatchedField::Emitter => fields.emitter(record).copied(),
+                WatchedField::Topic(i) => fields
+                    .topic(record, usize::from(i))
+                    .and_then(|topic| padded_address(topic)),
+            };
+            let Some(address) = address else { continue };
+            index.lists_of(&address, edit, |list| {
+                if named.contains_key(&list) {
+                    memberships.push(event, field, list);
+                    hit = true;
+                }
+            });
+        }
+        hit
     }
 
     /// Sends every event of `batch` to each subscription the host serves
@@ -216,13 +319,15 @@ impl ReachIndex {
     pub fn run(
         &self,
         batch: &[u8],
-        ask: impl FnOnce(&[u8]) -> anyhow::Result<Matches>,
+        view: Option<&View>,
+        ask: impl FnOnce(&[u8], &Memberships) -> anyhow::Result<Matches>,
     ) -> anyhow::Result<Matches> {
-        let mut matches = match self.narrow(batch)? {
-            Narrowed::Whole => ask(batch)?,
+        let (narrowed, memberships) = self.narrow(batch, view)?;
+        let mut matches = match narrowed {
+            Narrowed::Whole => ask(batch, &memberships)?,
             Narrowed::Nothing => Matches::default(),
             Narrowed::Subset { bytes, indices } => {
-                let mut matches = ask(&bytes)?;
+                let mut matches = ask(&bytes, &memberships)?;
                 widen(&mut matches, &indices);
                 matches
             }
@@ -283,6 +388,16 @@ impl<'a> Probe<'a> {
     }
 }
 
+/// The address a topic holds: its low 20 bytes, when the high 12 are zero.
+fn padded_address(topic: &[u8; 32]) -> Option<[u8; 20]> {
+    let (high, low) = topic.split_at(12);
+    high.iter().all(|&b| b == 0).then(|| {
+        let mut address = [0u8; 20];
+        address.copy_from_slice(low);
+        address
+    })
+}
+
 /// Maps the component's answer about a subset back to the batch's event
 /// indexes; one outside the subset stays outside the batch (a bad answer
 /// the actor reports).
@@ -331,6 +446,60 @@ mod tests {
         }
     }
 
+    /// A watched key reaches the events whose field holds an address of
+    /// the watchlist as of the batch's view, and the component is told
+    /// which event's field hit which watchlist (its events numbered in the
+    /// part it is asked about); a view before the edit sees the set before.
+    #[test]
+    fn watched_keys_reach_the_watchlists_addresses_as_of_the_view() {
+        use std::sync::{Arc, RwLock};
+
+        use chainsieve_watchlists::Index;
+        use chainsieve_watchlists::views::Views;
+
+        let lists = Arc::new(RwLock::new(Index::default()));
+        lists.write().expect("index").apply(1, 7, &[A], &[]);
+        lists.write().expect("index").apply(2, 8, &[C], &[]);
+        let views = Arc::new(Views::new(lists));
+        let mut reach = index(Source::PendingTransactions, TX);
+        let watched = |field, list| Reach::Keys(vec![Key::Watched(field, list)]);
+        reach
+            .insert(1, watched(WatchedField::Sender, 7), KIND)
+            .expect("sender in 7");
+        reach
+            .insert(2, watched(WatchedField::Receiver, 8), KIND)
+            .expect("receiver in 8");
+        let batch = transactions(&[
+            (B, Some(B), &[]),
+            (A, Some(B), &[]),
+            (B, Some(C), &[]),
+            (C, Some(A), &[]),
+        ]);
+        let (narrowed, memberships) = reach.narrow(&batch, Some(&views.view(2))).expect("narrows");
+        assert_eq!(subset_indices(narrowed), [1, 2]);
+        assert_eq!(
+            memberships.entries(),
+            &[(0, WatchedField::Sender, 7), (1, WatchedField::Receiver, 8)],
+            "C's sending is in no watchlist a sender key names"
+        );
+        let (before, none) = reach.narrow(&batch, Some(&views.view(1))).expect("narrows");
+        assert_eq!(subset_indices(before), [1], "C joined 8 at edit 2");
+        assert_eq!(none.entries(), &[(0, WatchedField::Sender, 7)]);
+        let (without, _) = reach.narrow(&batch, None).expect("narrows");
+        assert_eq!(without, Narrowed::Nothing, "no view: no watchlist address");
+    }
+
+    /// A topic holding an address in its low 20 bytes is looked up; one
+    /// whose high 12 bytes are not zero is no address.
+    #[test]
+    fn a_topic_is_looked_up_as_a_padded_address() {
+        let mut padded = [0u8; 32];
+        padded[12..].copy_from_slice(&A);
+        assert_eq!(padded_address(&padded), Some(A));
+        padded[0] = 1;
+        assert_eq!(padded_address(&padded), None);
+    }
+
     /// Only events carrying a key some subscription named are asked about,
     /// in a batch of their own that reads as those events.
     #[test]
@@ -353,7 +522,9 @@ mod tests {
             (C, Some(C), &TRANSFER),  // 3's method
             (C, Some(C), &[0xa9, 5]), // too short for a selector
         ]);
-        let Narrowed::Subset { bytes, indices } = reach.narrow(&batch).expect("narrows") else {
+        let Narrowed::Subset { bytes, indices } =
+            reach.narrow(&batch, None).map(|n| n.0).expect("narrows")
+        else {
             panic!("a subset");
         };
         assert_eq!(indices, [1, 3, 4]);
@@ -367,9 +538,15 @@ mod tests {
         // Forgotten subscriptions no longer concern anything.
         reach.remove(1);
         reach.remove(3);
-        assert_eq!(subset_indices(reach.narrow(&batch).expect("narrows")), [3]);
+        assert_eq!(
+            subset_indices(reach.narrow(&batch, None).map(|n| n.0).expect("narrows")),
+            [3]
+        );
         reach.remove(2);
-        assert_eq!(reach.narrow(&batch).expect("narrows"), Narrowed::Nothing);
+        assert_eq!(
+            reach.narrow(&batch, None).map(|n| n.0).expect("narrows"),
+            Narrowed::Nothing
+        );
     }
 
     /// A subscription that reaches any event sends the whole batch, and so
@@ -381,18 +558,30 @@ mod tests {
             .insert(1, Reach::Keys(vec![Key::Sender(A)]), KIND)
             .expect("usable");
         let batch = transactions(&[(A, None, b""), (A, Some(B), b"")]);
-        assert_eq!(reach.narrow(&batch).expect("narrows"), Narrowed::Whole);
+        assert_eq!(
+            reach.narrow(&batch, None).map(|n| n.0).expect("narrows"),
+            Narrowed::Whole
+        );
         reach.insert(2, Reach::Any, KIND).expect("usable");
         let other = transactions(&[(C, None, b"")]);
-        assert_eq!(reach.narrow(&other).expect("narrows"), Narrowed::Whole);
+        assert_eq!(
+            reach.narrow(&other, None).map(|n| n.0).expect("narrows"),
+            Narrowed::Whole
+        );
         // Re-subscribed with keys, 2 no longer needs every event.
         reach
             .insert(2, Reach::Keys(vec![Key::Sender(B)]), KIND)
             .expect("usable");
-        assert_eq!(reach.narrow(&other).expect("narrows"), Narrowed::Nothing);
+        assert_eq!(
+            reach.narrow(&other, None).map(|n| n.0).expect("narrows"),
+            Narrowed::Nothing
+        );
         // A 0.1 component is always asked about everything.
         let whole = ReachIndex::new(Source::PendingTransactions, Layout::Whole);
-        assert_eq!(whole.narrow(&[]).expect("no read"), Narrowed::Whole);
+        assert_eq!(
+            whole.narrow(&[], None).map(|n| n.0).expect("no read"),
+            Narrowed::Whole
+        );
     }
 
     /// Logs narrow by emitter and by topic at its position only.
@@ -418,7 +607,7 @@ mod tests {
         }
         let batch = w.finish();
         assert_eq!(
-            subset_indices(reach.narrow(&batch).expect("narrows")),
+            subset_indices(reach.narrow(&batch, None).map(|n| n.0).expect("narrows")),
             [0, 2]
         );
     }
@@ -445,7 +634,10 @@ mod tests {
         };
         // Subscribed again, 5 is served after 6.
         assert_eq!(served(&reach), [(0, 6), (1, 6), (0, 5), (1, 5)]);
-        assert_eq!(reach.narrow(&batch).expect("narrows"), Narrowed::Nothing);
+        assert_eq!(
+            reach.narrow(&batch, None).map(|n| n.0).expect("narrows"),
+            Narrowed::Nothing
+        );
         // What a component answered for them anyway is replaced.
         let mut answered = Matches::default();
         answered.push(1, 6);

@@ -176,7 +176,7 @@ fn same_behind_reach<F: Filter>(params: &[String], batch: &[u8]) -> Result<(), T
     }
     let every = match_batch(&filter, batch).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let narrowed = reach
-        .run(batch, |part| {
+        .run(batch, None, |part, _| {
             match_batch(&filter, part).map_err(anyhow::Error::msg)
         })
         .map_err(|e| TestCaseError::fail(format!("{e:#}")))?;

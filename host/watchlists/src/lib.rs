@@ -193,7 +193,7 @@ struct Request {
 struct Shared {
     /// Read by every filter actor once per batch it matches; written by
     /// the editor once per edit. Never held across an await.
-    index: RwLock<Index>,
+    index: Arc<RwLock<Index>>,
     /// Read by the calls that list and inspect; written by the editor.
     /// Never held across an await.
     registry: RwLock<Registry>,
@@ -241,10 +241,11 @@ impl Watchlists {
             });
         }
         let committed = watch::Sender::new(loaded.index.seq());
+        let index = Arc::new(RwLock::new(loaded.index));
         let shared = Arc::new(Shared {
-            views: Arc::default(),
+            views: Arc::new(Views::new(index.clone())),
             committed,
-            index: RwLock::new(loaded.index),
+            index,
             registry: RwLock::new(registry),
             store,
             journal_bytes: AtomicU64::new(loaded.journal_bytes),

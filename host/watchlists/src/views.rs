@@ -5,19 +5,30 @@
 //! before it is left ([`Views::oldest`]).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
-use super::index::Seq;
+use super::index::{Index, Seq};
 
-/// How many views of each edit are held.
-#[derive(Debug, Default)]
+/// How many views of each edit are held, and the index they look into.
+#[derive(Debug)]
 pub struct Views {
     /// Taken once per step a pipeline hands on and once per view dropped
     /// (never across an await).
     held: Mutex<BTreeMap<Seq, usize>>,
+    /// The service's index: read once per batch a view matches; written by
+    /// the editor (never across an await).
+    index: Arc<RwLock<Index>>,
 }
 
 impl Views {
+    /// The views into `index`.
+    pub fn new(index: Arc<RwLock<Index>>) -> Self {
+        Self {
+            held: Mutex::default(),
+            index,
+        }
+    }
+
     /// A view of the watchlists as of edit `edit`, held until dropped.
     pub fn view(self: &Arc<Self>, edit: Seq) -> View {
         *self.lock().entry(edit).or_default() += 1;
@@ -49,6 +60,15 @@ impl View {
     pub fn edit(&self) -> Seq {
         self.edit
     }
+
+    /// The index, to look a batch's addresses up in as of [`View::edit`]
+    /// (hold it for the batch, never across an await).
+    pub fn index(&self) -> RwLockReadGuard<'_, Index> {
+        self.views
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Drop for View {
@@ -69,7 +89,7 @@ mod tests {
 
     #[test]
     fn the_oldest_view_held_counts() {
-        let views = Arc::new(Views::default());
+        let views = Arc::new(Views::new(Arc::default()));
         assert_eq!(views.oldest(), None);
         let three = views.view(3);
         let five = views.view(5);

@@ -177,6 +177,7 @@ impl FilterHandle {
             failures_in_a_row: 0,
             disabled: None,
             metrics,
+            last_view: None,
         };
         thread::Builder::new()
             .name(format!("filter-{chain}-{}", handle.topic))

@@ -39,6 +39,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use crate::batch::EventBatch;
 use crate::engine::FilterComponent;
 use crate::instance::{Instance, Instantiate};
+use chainsieve_watchlists::views::View;
 pub use component::DISABLE_AFTER;
 pub use gate::Gate;
 use gate::Wakeup;
@@ -80,6 +81,9 @@ struct Actor {
     /// Set when the component kept failing; cleared by a swap.
     disabled: Option<String>,
     metrics: ActorMetrics,
+    /// The view of the watchlists of the last live batch: what replays
+    /// match as of (docs/src/watchlists.md, Where an edit applies).
+    last_view: Option<Arc<View>>,
 }
 
 impl Actor {
@@ -267,7 +271,11 @@ impl Actor {
         }
         let started = Instant::now();
         let layout = self.component.manifest.layout;
-        let matched = self.with_instance(|instance| instance.match_batch(&layout.of(batch)));
+        if let Some(view) = batch.view() {
+            self.last_view = Some(view.clone());
+        }
+        let view = batch.view().map(|view| &**view);
+        let matched = self.with_instance(|instance| instance.match_batch(&layout.of(batch), view));
         self.metrics
             .batch_seconds
             .observe(started.elapsed().as_secs_f64());

@@ -380,7 +380,10 @@ impl Actor {
             .instance
             .as_mut()
             .context("the replay instance was just built")?;
-        instance.match_batch(&self.component.manifest.layout.of(batch))
+        instance.match_batch(
+            &self.component.manifest.layout.of(batch),
+            self.last_view.as_deref(),
+        )
     }
 
     /// Delivers a matched step to each replay at it that has room, as far

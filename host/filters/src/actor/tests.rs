@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use chainsieve_filter_core::{Matches, Source};
+use chainsieve_watchlists::views::View;
 
 use super::*;
 use crate::contract::Delivery;
@@ -84,7 +85,7 @@ impl Instance for StandIn {
         Ok(())
     }
 
-    fn match_batch(&mut self, _: &[u8]) -> anyhow::Result<Matches> {
+    fn match_batch(&mut self, _: &[u8], _: Option<&View>) -> anyhow::Result<Matches> {
         let hold = self.script.script().hold.take();
         if let Some((began, go_on)) = hold {
             let _ = began.send(());
