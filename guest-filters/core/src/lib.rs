@@ -16,8 +16,12 @@
 //! - [`Emit`]: where rules send an event's subscriptions;
 //! - [`Reach`]: which events a subscription can match, so the host asks a
 //!   0.2 component about those alone;
-//! - [`Matches`]: what a component answers, in columnar form.
+//! - [`Matches`]: what a component answers, in columnar form;
+//! - [`component`]: what a 0.2-and-later component's filter is made of
+//!   (manifest, event views, where matches go), each SDK adding its
+//!   version's bindings.
 
+pub mod component;
 pub mod keys;
 pub mod layout;
 pub mod params;

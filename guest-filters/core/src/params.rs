@@ -176,6 +176,59 @@ pub fn optional_uint256(value: Option<&Value>, what: &str) -> Result<[u8; 32], P
     }
 }
 
+/// The addresses a filter field names: listed, or the watchlist the
+/// client named there (contract 0.3: the host hands the component
+/// `{"watchlist": <number>}` in place of the client's name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AddressSet {
+    Listed(Vec<[u8; 20]>),
+    Watchlist(u32),
+}
+
+impl AddressSet {
+    /// The listed addresses; none for a watchlist.
+    pub fn listed(&self) -> &[[u8; 20]] {
+        match self {
+            AddressSet::Listed(addresses) => addresses,
+            AddressSet::Watchlist(_) => &[],
+        }
+    }
+
+    /// The watchlist named, if one is.
+    pub fn watchlist(&self) -> Option<u32> {
+        match self {
+            AddressSet::Listed(_) => None,
+            AddressSet::Watchlist(number) => Some(*number),
+        }
+    }
+
+    /// Whether it names no address and no watchlist (no constraint).
+    pub fn is_empty(&self) -> bool {
+        matches!(self, AddressSet::Listed(addresses) if addresses.is_empty())
+    }
+}
+
+/// A field of addresses ([`hex_list`]) or a watchlist
+/// (`{"watchlist": <number>}`).
+pub fn address_set(value: Option<&Value>, what: &str) -> Result<AddressSet, ParamsError> {
+    match value {
+        Some(Value::Object(map)) => watchlist_number(map, what).map(AddressSet::Watchlist),
+        other => hex_list::<20>(other, what).map(AddressSet::Listed),
+    }
+}
+
+/// The number of `{"watchlist": <number>}`, the only shape a watchlist
+/// reaches a component in.
+fn watchlist_number(map: &Map<String, Value>, what: &str) -> Result<u32, ParamsError> {
+    match (map.len(), map.get("watchlist").and_then(Value::as_u64)) {
+        (1, Some(number)) => u32::try_from(number)
+            .map_err(|_| ParamsError::new(format!("{what}: watchlist {number} is out of range"))),
+        _ => Err(ParamsError::new(format!(
+            "{what} must be a hex string, an array of them, or {{\"watchlist\": name}}"
+        ))),
+    }
+}
+
 /// A list field that may also be given as a single string (as geth allows
 /// for `address`). Absent, `null` and `[]` all mean "no constraint" and
 /// return an empty list.

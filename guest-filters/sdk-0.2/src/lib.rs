@@ -60,6 +60,9 @@
 pub mod decode;
 pub mod transform;
 
+pub use chainsieve_filter_core::component::{
+    Event, LogView, Manifest, Out, TxView, Written, each_event,
+};
 pub use chainsieve_filter_core::projection::{
     ProjectedBatch, ProjectedWriter, log_fields, tx_fields,
 };
@@ -69,64 +72,6 @@ pub use chainsieve_filter_core::{
     layout, params, projection, serde_json,
 };
 pub use transform::{Transform, Transforms};
-
-use chainsieve_filter_core::projection::{ProjectedLog, ProjectedTx, source_of};
-
-/// A transaction of a batch carrying the fields `F` (bits of
-/// [`tx_fields`]); the 0.1 SDK's `TxView` methods.
-pub type TxView<'a, const F: u32> = ProjectedTx<'a, F>;
-
-/// A log of a batch carrying the fields `F` (bits of [`log_fields`]); the
-/// 0.1 SDK's `LogView` methods.
-pub type LogView<'a, const F: u32> = ProjectedLog<'a, F>;
-
-/// Describes a component to the host; the fields it reads come from its
-/// [`Filter::Event`] type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Manifest {
-    /// The `eth_subscribe` event type served.
-    pub topic: &'static str,
-    pub source: Source,
-    /// What a subscription gets unless `subscribe` says otherwise.
-    pub delivery: Delivery,
-}
-
-/// An event type a filter can consume: a view over one record of a
-/// layout-2 batch, and the fields it reads.
-pub trait Event<'a>: Sized {
-    /// A stream whose batches hold the records this view reads (any of
-    /// the same kind will do: pending and mined transactions).
-    const KIND: Source;
-    /// The fields read: what the manifest declares and batches carry.
-    const FIELDS: u32;
-    /// Reads every event of a batch of this kind, refusing one that
-    /// carries other fields.
-    fn all(bytes: &'a [u8]) -> Result<impl Iterator<Item = Self> + 'a, LayoutError>;
-}
-
-impl<'a, const F: u32> Event<'a> for TxView<'a, F> {
-    const KIND: Source = Source::MinedTransactions;
-    const FIELDS: u32 = F;
-    fn all(bytes: &'a [u8]) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
-        ProjectedBatch::<F>::parse(bytes)?.transactions()
-    }
-}
-
-impl<'a> Event<'a> for HeadView<'a> {
-    const KIND: Source = Source::Heads;
-    const FIELDS: u32 = 0;
-    fn all(bytes: &'a [u8]) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
-        ProjectedBatch::<0>::parse(bytes)?.heads()
-    }
-}
-
-impl<'a, const F: u32> Event<'a> for LogView<'a, F> {
-    const KIND: Source = Source::Logs;
-    const FIELDS: u32 = F;
-    fn all(bytes: &'a [u8]) -> Result<impl Iterator<Item = Self> + 'a, LayoutError> {
-        ProjectedBatch::<F>::parse(bytes)?.logs()
-    }
-}
 
 /// The matching logic of one topic. One value lives in each component
 /// instance and holds every subscription of that topic on one chain.
@@ -154,79 +99,13 @@ pub trait Filter: Default {
     fn matches(&self, event: &Self::Event<'_>, out: &mut Out<'_>);
 }
 
-/// A payload a filter wrote for the event at hand; send it to any number
-/// of subscriptions, it crosses to the host once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Written(u32);
-
-/// Where a filter sends one event's matches.
-#[derive(Debug)]
-pub struct Out<'m> {
-    matches: &'m mut Matches,
-    event: u32,
-    /// Reused for every payload written through [`Out::write_with`].
-    scratch: &'m mut String,
-}
-
-impl Out<'_> {
-    /// Sends the event to `id` with the subscription's payload kind.
-    pub fn send(&mut self, id: SubscriptionId) {
-        self.matches.push(self.event, id);
-    }
-
-    /// Keeps `json` (one JSON value) as a payload of this event.
-    pub fn write(&mut self, json: &str) -> Written {
-        Written(self.matches.write_payload(json.as_bytes()))
-    }
-
-    /// Keeps the payload `write` puts in the (emptied) buffer it is given.
-    pub fn write_with(&mut self, write: impl FnOnce(&mut String)) -> Written {
-        self.scratch.clear();
-        write(self.scratch);
-        Written(self.matches.write_payload(self.scratch.as_bytes()))
-    }
-
-    /// Sends the event to `id` with a payload written for it.
-    pub fn send_written(&mut self, id: SubscriptionId, payload: Written) {
-        self.matches.push_written(self.event, id, payload.0);
-    }
-}
-
-/// Rules (version-independent, `chainsieve-filter-core`) send through an
-/// `Out` directly; a list goes in one copy.
-impl Emit for Out<'_> {
-    #[inline(always)]
-    fn emit(&mut self, id: SubscriptionId) {
-        self.send(id);
-    }
-
-    fn emit_all(&mut self, ids: &[SubscriptionId]) {
-        self.matches.push_all(self.event, ids);
-    }
-}
-
 /// Runs `filter` over a layout-2 batch: the body of `match-batch`, and what
 /// native tests and benchmarks call to exercise exactly the component's
 /// path.
 pub fn match_batch<F: Filter>(filter: &F, bytes: &[u8]) -> Result<Matches, LayoutError> {
-    let source = source_of(bytes)?;
-    if source != F::MANIFEST.source {
-        return Err(LayoutError::WrongSource {
-            expected: F::MANIFEST.source,
-            found: source,
-        });
-    }
-    let mut matches = Matches::default();
-    let mut scratch = String::new();
-    for (index, event) in <F::Event<'_> as Event<'_>>::all(bytes)?.enumerate() {
-        let mut out = Out {
-            matches: &mut matches,
-            event: index as u32,
-            scratch: &mut scratch,
-        };
-        filter.matches(&event, &mut out);
-    }
-    Ok(matches)
+    each_event::<F::Event<'_>>(bytes, F::MANIFEST.source, |_, event, out| {
+        filter.matches(event, out)
+    })
 }
 
 #[doc(hidden)]

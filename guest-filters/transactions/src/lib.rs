@@ -8,6 +8,12 @@
 //! transaction passes the address test. A contract creation never matches
 //! `toAddress`. At most 1,000 addresses per subscription, any case.
 //!
+//! Under contract 0.3 either list may name a watchlist instead
+//! (`{"watchlist": <number>}`, as the host hands it on): the host tells
+//! the rules, with each transaction, which watchlists its sender and
+//! receiver are in ([`TransactionRules::matches_watched`]), so a watchlist
+//! of a million addresses costs a lookup like a list of one.
+//!
 //! Subscriptions are indexed by sender and by receiver, so matching a
 //! transaction costs two hash lookups whatever the number of subscriptions.
 //!
@@ -19,7 +25,7 @@
 
 use chainsieve_filter_core::params::{self, ParamsError};
 use chainsieve_filter_core::{
-    Emit, Key, KeyMap, KeySet, Reach, SubscriptionId, SubscriptionIndex, TxRead,
+    Emit, Key, KeyMap, KeySet, Reach, SubscriptionId, SubscriptionIndex, TxRead, WatchedField,
 };
 
 /// One subscription's constraints, kept to answer `unsubscribe` and to test
@@ -28,6 +34,9 @@ use chainsieve_filter_core::{
 struct Constraints {
     from: KeySet<[u8; 20]>,
     to: KeySet<[u8; 20]>,
+    /// The watchlists named in place of `fromAddress` and `toAddress`.
+    from_list: Option<u32>,
+    to_list: Option<u32>,
     /// Empty means any input.
     methods: Vec<[u8; 4]>,
 }
@@ -35,24 +44,27 @@ struct Constraints {
 impl Constraints {
     fn parse(params: &str, topic: &str) -> Result<Self, ParamsError> {
         let map = params::filter_object(params, topic, &["fromAddress", "toAddress", "methodIds"])?;
-        let from = params::hex_list::<20>(map.get("fromAddress"), "fromAddress")?;
-        let to = params::hex_list::<20>(map.get("toAddress"), "toAddress")?;
+        let from = params::address_set(map.get("fromAddress"), "fromAddress")?;
+        let to = params::address_set(map.get("toAddress"), "toAddress")?;
         let methods = params::hex_list::<4>(map.get("methodIds"), "methodIds")?;
-        if from.len() + to.len() > params::max_filter_values() {
-            return Err(params::too_many(
-                "fromAddress and toAddress",
-                from.len() + to.len(),
-            ));
+        let listed = from.listed().len() + to.listed().len();
+        if listed > params::max_filter_values() {
+            return Err(params::too_many("fromAddress and toAddress", listed));
         }
         Ok(Self {
-            from: from.into_iter().collect(),
-            to: to.into_iter().collect(),
+            from: from.listed().iter().copied().collect(),
+            to: to.listed().iter().copied().collect(),
+            from_list: from.watchlist(),
+            to_list: to.watchlist(),
             methods,
         })
     }
 
     fn any_address(&self) -> bool {
-        self.from.is_empty() && self.to.is_empty()
+        self.from.is_empty()
+            && self.to.is_empty()
+            && self.from_list.is_none()
+            && self.to_list.is_none()
     }
 
     fn method_ok<'a>(&self, tx: &impl TxRead<'a>) -> bool {
@@ -69,6 +81,9 @@ pub struct TransactionRules {
     /// Subscriptions with no address constraint: every transaction reaches
     /// their method test.
     any_address: Vec<SubscriptionId>,
+    /// Subscriptions by the watchlist they named for senders, receivers.
+    by_from_list: SubscriptionIndex<u32>,
+    by_to_list: SubscriptionIndex<u32>,
 }
 
 impl TransactionRules {
@@ -91,6 +106,12 @@ impl TransactionRules {
         for address in &constraints.to {
             self.by_to.insert(*address, id);
         }
+        if let Some(list) = constraints.from_list {
+            self.by_from_list.insert(list, id);
+        }
+        if let Some(list) = constraints.to_list {
+            self.by_to_list.insert(list, id);
+        }
         self.subscriptions.insert(id, constraints);
         Ok(())
     }
@@ -104,6 +125,12 @@ impl TransactionRules {
         }
         for address in &constraints.to {
             self.by_to.remove(address, id);
+        }
+        if let Some(list) = constraints.from_list {
+            self.by_from_list.remove(&list, id);
+        }
+        if let Some(list) = constraints.to_list {
+            self.by_to_list.remove(&list, id);
         }
         if constraints.any_address() {
             self.any_address.retain(|&other| other != id);
@@ -119,9 +146,14 @@ impl TransactionRules {
         };
         if !c.any_address() {
             let senders = c.from.iter().map(|a| Key::Sender(*a));
+            let lists = [
+                c.from_list.map(|l| Key::Watched(WatchedField::Sender, l)),
+                c.to_list.map(|l| Key::Watched(WatchedField::Receiver, l)),
+            ];
             return Reach::Keys(
                 senders
                     .chain(c.to.iter().map(|a| Key::Receiver(*a)))
+                    .chain(lists.into_iter().flatten())
                     .collect(),
             );
         }
@@ -144,6 +176,40 @@ impl TransactionRules {
             return;
         }
         self.emit_candidates(tx, by_from, by_to, emit);
+    }
+
+    /// Calls `emit` once for every subscription `tx` goes to, `watched`
+    /// saying which watchlists its sender and receiver are in (contract
+    /// 0.3: the host's memberships of this transaction).
+    pub fn matches_watched<'a>(
+        &self,
+        tx: &impl TxRead<'a>,
+        watched: &[(u32, WatchedField, u32)],
+        emit: &mut impl Emit,
+    ) {
+        if watched.is_empty() {
+            return self.matches(tx, emit);
+        }
+        let from = tx.from();
+        let mut candidates: Vec<SubscriptionId> = self.by_from.get(from).to_vec();
+        if let Some(to) = tx.to() {
+            candidates.extend_from_slice(self.by_to.get(to));
+        }
+        for &(_, field, list) in watched {
+            match field {
+                WatchedField::Sender => candidates.extend_from_slice(self.by_from_list.get(&list)),
+                WatchedField::Receiver => candidates.extend_from_slice(self.by_to_list.get(&list)),
+                WatchedField::Emitter | WatchedField::Topic(_) => {}
+            }
+        }
+        candidates.extend_from_slice(&self.any_address);
+        candidates.sort_unstable();
+        candidates.dedup();
+        for id in candidates {
+            if self.subscriptions.get(&id).is_some_and(|c| c.method_ok(tx)) {
+                emit.emit(id);
+            }
+        }
     }
 
     /// Tests the candidates the indexes found for `tx` against the method
@@ -239,6 +305,81 @@ mod tests {
             f.subscribe(*id, params).expect("valid params");
         }
         f
+    }
+
+    /// A watchlist in place of an address list: the transactions whose
+    /// sender (or receiver) the host says is in it match, each subscription
+    /// once however many ways it is reached; its reach names the watchlist.
+    #[test]
+    fn a_watchlist_matches_through_the_hosts_memberships() {
+        use chainsieve_filter_core::{Batch, Key, Reach, WatchedField};
+
+        let mut rules = crate::TransactionRules::default();
+        let params = format!(
+            r#"[{{"fromAddress":{{"watchlist":7}},"toAddress":["{}"]}}]"#,
+            hex(&B)
+        );
+        rules
+            .subscribe(1, &params, "bvMinedTransactions")
+            .expect("a watchlist");
+        rules
+            .subscribe(
+                2,
+                r#"[{"toAddress":{"watchlist":8},"methodIds":["0xa9059cbb"]}]"#,
+                "t",
+            )
+            .expect("a watchlist");
+        assert_eq!(
+            rules.reach(1),
+            Reach::Keys(vec![
+                Key::Receiver(B),
+                Key::Watched(WatchedField::Sender, 7)
+            ])
+        );
+        let mut w = BatchWriter::new(Source::MinedTransactions, 3);
+        w.push_tx(&TxFields::call(&A, Some(&C), &[]));
+        w.push_tx(&TxFields::call(&A, Some(&B), &TRANSFER));
+        w.push_tx(&TxFields::call(&C, Some(&A), &[]));
+        let bytes = w.finish();
+        let batch = Batch::parse(&bytes).expect("a batch");
+        let txs: Vec<_> = batch.transactions().expect("transactions").collect();
+        fn matched<'a>(
+            rules: &crate::TransactionRules,
+            tx: &impl chainsieve_filter_core::TxRead<'a>,
+            watched: &[(u32, WatchedField, u32)],
+        ) -> Vec<u64> {
+            let mut ids = Vec::new();
+            rules.matches_watched(tx, watched, &mut |id| ids.push(id));
+            ids
+        }
+        assert_eq!(
+            matched(&rules, &txs[0], &[(0, WatchedField::Sender, 7)]),
+            vec![1]
+        );
+        assert_eq!(
+            matched(&rules, &txs[0], &[]),
+            Vec::<u64>::new(),
+            "no membership, no match"
+        );
+        assert_eq!(
+            matched(
+                &rules,
+                &txs[1],
+                &[(1, WatchedField::Sender, 7), (1, WatchedField::Receiver, 8)]
+            ),
+            vec![1, 2],
+            "1 through its sender and its receiver, once; 2 through its receiver and method"
+        );
+        assert_eq!(
+            matched(&rules, &txs[2], &[(2, WatchedField::Receiver, 8)]),
+            Vec::<u64>::new(),
+            "2 wants a transfer"
+        );
+        rules.unsubscribe(1);
+        assert_eq!(
+            matched(&rules, &txs[0], &[(0, WatchedField::Sender, 7)]),
+            Vec::<u64>::new()
+        );
     }
 
     #[test]
