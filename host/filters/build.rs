@@ -15,7 +15,9 @@ use chainsieve_guest_build as guests;
 /// (package, file stem of the built component, embedded as a built-in).
 /// The built-ins are the contract 0.2 builds (their subscriptions' reach
 /// lets the host skip most of each batch; docs/src/benchmarks.md, The
-/// filter matrix); the examples are published only.
+/// filter matrix), and 0.3 for the transaction topics, whose
+/// subscriptions may name watchlists (the 0.2 builds of those are
+/// published for the benchmark); the examples are published only.
 const GUESTS: &[(&str, &str, bool)] = &[
     (
         "chainsieve-example-erc20-transfers",
@@ -30,11 +32,21 @@ const GUESTS: &[(&str, &str, bool)] = &[
     (
         "chainsieve-bv-pending-transactions-0-2",
         "chainsieve_bv_pending_transactions_0_2",
-        true,
+        false,
     ),
     (
         "chainsieve-bv-mined-transactions-0-2",
         "chainsieve_bv_mined_transactions_0_2",
+        false,
+    ),
+    (
+        "chainsieve-bv-pending-transactions-0-3",
+        "chainsieve_bv_pending_transactions_0_3",
+        true,
+    ),
+    (
+        "chainsieve-bv-mined-transactions-0-3",
+        "chainsieve_bv_mined_transactions_0_3",
         true,
     ),
     (

@@ -154,6 +154,7 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
                 history_streams: history_streams.clone(),
                 keys: keys.clone(),
                 subscriptions: subscriptions.clone(),
+                watchlists: watchlists.clone(),
             };
             Some(start_webhooks(config, opener, kept, &tasks, &chains_running).await?)
         }

@@ -143,3 +143,51 @@ pub fn each_event<'a, E: Event<'a>>(
     }
     Ok(matches)
 }
+
+/// The guest side's conversions of every contract version from 0.2 on,
+/// whose WIT types of the same names have the same shape: expanded in each
+/// SDK's private module, with its version's `wit` types in scope (the
+/// keys, which differ between versions, each SDK converts itself). Not part
+/// of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __projected_conversions {
+    () => {
+        pub fn manifest(m: Manifest, fields: u32) -> wit::Manifest {
+            // The WIT flags' bits are the projection's (bit i, the i-th flag).
+            let transactions =
+                wit::TransactionFields::from_bits_truncate(fields.try_into().unwrap_or(u16::MAX));
+            wit::Manifest {
+                topic: m.topic.to_string(),
+                source: match m.source {
+                    Source::PendingTransactions => wit::Source::PendingTransactions(transactions),
+                    Source::MinedTransactions => wit::Source::MinedTransactions(transactions),
+                    Source::Heads => wit::Source::Heads,
+                    Source::Logs => wit::Source::Logs(wit::LogFields::from_bits_truncate(
+                        fields.try_into().unwrap_or(u8::MAX),
+                    )),
+                },
+                payload: delivery(m.delivery),
+            }
+        }
+
+        pub fn delivery(d: Delivery) -> wit::Payload {
+            match d {
+                Delivery::Kind(Payload::Hash) => wit::Payload::Hash,
+                Delivery::Kind(Payload::Full) => wit::Payload::Full,
+                Delivery::Kind(Payload::FullBlockvision) => wit::Payload::FullBlockvision,
+                Delivery::Written => wit::Payload::Written,
+            }
+        }
+
+        pub fn matches(m: Matches) -> wit::Matches {
+            wit::Matches {
+                events: m.events,
+                subscriptions: m.subscriptions,
+                payloads: m.payloads,
+                payload_bytes: m.payload_bytes,
+                payload_ends: m.payload_ends,
+            }
+        }
+    };
+}

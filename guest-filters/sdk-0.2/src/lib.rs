@@ -125,23 +125,7 @@ pub mod __private {
     use super::bindings::chainsieve::filter::types as wit;
     use super::{Delivery, Key, Manifest, Matches, Payload, Reach, Source};
 
-    pub fn manifest(m: Manifest, fields: u32) -> wit::Manifest {
-        // The WIT flags' bits are the projection's (bit i, the i-th flag).
-        let transactions =
-            wit::TransactionFields::from_bits_truncate(fields.try_into().unwrap_or(u16::MAX));
-        wit::Manifest {
-            topic: m.topic.to_string(),
-            source: match m.source {
-                Source::PendingTransactions => wit::Source::PendingTransactions(transactions),
-                Source::MinedTransactions => wit::Source::MinedTransactions(transactions),
-                Source::Heads => wit::Source::Heads,
-                Source::Logs => wit::Source::Logs(wit::LogFields::from_bits_truncate(
-                    fields.try_into().unwrap_or(u8::MAX),
-                )),
-            },
-            payload: delivery(m.delivery),
-        }
-    }
+    chainsieve_filter_core::__projected_conversions!();
 
     pub fn subscription(delivery: Delivery, reach: Reach) -> wit::Subscription {
         wit::Subscription {
@@ -171,25 +155,6 @@ pub mod __private {
             Key::Topic(position, t) => wit::Key::Topic((*position, t.to_vec())),
             Key::Watched(..) => return None,
         })
-    }
-
-    pub fn delivery(d: Delivery) -> wit::Payload {
-        match d {
-            Delivery::Kind(Payload::Hash) => wit::Payload::Hash,
-            Delivery::Kind(Payload::Full) => wit::Payload::Full,
-            Delivery::Kind(Payload::FullBlockvision) => wit::Payload::FullBlockvision,
-            Delivery::Written => wit::Payload::Written,
-        }
-    }
-
-    pub fn matches(m: Matches) -> wit::Matches {
-        wit::Matches {
-            events: m.events,
-            subscriptions: m.subscriptions,
-            payloads: m.payloads,
-            payload_bytes: m.payload_bytes,
-            payload_ends: m.payload_ends,
-        }
     }
 }
 

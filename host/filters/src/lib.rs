@@ -26,6 +26,79 @@ pub mod registry;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 
+/// The conversions of every contract version from 0.2 on, whose WIT types
+/// of the same names have the same shape: expanded inside each version's
+/// bindings module (with its `wit` types in scope), beside the `key`
+/// conversion each writes itself, as keys differ between versions.
+macro_rules! projected_conversions {
+    () => {
+        pub(super) fn manifest(m: wit::Manifest) -> FilterManifest {
+            // A `flags` of at most 32 flags is one word, bit i the i-th
+            // flag: the bits `chainsieve_filter_core::projection` numbers
+            // fields with.
+            let (source, fields) = match m.source {
+                wit::Source::PendingTransactions(fields) => {
+                    (Source::PendingTransactions, fields.as_array()[0])
+                }
+                wit::Source::MinedTransactions(fields) => {
+                    (Source::MinedTransactions, fields.as_array()[0])
+                }
+                wit::Source::Heads => (Source::Heads, 0),
+                wit::Source::Logs(fields) => (Source::Logs, fields.as_array()[0]),
+            };
+            FilterManifest {
+                topic: m.topic,
+                source,
+                delivery: delivery(m.payload),
+                layout: Layout::Projected(fields & projection::all_fields(source)),
+            }
+        }
+
+        /// What a subscription receives and can match, as the component
+        /// answered it; a key of the wrong length is a bad answer.
+        pub(super) fn subscription(s: wit::Subscription) -> anyhow::Result<(Delivery, Reach)> {
+            let reach = match s.reach {
+                wit::Reach::Every => Reach::Every,
+                wit::Reach::Any => Reach::Any,
+                wit::Reach::Keyed(keys) => {
+                    Reach::Keys(keys.into_iter().map(key).collect::<Result<_, _>>()?)
+                }
+            };
+            Ok((delivery(s.payload), reach))
+        }
+
+        /// A key's bytes, of the length its field has.
+        fn sized<const N: usize>(what: &str, bytes: Vec<u8>) -> anyhow::Result<[u8; N]> {
+            match <[u8; N]>::try_from(bytes) {
+                Ok(value) => Ok(value),
+                Err(bytes) => anyhow::bail!(
+                    "the filter answered a {what} key of {} bytes ({N} expected)",
+                    bytes.len()
+                ),
+            }
+        }
+
+        pub(super) fn delivery(p: wit::Payload) -> Delivery {
+            match p {
+                wit::Payload::Hash => Delivery::Kind(Payload::Hash),
+                wit::Payload::Full => Delivery::Kind(Payload::Full),
+                wit::Payload::FullBlockvision => Delivery::Kind(Payload::FullBlockvision),
+                wit::Payload::Written => Delivery::Written,
+            }
+        }
+
+        pub(super) fn matches(m: wit::Matches) -> Matches {
+            Matches {
+                events: m.events,
+                subscriptions: m.subscriptions,
+                payloads: m.payloads,
+                payload_bytes: m.payload_bytes,
+                payload_ends: m.payload_ends,
+            }
+        }
+    };
+}
+
 // One bindings module per contract version; the rest of the host talks to
 // the version-independent types of `contract`.
 mod v0_1_0;

@@ -277,7 +277,7 @@ impl ReachIndex {
                 WatchedField::Emitter => fields.emitter(record).copied(),
                 WatchedField::Topic(i) => fields
                     .topic(record, usize::from(i))
-                    .and_then(|topic| padded_address(topic)),
+                    .and_then(padded_address),
             };
             let Some(address) = address else { continue };
             index.lists_of(&address, edit, |list| {

@@ -4,7 +4,6 @@
 //! address of a watchlist, and each batch comes with its events'
 //! memberships (docs/src/architecture.md, Filter contract v0.3).
 
-use anyhow::bail;
 use chainsieve_filter_core::{
     Key, Matches, Memberships, Payload, Reach, Source, WatchedField, projection,
 };
@@ -21,48 +20,9 @@ mod bindings {
 use bindings::chainsieve::filter::types as wit;
 pub(super) use bindings::{Filter, FilterPre};
 
-pub(super) fn manifest(m: wit::Manifest) -> FilterManifest {
-    // A `flags` of at most 32 flags is one word, bit i the i-th flag: the
-    // bits `chainsieve_filter_core::projection` numbers fields with.
-    let (source, fields) = match m.source {
-        wit::Source::PendingTransactions(fields) => {
-            (Source::PendingTransactions, fields.as_array()[0])
-        }
-        wit::Source::MinedTransactions(fields) => (Source::MinedTransactions, fields.as_array()[0]),
-        wit::Source::Heads => (Source::Heads, 0),
-        wit::Source::Logs(fields) => (Source::Logs, fields.as_array()[0]),
-    };
-    FilterManifest {
-        topic: m.topic,
-        source,
-        delivery: delivery(m.payload),
-        layout: Layout::Projected(fields & projection::all_fields(source)),
-    }
-}
-
-/// What a subscription receives and can match, as the component answered
-/// it; a key of the wrong length is a bad answer.
-pub(super) fn subscription(s: wit::Subscription) -> anyhow::Result<(Delivery, Reach)> {
-    let reach = match s.reach {
-        wit::Reach::Every => Reach::Every,
-        wit::Reach::Any => Reach::Any,
-        wit::Reach::Keyed(keys) => {
-            Reach::Keys(keys.into_iter().map(key).collect::<Result<_, _>>()?)
-        }
-    };
-    Ok((delivery(s.payload), reach))
-}
+projected_conversions!();
 
 fn key(k: wit::Key) -> anyhow::Result<Key> {
-    fn sized<const N: usize>(what: &str, bytes: Vec<u8>) -> anyhow::Result<[u8; N]> {
-        match <[u8; N]>::try_from(bytes) {
-            Ok(value) => Ok(value),
-            Err(bytes) => bail!(
-                "the filter answered a {what} key of {} bytes ({N} expected)",
-                bytes.len()
-            ),
-        }
-    }
     Ok(match k {
         wit::Key::Sender(a) => Key::Sender(sized("sender", a)?),
         wit::Key::Receiver(a) => Key::Receiver(sized("receiver", a)?),
@@ -71,25 +31,6 @@ fn key(k: wit::Key) -> anyhow::Result<Key> {
         wit::Key::Topic((position, t)) => Key::Topic(position, sized("topic", t)?),
         wit::Key::Watched((field, list)) => Key::Watched(watched_field(field), list),
     })
-}
-
-pub(super) fn delivery(p: wit::Payload) -> Delivery {
-    match p {
-        wit::Payload::Hash => Delivery::Kind(Payload::Hash),
-        wit::Payload::Full => Delivery::Kind(Payload::Full),
-        wit::Payload::FullBlockvision => Delivery::Kind(Payload::FullBlockvision),
-        wit::Payload::Written => Delivery::Written,
-    }
-}
-
-pub(super) fn matches(m: wit::Matches) -> Matches {
-    Matches {
-        events: m.events,
-        subscriptions: m.subscriptions,
-        payloads: m.payloads,
-        payload_bytes: m.payload_bytes,
-        payload_ends: m.payload_ends,
-    }
 }
 
 fn watched_field(field: wit::WatchedField) -> WatchedField {

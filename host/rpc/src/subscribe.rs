@@ -23,6 +23,7 @@ use chainsieve_filters::{FilterHandle, SubscribeError};
 use chainsieve_history::limits::Streams;
 use chainsieve_keys::plan::{Limit, Plan};
 use chainsieve_usage::Meter;
+use chainsieve_watchlists::Watchlists;
 
 pub(super) async fn subscribe(
     ctx: Context<'_>,
@@ -31,8 +32,14 @@ pub(super) async fn subscribe(
     call: &Call,
     batch: Option<&Gates>,
 ) -> Outcome {
-    let asked = require_positional(&call.params, "eth_subscribe")
-        .and_then(|()| Asked::read(ctx.chain, &call.params));
+    let asked = require_positional(&call.params, "eth_subscribe").and_then(|()| {
+        let owner = ctx.key.owner.to_string();
+        Asked::read(
+            ctx.chain,
+            &call.params,
+            (ctx.watchlists.map(|w| &**w), &owner),
+        )
+    });
     let asked = match asked {
         Ok(asked) => asked,
         Err(error) => return Outcome::Reply(Err(error)),
@@ -102,11 +109,19 @@ pub(super) struct Asked {
 
 impl Asked {
     /// `params` (an array: the topic, its parameters, an options object)
-    /// on `chain`.
-    pub(super) fn read(chain: &Chain, params: &Value) -> Result<Self, RpcError> {
+    /// on `chain`, for the key `owner` (its secret's digest), whose
+    /// watchlists its parameters may name.
+    pub(super) fn read(
+        chain: &Chain,
+        params: &Value,
+        watchlists: Watchlisted<'_>,
+    ) -> Result<Self, RpcError> {
         let (topic, mut params) = topic_and_params(params)?;
         let filter = topic_filter(chain, &topic)?;
         let options = resume::take_options(&mut params, filter.source)?;
+        for param in &mut params {
+            resolve_watchlists(param, &watchlists, &filter)?;
+        }
         Ok(Self {
             filter,
             params,
@@ -241,6 +256,68 @@ pub(super) async fn open(
         history,
     };
     filter.subscribe(request).await.map_err(refused)
+}
+
+/// The watchlists a subscription's parameters may name, and whose (the
+/// digest of the key's secret); `None` where the role keeps none.
+pub(super) type Watchlisted<'a> = (Option<&'a Watchlists>, &'a str);
+
+/// Replaces every `{"watchlist": "<name>"}` in `value` by the number the
+/// component knows it by, `{"watchlist": <number>}` (docs/src/watchlists.md,
+/// Naming a watchlist in a filter): the name checked against the caller's
+/// key, the topic's component checked to take watchlists (contract 0.3).
+fn resolve_watchlists(
+    value: &mut Value,
+    (lists, owner): &Watchlisted<'_>,
+    filter: &FilterHandle,
+) -> Result<(), RpcError> {
+    match value {
+        Value::Array(items) => items
+            .iter_mut()
+            .try_for_each(|item| resolve_watchlists(item, &(*lists, owner), filter)),
+        Value::Object(map) if map.contains_key("watchlist") => {
+            let name = match (map.len(), map.get("watchlist")) {
+                (1, Some(Value::String(name))) => name.clone(),
+                _ => {
+                    return Err(RpcError::invalid_params(format!(
+                        "a watchlist is named {{\"watchlist\": \"<name>\"}}, got {value}"
+                    )));
+                }
+            };
+            let version = filter.status().version;
+            if !takes_watchlists(&version) {
+                return Err(RpcError::invalid_params(format!(
+                    "the {} filter (chainsieve:filter@{version}) takes no watchlists",
+                    filter.topic
+                )));
+            }
+            let Some(lists) = lists else {
+                return Err(RpcError::invalid_params(
+                    "watchlists are served by a server of role all",
+                ));
+            };
+            let handle = lists.handle_of(owner, &name).map_err(|_| {
+                RpcError::invalid_params(format!(
+                    "unknown watchlist \"{name}\": this API key has no watchlist of that name"
+                ))
+            })?;
+            *value = serde_json::json!({ "watchlist": handle });
+            Ok(())
+        }
+        Value::Object(map) => map
+            .values_mut()
+            .try_for_each(|item| resolve_watchlists(item, &(*lists, owner), filter)),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a component of contract `version` takes watchlists (0.3 on).
+fn takes_watchlists(version: &str) -> bool {
+    let mut parts = version
+        .split('.')
+        .map(|part| part.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (0, 3)
 }
 
 /// `eth_subscribe`'s params (an array) as the topic and the rest.

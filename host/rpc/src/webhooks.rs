@@ -26,6 +26,7 @@ use chainsieve_history::limits::Streams;
 use chainsieve_keys::Keys;
 use chainsieve_keys::plan::{Limit, Plan};
 use chainsieve_usage::Meter;
+use chainsieve_watchlists::Watchlists;
 use chainsieve_webhook::{
     Batching, Create, Definition, FeedRefused, Feeds, Most, Opened, WebhookError,
 };
@@ -256,6 +257,8 @@ pub struct Opener {
     pub keys: Arc<Keys>,
     /// Where subscription keys come from (unique in the process).
     pub subscriptions: Arc<Subscriptions>,
+    /// The watchlists a webhook's parameters may name (its owner's).
+    pub watchlists: Option<Arc<Watchlists>>,
 }
 
 impl Opener {
@@ -268,7 +271,8 @@ impl Opener {
         let chain = self.chains.get(&definition.chain).ok_or_else(|| {
             RpcError::invalid_params(format!("chain {} is not served here", definition.chain))
         })?;
-        let mut asked = Asked::read(chain, &Value::Array(definition.subscribe.clone()))?;
+        let lists = (self.watchlists.as_deref(), definition.owner.as_str());
+        let mut asked = Asked::read(chain, &Value::Array(definition.subscribe.clone()), lists)?;
         if let Some(cursor) = cursor {
             asked.resume_after(cursor)?;
         }

@@ -332,3 +332,189 @@ async fn a_plans_limit_is_named() {
     assert_eq!(listed["result"], json!([]), "nothing made: {listed}");
     server.stop().await;
 }
+
+/// The position of a cursor (`<chain>:<position>@…`).
+fn position_of(cursor: &str) -> u64 {
+    let rest = cursor.split_once(':').expect("a chain").1;
+    rest.split('@')
+        .next()
+        .expect("a position")
+        .parse()
+        .expect("a number")
+}
+
+/// Reads the next notification into `seen`: (subscription, params).
+async fn next_into(ws: &mut WsClient, seen: &mut Vec<(String, Value)>) {
+    let params = ws.next_notification_params().await.expect("a notification");
+    let id = params["subscription"].as_str().expect("an id").to_string();
+    seen.push((id, params));
+}
+
+/// The position of `subscription`'s last notification in `seen` (0: none).
+fn latest(seen: &[(String, Value)], subscription: &str) -> u64 {
+    seen.iter()
+        .filter(|(id, _)| id == subscription)
+        .map(|(_, p)| position_of(p["cursor"].as_str().expect("a cursor")))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Mines blocks until `control` has had a transaction at `position` or
+/// after, reading every notification on the way (each block holds some).
+async fn mine_past(
+    server: &TestServer,
+    ws: &mut WsClient,
+    seen: &mut Vec<(String, Value)>,
+    control: &str,
+    position: u64,
+) {
+    while latest(seen, control) < position {
+        let before = latest(seen, control);
+        server.mine("eth", "demo").await;
+        while latest(seen, control) == before {
+            next_into(ws, seen).await;
+        }
+    }
+}
+
+/// A subscription naming a watchlist gets, of every transaction, those
+/// whose sender is in the watchlist as it stood at the transaction's place
+/// in the chain: edits made while it runs apply from the cursor each
+/// answers, never before, and none restarts it. Checked against a control
+/// subscription to every transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_naming_a_watchlist_matches_the_set_at_each_events_place() {
+    let server = TestServer::started(Config {
+        devnet: chainsieve_tests::stepped_devnet(),
+        ..Config::default()
+    })
+    .await;
+    let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("ws");
+    let control = ws
+        .subscribe(json!(["bvMinedTransactions", {}]))
+        .await
+        .expect("control");
+    let mut seen: Vec<(String, Value)> = Vec::new();
+    for _ in 0..5 {
+        server.mine("eth", "demo").await;
+    }
+    let mut senders: Vec<String> = Vec::new();
+    let collected = ws.collect_until(&control, 30).await.expect("transactions");
+    for (_, tx) in &collected {
+        let from = tx["from"].as_str().expect("from").to_lowercase();
+        if !senders.contains(&from) {
+            senders.push(from);
+        }
+    }
+    assert!(senders.len() >= 4, "{senders:?}");
+    let (first, second) = senders.split_at(senders.len() / 2);
+    let edit = |method: &str, addresses: &[String]| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": ["senders", addresses]})
+            .to_string()
+    };
+    let point = |answer: &Value| -> u64 {
+        position_of(
+            answer["result"]["appliesAfter"]["eth"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a point: {answer}")),
+        )
+    };
+    let made = server
+        .post("eth", "demo", &edit("watchlist_create", first))
+        .await
+        .1;
+    let mut edits = vec![(point(&made), first.to_vec())];
+    let watched = ws
+        .subscribe(json!(["bvMinedTransactions", {"fromAddress": {"watchlist": "senders"}}]))
+        .await
+        .expect("a watchlist in the filter");
+    // Refused: a name the key has none of, a number in place of a name
+    // (no key reaches another's by guessing), and a topic whose filter is
+    // of a contract before watchlists.
+    for (params, says) in [
+        (
+            json!(["bvMinedTransactions", {"toAddress": {"watchlist": "nobody"}}]),
+            "unknown watchlist \"nobody\"",
+        ),
+        (
+            json!(["bvMinedTransactions", {"toAddress": {"watchlist": 1}}]),
+            "a watchlist is named",
+        ),
+        (
+            json!(["logs", {"address": {"watchlist": "senders"}}]),
+            "the logs filter (chainsieve:filter@0.2.0) takes no watchlists",
+        ),
+    ] {
+        let refused = ws.call("eth_subscribe", params).await.expect("an answer");
+        error(&refused, -32602, says);
+    }
+    let start = edits[0].0;
+    mine_past(&server, &mut ws, &mut seen, &control, start + 3).await;
+    let added = server
+        .post("eth", "demo", &edit("watchlist_add", second))
+        .await
+        .1;
+    edits.push((point(&added), senders.clone()));
+    mine_past(&server, &mut ws, &mut seen, &control, edits[1].0 + 3).await;
+    let removed = server
+        .post("eth", "demo", &edit("watchlist_remove", first))
+        .await
+        .1;
+    edits.push((point(&removed), second.to_vec()));
+    mine_past(&server, &mut ws, &mut seen, &control, edits[2].0 + 3).await;
+    // Everyone, then one block more: every notification before it is in.
+    let everyone = server
+        .post("eth", "demo", &edit("watchlist_add", first))
+        .await
+        .1;
+    let end = point(&everyone);
+    mine_past(&server, &mut ws, &mut seen, &control, end + 1).await;
+    while latest(&seen, &watched) <= end {
+        next_into(&mut ws, &mut seen).await;
+    }
+    let of = |sub: &str| -> Vec<(u64, String, String)> {
+        seen.iter()
+            .filter(|(id, _)| id == sub)
+            .map(|(_, p)| {
+                let cursor = p["cursor"].as_str().expect("cursor");
+                (
+                    position_of(cursor),
+                    cursor.to_string(),
+                    p["result"]["from"].as_str().expect("from").to_lowercase(),
+                )
+            })
+            .filter(|(position, ..)| *position > start && *position < end)
+            .collect()
+    };
+    let set_at = |position: u64| {
+        edits
+            .iter()
+            .rev()
+            .find(|(after, _)| *after < position)
+            .map(|(_, set)| set.clone())
+            .unwrap_or_default()
+    };
+    let expected: Vec<(u64, String, String)> = of(&control)
+        .into_iter()
+        .filter(|(position, _, from)| set_at(*position).contains(from))
+        .collect();
+    let got = of(&watched);
+    assert!(expected.len() > 10, "{expected:?}");
+    assert_eq!(
+        got, expected,
+        "the set in force at each transaction's place"
+    );
+    // Each edit changed what came: some of the second half came only after
+    // its add, and the first half stopped after its removal.
+    assert!(
+        got.iter()
+            .any(|(p, _, from)| *p > edits[1].0 && second.contains(from))
+    );
+    assert!(
+        !got.iter()
+            .any(|(p, _, from)| *p > edits[2].0 && *p < end && first.contains(from))
+    );
+    server.stop().await;
+}
