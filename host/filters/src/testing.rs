@@ -49,5 +49,6 @@ pub fn to_everything(key: u64, sink: Sink) -> Subscribe {
         resume: None,
         finality: None,
         history: None,
+        view: None,
     }
 }

@@ -24,6 +24,7 @@ use chainsieve_history::limits::Streams;
 use chainsieve_keys::plan::{Limit, Plan};
 use chainsieve_usage::Meter;
 use chainsieve_watchlists::Watchlists;
+use chainsieve_watchlists::views::View;
 
 pub(super) async fn subscribe(
     ctx: Context<'_>,
@@ -105,6 +106,9 @@ pub(super) struct Asked {
     /// The topic's parameters, its options object taken off.
     params: Vec<Value>,
     options: resume::Options,
+    /// The watchlists as of now, when the parameters name one: what a
+    /// replay matches as of until live batches bring newer views.
+    view: Option<Arc<View>>,
 }
 
 impl Asked {
@@ -119,13 +123,19 @@ impl Asked {
         let (topic, mut params) = topic_and_params(params)?;
         let filter = topic_filter(chain, &topic)?;
         let options = resume::take_options(&mut params, filter.source)?;
+        let mut named = false;
         for param in &mut params {
-            resolve_watchlists(param, &watchlists, &filter)?;
+            named |= resolve_watchlists(param, &watchlists, &filter)?;
         }
+        let view = match watchlists.0 {
+            Some(lists) if named => Some(Arc::new(lists.view(lists.index().seq()))),
+            _ => None,
+        };
         Ok(Self {
             filter,
             params,
             options,
+            view,
         })
     }
 
@@ -234,6 +244,7 @@ pub(super) async fn open(
         filter,
         params,
         options,
+        view,
     } = asked;
     let history = history::feed(
         chain,
@@ -254,6 +265,7 @@ pub(super) async fn open(
         resume: options.from,
         finality: options.finality,
         history,
+        view,
     };
     filter.subscribe(request).await.map_err(refused)
 }
@@ -266,15 +278,20 @@ pub(super) type Watchlisted<'a> = (Option<&'a Watchlists>, &'a str);
 /// component knows it by, `{"watchlist": <number>}` (docs/src/watchlists.md,
 /// Naming a watchlist in a filter): the name checked against the caller's
 /// key, the topic's component checked to take watchlists (contract 0.3).
+/// Answers whether it named one.
 fn resolve_watchlists(
     value: &mut Value,
     (lists, owner): &Watchlisted<'_>,
     filter: &FilterHandle,
-) -> Result<(), RpcError> {
+) -> Result<bool, RpcError> {
+    let mut named = false;
     match value {
-        Value::Array(items) => items
-            .iter_mut()
-            .try_for_each(|item| resolve_watchlists(item, &(*lists, owner), filter)),
+        Value::Array(items) => {
+            for item in items {
+                named |= resolve_watchlists(item, &(*lists, owner), filter)?;
+            }
+            Ok(named)
+        }
         Value::Object(map) if map.contains_key("watchlist") => {
             let name = match (map.len(), map.get("watchlist")) {
                 (1, Some(Value::String(name))) => name.clone(),
@@ -302,12 +319,15 @@ fn resolve_watchlists(
                 ))
             })?;
             *value = serde_json::json!({ "watchlist": handle });
-            Ok(())
+            Ok(true)
         }
-        Value::Object(map) => map
-            .values_mut()
-            .try_for_each(|item| resolve_watchlists(item, &(*lists, owner), filter)),
-        _ => Ok(()),
+        Value::Object(map) => {
+            for item in map.values_mut() {
+                named |= resolve_watchlists(item, &(*lists, owner), filter)?;
+            }
+            Ok(named)
+        }
+        _ => Ok(false),
     }
 }
 

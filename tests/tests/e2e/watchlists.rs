@@ -516,5 +516,34 @@ async fn a_subscription_naming_a_watchlist_matches_the_set_at_each_events_place(
         !got.iter()
             .any(|(p, _, from)| *p > edits[2].0 && *p < end && first.contains(from))
     );
+    // A replay matches as of the set when it is read: resumed from the
+    // watched subscription's first notification, it gets the transactions
+    // after it of every sender the set holds now (all those found at the
+    // start), whatever the set held at their place.
+    let (_, from_cursor, _) = got[0].clone();
+    let mut again = WsClient::connect(&server.ws_url("eth", "demo"))
+        .await
+        .expect("ws");
+    let resumed = again
+        .subscribe(json!(["bvMinedTransactions", {"fromAddress": {"watchlist": "senders"}}, {"resumeFrom": from_cursor}]))
+        .await
+        .expect("resumed");
+    let mut replayed = Vec::new();
+    while latest(&replayed, &resumed) < end {
+        next_into(&mut again, &mut replayed).await;
+    }
+    let replayed: Vec<String> = replayed
+        .iter()
+        .map(|(_, p)| p["cursor"].as_str().expect("cursor").to_string())
+        .filter(|cursor| position_of(cursor) < end)
+        .collect();
+    let everything_after: Vec<String> = of(&control)
+        .into_iter()
+        .skip_while(|(_, cursor, _)| *cursor != from_cursor)
+        .skip(1)
+        .filter(|(_, _, from)| senders.contains(from))
+        .map(|(_, cursor, _)| cursor)
+        .collect();
+    assert_eq!(replayed, everything_after);
     server.stop().await;
 }

@@ -17,6 +17,8 @@ use chainsieve_model::Grade;
 use chainsieve_runtime::metrics::ActorMetrics;
 use tokio::sync::{mpsc, oneshot};
 
+use chainsieve_watchlists::views::View;
+
 use super::gate::{Gate, Wakeup};
 use super::{Actor, replay};
 use crate::batch::EventBatch;
@@ -67,6 +69,10 @@ pub struct Subscribe {
     /// Blocks older than the log, read from the nodes, before the log
     /// (docs/src/api.md, History from the nodes); `resume` is then unused.
     pub history: Option<HistoryFeed>,
+    /// The watchlists as the subscription found them, when its parameters
+    /// name one: what its replay matches as of until a live batch brings a
+    /// newer view (docs/src/watchlists.md, Where an edit applies).
+    pub view: Option<Arc<View>>,
 }
 
 /// How a new subscription's first notification is ordered after the

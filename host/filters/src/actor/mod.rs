@@ -81,8 +81,9 @@ struct Actor {
     /// Set when the component kept failing; cleared by a swap.
     disabled: Option<String>,
     metrics: ActorMetrics,
-    /// The view of the watchlists of the last live batch: what replays
-    /// match as of (docs/src/watchlists.md, Where an edit applies).
+    /// The newest view of the watchlists seen, from a live batch or a new
+    /// subscription: what replays match as of (docs/src/watchlists.md,
+    /// Where an edit applies).
     last_view: Option<Arc<View>>,
 }
 
@@ -184,7 +185,11 @@ impl Actor {
             resume,
             finality,
             history,
+            view,
         } = request;
+        if let Some(view) = view {
+            self.see_view(view);
+        }
         if let Some(reason) = &self.disabled {
             return Err(SubscribeError::Unavailable(format!(
                 "the {} filter is disabled: {reason}",
@@ -260,6 +265,17 @@ impl Actor {
         }
     }
 
+    /// Keeps `view` for the replays if it is as new as the one kept.
+    fn see_view(&mut self, view: Arc<View>) {
+        if self
+            .last_view
+            .as_ref()
+            .is_none_or(|kept| kept.edit() <= view.edit())
+        {
+            self.last_view = Some(view);
+        }
+    }
+
     fn count_subscribers(&self) {
         self.subscribers
             .store(self.subscriptions.len(), Ordering::Relaxed);
@@ -272,7 +288,7 @@ impl Actor {
         let started = Instant::now();
         let layout = self.component.manifest.layout;
         if let Some(view) = batch.view() {
-            self.last_view = Some(view.clone());
+            self.see_view(view.clone());
         }
         let view = batch.view().map(|view| &**view);
         let matched = self.with_instance(|instance| instance.match_batch(&layout.of(batch), view));

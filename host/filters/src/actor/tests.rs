@@ -243,6 +243,7 @@ impl Harness {
                 resume,
                 finality,
                 history: None,
+                view: None,
             })
             .await?;
         Ok((frames, sink))
