@@ -1,5 +1,5 @@
 //! Compiles the built-in filter components and the examples
-//! (`guest-filters/*-0.2`, `examples/`) for `wasm32-wasip2`
+//! (`guest-filters/*-0.2`, `*-0.3`, `examples/`) for `wasm32-wasip2`
 //! (`chainsieve-guest-build`), so the host embeds the built-ins and
 //! `cargo build` is all a user types. Both are also copied to
 //! `target/filters/`, where an operator can pick them up as a starting
@@ -15,7 +15,7 @@ use chainsieve_guest_build as guests;
 /// (package, file stem of the built component, embedded as a built-in).
 /// The built-ins are the contract 0.2 builds (their subscriptions' reach
 /// lets the host skip most of each batch; docs/src/benchmarks.md, The
-/// filter matrix), and 0.3 for the transaction topics, whose
+/// filter matrix), and 0.3 for the transaction topics and `logs`, whose
 /// subscriptions may name watchlists (the 0.2 builds of those are
 /// published for the benchmark); the examples are published only.
 const GUESTS: &[(&str, &str, bool)] = &[
@@ -52,6 +52,11 @@ const GUESTS: &[(&str, &str, bool)] = &[
     (
         "chainsieve-logs-filter-0-2",
         "chainsieve_logs_filter_0_2",
+        false,
+    ),
+    (
+        "chainsieve-logs-filter-0-3",
+        "chainsieve_logs_filter_0_3",
         true,
     ),
     (

@@ -212,16 +212,17 @@ impl AddressSet {
 /// (`{"watchlist": <number>}`).
 pub fn address_set(value: Option<&Value>, what: &str) -> Result<AddressSet, ParamsError> {
     match value {
-        Some(Value::Object(map)) => watchlist_number(map, what).map(AddressSet::Watchlist),
+        Some(object @ Value::Object(_)) => watchlist(object, what).map(AddressSet::Watchlist),
         other => hex_list::<20>(other, what).map(AddressSet::Listed),
     }
 }
 
 /// The number of `{"watchlist": <number>}`, the only shape a watchlist
 /// reaches a component in.
-fn watchlist_number(map: &Map<String, Value>, what: &str) -> Result<u32, ParamsError> {
-    match (map.len(), map.get("watchlist").and_then(Value::as_u64)) {
-        (1, Some(number)) => u32::try_from(number)
+pub fn watchlist(value: &Value, what: &str) -> Result<u32, ParamsError> {
+    let number = value.get("watchlist").and_then(Value::as_u64);
+    match (value.as_object().map(Map::len), number) {
+        (Some(1), Some(number)) => u32::try_from(number)
             .map_err(|_| ParamsError::new(format!("{what}: watchlist {number} is out of range"))),
         _ => Err(ParamsError::new(format!(
             "{what} must be a hex string, an array of them, or {{\"watchlist\": name}}"

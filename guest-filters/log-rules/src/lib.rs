@@ -5,9 +5,19 @@
 //!   at a position matches anything there;
 //! - a filter with more topic positions than the log has topics does not match.
 //!
-//! Subscriptions are indexed by address, else by their first topic position,
-//! else kept as wildcards, so matching a log costs a couple of hash lookups
-//! plus the subscriptions that actually share its address or first topic.
+//! Under contract 0.3 `address`, and any topic position, may name a
+//! watchlist instead (`{"watchlist": <number>}`, as the host hands it on):
+//! at `address` it matches the logs its addresses emit, at a topic
+//! position the logs whose topic there is one of its addresses padded to
+//! 32 bytes ("ERC-20 transfers to my users" is
+//! `topics: [Transfer, null, {watchlist}]`). The host tells the rules, with
+//! each log, which watchlists those fields are in
+//! ([`LogRules::matches_watched`]; docs/src/watchlists.md).
+//!
+//! Subscriptions are indexed by the first watchlist they name, else by
+//! address, else by their first topic position, else kept as wildcards, so
+//! matching a log costs a couple of hash lookups plus the subscriptions
+//! that actually share its address, first topic or watchlists.
 //!
 //! The rules depend on `chainsieve-filter-core` only and read logs through
 //! [`LogRead`], so they serve components of every contract version: each
@@ -17,31 +27,73 @@
 use chainsieve_filter_core::params::{self, ParamsError};
 use chainsieve_filter_core::serde_json::Value;
 use chainsieve_filter_core::{
-    Emit, Key, KeyMap, KeySet, LogRead, Reach, SubscriptionId, SubscriptionIndex,
+    Emit, Key, KeyMap, KeySet, LogRead, Reach, SubscriptionId, SubscriptionIndex, WatchedField,
 };
 
 /// Topic positions a log can have.
 const MAX_TOPIC_POSITIONS: usize = 4;
 
+/// Which watchlists one log's fields are in: (event, field, watchlist)
+/// entries, as the host's memberships give them.
+type Watched<'w> = &'w [(u32, WatchedField, u32)];
+
 /// One filter's criteria: a `logs` subscription's, or an `eth_getLogs`
 /// call's address and topics.
 #[derive(Debug)]
 pub struct LogFilter {
-    /// Empty means any address.
+    /// Empty (and no `address_list`) means any address.
     addresses: KeySet<[u8; 20]>,
-    /// One entry per position; `None` matches any topic there.
-    topics: Vec<Option<KeySet<[u8; 32]>>>,
+    /// The watchlist named in place of `address`.
+    address_list: Option<u32>,
+    /// One entry per position.
+    topics: Vec<Position>,
+}
+
+/// What one topic position asks for.
+#[derive(Debug)]
+enum Position {
+    /// Any topic (`null`, `[]`, or an array holding `null`).
+    Any,
+    /// One of these topics.
+    Topics(KeySet<[u8; 32]>),
+    /// An address of this watchlist, padded to 32 bytes.
+    Watchlist(u32),
+}
+
+/// Where a subscription is filed in [`LogRules`]: every log it matches is
+/// found through there.
+enum Anchor<'a> {
+    /// The first watchlist it names (every log it matches is in it).
+    Watchlist(WatchedField, u32),
+    Addresses(&'a KeySet<[u8; 20]>),
+    Topic0(&'a KeySet<[u8; 32]>),
+    Wildcard,
 }
 
 impl LogFilter {
     fn parse(params: &str, topic: &str) -> Result<Self, ParamsError> {
         let map = params::filter_object(params, topic, &["address", "topics"])?;
-        Self::new(map.get("address"), map.get("topics"))
+        Self::read(map.get("address"), map.get("topics"))
     }
 
-    /// The filter of a filter object's `address` and `topics` members.
+    /// The filter of a call's (`eth_getLogs`) `address` and `topics`
+    /// members: only a subscription names watchlists.
     pub fn new(address: Option<&Value>, topics: Option<&Value>) -> Result<Self, ParamsError> {
-        let addresses = params::hex_list::<20>(address, "address")?;
+        let names_one = |value: &Value| value.get("watchlist").is_some();
+        if address.is_some_and(names_one)
+            || topics
+                .and_then(Value::as_array)
+                .is_some_and(|positions| positions.iter().any(names_one))
+        {
+            return Err(ParamsError::new(
+                "a watchlist is named in a subscription's filter (eth_subscribe \"logs\", a webhook), not in a call's",
+            ));
+        }
+        Self::read(address, topics)
+    }
+
+    fn read(address: Option<&Value>, topics: Option<&Value>) -> Result<Self, ParamsError> {
+        let address = params::address_set(address, "address")?;
         let topics = match topics {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(positions)) => {
@@ -65,19 +117,49 @@ impl LogFilter {
             }
         };
         Ok(Self {
-            addresses: addresses.into_iter().collect(),
+            addresses: address.listed().iter().copied().collect(),
+            address_list: address.watchlist(),
             topics,
         })
+    }
+
+    /// The watchlists named, each with the field it is named on.
+    fn watchlists(&self) -> impl Iterator<Item = (WatchedField, u32)> + '_ {
+        let at_address = self.address_list.map(|list| (WatchedField::Emitter, list));
+        let at_topics = self.topics.iter().enumerate().filter_map(|(i, p)| match p {
+            Position::Watchlist(list) => Some((WatchedField::Topic(i as u8), *list)),
+            _ => None,
+        });
+        at_address.into_iter().chain(at_topics)
+    }
+
+    fn anchor(&self) -> Anchor<'_> {
+        if let Some((field, list)) = self.watchlists().next() {
+            return Anchor::Watchlist(field, list);
+        }
+        match self.topics.first() {
+            _ if !self.addresses.is_empty() => Anchor::Addresses(&self.addresses),
+            Some(Position::Topics(topic0)) => Anchor::Topic0(topic0),
+            _ => Anchor::Wildcard,
+        }
     }
 
     /// Whether `log` matches: one of the addresses (if any), and the
     /// topics position by position.
     pub fn matches<'a>(&self, log: &impl LogRead<'a>) -> bool {
-        (self.addresses.is_empty() || self.addresses.contains(log.address()))
-            && self.topics_match(log)
+        self.matches_watched(log, &[])
     }
 
-    fn topics_match<'a>(&self, log: &impl LogRead<'a>) -> bool {
+    /// Whether `log`, whose fields are in the watchlists `watched`, matches.
+    fn matches_watched<'a>(&self, log: &impl LogRead<'a>, watched: Watched<'_>) -> bool {
+        let address = match self.address_list {
+            Some(list) => is_in(watched, WatchedField::Emitter, list),
+            None => self.addresses.is_empty() || self.addresses.contains(log.address()),
+        };
+        address && self.topics_match(log, watched)
+    }
+
+    fn topics_match<'a>(&self, log: &impl LogRead<'a>, watched: Watched<'_>) -> bool {
         if self.topics.len() > log.topic_count() {
             return false;
         }
@@ -85,19 +167,26 @@ impl LogFilter {
             .iter()
             .enumerate()
             .all(|(i, wanted)| match wanted {
-                None => true,
-                Some(set) => log.topic(i).is_some_and(|t| set.contains(t)),
+                Position::Any => true,
+                Position::Topics(set) => log.topic(i).is_some_and(|t| set.contains(t)),
+                Position::Watchlist(list) => is_in(watched, WatchedField::Topic(i as u8), *list),
             })
     }
 }
 
-/// Parses topic position `i`: `null`, a topic, or an array of topics in
-/// which a `null` (or emptiness) makes the whole position a wildcard.
-fn position(i: usize, value: &Value) -> Result<Option<KeySet<[u8; 32]>>, ParamsError> {
+/// Whether `watched` says the log's `field` is in watchlist `list`.
+fn is_in(watched: Watched<'_>, field: WatchedField, list: u32) -> bool {
+    watched.iter().any(|&(_, f, l)| f == field && l == list)
+}
+
+/// Parses topic position `i`: `null`, a topic, an array of topics in
+/// which a `null` (or emptiness) makes the whole position a wildcard, or a
+/// watchlist.
+fn position(i: usize, value: &Value) -> Result<Position, ParamsError> {
     let what = format!("topics[{i}]");
     match value {
-        Value::Null => Ok(None),
-        Value::String(_) => Ok(Some(
+        Value::Null => Ok(Position::Any),
+        Value::String(_) => Ok(Position::Topics(
             [params::fixed_hex::<32>(value, &what)?]
                 .into_iter()
                 .collect(),
@@ -116,8 +205,13 @@ fn position(i: usize, value: &Value) -> Result<Option<KeySet<[u8; 32]>>, ParamsE
                     }
                 }
             }
-            Ok((!wildcard).then_some(set))
+            Ok(if wildcard {
+                Position::Any
+            } else {
+                Position::Topics(set)
+            })
         }
+        Value::Object(_) => params::watchlist(value, &what).map(Position::Watchlist),
         other => Err(ParamsError::new(format!(
             "{what} must be null, a topic or an array of topics, got {}",
             params::kind(other)
@@ -129,6 +223,8 @@ fn position(i: usize, value: &Value) -> Result<Option<KeySet<[u8; 32]>>, ParamsE
 #[derive(Debug, Default)]
 pub struct LogRules {
     subscriptions: KeyMap<SubscriptionId, LogFilter>,
+    /// Subscriptions naming a watchlist, by the first one they name.
+    by_watchlist: SubscriptionIndex<(WatchedField, u32)>,
     by_address: SubscriptionIndex<[u8; 20]>,
     /// Subscriptions with no address but a first-position topic constraint.
     by_topic0: SubscriptionIndex<[u8; 32]>,
@@ -147,13 +243,13 @@ impl LogRules {
     ) -> Result<(), ParamsError> {
         let criteria = LogFilter::parse(params, topic)?;
         self.unsubscribe(id);
-        match (criteria.addresses.is_empty(), criteria.topics.first()) {
-            (false, _) => criteria
-                .addresses
+        match criteria.anchor() {
+            Anchor::Watchlist(field, list) => self.by_watchlist.insert((field, list), id),
+            Anchor::Addresses(addresses) => addresses
                 .iter()
                 .for_each(|a| self.by_address.insert(*a, id)),
-            (true, Some(Some(topic0))) => topic0.iter().for_each(|t| self.by_topic0.insert(*t, id)),
-            (true, _) => self.wildcard.push(id),
+            Anchor::Topic0(topic0) => topic0.iter().for_each(|t| self.by_topic0.insert(*t, id)),
+            Anchor::Wildcard => self.wildcard.push(id),
         }
         self.subscriptions.insert(id, criteria);
         Ok(())
@@ -163,23 +259,33 @@ impl LogRules {
         let Some(criteria) = self.subscriptions.remove(&id) else {
             return;
         };
-        criteria
-            .addresses
-            .iter()
-            .for_each(|a| self.by_address.remove(a, id));
-        if let Some(Some(topic0)) = criteria.topics.first() {
-            topic0.iter().for_each(|t| self.by_topic0.remove(t, id));
+        match criteria.anchor() {
+            Anchor::Watchlist(field, list) => self.by_watchlist.remove(&(field, list), id),
+            Anchor::Addresses(addresses) => {
+                addresses.iter().for_each(|a| self.by_address.remove(a, id))
+            }
+            Anchor::Topic0(topic0) => topic0.iter().for_each(|t| self.by_topic0.remove(t, id)),
+            Anchor::Wildcard => self.wildcard.retain(|&other| other != id),
         }
-        self.wildcard.retain(|&other| other != id);
     }
 
-    /// Which logs subscription `id` can match: those of its addresses, else
-    /// those with one of its topics at its first constrained position, else
-    /// (no criteria) every log.
+    /// Which logs subscription `id` can match: those in the watchlists it
+    /// names (the host then tells their memberships), else those of its
+    /// addresses, else those with one of its topics at its first
+    /// constrained position, else (no criteria) every log.
     pub fn reach(&self, id: SubscriptionId) -> Reach {
         let Some(criteria) = self.subscriptions.get(&id) else {
             return Reach::Any;
         };
+        // Every watchlist it names is a key: the host tells memberships of
+        // the watchlists keyed only, and a match is in each of them.
+        let watched: Vec<Key> = criteria
+            .watchlists()
+            .map(|(field, list)| Key::Watched(field, list))
+            .collect();
+        if !watched.is_empty() {
+            return Reach::Keys(watched);
+        }
         if !criteria.addresses.is_empty() {
             return Reach::Keys(
                 criteria
@@ -193,7 +299,10 @@ impl LogRules {
             .topics
             .iter()
             .enumerate()
-            .find_map(|(i, wanted)| wanted.as_ref().map(|set| (i, set)));
+            .find_map(|(i, wanted)| match wanted {
+                Position::Topics(set) => Some((i, set)),
+                _ => None,
+            });
         match constrained {
             Some((i, set)) => Reach::Keys(set.iter().map(|t| Key::Topic(i as u8, *t)).collect()),
             None if criteria.topics.is_empty() => Reach::Every,
@@ -218,7 +327,42 @@ impl LogRules {
             if self
                 .subscriptions
                 .get(&id)
-                .is_some_and(|c| c.topics_match(log))
+                .is_some_and(|c| c.topics_match(log, &[]))
+            {
+                emit.emit(id);
+            }
+        }
+    }
+
+    /// Calls `emit` once for every subscription `log` goes to, `watched`
+    /// saying which watchlists its address and topics are in (contract
+    /// 0.3: the host's memberships of this log).
+    pub fn matches_watched<'a>(
+        &self,
+        log: &impl LogRead<'a>,
+        watched: Watched<'_>,
+        emit: &mut impl Emit,
+    ) {
+        if watched.is_empty() {
+            return self.matches(log, emit);
+        }
+        // A subscription filed under a watchlist of the log's is a
+        // candidate besides those `matches` finds; each is tested whole.
+        let mut candidates: Vec<SubscriptionId> = self.by_address.get(log.address()).to_vec();
+        if let Some(topic0) = log.topic(0) {
+            candidates.extend_from_slice(self.by_topic0.get(topic0));
+        }
+        for &(_, field, list) in watched {
+            candidates.extend_from_slice(self.by_watchlist.get(&(field, list)));
+        }
+        candidates.extend_from_slice(&self.wildcard);
+        candidates.sort_unstable();
+        candidates.dedup();
+        for id in candidates {
+            if self
+                .subscriptions
+                .get(&id)
+                .is_some_and(|c| c.matches_watched(log, watched))
             {
                 emit.emit(id);
             }
@@ -279,6 +423,110 @@ mod tests {
                 .unwrap_or_else(|e| panic!("params {p}: {e}"));
         }
         f
+    }
+
+    /// A watchlist at `address` or at a topic position: the logs whose
+    /// field the host says is in it match, each subscription once however
+    /// many ways it is reached, with the other positions still tested;
+    /// its reach names every watchlist it names.
+    #[test]
+    fn a_watchlist_matches_through_the_hosts_memberships() {
+        use chainsieve_filter_core::{Batch, Key, LogRead, Reach, WatchedField};
+
+        let mut rules = crate::LogRules::default();
+        // Transfers to a member of watchlist 7, of any token.
+        let to_users = format!(r#"[{{"topics":[{},null,{{"watchlist":7}}]}}]"#, h(&T_A));
+        rules.subscribe(1, &to_users, "logs").expect("a watchlist");
+        // Anything emitted by a member of 8 whose topic 1 is in 7.
+        let emitted = r#"[{"address":{"watchlist":8},"topics":[null,{"watchlist":7}]}]"#;
+        rules.subscribe(2, emitted, "logs").expect("two watchlists");
+        rules
+            .subscribe(3, &format!(r#"[{{"address":{}}}]"#, h(&TOKEN)), "logs")
+            .expect("a list");
+        assert_eq!(
+            rules.reach(1),
+            Reach::Keys(vec![Key::Watched(WatchedField::Topic(2), 7)])
+        );
+        assert_eq!(
+            rules.reach(2),
+            Reach::Keys(vec![
+                Key::Watched(WatchedField::Emitter, 8),
+                Key::Watched(WatchedField::Topic(1), 7)
+            ])
+        );
+        let mut w = BatchWriter::new(Source::Logs, 3);
+        w.push_log(&LogFields::emitted(&TOKEN, &[T_A, T_B, T_C]));
+        w.push_log(&LogFields::emitted(&OTHER, &[T_B, T_C]));
+        w.push_log(&LogFields::emitted(&OTHER, &[T_A, T_B]));
+        let bytes = w.finish();
+        let batch = Batch::parse(&bytes).expect("a batch");
+        let logs: Vec<_> = batch.logs().expect("logs").collect();
+        fn matched<'a>(
+            rules: &crate::LogRules,
+            log: &impl LogRead<'a>,
+            watched: &[(u32, WatchedField, u32)],
+        ) -> Vec<u64> {
+            let mut ids = Vec::new();
+            rules.matches_watched(log, watched, &mut |id| ids.push(id));
+            ids
+        }
+        let topic2_in_7 = (0, WatchedField::Topic(2), 7);
+        assert_eq!(matched(&rules, &logs[0], &[topic2_in_7]), vec![1, 3]);
+        assert_eq!(matched(&rules, &logs[0], &[]), vec![3], "no membership");
+        assert_eq!(
+            matched(&rules, &logs[1], &[(1, WatchedField::Topic(1), 7)]),
+            Vec::<u64>::new(),
+            "2 also wants its emitter in 8"
+        );
+        assert_eq!(
+            matched(
+                &rules,
+                &logs[1],
+                &[
+                    (1, WatchedField::Emitter, 8),
+                    (1, WatchedField::Topic(1), 7),
+                    (1, WatchedField::Topic(1), 7)
+                ]
+            ),
+            vec![2],
+            "once"
+        );
+        assert_eq!(
+            matched(&rules, &logs[2], &[(2, WatchedField::Topic(2), 7)]),
+            Vec::<u64>::new(),
+            "log 2 has no topic 2"
+        );
+        rules.unsubscribe(1);
+        rules.unsubscribe(2);
+        assert_eq!(matched(&rules, &logs[0], &[topic2_in_7]), vec![3]);
+        assert!(rules.by_watchlist.is_empty());
+    }
+
+    /// A call's filter (`eth_getLogs`) names no watchlist; a subscription's
+    /// names one in the one shape the host hands on.
+    #[test]
+    fn a_watchlist_is_a_subscriptions_only_in_its_one_shape() {
+        use chainsieve_filter_core::serde_json::json;
+        for (address, topics) in [
+            (json!({"watchlist": 1}), json!(null)),
+            (json!(null), json!([null, {"watchlist": "users"}])),
+        ] {
+            let refused =
+                crate::LogFilter::new(Some(&address), Some(&topics)).expect_err("a call's filter");
+            assert!(refused.to_string().contains("not in a call's"), "{refused}");
+        }
+        let err = |p: &str| {
+            Logs::default()
+                .subscribe(1, p)
+                .expect_err("invalid")
+                .to_string()
+        };
+        assert!(
+            err(r#"[{"topics":[null,{"watchlist":"users"}]}]"#).contains(
+                "topics[1] must be a hex string, an array of them, or {\"watchlist\": name}"
+            )
+        );
+        assert!(err(r#"[{"address":{"watchlist":1,"x":2}}]"#).contains("address must be"));
     }
 
     #[test]

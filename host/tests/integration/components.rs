@@ -129,10 +129,10 @@ fn manifests_declare_the_five_topics() {
         .collect();
     topics.sort_by(|a, b| a.0.cmp(&b.0));
     let transactions = Layout::Projected(tx_fields::FROM | tx_fields::TO | tx_fields::SELECTOR);
-    // The transaction topics' built-ins are 0.3 builds (their filters take
-    // watchlists); the others 0.2.
+    // The transaction topics' and `logs`' built-ins are 0.3 builds (their
+    // filters take watchlists); the others 0.2.
     let built_in = |topic: &str, source, payload, layout| {
-        let version = if topic.starts_with("bv") {
+        let version = if topic.starts_with("bv") || topic == "logs" {
             "0.3.0"
         } else {
             "0.2.0"

@@ -479,7 +479,7 @@ const EXAMPLES: &[(&str, usize)] = &[
     ("docs/src/filters.md", 2),
     ("docs/src/getting-started.md", 3),
     ("docs/src/operations.md", 2),
-    ("docs/src/watchlists.md", 5),
+    ("docs/src/watchlists.md", 6),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

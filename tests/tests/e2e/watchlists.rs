@@ -5,6 +5,7 @@
 //! directory, and another key never sees it.
 
 use chainsieve_config::{AuthConfig, Config, PlanConfig, WatchlistsConfig};
+use chainsieve_tests::receiver::{Receiver, create, delivered};
 use chainsieve_tests::{TestServer, WsClient, fast_devnet};
 use serde_json::{Value, json};
 
@@ -377,41 +378,63 @@ async fn mine_past(
     }
 }
 
-/// A subscription naming a watchlist gets, of every transaction, those
-/// whose sender is in the watchlist as it stood at the transaction's place
+/// One stream matched against the watchlist `"set"`: a control
+/// subscription to every event of its kind, the watched one's params
+/// (naming the set), and the address in a notification's result the set is
+/// about.
+struct Case {
+    control: Value,
+    watched: Value,
+    member: fn(&Value) -> Option<String>,
+    /// Other watchlists the watched params name, made first: (name,
+    /// addresses).
+    fixed: Vec<(&'static str, Vec<String>)>,
+}
+
+/// A subscription naming a watchlist gets, of every event of the control,
+/// those whose member is in the watchlist as it stood at the event's place
 /// in the chain: edits made while it runs apply from the cursor each
-/// answers, never before, and none restarts it. Checked against a control
-/// subscription to every transaction.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_subscription_naming_a_watchlist_matches_the_set_at_each_events_place() {
+/// answers, never before, and none restarts it. A webhook of the same
+/// params delivers the same. A replay by cursor matches as of the set when
+/// it is read.
+async fn matches_the_set_at_each_events_place(case: Case) {
     let server = TestServer::started(Config {
         devnet: chainsieve_tests::stepped_devnet(),
+        webhooks: chainsieve_config::WebhooksConfig {
+            allow_http: true,
+            allow_private_addresses: true,
+            ..Default::default()
+        },
         ..Config::default()
     })
     .await;
+    let mut receiver = Receiver::start().await.expect("receiver");
     let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("ws");
-    let control = ws
-        .subscribe(json!(["bvMinedTransactions", {}]))
-        .await
-        .expect("control");
+    for (name, addresses) in &case.fixed {
+        let made = ws
+            .call("watchlist_create", json!([name, addresses]))
+            .await
+            .expect("made");
+        assert_eq!(made["result"]["size"], addresses.len(), "{made}");
+    }
+    let control = ws.subscribe(case.control.clone()).await.expect("control");
     let mut seen: Vec<(String, Value)> = Vec::new();
     for _ in 0..5 {
         server.mine("eth", "demo").await;
     }
-    let mut senders: Vec<String> = Vec::new();
-    let collected = ws.collect_until(&control, 30).await.expect("transactions");
-    for (_, tx) in &collected {
-        let from = tx["from"].as_str().expect("from").to_lowercase();
-        if !senders.contains(&from) {
-            senders.push(from);
+    let mut members: Vec<String> = Vec::new();
+    let collected = ws.collect_until(&control, 30).await.expect("events");
+    for (_, event) in &collected {
+        if let Some(member) = (case.member)(event).filter(|m| !members.contains(m)) {
+            members.push(member);
         }
     }
-    assert!(senders.len() >= 4, "{senders:?}");
-    let (first, second) = senders.split_at(senders.len() / 2);
+    assert!(members.len() >= 4, "{members:?}");
+    let (first, second) = members.split_at(members.len() / 2);
     let edit = |method: &str, addresses: &[String]| {
-        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": ["senders", addresses]})
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": ["set", addresses]})
             .to_string()
     };
     let point = |answer: &Value| -> u64 {
@@ -427,36 +450,19 @@ async fn a_subscription_naming_a_watchlist_matches_the_set_at_each_events_place(
         .1;
     let mut edits = vec![(point(&made), first.to_vec())];
     let watched = ws
-        .subscribe(json!(["bvMinedTransactions", {"fromAddress": {"watchlist": "senders"}}]))
+        .subscribe(case.watched.clone())
         .await
         .expect("a watchlist in the filter");
-    // Refused: a name the key has none of, a number in place of a name
-    // (no key reaches another's by guessing), and a topic whose filter is
-    // of a contract before watchlists.
-    for (params, says) in [
-        (
-            json!(["bvMinedTransactions", {"toAddress": {"watchlist": "nobody"}}]),
-            "unknown watchlist \"nobody\"",
-        ),
-        (
-            json!(["bvMinedTransactions", {"toAddress": {"watchlist": 1}}]),
-            "a watchlist is named",
-        ),
-        (
-            json!(["logs", {"address": {"watchlist": "senders"}}]),
-            "the logs filter (chainsieve:filter@0.2.0) takes no watchlists",
-        ),
-    ] {
-        let refused = ws.call("eth_subscribe", params).await.expect("an answer");
-        error(&refused, -32602, says);
-    }
+    // The stepped devnet mines only when told: the webhook starts where
+    // the subscription did.
+    let (hook, secret) = create(&mut ws, &receiver.url(), case.watched.clone(), Value::Null).await;
     let start = edits[0].0;
     mine_past(&server, &mut ws, &mut seen, &control, start + 3).await;
     let added = server
         .post("eth", "demo", &edit("watchlist_add", second))
         .await
         .1;
-    edits.push((point(&added), senders.clone()));
+    edits.push((point(&added), members.clone()));
     mine_past(&server, &mut ws, &mut seen, &control, edits[1].0 + 3).await;
     let removed = server
         .post("eth", "demo", &edit("watchlist_remove", first))
@@ -474,18 +480,18 @@ async fn a_subscription_naming_a_watchlist_matches_the_set_at_each_events_place(
     while latest(&seen, &watched) <= end {
         next_into(&mut ws, &mut seen).await;
     }
+    let in_range = |params: &Value| {
+        let cursor = params["cursor"].as_str().expect("cursor");
+        let position = position_of(cursor);
+        (position > start && position < end).then(|| {
+            let member = (case.member)(&params["result"]).expect("a member");
+            (position, cursor.to_string(), member)
+        })
+    };
     let of = |sub: &str| -> Vec<(u64, String, String)> {
         seen.iter()
             .filter(|(id, _)| id == sub)
-            .map(|(_, p)| {
-                let cursor = p["cursor"].as_str().expect("cursor");
-                (
-                    position_of(cursor),
-                    cursor.to_string(),
-                    p["result"]["from"].as_str().expect("from").to_lowercase(),
-                )
-            })
-            .filter(|(position, ..)| *position > start && *position < end)
+            .filter_map(|(_, p)| in_range(p))
             .collect()
     };
     let set_at = |position: u64| {
@@ -498,36 +504,49 @@ async fn a_subscription_naming_a_watchlist_matches_the_set_at_each_events_place(
     };
     let expected: Vec<(u64, String, String)> = of(&control)
         .into_iter()
-        .filter(|(position, _, from)| set_at(*position).contains(from))
+        .filter(|(position, _, member)| set_at(*position).contains(member))
         .collect();
     let got = of(&watched);
     assert!(expected.len() > 10, "{expected:?}");
-    assert_eq!(
-        got, expected,
-        "the set in force at each transaction's place"
-    );
+    assert_eq!(got, expected, "the set in force at each event's place");
     // Each edit changed what came: some of the second half came only after
     // its add, and the first half stopped after its removal.
     assert!(
         got.iter()
-            .any(|(p, _, from)| *p > edits[1].0 && second.contains(from))
+            .any(|(p, _, member)| *p > edits[1].0 && second.contains(member))
     );
     assert!(
         !got.iter()
-            .any(|(p, _, from)| *p > edits[2].0 && *p < end && first.contains(from))
+            .any(|(p, _, member)| *p > edits[2].0 && *p < end && first.contains(member))
     );
+    // The webhook delivered the same, up to the socket's last in range.
+    let last = got.last().expect("some").1.clone();
+    receiver
+        .wait_for(&format!("{hook} to deliver {last}"), |deliveries| {
+            delivered(deliveries, &hook, &secret)
+                .iter()
+                .any(|params| params["cursor"] == last.as_str())
+        })
+        .await;
+    let hooked: Vec<(u64, String, String)> = delivered(&receiver.deliveries(), &hook, &secret)
+        .iter()
+        .filter_map(in_range)
+        .collect();
+    assert_eq!(hooked, got, "the webhook matches as the socket does");
     // A replay matches as of the set when it is read: resumed from the
-    // watched subscription's first notification, it gets the transactions
-    // after it of every sender the set holds now (all those found at the
-    // start), whatever the set held at their place.
+    // watched subscription's first notification, it gets the events after
+    // it of every member the set holds now (all those found at the start),
+    // whatever the set held at their place.
     let (_, from_cursor, _) = got[0].clone();
     let mut again = WsClient::connect(&server.ws_url("eth", "demo"))
         .await
         .expect("ws");
-    let resumed = again
-        .subscribe(json!(["bvMinedTransactions", {"fromAddress": {"watchlist": "senders"}}, {"resumeFrom": from_cursor}]))
-        .await
-        .expect("resumed");
+    let mut resumed_params = case.watched.clone();
+    resumed_params
+        .as_array_mut()
+        .expect("params")
+        .push(json!({"resumeFrom": from_cursor}));
+    let resumed = again.subscribe(resumed_params).await.expect("resumed");
     let mut replayed = Vec::new();
     while latest(&replayed, &resumed) < end {
         next_into(&mut again, &mut replayed).await;
@@ -541,9 +560,86 @@ async fn a_subscription_naming_a_watchlist_matches_the_set_at_each_events_place(
         .into_iter()
         .skip_while(|(_, cursor, _)| *cursor != from_cursor)
         .skip(1)
-        .filter(|(_, _, from)| senders.contains(from))
+        .filter(|(_, _, member)| members.contains(member))
         .map(|(_, cursor, _)| cursor)
         .collect();
     assert_eq!(replayed, everything_after);
     server.stop().await;
+}
+
+/// `bvMinedTransactions` by sender; and the refusals of a filter naming a
+/// watchlist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_by_sender_match_the_set_at_each_events_place() {
+    {
+        let server = TestServer::started(chainsieve_tests::test_config()).await;
+        let mut ws = WsClient::connect(&server.ws_url("eth", "demo"))
+            .await
+            .expect("ws");
+        let made = ws
+            .call("watchlist_create", json!(["set"]))
+            .await
+            .expect("made");
+        assert_eq!(made["result"]["size"], 0, "{made}");
+        // Refused: a name the key has none of, a number in place of a name
+        // (no key reaches another's by guessing), a topic whose filter is
+        // of a contract before watchlists, and a call's filter.
+        for (method, params, says) in [
+            (
+                "eth_subscribe",
+                json!(["bvMinedTransactions", {"toAddress": {"watchlist": "nobody"}}]),
+                "unknown watchlist \"nobody\"",
+            ),
+            (
+                "eth_subscribe",
+                json!(["bvMinedTransactions", {"toAddress": {"watchlist": 1}}]),
+                "a watchlist is named",
+            ),
+            (
+                "eth_subscribe",
+                json!(["newPendingTransactions", {"watchlist": "set"}]),
+                "the newPendingTransactions filter (chainsieve:filter@0.2.0) takes no watchlists",
+            ),
+            (
+                "eth_getLogs",
+                json!([{"address": {"watchlist": "set"}}]),
+                "not in a call's",
+            ),
+        ] {
+            let refused = ws.call(method, params).await.expect("an answer");
+            error(&refused, -32602, says);
+        }
+        server.stop().await;
+    }
+    matches_the_set_at_each_events_place(Case {
+        control: json!(["bvMinedTransactions", {}]),
+        watched: json!(["bvMinedTransactions", {"fromAddress": {"watchlist": "set"}}]),
+        member: |tx| tx["from"].as_str().map(str::to_lowercase),
+        fixed: Vec::new(),
+    })
+    .await;
+}
+
+/// ERC-20 `Transfer` logs by recipient (a watchlist at topic 2, matched
+/// padded), of the tokens in a second watchlist (at `address`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_by_recipient_match_the_set_at_each_events_place() {
+    const TRANSFER: &str = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+    let tokens: Vec<String> = chainsieve_ingest::devnet::known_tokens(1)
+        .iter()
+        .map(|token| chainsieve_tests::hex_address(&token.address))
+        .collect();
+    matches_the_set_at_each_events_place(Case {
+        control: json!(["logs", {"address": tokens, "topics": [TRANSFER]}]),
+        watched: json!(["logs", {
+            "address": {"watchlist": "tokens"},
+            "topics": [TRANSFER, null, {"watchlist": "set"}],
+        }]),
+        member: |log| {
+            let topic = log["topics"][2].as_str()?;
+            Some(format!("0x{}", &topic[26..]))
+        },
+        fixed: vec![("tokens", tokens)],
+    })
+    .await;
 }
