@@ -15,8 +15,8 @@ use chainsieve_guest_build as guests;
 /// (package, file stem of the built component, embedded as a built-in).
 /// The built-ins are the contract 0.2 builds (their subscriptions' reach
 /// lets the host skip most of each batch; docs/src/benchmarks.md, The
-/// filter matrix), and 0.3 for the transaction topics and `logs`, whose
-/// subscriptions may name watchlists (the 0.2 builds of those are
+/// filter matrix), and 0.3 for the transaction topics (`transactionReceipts`
+/// among them) and `logs`, whose subscriptions may name watchlists (the 0.2 builds of those are
 /// published for the benchmark); the examples are published only.
 const GUESTS: &[(&str, &str, bool)] = &[
     (
@@ -47,6 +47,11 @@ const GUESTS: &[(&str, &str, bool)] = &[
     (
         "chainsieve-bv-mined-transactions-0-3",
         "chainsieve_bv_mined_transactions_0_3",
+        true,
+    ),
+    (
+        "chainsieve-transaction-receipts-0-3",
+        "chainsieve_transaction_receipts_0_3",
         true,
     ),
     (

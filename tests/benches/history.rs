@@ -9,13 +9,14 @@
 //! - **blocks a second** from the subscribe to the last notification;
 //! - chainsieve's **CPU per block** meanwhile;
 //! - **the node alone**: the same blocks read by this process from anvil
-//!   the way chainsieve reads them (32 bodies a batch, then their logs),
+//!   the way chainsieve reads them (32 bodies a batch, then their
+//!   receipts),
 //!   with nothing else: what the node's answers cost, the bound below
 //!   chainsieve's own work;
 //! - **how the logs are read**: the same blocks' logs alone, 32 blocks a
 //!   round trip, three ways: `eth_getLogs` by block hash (a call per
-//!   block, what chainsieve does), one `eth_getLogs` over the range, and
-//!   `eth_getBlockReceipts` per block.
+//!   block), one `eth_getLogs` over the range, and `eth_getBlockReceipts`
+//!   per block (what chainsieve does).
 //!
 //! Run: `cargo bench -p chainsieve-tests --bench history -- --runs 3`
 

@@ -40,10 +40,11 @@ const PRIVATE: &str = "chainsieve-faulty-node/";
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// The methods whose answers depend on the head a lagging node shows.
-const LAGGED: [&str; 4] = [
+const LAGGED: [&str; 5] = [
     "eth_blockNumber",
     "eth_getBlockByNumber",
     "eth_getBlockByHash",
+    "eth_getBlockReceipts",
     "eth_getLogs",
 ];
 
@@ -153,7 +154,8 @@ impl FaultyNode {
     /// upstream head − `blocks`; `eth_getBlockByNumber` of
     /// `latest`/`pending`/`safe`/`finalized` answers the block at upstream
     /// head − `blocks`; `eth_getBlockByNumber(n)` and `eth_getBlockByHash`
-    /// of a block above that answer `null`; `eth_getLogs` of such a
+    /// of a block above that answer `null`, as `eth_getBlockReceipts` of
+    /// one does (anvil's answer for a block it does not have); `eth_getLogs` of such a
     /// `blockHash` answers what anvil answers for a block it does not have
     /// (error -32000 `unknown block`), and logs of such blocks are left out
     /// of range queries. Batches are handled element by element. The
@@ -210,8 +212,10 @@ impl FaultyNode {
             .send_modify(|faults| faults.corrupt_bodies = on);
     }
 
-    /// In every `eth_getLogs` answer with logs, drops the last log (so only
-    /// a check against the header's bloom / receipts catches it).
+    /// In every `eth_getLogs` answer with logs, drops the last log, and in
+    /// every `eth_getBlockReceipts` answer with logs, the last receipt's
+    /// last log (so only a check against the header's bloom / receipts
+    /// catches it).
     pub fn corrupt_logs(&self, on: bool) {
         self.shared
             .faults
@@ -626,7 +630,9 @@ impl Connection {
                 let mut hashes = BTreeSet::new();
                 for request in requests.iter().filter(lagged) {
                     let hash = match request["method"].as_str() {
-                        Some("eth_getBlockByHash") => request.pointer("/params/0"),
+                        Some("eth_getBlockByHash" | "eth_getBlockReceipts") => {
+                            request.pointer("/params/0")
+                        }
                         Some("eth_getLogs") => request.pointer("/params/0/blockHash"),
                         _ => None,
                     };
@@ -761,7 +767,7 @@ impl Connection {
                         }
                     }
                 }
-                "eth_getBlockByHash" => {
+                "eth_getBlockByHash" | "eth_getBlockReceipts" => {
                     let hash = request.pointer("/params/0").and_then(Value::as_str);
                     if hash.is_some_and(|hash| view.above(hash)) {
                         return Decision::Answer(result(id, Value::Null));
@@ -933,6 +939,17 @@ impl Connection {
                     logs.pop();
                 }
                 logs.len() != before
+            }
+            "eth_getBlockReceipts" if corrupt_logs => {
+                let Some(receipts) = result.as_array_mut() else {
+                    return false;
+                };
+                let with_logs = receipts.iter_mut().rev().find_map(|receipt| {
+                    receipt["logs"]
+                        .as_array_mut()
+                        .filter(|logs| !logs.is_empty())
+                });
+                with_logs.is_some_and(|logs| logs.pop().is_some())
             }
             _ => false,
         }

@@ -152,7 +152,8 @@ pub fn each_event<'a, E: Event<'a>>(
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __projected_conversions {
-    () => {
+    // `$receipt`: the version's `receipt` payload, or what to do without one.
+    ($receipt:expr) => {
         pub fn manifest(m: Manifest, fields: u32) -> wit::Manifest {
             // The WIT flags' bits are the projection's (bit i, the i-th flag).
             let transactions =
@@ -176,6 +177,7 @@ macro_rules! __projected_conversions {
                 Delivery::Kind(Payload::Hash) => wit::Payload::Hash,
                 Delivery::Kind(Payload::Full) => wit::Payload::Full,
                 Delivery::Kind(Payload::FullBlockvision) => wit::Payload::FullBlockvision,
+                Delivery::Kind(Payload::Receipt) => $receipt,
                 Delivery::Written => wit::Payload::Written,
             }
         }

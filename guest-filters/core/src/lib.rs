@@ -36,7 +36,7 @@ pub use keys::{KeyMap, KeySet};
 pub use layout::{Batch, HeadView, LayoutError, LogView, Source, TxView};
 pub use params::ParamsError;
 pub use reach::{Key, MembershipWalk, Memberships, Reach, WatchedField};
-pub use read::{LogRead, TxRead};
+pub use read::{LogRead, TxHashRead, TxRead};
 pub use rules::RuleSet;
 /// Re-exported so filters parse their parameters with the same JSON crate.
 pub use serde_json;
@@ -53,6 +53,18 @@ pub enum Payload {
     Full,
     /// The full object, in BlockVision's shape (pending block fields `""`).
     FullBlockvision,
+    /// A mined transaction's receipt in `eth_getTransactionReceipt`'s
+    /// shape, in an array as geth's `transactionReceipts` sends receipts
+    /// (contract 0.3).
+    Receipt,
+}
+
+impl Payload {
+    /// Whether the events of `source` have this payload: only a mined
+    /// transaction has a receipt.
+    pub const fn fits(self, source: Source) -> bool {
+        !matches!(self, Payload::Receipt) || matches!(source, Source::MinedTransactions)
+    }
 }
 
 /// What a subscription's notifications carry, under any contract version;

@@ -16,6 +16,27 @@ pub trait TxRead<'a> {
     fn selector(&self) -> Option<[u8; 4]>;
 }
 
+/// A transaction's hash, for the rules that read it
+/// (`transactionReceipts`'): a trait of its own, so that rules reading
+/// only [`TxRead`]'s fields need not declare it.
+pub trait TxHashRead<'a> {
+    fn hash(&self) -> &'a [u8; 32];
+}
+
+impl<'a> TxHashRead<'a> for TxView<'a> {
+    #[inline(always)]
+    fn hash(&self) -> &'a [u8; 32] {
+        TxView::hash(self)
+    }
+}
+
+impl<'a, const F: u32> TxHashRead<'a> for ProjectedTx<'a, F> {
+    #[inline(always)]
+    fn hash(&self) -> &'a [u8; 32] {
+        ProjectedTx::hash(self)
+    }
+}
+
 /// A log's fields log rules read.
 pub trait LogRead<'a> {
     fn address(&self) -> &'a [u8; 20];

@@ -90,7 +90,7 @@ pub mod __private {
         Delivery, Key, Manifest, Matches, Memberships, Payload, Reach, Source, WatchedField,
     };
 
-    chainsieve_filter_core::__projected_conversions!();
+    chainsieve_filter_core::__projected_conversions!(wit::Payload::Receipt);
 
     pub fn subscription(delivery: Delivery, reach: Reach) -> wit::Subscription {
         wit::Subscription {

@@ -137,6 +137,9 @@ pub mod __private {
             Payload::Hash => wit::Payload::Hash,
             Payload::Full => wit::Payload::Full,
             Payload::FullBlockvision => wit::Payload::FullBlockvision,
+            Payload::Receipt => {
+                panic!("contract 0.1 has no receipt payload: build the filter for contract 0.3")
+            }
         }
     }
 

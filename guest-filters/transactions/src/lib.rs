@@ -24,9 +24,14 @@
 //! Filter contract v0.2.)
 
 use chainsieve_filter_core::params::{self, ParamsError};
+use chainsieve_filter_core::serde_json::{Map, Value};
 use chainsieve_filter_core::{
-    Emit, Key, KeyMap, KeySet, Reach, SubscriptionId, SubscriptionIndex, TxRead, WatchedField,
+    Emit, Key, KeyMap, KeySet, Reach, SubscriptionId, SubscriptionIndex, TxHashRead, TxRead,
+    WatchedField,
 };
+
+/// The members of a transaction topic's filter object.
+const MEMBERS: [&str; 3] = ["fromAddress", "toAddress", "methodIds"];
 
 /// One subscription's constraints, kept to answer `unsubscribe` and to test
 /// the parts of a match the index does not decide.
@@ -42,8 +47,7 @@ struct Constraints {
 }
 
 impl Constraints {
-    fn parse(params: &str, topic: &str) -> Result<Self, ParamsError> {
-        let map = params::filter_object(params, topic, &["fromAddress", "toAddress", "methodIds"])?;
+    fn read(map: &Map<String, Value>) -> Result<Self, ParamsError> {
         let from = params::address_set(map.get("fromAddress"), "fromAddress")?;
         let to = params::address_set(map.get("toAddress"), "toAddress")?;
         let methods = params::hex_list::<4>(map.get("methodIds"), "methodIds")?;
@@ -95,7 +99,17 @@ impl TransactionRules {
         params: &str,
         topic: &str,
     ) -> Result<(), ParamsError> {
-        let constraints = Constraints::parse(params, topic)?;
+        self.subscribe_object(id, &params::filter_object(params, topic, &MEMBERS)?)
+    }
+
+    /// Adds subscription `id` of a filter object already read (its
+    /// members those of [`MEMBERS`]), replacing one of the same id.
+    fn subscribe_object(
+        &mut self,
+        id: SubscriptionId,
+        map: &Map<String, Value>,
+    ) -> Result<(), ParamsError> {
+        let constraints = Constraints::read(map)?;
         self.unsubscribe(id);
         if constraints.any_address() {
             self.any_address.push(id);
@@ -250,6 +264,116 @@ impl TransactionRules {
 pub const READS: u32 = chainsieve_filter_core::projection::tx_fields::FROM
     | chainsieve_filter_core::projection::tx_fields::TO
     | chainsieve_filter_core::projection::tx_fields::SELECTOR;
+
+/// The most `transactionHashes` one `transactionReceipts` filter names, as
+/// geth takes.
+pub const MAX_HASHES: usize = 200;
+
+/// The rules of `transactionReceipts`: geth's `transactionHashes` (a
+/// receipt of one of them; absent or empty, any), and-ed with the
+/// transaction rules' members (docs/src/api.md, eth_subscribe: the topic
+/// `transactionReceipts`).
+///
+/// A subscription naming hashes only is indexed by hash, so following
+/// many transactions costs a lookup per transaction; one naming hashes and
+/// other members is matched by the transaction rules, its hashes tested
+/// on what they find.
+#[derive(Debug, Default)]
+pub struct ReceiptRules {
+    rules: TransactionRules,
+    /// The hashes of the subscriptions the transaction rules also hold.
+    hashes: KeyMap<SubscriptionId, KeySet<[u8; 32]>>,
+    /// Subscriptions naming hashes only, by hash, and each one's hashes
+    /// (to undo it).
+    by_hash: SubscriptionIndex<[u8; 32]>,
+    hash_only: KeyMap<SubscriptionId, Vec<[u8; 32]>>,
+}
+
+impl ReceiptRules {
+    /// Adds subscription `id` of `topic` (named in messages), replacing
+    /// one of the same id.
+    pub fn subscribe(
+        &mut self,
+        id: SubscriptionId,
+        params: &str,
+        topic: &str,
+    ) -> Result<(), ParamsError> {
+        let mut map = params::filter_object(
+            params,
+            topic,
+            &["transactionHashes", MEMBERS[0], MEMBERS[1], MEMBERS[2]],
+        )?;
+        let hashes = params::hex_list::<32>(map.get("transactionHashes"), "transactionHashes")?;
+        if hashes.len() > MAX_HASHES {
+            return Err(ParamsError::limit(format_args!(
+                "too many values in transactionHashes: {} (at most {MAX_HASHES}, as geth takes)",
+                hashes.len()
+            )));
+        }
+        map.remove("transactionHashes");
+        let hashes: KeySet<[u8; 32]> = hashes.into_iter().collect();
+        self.unsubscribe(id);
+        if map.values().all(Value::is_null) && !hashes.is_empty() {
+            for hash in &hashes {
+                self.by_hash.insert(*hash, id);
+            }
+            self.hash_only.insert(id, hashes.into_iter().collect());
+            return Ok(());
+        }
+        self.rules.subscribe_object(id, &map)?;
+        if !hashes.is_empty() {
+            self.hashes.insert(id, hashes);
+        }
+        Ok(())
+    }
+
+    pub fn unsubscribe(&mut self, id: SubscriptionId) {
+        if let Some(hashes) = self.hash_only.remove(&id) {
+            for hash in &hashes {
+                self.by_hash.remove(hash, id);
+            }
+        }
+        self.hashes.remove(&id);
+        self.rules.unsubscribe(id);
+    }
+
+    /// The transaction rules' reach, except that a subscription naming
+    /// hashes is asked about (there is no hash key): none is served as
+    /// every transaction.
+    pub fn reach(&self, id: SubscriptionId) -> Reach {
+        if self.hash_only.contains_key(&id) {
+            return Reach::Any;
+        }
+        match self.rules.reach(id) {
+            Reach::Every if self.hashes.contains_key(&id) => Reach::Any,
+            reach => reach,
+        }
+    }
+
+    /// Calls `emit` once for every subscription `tx`'s receipt goes to,
+    /// `watched` saying which watchlists its sender and receiver are in.
+    pub fn matches_watched<'a>(
+        &self,
+        tx: &(impl TxRead<'a> + TxHashRead<'a>),
+        watched: &[(u32, WatchedField, u32)],
+        emit: &mut impl Emit,
+    ) {
+        let hash = tx.hash();
+        emit.emit_all(self.by_hash.get(hash));
+        self.rules.matches_watched(tx, watched, &mut |id| {
+            if self
+                .hashes
+                .get(&id)
+                .is_none_or(|hashes| hashes.contains(hash))
+            {
+                emit.emit(id);
+            }
+        });
+    }
+}
+
+/// The fields [`ReceiptRules`] read: a component declares these.
+pub const RECEIPT_READS: u32 = READS | chainsieve_filter_core::projection::tx_fields::HASH;
 
 #[cfg(test)]
 mod tests {
@@ -506,6 +630,104 @@ mod tests {
         let mut address = [0u8; 20];
         address[..8].copy_from_slice(&4_321u64.to_be_bytes());
         assert_eq!(run(&f, &[(address, None, &[])]), vec![(0, 4_321)]);
+    }
+
+    /// `transactionHashes` and-ed with the other members; hash-only
+    /// subscriptions found by hash, each once however often its hash is
+    /// named; their reach asks the component (there is no hash key);
+    /// unsubscribing undoes each.
+    #[test]
+    fn receipts_match_by_hash_and_the_other_members() {
+        use chainsieve_filter_core::{Batch, Reach, TxHashRead, TxRead, WatchedField};
+
+        let hashes = [[1u8; 32], [2; 32], [3; 32]];
+        let mut w = BatchWriter::new(Source::MinedTransactions, 3);
+        for (hash, (from, to, input)) in hashes.iter().zip([
+            (&A, &B, &TRANSFER[..]),
+            (&A, &C, &[][..]),
+            (&C, &B, &[][..]),
+        ]) {
+            w.push_tx(&TxFields {
+                hash,
+                ..TxFields::call(from, Some(to), input)
+            });
+        }
+        let bytes = w.finish();
+        let batch = Batch::parse(&bytes).expect("a batch");
+        let txs: Vec<_> = batch.transactions().expect("transactions").collect();
+        let hash = |i: usize| {
+            format!(
+                "0x{}",
+                txs[i]
+                    .hash()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            )
+        };
+        let mut rules = crate::ReceiptRules::default();
+        let subscribe = |rules: &mut crate::ReceiptRules, id, params: String| {
+            rules
+                .subscribe(id, &params, "transactionReceipts")
+                .unwrap_or_else(|e| panic!("{params}: {e}"))
+        };
+        subscribe(
+            &mut rules,
+            1,
+            format!(
+                r#"[{{"transactionHashes":["{}","{}","{}"]}}]"#,
+                hash(0),
+                hash(2),
+                hash(0)
+            ),
+        );
+        subscribe(
+            &mut rules,
+            2,
+            format!(
+                r#"[{{"transactionHashes":["{}","{}"],"fromAddress":["{}"]}}]"#,
+                hash(1),
+                hash(2),
+                hex(&A)
+            ),
+        );
+        subscribe(&mut rules, 3, "[{}]".into());
+        subscribe(
+            &mut rules,
+            4,
+            format!(
+                r#"[{{"toAddress":["{}"],"methodIds":["0xa9059cbb"]}}]"#,
+                hex(&B)
+            ),
+        );
+        assert_eq!(rules.reach(1), Reach::Any);
+        assert_eq!(
+            rules.reach(2),
+            Reach::Keys(vec![chainsieve_filter_core::Key::Sender(A)])
+        );
+        assert_eq!(rules.reach(3), Reach::Every);
+        fn matched<'a>(
+            rules: &crate::ReceiptRules,
+            tx: &(impl TxRead<'a> + TxHashRead<'a>),
+        ) -> Vec<u64> {
+            let mut ids = Vec::new();
+            let watched: &[(u32, WatchedField, u32)] = &[];
+            rules.matches_watched(tx, watched, &mut |id| ids.push(id));
+            ids.sort_unstable();
+            ids
+        }
+        assert_eq!(matched(&rules, &txs[0]), vec![1, 3, 4]);
+        assert_eq!(
+            matched(&rules, &txs[1]),
+            vec![2, 3],
+            "2: its hash and its sender"
+        );
+        assert_eq!(matched(&rules, &txs[2]), vec![1, 3], "2 wants sender A too");
+        for id in 1..=4 {
+            rules.unsubscribe(id);
+        }
+        assert_eq!(matched(&rules, &txs[0]), Vec::<u64>::new());
+        assert!(rules.by_hash.is_empty() && rules.hash_only.is_empty() && rules.hashes.is_empty());
     }
 
     #[test]

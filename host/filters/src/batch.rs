@@ -18,7 +18,12 @@ use chainsieve_model::{ChainEvent, StreamEvent};
 use chainsieve_watchlists::views::View;
 
 /// The payload kinds, in the order [`EventBatch`] caches them.
-const PAYLOAD_KINDS: [Payload; 3] = [Payload::Hash, Payload::Full, Payload::FullBlockvision];
+const PAYLOAD_KINDS: [Payload; 4] = [
+    Payload::Hash,
+    Payload::Full,
+    Payload::FullBlockvision,
+    Payload::Receipt,
+];
 
 fn kind_slot(kind: Payload) -> usize {
     PAYLOAD_KINDS
@@ -42,7 +47,7 @@ struct Origin {
 /// and its cursor.
 #[derive(Debug, Default)]
 struct Slot {
-    notices: [OnceLock<Notice>; 3],
+    notices: [OnceLock<Notice>; PAYLOAD_KINDS.len()],
     cursor: OnceLock<Box<str>>,
 }
 

@@ -257,6 +257,14 @@ impl FilterEngine {
                 manifest.topic
             );
         }
+        if let Delivery::Kind(kind) = manifest.delivery
+            && !kind.fits(manifest.source)
+        {
+            anyhow::bail!(
+                "{origin} delivers {kind:?} payloads of {:?}, which have none",
+                manifest.source
+            );
+        }
         Ok(FilterComponent {
             manifest,
             origin: origin.to_string(),

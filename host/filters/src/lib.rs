@@ -31,7 +31,8 @@ pub mod testing;
 /// bindings module (with its `wit` types in scope), beside the `key`
 /// conversion each writes itself, as keys differ between versions.
 macro_rules! projected_conversions {
-    () => {
+    // The payloads the version adds to 0.2's, each with its delivery.
+    ($($payload:pat => $delivery:expr),* $(,)?) => {
         pub(super) fn manifest(m: wit::Manifest) -> FilterManifest {
             // A `flags` of at most 32 flags is one word, bit i the i-th
             // flag: the bits `chainsieve_filter_core::projection` numbers
@@ -84,6 +85,7 @@ macro_rules! projected_conversions {
                 wit::Payload::Full => Delivery::Kind(Payload::Full),
                 wit::Payload::FullBlockvision => Delivery::Kind(Payload::FullBlockvision),
                 wit::Payload::Written => Delivery::Written,
+                $($payload => $delivery,)*
             }
         }
 

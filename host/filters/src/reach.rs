@@ -118,6 +118,11 @@ impl ReachIndex {
     fn check(&self, reach: &Reach, delivery: Delivery) -> anyhow::Result<()> {
         match reach {
             Reach::Any => Ok(()),
+            _ if let (Delivery::Kind(kind), Some((source, _))) = (delivery, self.declared)
+                && !kind.fits(source) =>
+            {
+                bail!("the filter answered {kind:?} payloads for {source:?}, which have none")
+            }
             Reach::Every if delivery == Delivery::Written => {
                 bail!("the filter answered `every` for a subscription it writes the payloads of")
             }

@@ -20,7 +20,7 @@ mod bindings {
 use bindings::chainsieve::filter::types as wit;
 pub(super) use bindings::{Filter, FilterPre};
 
-projected_conversions!();
+projected_conversions!(wit::Payload::Receipt => Delivery::Kind(Payload::Receipt));
 
 fn key(k: wit::Key) -> anyhow::Result<Key> {
     Ok(match k {

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use alloy_consensus::Header;
-use alloy_primitives::{B256, U64, U256};
+use alloy_primitives::{B256, Bloom, U64, U128, U256};
 use alloy_rpc_types_eth::Log;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::{Transaction, TxPosition, TxShape};
@@ -35,6 +36,15 @@ pub struct Block {
     /// transactions). `None` from a node, whose receipts are its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gas_used: Option<Box<[u64]>>,
+    /// Each transaction's receipt, in order, as its node answered it
+    /// (`eth_getBlockReceipts`), less its `logs` and `logsBloom`: those are
+    /// the block's [`logs`](Self::logs) of it and the bloom they make, so a
+    /// log is held once ([`Block::receipt_json`] puts them back). `None`
+    /// from the devnet, whose receipts are made of
+    /// [`gas_used`](Self::gas_used), and from a step stored by an older
+    /// chainsieve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipts: Option<Box<[Box<str>]>>,
 }
 
 /// A header in geth's shape: every consensus field plus `hash`.
@@ -72,6 +82,10 @@ impl Block {
     pub fn approximate_bytes(&self) -> usize {
         768 + self.lookup.as_deref().map_or(0, str::len)
             + self.gas_used.as_deref().map_or(0, |gas| 8 * gas.len())
+            + self
+                .receipts
+                .as_deref()
+                .map_or(0, |receipts| receipts.iter().map(|r| 16 + r.len()).sum())
             + self
                 .transactions
                 .iter()
@@ -168,6 +182,58 @@ impl Block {
         self.transactions[index].to_json(shape, self.position(index), removed)
     }
 
+    /// Transaction `index`'s receipt as `eth_getTransactionReceipt`
+    /// answers it, flagged `removed` when re-sent after a reorg: the node's
+    /// with its logs put back, or the devnet's made of the gas its
+    /// transactions used; `None` for a block with neither.
+    pub fn receipt_json(&self, index: usize, removed: bool) -> Option<String> {
+        let tx = self.transactions.get(index)?;
+        let mut bloom = Bloom::default();
+        let mut logs = Vec::new();
+        for (at, log) in self.logs.iter().enumerate() {
+            if log.transaction_index == Some(index as u64) {
+                bloom.accrue_log(&log.inner);
+                logs.push(self.log_json(at, removed));
+            }
+        }
+        let logs = format!("[{}]", logs.join(","));
+        let members = match (self.receipts.as_deref(), self.gas_used.as_deref()) {
+            (Some(receipts), _) => receipts.get(index)?.strip_suffix('}')?.to_string(),
+            (None, Some(gas)) => {
+                let gas_used = *gas.get(index)?;
+                let cumulative: u64 = gas[..=index].iter().sum();
+                let mut receipt = json!({
+                    "transactionHash": tx.hash,
+                    "transactionIndex": U64::from(index),
+                    "blockHash": self.hash,
+                    "blockNumber": U64::from(self.number()),
+                    "from": tx.from,
+                    "to": tx.to,
+                    "contractAddress": tx.to.is_none().then(|| tx.from.create(tx.nonce)),
+                    "cumulativeGasUsed": U64::from(cumulative),
+                    "gasUsed": U64::from(gas_used),
+                    "effectiveGasPrice": U128::from(tx.fees.effective(self.base_fee())),
+                    "status": "0x1",
+                    "type": U64::from(tx.tx_type),
+                });
+                // geth's receipt of a blob transaction adds what its blobs cost.
+                if tx.blob.is_some() {
+                    receipt["blobGasUsed"] = json!(U64::from(tx.blob_gas()));
+                    receipt["blobGasPrice"] = json!(U128::from(self.blob_gas_price().unwrap_or(0)));
+                }
+                let text = receipt.to_string();
+                text.strip_suffix('}')?.to_string()
+            }
+            (None, None) => return None,
+        };
+        let bloom = serde_json::to_string(&bloom).expect("a bloom serializes");
+        let separator = if members.ends_with('{') { "" } else { "," };
+        let removed = if removed { ",\"removed\":true" } else { "" };
+        Some(format!(
+            "{members}{separator}\"logs\":{logs},\"logsBloom\":{bloom}{removed}}}"
+        ))
+    }
+
     /// Log `index` of this block, flagged `removed` when re-sent after a reorg.
     pub fn log_json(&self, index: usize, removed: bool) -> String {
         let log = &self.logs[index];
@@ -205,6 +271,7 @@ impl Block {
             logs: Vec::new(),
             lookup: None,
             gas_used: None,
+            receipts: None,
         }
     }
 }
@@ -229,6 +296,7 @@ mod tests {
             logs: Vec::new(),
             lookup,
             gas_used: None,
+            receipts: None,
         }
     }
 

@@ -86,6 +86,27 @@ impl StreamEvent {
                 },
                 Payload::FullBlockvision,
             ) => block.transaction_json(*index, TxShape::Blockvision, *removed),
+            (
+                StreamEvent::Mined {
+                    block,
+                    index,
+                    removed,
+                },
+                Payload::Receipt,
+            ) => {
+                // A block stored without receipts (by an older chainsieve)
+                // has none to give.
+                format!(
+                    "[{}]",
+                    block.receipt_json(*index, *removed).unwrap_or_default()
+                )
+            }
+            // The filters are held to payloads their events have
+            // (`Payload::fits`).
+            (
+                StreamEvent::Pending(_) | StreamEvent::Head(_) | StreamEvent::Log { .. },
+                Payload::Receipt,
+            ) => "null".to_string(),
             (StreamEvent::Head(block), Payload::Hash) => quoted(&block.hash),
             (StreamEvent::Head(block), _) => block.header_json(),
             (StreamEvent::Log { block, index, .. }, Payload::Hash) => {

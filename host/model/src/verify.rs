@@ -71,6 +71,10 @@ pub enum VerifyError {
     /// not the block's.
     #[error("log {index}'s {member} is not in the header's logs bloom")]
     LogNotInBloom { index: usize, member: LogMember },
+    /// The receipts are not one for each transaction, in order: receipt
+    /// `index` is of another transaction (`found`), or of none.
+    #[error("receipt {index} is of transaction {found:?}, not the block's transaction {index}")]
+    ReceiptTransaction { index: usize, found: Option<B256> },
     /// The header's bloom has bits no log sets: logs are missing.
     #[error("the header's logs bloom has {missing_bits} bits that no log of the {count} sets")]
     LogsMissing { missing_bits: u32, count: usize },
@@ -117,7 +121,8 @@ pub fn checked(block: Arc<Block>) -> Result<Arc<Block>, (Arc<Block>, VerifyError
 /// fields, order, the logs bloom both ways). `Err(Unverifiable)` means every
 /// other check passed; any other error means the block is wrong.
 ///
-/// Not checked, for want of the data in the model: receipts (their root),
+/// Not checked, for want of the data in the model: receipts' root (a
+/// node chain's receipts are checked to be the transactions', in order),
 /// withdrawals (kept as the node's text), senders (`from`: a signature
 /// recovery per transaction would cost far more than the rest together),
 /// and state.
@@ -131,6 +136,7 @@ pub fn verify(block: &Block) -> Result<(), VerifyError> {
     }
     let skipped = transactions(block)?;
     logs(block, &skipped)?;
+    receipts(block)?;
     match skipped.first() {
         Some(&(index, reason)) => Err(VerifyError::Unverifiable {
             index,
@@ -139,6 +145,28 @@ pub fn verify(block: &Block) -> Result<(), VerifyError> {
         }),
         None => Ok(()),
     }
+}
+
+/// Checks that a node's receipts are one for each transaction, in order.
+fn receipts(block: &Block) -> Result<(), VerifyError> {
+    #[derive(serde::Deserialize)]
+    struct Of {
+        #[serde(rename = "transactionHash")]
+        hash: Option<B256>,
+    }
+    let Some(receipts) = block.receipts.as_deref() else {
+        return Ok(());
+    };
+    for index in 0..receipts.len().max(block.transactions.len()) {
+        let found = receipts
+            .get(index)
+            .and_then(|receipt| serde_json::from_str::<Of>(receipt).ok())
+            .and_then(|of| of.hash);
+        if found.is_none() || found != block.transactions.get(index).map(|tx| tx.hash) {
+            return Err(VerifyError::ReceiptTransaction { index, found });
+        }
+    }
+    Ok(())
 }
 
 /// Checks each transaction's hash and then the root over all of them;
@@ -428,19 +456,79 @@ mod tests {
 
     /// An anvil (`--hardfork osaka`) block of transactions of types 0, 1
     /// and 2 and a creation whose constructor logs twice, with its
-    /// `eth_getLogs`: made by starting anvil 1.7.1 with `--no-mining`,
-    /// sending the four from its first dev account by
-    /// `eth_sendTransaction`, and `evm_mine`.
+    /// `eth_getLogs` and `eth_getBlockReceipts`: made by starting anvil
+    /// 1.7.1 with `--no-mining`, sending the four from its first dev
+    /// account by `eth_sendTransaction`, and `evm_mine`.
+    #[derive(Deserialize)]
+    struct Fixture {
+        block: Box<RawValue>,
+        logs: Vec<Box<RawValue>>,
+        receipts: Box<RawValue>,
+    }
+
+    fn fixture() -> Fixture {
+        serde_json::from_str(include_str!("fixtures/anvil_osaka_block.json")).expect("JSON")
+    }
+
     fn anvil_block() -> Block {
-        #[derive(Deserialize)]
-        struct Fixture {
-            block: Box<RawValue>,
-            logs: Vec<Box<RawValue>>,
-        }
-        let fixture: Fixture =
-            serde_json::from_str(include_str!("fixtures/anvil_osaka_block.json")).expect("JSON");
+        let fixture = fixture();
         let node: NodeBlock = serde_json::from_str(fixture.block.get()).expect("a node block");
         Arc::unwrap_or_clone(node.into_model(&fixture.logs))
+    }
+
+    /// Read with its receipts, the block has the logs `eth_getLogs` gives,
+    /// and gives back each receipt as the node did, field for field (its
+    /// logs and bloom made again), also once stored; re-sent after a
+    /// reorg, a receipt and its logs say `removed`.
+    #[test]
+    fn a_real_anvil_blocks_receipts_come_back_as_the_node_gave_them() {
+        let fixture = fixture();
+        let node: NodeBlock = serde_json::from_str(fixture.block.get()).expect("a node block");
+        let receipts = serde_json::from_str(fixture.receipts.get()).expect("receipts");
+        let block = node.with_receipts(receipts).expect("joins");
+        verify(&block).expect("verifies");
+        assert_eq!(block.logs, anvil_block().logs, "the logs are eth_getLogs'");
+        let expected: Vec<serde_json::Value> =
+            serde_json::from_str(fixture.receipts.get()).expect("receipts");
+        let stored: Block =
+            serde_json::from_str(&serde_json::to_string(&*block).expect("json")).expect("reads");
+        let packed: Block =
+            rmp_serde::from_slice(&rmp_serde::to_vec_named(&*block).expect("packs"))
+                .expect("unpacks");
+        for held in [&*block, &stored, &packed] {
+            for (index, receipt) in expected.iter().enumerate() {
+                let made = held.receipt_json(index, false).expect("a receipt");
+                let made: serde_json::Value = serde_json::from_str(&made).expect("JSON");
+                assert_eq!(&made, receipt, "receipt {index}");
+            }
+        }
+        let removed: serde_json::Value =
+            serde_json::from_str(&block.receipt_json(3, true).expect("a receipt")).expect("JSON");
+        assert_eq!(removed["removed"], true);
+        assert_eq!(removed["logs"][1]["removed"], true);
+        assert_eq!(removed["logs"].as_array().map(Vec::len), Some(2));
+        assert_eq!(block.receipt_json(4, false), None, "no such transaction");
+
+        // Receipts of other transactions, or one short, are the node's lie.
+        let mut swapped = (*block).clone();
+        swapped.receipts.as_mut().expect("receipts").swap(0, 1);
+        assert_eq!(
+            verify(&swapped),
+            Err(VerifyError::ReceiptTransaction {
+                index: 0,
+                found: Some(block.transactions[1].hash)
+            })
+        );
+        let mut short = (*block).clone();
+        let kept = short.receipts.as_deref().expect("receipts")[..3].to_vec();
+        short.receipts = Some(kept.into());
+        assert_eq!(
+            verify(&short),
+            Err(VerifyError::ReceiptTransaction {
+                index: 3,
+                found: None
+            })
+        );
     }
 
     #[test]
@@ -500,6 +588,7 @@ mod tests {
             logs: Vec::new(),
             lookup: None,
             gas_used: None,
+            receipts: None,
         };
         verify(&block).expect("a pre-155 transaction verifies");
     }

@@ -132,6 +132,12 @@ pub struct NodeTransaction {
     other: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The answer of `eth_getBlockReceipts`: each receipt's members, their
+/// values as the node wrote them.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct NodeReceipts(Vec<BTreeMap<String, Box<RawValue>>>);
+
 /// A log object (`eth_getLogs`).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -229,8 +235,29 @@ impl NodeBlock {
         self.header.inner.number
     }
 
-    /// Joins the block with its logs (`eth_getLogs` by block hash, kept
-    /// raw for the same reason as the transactions).
+    /// Joins the block with its receipts (`eth_getBlockReceipts` by block
+    /// hash): its logs are theirs, in order, and each receipt's other
+    /// members are kept as the node wrote them ([`Block::receipts`]).
+    pub fn with_receipts(self, receipts: NodeReceipts) -> Result<Arc<Block>, serde_json::Error> {
+        let mut logs = Vec::new();
+        let mut kept = Vec::with_capacity(receipts.0.len());
+        for mut receipt in receipts.0 {
+            if let Some(of_it) = receipt.remove("logs") {
+                logs.extend(serde_json::from_str::<Vec<Box<RawValue>>>(of_it.get())?);
+            }
+            // Made again of the logs (`Block::receipt_json`).
+            receipt.remove("logsBloom");
+            kept.push(serde_json::to_string(&receipt)?.into_boxed_str());
+        }
+        let mut block = self.into_model(&logs);
+        Arc::get_mut(&mut block)
+            .expect("a block just made is not shared")
+            .receipts = Some(kept.into());
+        Ok(block)
+    }
+
+    /// Joins the block with its logs (kept raw for the same reason as the
+    /// transactions).
     pub fn into_model(self, logs: &[Box<RawValue>]) -> Arc<Block> {
         let hash = self.header.hash;
         let number = self.header.inner.number;
@@ -248,6 +275,7 @@ impl NodeBlock {
             logs,
             lookup: Some(self.lookup),
             gas_used: None,
+            receipts: None,
         })
     }
 }
@@ -280,6 +308,7 @@ pub fn stream_event(source: Source, json: &str) -> Result<StreamEvent, serde_jso
             logs,
             lookup: None,
             gas_used: None,
+            receipts: None,
         })
     };
     Ok(match source {
@@ -304,6 +333,7 @@ pub fn stream_event(source: Source, json: &str) -> Result<StreamEvent, serde_jso
                 logs: Vec::new(),
                 lookup: None,
                 gas_used: None,
+                receipts: None,
             }))
         }
         Source::Logs => {

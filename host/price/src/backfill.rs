@@ -135,6 +135,7 @@ async fn fill(
                 logs,
                 lookup: None,
                 gas_used: None,
+                receipts: None,
             };
             indexer.add(&block, None).await?;
         }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use alloy_primitives::{Address, Bloom, U64, U128};
+use alloy_primitives::{Address, U64, U128};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -115,46 +115,14 @@ fn balance(ledger: &Accounts, params: &Value) -> Result<Box<RawValue>, RpcError>
 }
 
 /// `block`'s transaction `index` as `eth_getTransactionReceipt` answers
-/// it, from the gas the devnet says each of its transactions used (`null`
-/// for a block without it).
+/// it (`null` for a block without receipts).
 pub(super) fn receipt_answer(block: &Block, index: usize) -> Result<Box<RawValue>, RpcError> {
-    let gas = block.gas_used.as_deref().unwrap_or_default();
-    let (Some(tx), Some(&gas_used)) = (block.transactions.get(index), gas.get(index)) else {
-        return result(&Value::Null);
-    };
-    let cumulative: u64 = gas[..=index].iter().sum();
-    let mut bloom = Bloom::default();
-    let mut logs = Vec::new();
-    for (at, log) in block.logs.iter().enumerate() {
-        if log.transaction_index == Some(index as u64) {
-            bloom.accrue_log(&log.inner);
-            let text = block.log_json(at, false);
-            logs.push(RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string()))?);
+    match block.receipt_json(index, false) {
+        Some(receipt) => {
+            RawValue::from_string(receipt).map_err(|e| RpcError::internal(e.to_string()))
         }
+        None => result(&Value::Null),
     }
-    let effective = tx.fees.effective(block.base_fee());
-    let mut receipt = json!({
-        "transactionHash": tx.hash,
-        "transactionIndex": U64::from(index),
-        "blockHash": block.hash,
-        "blockNumber": U64::from(block.number()),
-        "from": tx.from,
-        "to": tx.to,
-        "contractAddress": tx.to.is_none().then(|| tx.from.create(tx.nonce)),
-        "cumulativeGasUsed": U64::from(cumulative),
-        "gasUsed": U64::from(gas_used),
-        "effectiveGasPrice": U128::from(effective),
-        "logs": logs,
-        "logsBloom": bloom,
-        "status": "0x1",
-        "type": U64::from(tx.tx_type),
-    });
-    // geth's receipt of a blob transaction adds what its blobs cost.
-    if tx.blob.is_some() {
-        receipt["blobGasUsed"] = json!(U64::from(tx.blob_gas()));
-        receipt["blobGasPrice"] = json!(U128::from(block.blob_gas_price().unwrap_or(0)));
-    }
-    result(&receipt)
 }
 
 /// `[blockCount, newestBlock, rewardPercentiles?]` over the window.

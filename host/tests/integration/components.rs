@@ -109,10 +109,10 @@ fn same_answers<F: Filter>(topic: &str, params: &[String], batch: &[u8]) -> usiz
     wasm.len()
 }
 
-/// The built-ins are contract 0.2 builds, each reading only the fields
-/// its rules do.
+/// The built-ins are contract 0.2 and 0.3 builds, each reading only the
+/// fields its rules do.
 #[test]
-fn manifests_declare_the_five_topics() {
+fn manifests_declare_the_six_topics() {
     let engine = engine();
     let mut topics: Vec<_> = builtin_components()
         .iter()
@@ -132,11 +132,12 @@ fn manifests_declare_the_five_topics() {
     // The transaction topics' and `logs`' built-ins are 0.3 builds (their
     // filters take watchlists); the others 0.2.
     let built_in = |topic: &str, source, payload, layout| {
-        let version = if topic.starts_with("bv") || topic == "logs" {
-            "0.3.0"
-        } else {
-            "0.2.0"
-        };
+        let version =
+            if topic.starts_with("bv") || topic == "logs" || topic == "transactionReceipts" {
+                "0.3.0"
+            } else {
+                "0.2.0"
+            };
         (
             topic.to_string(),
             source,
@@ -177,6 +178,14 @@ fn manifests_declare_the_five_topics() {
                 Source::PendingTransactions,
                 Payload::Hash,
                 Layout::Projected(0)
+            ),
+            built_in(
+                "transactionReceipts",
+                Source::MinedTransactions,
+                Payload::Receipt,
+                Layout::Projected(
+                    tx_fields::HASH | tx_fields::FROM | tx_fields::TO | tx_fields::SELECTOR
+                )
             ),
         ]
     );
@@ -303,7 +312,7 @@ fn a_component_in_the_filters_dir_replaces_the_builtin_of_its_topic() {
             .origin
             .starts_with("built-in ")
     );
-    assert_eq!(active.len(), 5);
+    assert_eq!(active.len(), 6);
 }
 
 #[test]

@@ -26,6 +26,7 @@ mod node_parity;
 mod prices;
 mod prices_cold;
 mod prices_on_anvil;
+mod receipts;
 mod reorgs;
 mod resume;
 mod resume_on_anvil;

@@ -153,6 +153,7 @@ impl BlockTemplate {
             transactions: content.iter().map(|g| g.tx.clone()).collect(),
             logs,
             gas_used: Some(content.iter().map(|g| g.gas_used).collect()),
+            receipts: None,
         })
     }
 }

@@ -159,6 +159,7 @@ impl Devnet {
             logs: Vec::new(),
             lookup: None,
             gas_used: None,
+            receipts: None,
         });
         let ledger = Arc::new(Accounts::new(
             signers.iter().map(|s| s.address()),

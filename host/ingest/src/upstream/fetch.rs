@@ -135,12 +135,12 @@ fn set_aside(pool: &NodePool, wrong: &[(usize, Arc<Block>, VerifyError)]) -> Vec
 async fn ask(pool: &NodePool, node: usize, hash: B256) -> Answer {
     let calls = [
         Call::new("eth_getBlockByHash", json!([hash, true])),
-        Call::new("eth_getLogs", json!([{ "blockHash": hash }])),
+        Call::new("eth_getBlockReceipts", json!([hash])),
     ];
     let results = match pool.node(node).batch_within(&calls, FETCH_TIMEOUT).await {
         Ok(results) => results,
-        // A node refuses the logs of a block it does not have (anvil,
-        // geth: "unknown block"): a block reorged away, not a failure.
+        // A node may refuse the receipts of a block it does not have (an
+        // "unknown block" error): a block reorged away, not a failure.
         Err(error @ NodeError::Rpc { .. }) => {
             let header = [Call::new("eth_getBlockByHash", json!([hash, false]))];
             return match pool.node(node).batch_within(&header, FETCH_TIMEOUT).await {
@@ -173,20 +173,21 @@ async fn ask(pool: &NodePool, node: usize, hash: B256) -> Answer {
     }
 }
 
-/// Block `hash`'s answer: the block, and its logs.
+/// Block `hash`'s answer: the block, and its receipts.
 fn read(results: &[Box<RawValue>]) -> Result<Option<Arc<Block>>, NodeError> {
-    let [block, logs] = results else {
+    let [block, receipts] = results else {
         return Err(NodeError::Decode {
             method: "eth_getBlockByHash".into(),
             reason: format!("{} answers to 2 calls", results.len()),
         });
     };
     let block: Option<NodeBlock> = decode("eth_getBlockByHash", block)?;
-    let logs: Vec<Box<RawValue>> = decode("eth_getLogs", logs)?;
-    Ok(block.map(|b| b.into_model(&logs)))
+    block
+        .map(|block| blocks::with_receipts(block, receipts))
+        .transpose()
 }
 
-/// Blocks `bottom..=top` from one node, verified, with their logs, in two
+/// Blocks `bottom..=top` from one node, verified, with their receipts, in two
 /// round trips; they stop at the first the node does not have. An error
 /// or a block that fails verification fails the whole range (the caller
 /// walks back by hash instead, with failover).
