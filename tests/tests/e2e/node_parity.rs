@@ -2,7 +2,9 @@
 //! anvil at Ethereum's current fork, Osaka (legacy, EIP-2930, EIP-1559, a contract creation, logging calls,
 //! an EIP-4844 blob transaction and an EIP-7702 set-code transaction, all
 //! really signed), subscribed to on the node and on chainsieve side by
-//! side, and the standard calls asked of both, compared field by field.
+//! side, and the standard calls asked of both, compared field by field;
+//! chainsieve's `transactionReceipts` of them against the node's
+//! `eth_getTransactionReceipt`.
 //! The node is stopped before chainsieve is asked, so its answers are
 //! provably its window's, not forwarded.
 
@@ -127,6 +129,10 @@ async fn every_transaction_type_reads_as_the_node_gives_it() {
 
     let node_subs = subscribe_all(&mut node).await;
     let our_subs = subscribe_all(&mut ours).await;
+    let our_receipts = ours
+        .subscribe(json!(["transactionReceipts"]))
+        .await
+        .expect("receipts");
 
     // Block 3: every type, sent while nothing mines.
     let signer: PrivateKeySigner = SIGNER_KEY.parse().expect("key");
@@ -171,7 +177,11 @@ async fn every_transaction_type_reads_as_the_node_gives_it() {
         }
     };
     let node_block = collect(&mut node, block_seen(&node_subs)).await;
-    let our_block = collect(&mut ours, block_seen(&our_subs)).await;
+    let ours_seen = block_seen(&our_subs);
+    let our_block = collect(&mut ours, |seen| {
+        ours_seen(seen) && seen.get(&our_receipts).map_or(0, Vec::len) >= sent
+    })
+    .await;
 
     // Notifications.
     let by_hash = |objects: &[Value]| -> BTreeMap<String, Value> {
@@ -206,6 +216,39 @@ async fn every_transaction_type_reads_as_the_node_gives_it() {
     assert_eq!(our_block[&our_subs[2]], node_block[&node_subs[2]], "logs");
     // Two calls to Ping, and the call to the account delegated to it.
     assert_eq!(our_block[&our_subs[2]].len(), 3);
+    // Receipts of every type: the node's, member for member, one a
+    // notification in the block's order.
+    let mut node_receipts = Vec::new();
+    for hash in &hashes {
+        node_receipts.push(
+            anvil
+                .rpc("eth_getTransactionReceipt", json!([hash]))
+                .await
+                .expect("the node's receipt"),
+        );
+    }
+    node_receipts.sort_by_key(|receipt| quantity(&receipt["transactionIndex"]));
+    let receipts: Vec<Value> = our_block[&our_receipts]
+        .iter()
+        .map(|result| {
+            let one = result.as_array().expect("an array of receipts");
+            assert_eq!(one.len(), 1, "one receipt a notification");
+            one[0].clone()
+        })
+        .collect();
+    assert_eq!(receipts.len(), sent);
+    for (ours, node) in receipts.iter().zip(&node_receipts) {
+        assert_eq!(
+            differences(ours, node),
+            Vec::<String>::new(),
+            "receipt of {}",
+            node["transactionHash"]
+        );
+    }
+    let receipt_types: Vec<&Value> = receipts.iter().map(|r| &r["type"]).collect();
+    for t in ["0x0", "0x1", "0x2", "0x3", "0x4"] {
+        assert!(receipt_types.contains(&&json!(t)), "a receipt of type {t}");
+    }
 
     // Calls: the node's answers, then the node stopped, then chainsieve's.
     let block = node_head["number"].clone();
