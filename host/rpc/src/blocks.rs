@@ -194,6 +194,39 @@ pub(super) fn mined_transaction(
     })
 }
 
+/// `[hash]` of `eth_getTransactionReceipt`: the window's where its block
+/// holds its receipts (a node's, or the devnet's made of the gas its
+/// transactions used), else an older transaction's (the node's answer, or
+/// the devnet archive's).
+pub(super) fn receipt(chain: &Chain, params: &Value) -> Result<Held, RpcError> {
+    let method = "eth_getTransactionReceipt";
+    let hash: B256 = fixed_param(params, 0, method, "the transaction hash")?;
+    let held = chain
+        .canonical()
+        .transaction(&hash)
+        .and_then(|(block, index)| block.receipt_json(index, false));
+    Ok(match held {
+        Some(receipt) => Held::Answer(
+            RawValue::from_string(receipt).map_err(|e| RpcError::internal(e.to_string()))?,
+        ),
+        None => Held::OlderTransaction {
+            hash,
+            answer: receipt_answer,
+        },
+    })
+}
+
+/// `block`'s transaction `index` as `eth_getTransactionReceipt` answers
+/// it (`null` for a block without receipts).
+fn receipt_answer(block: &Block, index: usize) -> Result<Box<RawValue>, RpcError> {
+    match block.receipt_json(index, false) {
+        Some(receipt) => {
+            RawValue::from_string(receipt).map_err(|e| RpcError::internal(e.to_string()))
+        }
+        None => result(&Value::Null),
+    }
+}
+
 /// `block`'s transaction `index` as `eth_getTransactionByHash` answers it.
 pub(super) fn transaction_answer(block: &Block, index: usize) -> Result<Box<RawValue>, RpcError> {
     RawValue::from_string(block.transaction_json(index, TxShape::Geth, false))

@@ -114,17 +114,6 @@ fn balance(ledger: &Accounts, params: &Value) -> Result<Box<RawValue>, RpcError>
     result(&ledger.balance(address))
 }
 
-/// `block`'s transaction `index` as `eth_getTransactionReceipt` answers
-/// it (`null` for a block without receipts).
-pub(super) fn receipt_answer(block: &Block, index: usize) -> Result<Box<RawValue>, RpcError> {
-    match block.receipt_json(index, false) {
-        Some(receipt) => {
-            RawValue::from_string(receipt).map_err(|e| RpcError::internal(e.to_string()))
-        }
-        None => result(&Value::Null),
-    }
-}
-
 /// `[blockCount, newestBlock, rewardPercentiles?]` over the window.
 fn fee_history(chain: &Chain, params: &Value) -> Result<Box<RawValue>, RpcError> {
     require_positional(params, "eth_feeHistory")?;

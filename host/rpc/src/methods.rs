@@ -110,10 +110,8 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
         "eth_getTransactionByHash" => {
             reply(mined_transaction(ctx, call, blocks::transaction_answer).await)
         }
-        // A devnet's blocks carry what its receipts need (the gas each
-        // transaction used); a node chain forwards receipts to its node.
-        "eth_getTransactionReceipt" if ctx.chain.ledger().is_some() => {
-            reply(mined_transaction(ctx, call, devnet::receipt_answer).await)
+        "eth_getTransactionReceipt" => {
+            reply(held(ctx, call, blocks::receipt(ctx.chain, &call.params)).await)
         }
         "eth_getLogs" => reply(held(ctx, call, logs::get_logs(ctx.chain, &call.params)).await),
         "token_price" => reply(token_price::token_price(ctx.chain, &call.params).await),

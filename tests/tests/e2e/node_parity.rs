@@ -266,11 +266,12 @@ async fn every_transaction_type_reads_as_the_node_gives_it() {
             json!([{ "fromBlock": "0x1", "toBlock": block }]),
         ),
     ];
-    calls.extend(
-        hashes
-            .iter()
-            .map(|hash| ("eth_getTransactionByHash", json!([hash]))),
-    );
+    calls.extend(hashes.iter().flat_map(|hash| {
+        [
+            ("eth_getTransactionByHash", json!([hash])),
+            ("eth_getTransactionReceipt", json!([hash])),
+        ]
+    }));
     let mut expected = Vec::new();
     for (method, params) in &calls {
         expected.push(
