@@ -378,6 +378,14 @@ async fn mine_past(
     }
 }
 
+/// How many addresses the set holds besides the members.
+const FILLER: u32 = 1_000_000;
+
+/// Filler address `n`: in no block of the devnet (its first byte 0xfe).
+fn filler(n: u32) -> String {
+    format!("0xfe{n:038x}")
+}
+
 /// One stream matched against the watchlist `"set"`: a control
 /// subscription to every event of its kind, the watched one's params
 /// (naming the set), and the address in a notification's result the set is
@@ -397,6 +405,12 @@ struct Case {
 /// answers, never before, and none restarts it. A webhook of the same
 /// params delivers the same. A replay by cursor matches as of the set when
 /// it is read.
+///
+/// The set holds a million addresses besides the members ([`filler`]),
+/// and each edit while the chain moves adds or removes ten thousand of
+/// them with the members it changes: none of them is ever on the chain,
+/// so what matches is the members' doing alone, at the cost of a set that
+/// large.
 async fn matches_the_set_at_each_events_place(case: Case) {
     let server = TestServer::started(Config {
         devnet: chainsieve_tests::stepped_devnet(),
@@ -404,6 +418,10 @@ async fn matches_the_set_at_each_events_place(case: Case) {
             allow_http: true,
             allow_private_addresses: true,
             ..Default::default()
+        },
+        watchlists: WatchlistsConfig {
+            max_addresses: 1_100_000,
+            ..WatchlistsConfig::default()
         },
         ..Config::default()
     })
@@ -433,7 +451,12 @@ async fn matches_the_set_at_each_events_place(case: Case) {
     }
     assert!(members.len() >= 4, "{members:?}");
     let (first, second) = members.split_at(members.len() / 2);
-    let edit = |method: &str, addresses: &[String]| {
+    let edit = |method: &str, members: &[String], filler: std::ops::Range<u32>| {
+        let addresses: Vec<String> = members
+            .iter()
+            .cloned()
+            .chain(filler.map(self::filler))
+            .collect();
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": ["set", addresses]})
             .to_string()
     };
@@ -445,10 +468,22 @@ async fn matches_the_set_at_each_events_place(case: Case) {
         )
     };
     let made = server
-        .post("eth", "demo", &edit("watchlist_create", first))
+        .post("eth", "demo", &edit("watchlist_create", first, 0..0))
         .await
         .1;
     let mut edits = vec![(point(&made), first.to_vec())];
+    // A million more, 20,000 an edit (a request's limit is 1 MiB).
+    for chunk in (0..FILLER).step_by(20_000) {
+        let filled = server
+            .post(
+                "eth",
+                "demo",
+                &edit("watchlist_add", &[], chunk..chunk + 20_000),
+            )
+            .await
+            .1;
+        assert_eq!(filled["result"]["added"], 20_000, "{filled}");
+    }
     let watched = ws
         .subscribe(case.watched.clone())
         .await
@@ -459,20 +494,29 @@ async fn matches_the_set_at_each_events_place(case: Case) {
     let start = edits[0].0;
     mine_past(&server, &mut ws, &mut seen, &control, start + 3).await;
     let added = server
-        .post("eth", "demo", &edit("watchlist_add", second))
+        .post(
+            "eth",
+            "demo",
+            &edit("watchlist_add", second, FILLER..FILLER + 10_000),
+        )
         .await
         .1;
+    assert_eq!(
+        added["result"]["size"].as_u64(),
+        Some(u64::from(FILLER) + 10_000 + members.len() as u64),
+        "{added}"
+    );
     edits.push((point(&added), members.clone()));
     mine_past(&server, &mut ws, &mut seen, &control, edits[1].0 + 3).await;
     let removed = server
-        .post("eth", "demo", &edit("watchlist_remove", first))
+        .post("eth", "demo", &edit("watchlist_remove", first, 0..10_000))
         .await
         .1;
     edits.push((point(&removed), second.to_vec()));
     mine_past(&server, &mut ws, &mut seen, &control, edits[2].0 + 3).await;
     // Everyone, then one block more: every notification before it is in.
     let everyone = server
-        .post("eth", "demo", &edit("watchlist_add", first))
+        .post("eth", "demo", &edit("watchlist_add", first, 0..0))
         .await
         .1;
     let end = point(&everyone);
