@@ -58,6 +58,13 @@ async fn finalized_subscribers_never_see_a_removal_and_resume_by_cursor() {
         .subscribe(json!(["logs", { "address": contract }, { "finality": "finalized" }]))
         .await
         .expect("final logs");
+    let mut receipts = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("connect");
+    let final_receipts = receipts
+        .subscribe(json!(["transactionReceipts", { "toAddress": [contract] }, { "finality": "finalized" }]))
+        .await
+        .expect("final receipts");
 
     // Six calls, a block each, all delivered; then the last three
     // replaced by a reorg.
@@ -94,6 +101,15 @@ async fn finalized_subscribers_never_see_a_removal_and_resume_by_cursor() {
         told.iter().all(|l| quantity(&l["blockNumber"]) + 3 <= top),
         "none of the replaced blocks"
     );
+    // The receipts of the same calls, final too: the node's.
+    for log in &told {
+        let receipt = next_of(&mut receipts, &final_receipts).await["result"].clone();
+        let node = anvil
+            .rpc("eth_getTransactionReceipt", json!([log["transactionHash"]]))
+            .await
+            .expect("the node's receipt");
+        assert_eq!(receipt, json!([node]));
+    }
 
     // A resume from the first cursor, waiting for finality too, gets the
     // other two; a reorged block's log never comes.

@@ -1,6 +1,7 @@
 //! History from the nodes (docs/src/api.md, History from the nodes): a
 //! `fromBlock` older than the log's window is read from the chain's node
-//! (anvil), then the log and live follow with no gap and no duplicate.
+//! (anvil), then the log and live follow with no gap and no duplicate, for
+//! every mined topic (`transactionReceipts` with the node's receipts).
 
 use std::collections::BTreeMap;
 
@@ -95,6 +96,7 @@ struct Seen {
     cursors: Vec<String>,
     logs: Vec<Value>,
     transactions: Vec<Value>,
+    receipts: Vec<Value>,
     /// The custom topic's (the example `erc20Transfers`).
     transfers: Vec<Value>,
 }
@@ -110,7 +112,14 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
             dir: filters.path().to_path_buf(),
             ..FiltersConfig::default()
         },
-        ..config(&anvil, HistoryConfig::default())
+        // Five topics' streams at once, one more than the default.
+        ..config(
+            &anvil,
+            HistoryConfig {
+                max_streams_per_key: 5,
+                ..HistoryConfig::default()
+            },
+        )
     };
     let server = TestServer::live(config).await;
     let (mut setup, heads, contract) = ping_client(&server.ws_url("eth", KEY), &anvil).await;
@@ -146,6 +155,10 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
         .subscribe(json!(["erc20Transfers", { "tokens": [token] }, option]))
         .await
         .expect("a custom topic from a block");
+    let on_receipts = client
+        .subscribe(json!(["transactionReceipts", { "toAddress": [contract] }, option]))
+        .await
+        .expect("receipts from a block");
     // More calls while the history is read: they come after, live.
     anvil.ping(&contract, 1).await;
     anvil.ping(&token, 1).await;
@@ -157,6 +170,7 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
         || seen.logs.len() < calls
         || seen.transactions.len() < calls
         || seen.transfers.len() < transfers
+        || seen.receipts.len() < calls
     {
         let params = client.next_notification_params().await.expect("in time");
         let id = params["subscription"].as_str().expect("an id");
@@ -173,6 +187,7 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
             id if id == on_logs => seen.logs.push(result),
             id if id == on_txs => seen.transactions.push(result),
             id if id == on_transfers => seen.transfers.push(result),
+            id if id == on_receipts => seen.receipts.push(result),
             other => panic!("a notification of {other}"),
         }
     }
@@ -205,6 +220,15 @@ async fn from_block_older_than_the_window_reads_the_nodes_then_goes_live() {
         .map(|log| &log["transactionHash"])
         .collect();
     assert_eq!(hashes, node_hashes);
+    // Receipts: the node's, of the same calls, read with their blocks
+    // from the node (the window's blocks) and from the log.
+    for (receipt, hash) in seen.receipts.iter().zip(&node_hashes) {
+        let node = anvil
+            .rpc("eth_getTransactionReceipt", json!([hash]))
+            .await
+            .expect("the node's receipt");
+        assert_eq!(receipt, &json!([node]));
+    }
     assert!(
         seen.transactions
             .iter()
