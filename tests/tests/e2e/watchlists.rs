@@ -303,6 +303,57 @@ async fn a_watchlist_is_edited_inspected_and_kept_across_a_restart() {
     server.stop().await;
 }
 
+/// A webhook naming a watchlist matches nothing once the watchlist is
+/// deleted; reopened after a restart, its subscription is refused, and the
+/// webhook says why (`failing`, its last error naming the watchlist)
+/// rather than the server failing to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_whose_watchlist_is_gone_says_so_after_a_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = || Config {
+        webhooks: chainsieve_config::WebhooksConfig {
+            allow_http: true,
+            allow_private_addresses: true,
+            ..Default::default()
+        },
+        ..self::config(dir.path())
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    let server = TestServer::started(config()).await;
+    let mut ws = WsClient::connect(&server.ws_url("eth", "owner"))
+        .await
+        .expect("ws");
+    let made = ws
+        .call("watchlist_create", json!(["users", [address(1)]]))
+        .await
+        .expect("made");
+    assert_eq!(made["result"]["size"], 1, "{made}");
+    let (hook, _) = create(
+        &mut ws,
+        &receiver.url(),
+        json!(["bvMinedTransactions", {"fromAddress": {"watchlist": "users"}}]),
+        Value::Null,
+    )
+    .await;
+    let deleted = ws
+        .call("watchlist_delete", json!(["users"]))
+        .await
+        .expect("deleted");
+    assert!(deleted["result"]["edit"].is_u64(), "{deleted}");
+    drop(ws);
+    server.stop().await;
+
+    let server = TestServer::started(config()).await;
+    server
+        .until_metric("chainsieve_webhooks{state=\"failing\"}", 1.0)
+        .await;
+    let view = call(&server, "owner", "webhook_get", json!([hook])).await;
+    assert_eq!(view["result"]["state"], "failing", "{view}");
+    let error = view["result"]["lastError"].as_str().expect("an error");
+    assert!(error.contains("unknown watchlist \"users\""), "{view}");
+    server.stop().await;
+}
+
 /// A plan's own limit wins over the server-wide one, and is the setting
 /// the refusal names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
