@@ -75,4 +75,8 @@ cargo test --workspace --all-targets --no-run
 # A `#[tokio::test]` runs its whole future on the test thread's stack,
 # and debug builds' futures are large: 8 MiB for each, not Rust's 2.
 export RUST_MIN_STACK=8388608
+# Three tests at a time on the two cores: the end-to-end tests mostly wait
+# on sockets, nodes and NATS, and two left the cores idle a third of the
+# time (docs/src/benchmarks.md, The test command).
+export RUST_TEST_THREADS=3
 cargo test --workspace
