@@ -312,8 +312,14 @@ impl ReceiptRules {
         }
         map.remove("transactionHashes");
         let hashes: KeySet<[u8; 32]> = hashes.into_iter().collect();
+        let hash_only = map.values().all(Value::is_null) && !hashes.is_empty();
+        if !hash_only {
+            // Refused before anything changes: a subscription of the same
+            // id stays as it was.
+            Constraints::read(&map)?;
+        }
         self.unsubscribe(id);
-        if map.values().all(Value::is_null) && !hashes.is_empty() {
+        if hash_only {
             for hash in &hashes {
                 self.by_hash.insert(*hash, id);
             }
@@ -723,6 +729,16 @@ mod tests {
             "2: its hash and its sender"
         );
         assert_eq!(matched(&rules, &txs[2]), vec![1, 3], "2 wants sender A too");
+        let refused = format!(
+            r#"[{{"transactionHashes":["{}"],"fromAddress":["0x12"]}}]"#,
+            hash(0)
+        );
+        assert!(rules.subscribe(2, &refused, "transactionReceipts").is_err());
+        assert_eq!(
+            matched(&rules, &txs[1]),
+            vec![2, 3],
+            "a refusal leaves 2 as it was"
+        );
         for id in 1..=4 {
             rules.unsubscribe(id);
         }
