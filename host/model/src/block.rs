@@ -188,13 +188,15 @@ impl Block {
     /// transactions used; `None` for a block with neither.
     pub fn receipt_json(&self, index: usize, removed: bool) -> Option<String> {
         let tx = self.transactions.get(index)?;
+        // A block's logs are in transaction order: its own are one run.
+        let of = |log: &Log| log.transaction_index.unwrap_or(u64::MAX);
+        let first = self.logs.partition_point(|log| of(log) < index as u64);
+        let last = self.logs.partition_point(|log| of(log) <= index as u64);
         let mut bloom = Bloom::default();
-        let mut logs = Vec::new();
-        for (at, log) in self.logs.iter().enumerate() {
-            if log.transaction_index == Some(index as u64) {
-                bloom.accrue_log(&log.inner);
-                logs.push(self.log_json(at, removed));
-            }
+        let mut logs = Vec::with_capacity(last - first);
+        for at in first..last {
+            bloom.accrue_log(&self.logs[at].inner);
+            logs.push(self.log_json(at, removed));
         }
         let logs = format!("[{}]", logs.join(","));
         let members = match (self.receipts.as_deref(), self.gas_used.as_deref()) {

@@ -201,15 +201,11 @@ pub(super) fn mined_transaction(
 pub(super) fn receipt(chain: &Chain, params: &Value) -> Result<Held, RpcError> {
     let method = "eth_getTransactionReceipt";
     let hash: B256 = fixed_param(params, 0, method, "the transaction hash")?;
-    let held = chain
-        .canonical()
-        .transaction(&hash)
-        .and_then(|(block, index)| block.receipt_json(index, false));
-    Ok(match held {
-        Some(receipt) => Held::Answer(
-            RawValue::from_string(receipt).map_err(|e| RpcError::internal(e.to_string()))?,
-        ),
-        None => Held::OlderTransaction {
+    Ok(match chain.canonical().transaction(&hash) {
+        Some((block, index)) if block.receipts.is_some() || block.gas_used.is_some() => {
+            Held::Answer(receipt_answer(block, index)?)
+        }
+        _ => Held::OlderTransaction {
             hash,
             answer: receipt_answer,
         },
