@@ -152,17 +152,20 @@ pub fn each_event<'a, E: Event<'a>>(
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __projected_conversions {
-    // `$receipt`: the version's `receipt` payload, or what to do without one.
-    ($receipt:expr) => {
+    // `$receipt`: the version's `receipt` payload, or what to do without
+    // one; `$lifecycle`: its `lifecycle` source (of `transactions`, the
+    // flags), or what to do without one.
+    ($receipt:expr, |$transactions:ident| $lifecycle:expr) => {
         pub fn manifest(m: Manifest, fields: u32) -> wit::Manifest {
             // The WIT flags' bits are the projection's (bit i, the i-th flag).
-            let transactions =
+            let $transactions =
                 wit::TransactionFields::from_bits_truncate(fields.try_into().unwrap_or(u16::MAX));
             wit::Manifest {
                 topic: m.topic.to_string(),
                 source: match m.source {
-                    Source::PendingTransactions => wit::Source::PendingTransactions(transactions),
-                    Source::MinedTransactions => wit::Source::MinedTransactions(transactions),
+                    Source::PendingTransactions => wit::Source::PendingTransactions($transactions),
+                    Source::MinedTransactions => wit::Source::MinedTransactions($transactions),
+                    Source::Lifecycle => $lifecycle,
                     Source::Heads => wit::Source::Heads,
                     Source::Logs => wit::Source::Logs(wit::LogFields::from_bits_truncate(
                         fields.try_into().unwrap_or(u8::MAX),

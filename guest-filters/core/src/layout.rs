@@ -18,6 +18,10 @@ pub enum Source {
     MinedTransactions,
     Heads,
     Logs,
+    /// The turns of transactions' lives (contract 0.3): transaction
+    /// records, each of the transaction a turn tells of (no call data:
+    /// its selector only).
+    Lifecycle,
 }
 
 impl Source {
@@ -27,6 +31,7 @@ impl Source {
             Source::MinedTransactions => 1,
             Source::Heads => 2,
             Source::Logs => 3,
+            Source::Lifecycle => 4,
         }
     }
 
@@ -36,6 +41,7 @@ impl Source {
             1 => Source::MinedTransactions,
             2 => Source::Heads,
             3 => Source::Logs,
+            4 => Source::Lifecycle,
             _ => return None,
         })
     }
@@ -47,17 +53,18 @@ impl Source {
             Source::MinedTransactions => "mined-transactions",
             Source::Heads => "heads",
             Source::Logs => "logs",
+            Source::Lifecycle => "lifecycle",
         }
     }
 
     /// Whether batches of `other` hold the same kind of record (pending
-    /// and mined transactions do).
+    /// and mined transactions and lifecycle turns do).
     pub const fn same_kind(self, other: Source) -> bool {
         matches!(
             (self, other),
             (
-                Source::PendingTransactions | Source::MinedTransactions,
-                Source::PendingTransactions | Source::MinedTransactions
+                Source::PendingTransactions | Source::MinedTransactions | Source::Lifecycle,
+                Source::PendingTransactions | Source::MinedTransactions | Source::Lifecycle
             ) | (Source::Heads, Source::Heads)
                 | (Source::Logs, Source::Logs)
         )
@@ -78,7 +85,9 @@ impl Source {
     /// Size of one record of this stream.
     pub const fn record_len(self) -> usize {
         match self {
-            Source::PendingTransactions | Source::MinedTransactions => tx::LEN,
+            Source::PendingTransactions | Source::MinedTransactions | Source::Lifecycle => {
+                tx::LEN
+            }
             Source::Heads => head::LEN,
             Source::Logs => log::LEN,
         }

@@ -61,9 +61,14 @@ pub enum Payload {
 
 impl Payload {
     /// Whether the events of `source` have this payload: only a mined
-    /// transaction has a receipt.
+    /// transaction has a receipt, and a lifecycle turn has no
+    /// BlockVision shape.
     pub const fn fits(self, source: Source) -> bool {
-        !matches!(self, Payload::Receipt) || matches!(source, Source::MinedTransactions)
+        match self {
+            Payload::Receipt => matches!(source, Source::MinedTransactions),
+            Payload::FullBlockvision => !matches!(source, Source::Lifecycle),
+            Payload::Hash | Payload::Full => true,
+        }
     }
 }
 

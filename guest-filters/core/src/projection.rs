@@ -105,7 +105,9 @@ pub const fn offset(sizes: &[usize], fields: u32, field: u32) -> usize {
 /// The sizes of `source`'s fields, by bit (heads: none to choose).
 const fn sizes(source: Source) -> &'static [usize] {
     match source {
-        Source::PendingTransactions | Source::MinedTransactions => &tx_fields::SIZES,
+        Source::PendingTransactions | Source::MinedTransactions | Source::Lifecycle => {
+            &tx_fields::SIZES
+        }
         Source::Logs => &log_fields::SIZES,
         Source::Heads => &[],
     }
@@ -123,7 +125,9 @@ pub const fn record_len(source: Source, fields: u32) -> usize {
 /// The fields of `source` there are (heads: none to choose).
 pub const fn all_fields(source: Source) -> u32 {
     match source {
-        Source::PendingTransactions | Source::MinedTransactions => tx_fields::ALL,
+        Source::PendingTransactions | Source::MinedTransactions | Source::Lifecycle => {
+            tx_fields::ALL
+        }
         Source::Logs => log_fields::ALL,
         Source::Heads => 0,
     }
@@ -424,7 +428,9 @@ impl<'a> Records<'a> {
             out.extend_from_slice(&self.records[start..start + self.record_len]);
         }
         let variable = match self.source {
-            Source::PendingTransactions | Source::MinedTransactions => tx_fields::INPUT,
+            Source::PendingTransactions | Source::MinedTransactions | Source::Lifecycle => {
+                tx_fields::INPUT
+            }
             Source::Logs => log_fields::DATA,
             Source::Heads => 0,
         };

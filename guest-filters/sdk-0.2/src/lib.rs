@@ -125,9 +125,12 @@ pub mod __private {
     use super::bindings::chainsieve::filter::types as wit;
     use super::{Delivery, Key, Manifest, Matches, Payload, Reach, Source};
 
-    chainsieve_filter_core::__projected_conversions!(panic!(
-        "contract 0.2 has no receipt payload: build the filter for contract 0.3"
-    ));
+    chainsieve_filter_core::__projected_conversions!(
+        panic!("contract 0.2 has no receipt payload: build the filter for contract 0.3"),
+        |_transactions| panic!(
+            "contract 0.2 has no lifecycle source: build the filter for contract 0.3"
+        )
+    );
 
     pub fn subscription(delivery: Delivery, reach: Reach) -> wit::Subscription {
         wit::Subscription {

@@ -90,7 +90,9 @@ pub mod __private {
         Delivery, Key, Manifest, Matches, Memberships, Payload, Reach, Source, WatchedField,
     };
 
-    chainsieve_filter_core::__projected_conversions!(wit::Payload::Receipt);
+    chainsieve_filter_core::__projected_conversions!(wit::Payload::Receipt, |transactions| {
+        wit::Source::Lifecycle(transactions)
+    });
 
     pub fn subscription(delivery: Delivery, reach: Reach) -> wit::Subscription {
         wit::Subscription {

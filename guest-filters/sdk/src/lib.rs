@@ -127,6 +127,9 @@ pub mod __private {
                 Source::MinedTransactions => wit::Source::MinedTransactions,
                 Source::Heads => wit::Source::Heads,
                 Source::Logs => wit::Source::Logs,
+                Source::Lifecycle => {
+                    panic!("contract 0.1 has no lifecycle source: build the filter for contract 0.3")
+                }
             },
             payload: payload(m.payload),
         }

@@ -66,8 +66,8 @@ mod tests {
                     changes.push(ChainEvent::Removed(block.clone()));
                     changes.push(ChainEvent::Added(block));
                 }
-                SourceEvent::Pending(txs) => changes.push(ChainEvent::Pending(txs)),
-                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
+                SourceEvent::Pending { txs, .. } => changes.push(ChainEvent::Pending(txs)),
+                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
                 }
             }
         }

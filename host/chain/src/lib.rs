@@ -17,6 +17,7 @@ pub mod all;
 mod continued;
 pub mod edge;
 pub mod ingest;
+pub mod lifecycle;
 mod parts;
 pub mod pipeline;
 pub mod reload;
@@ -34,6 +35,7 @@ use chainsieve_config::{ChainSpec, Config, HistoryConfig, Role, RpcConfig};
 use chainsieve_eventlog::EventLog;
 use chainsieve_filters::{FilterEngine, FilterHandle, FilterRegistry};
 use chainsieve_history::Blocks;
+use lifecycle::TrackerSettings;
 use chainsieve_history::limits::Budget;
 use chainsieve_ingest::canonical::CanonicalChain;
 use chainsieve_ingest::devnet::{Accounts, MineRequest, Submission};
@@ -121,7 +123,8 @@ impl Chain {
                 .collect::<anyhow::Result<_>>()?,
         };
         let price = PriceIndex::open(spec, &config.price, config.price_dir())?;
-        let state = Arc::new(PipelineState::new(spec.window, topics, log));
+        let tracking = TrackerSettings::of(&config.lifecycle, spec.log_blocks as u64);
+        let state = Arc::new(PipelineState::new(spec.window, topics, log, tracking));
         let parts = Parts {
             spec,
             config,

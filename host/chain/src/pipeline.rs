@@ -8,7 +8,10 @@
 //! flow).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use alloy_primitives::B256;
 
 use chainsieve_filter_core::Source;
 use prometheus_client::metrics::counter::Counter;
@@ -22,11 +25,14 @@ use chainsieve_fanout::Together;
 use chainsieve_filters::FilterHandle;
 use chainsieve_filters::batch::EventBatch;
 use chainsieve_ingest::canonical::CanonicalChain;
+use chainsieve_model::lifecycle::Turn;
 use chainsieve_model::{ChainEvent, FinalMark, Grade, SourceEvent};
 use chainsieve_price::Feed;
 use chainsieve_runtime::metrics::Metrics;
 use chainsieve_watchlists::views::View;
 use chainsieve_watchlists::{Seq, Watchlists};
+
+use crate::lifecycle::{Tracker, TrackerSettings};
 
 /// What the pipeline writes and the chain's readers (RPC methods, the hot
 /// swap, the probes) share with it.
@@ -46,6 +52,11 @@ pub struct PipelineState {
     /// The last watchlist edit the pipeline placed in the log, and where:
     /// what an edit's answer reports for this chain.
     watch_points: watch::Sender<WatchPoint>,
+    /// Where each transaction's life has come to. Only the pipeline takes
+    /// it (a std mutex, as the pipeline is cloned for an ingest's terms but
+    /// one chain has one tracker), never across an await; `/metrics` reads
+    /// how many it follows.
+    lifecycle: Mutex<Tracker>,
 }
 
 /// Where a chain placed a watchlist edit: every event after `after` is
@@ -62,15 +73,30 @@ pub struct WatchPoint {
 }
 
 impl PipelineState {
-    /// A window of `window` blocks, the actors of `topics`, and `log`; the
-    /// window starts from the canonical blocks the log holds (a restored
-    /// log's, after a restart).
-    pub fn new(window: usize, topics: BTreeMap<String, FilterHandle>, log: Arc<EventLog>) -> Self {
+    /// A window of `window` blocks, the actors of `topics`, `log`, and a
+    /// lifecycle tracker of `tracking`; the window starts from the
+    /// canonical blocks the log holds (a restored log's, after a restart),
+    /// the tracker from the turns it holds.
+    pub fn new(
+        window: usize,
+        topics: BTreeMap<String, FilterHandle>,
+        log: Arc<EventLog>,
+        tracking: TrackerSettings,
+    ) -> Self {
         let mut canonical = CanonicalChain::new(window);
         for block in log.canonical(window) {
             canonical.follow(&ChainEvent::Added(block));
         }
+        let mut tracker = Tracker::new(tracking);
+        for position in log.oldest()..=log.head() {
+            if let Some(step) = log.get(position)
+                && let ChainEvent::Lifecycle(turns) = &step.change
+            {
+                turns.iter().for_each(|turn| tracker.follow(turn));
+            }
+        }
         Self {
+            lifecycle: Mutex::new(tracker),
             window: RwLock::new(canonical),
             topics: RwLock::new(Arc::new(topics)),
             synced: watch::Sender::new(false),
@@ -133,6 +159,14 @@ impl PipelineState {
         *current = Arc::new(next);
     }
 
+    /// The lifecycle tracker, to take a change or read.
+    pub fn lifecycle(&self) -> MutexGuard<'_, Tracker> {
+        // A poisoned tracker is still the latest state followed.
+        self.lifecycle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Whether the source's past is in place.
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()
@@ -166,11 +200,28 @@ pub struct Pipeline {
     /// behind makes the pipeline wait, never forget a step.
     persist: Option<mpsc::Sender<Persist>>,
     /// Events ingested per stream, in [`stream_slot`] order.
-    ingested: [Counter; 4],
+    ingested: [Counter; 5],
     /// The watchlists, where the role keeps them: each edit is placed in
     /// the log as a step, and every batch after it holds its view.
     watching: Option<Watching>,
+    /// Where pending transactions due a check go, on a chain of nodes
+    /// (docs/src/api.md, A transaction's life).
+    drops: Option<DropChecks>,
 }
+
+/// The task asking a chain's nodes whether they still hold transactions
+/// long pending: it answers a [`SourceEvent::Dropped`] of those none holds.
+#[derive(Clone, Debug)]
+pub struct DropChecks {
+    /// Bounded ([`DROP_CHECK_QUEUE`]): a full queue leaves the hashes to
+    /// the next round rather than holding the chain back.
+    pub asks: mpsc::Sender<Vec<B256>>,
+    /// How often the tracker is asked which are due.
+    pub every: Duration,
+}
+
+/// Rounds of hashes that may wait for the drop checker.
+pub const DROP_CHECK_QUEUE: usize = 4;
 
 /// The watchlists a pipeline places edits of, and the view its batches
 /// hold now.
@@ -187,6 +238,7 @@ fn stream_slot(source: Source) -> usize {
         Source::MinedTransactions => 1,
         Source::Heads => 2,
         Source::Logs => 3,
+        Source::Lifecycle => 4,
     }
 }
 
@@ -208,9 +260,20 @@ impl Pipeline {
                 Source::MinedTransactions,
                 Source::Heads,
                 Source::Logs,
+                Source::Lifecycle,
             ]
             .map(|source| metrics.events(chain, source.name())),
             watching: None,
+            drops: None,
+        }
+    }
+
+    /// This pipeline, handing the pending transactions due a check to
+    /// `drops`.
+    pub fn checking_drops(self, drops: DropChecks) -> Self {
+        Self {
+            drops: Some(drops),
+            ..self
         }
     }
 
@@ -249,6 +312,10 @@ impl Pipeline {
         shutdown: CancellationToken,
     ) {
         let mut edits = self.watching.as_ref().map(|w| w.lists.edits());
+        let mut checks = self
+            .drops
+            .as_ref()
+            .map(|drops| tokio::time::interval(drops.every));
         loop {
             let event = tokio::select! {
                 biased;
@@ -257,6 +324,10 @@ impl Pipeline {
                 // the source's pace.
                 Some(edit) = next_edit(edits.as_mut()) => {
                     self.place_edit(edit).await;
+                    continue;
+                }
+                Some(()) = next_check(checks.as_mut()) => {
+                    self.ask_drops();
                     continue;
                 }
                 event = source.recv() => event,
@@ -302,18 +373,67 @@ impl Pipeline {
             }
             return;
         }
-        if let SourceEvent::Finality { safe, finalized } = event {
-            self.finalize(Grade::Safe, safe);
-            self.finalize(Grade::Finalized, finalized);
-            return;
+        let now_ms = unix_ms(SystemTime::now());
+        match event {
+            SourceEvent::Finality { safe, finalized } => {
+                for (grade, mark) in [(Grade::Safe, safe), (Grade::Finalized, finalized)] {
+                    if let Some(height) = self.finalize(grade, mark) {
+                        let turns = self.state.lifecycle().finality(grade, height);
+                        self.tell(turns).await;
+                    }
+                }
+            }
+            SourceEvent::Logged { position, change } => {
+                self.window().follow(&change);
+                if let ChainEvent::Lifecycle(turns) = &change {
+                    let mut tracker = self.state.lifecycle();
+                    turns.iter().for_each(|turn| tracker.follow(turn));
+                }
+                self.take(Some(position), change).await;
+            }
+            SourceEvent::Pending { txs, seen_by } => {
+                let turns = self
+                    .state
+                    .lifecycle()
+                    .pending(&txs, seen_by.as_ref(), now_ms);
+                self.take(None, ChainEvent::Pending(txs)).await;
+                self.tell(turns).await;
+            }
+            SourceEvent::Dropped(hashes) => {
+                let turns = self.state.lifecycle().dropped(&hashes);
+                self.tell(turns).await;
+            }
+            SourceEvent::Block(block) => {
+                for change in self.order(block) {
+                    let turns = match &change {
+                        ChainEvent::Added(block) => self.state.lifecycle().added(block),
+                        ChainEvent::Removed(block) => {
+                            self.state.lifecycle().removed(block, now_ms)
+                        }
+                        _ => Vec::new(),
+                    };
+                    self.take(None, change).await;
+                    self.tell(turns).await;
+                }
+            }
+            SourceEvent::Synced => {}
         }
-        if let SourceEvent::Logged { position, change } = event {
-            self.window().follow(&change);
-            self.take(Some(position), change).await;
-            return;
+    }
+
+    /// Logs `turns` as a step of their own (none when there are none).
+    async fn tell(&mut self, turns: Vec<Turn>) {
+        if !turns.is_empty() {
+            self.take(None, ChainEvent::Lifecycle(turns.into())).await;
         }
-        for change in self.order(event) {
-            self.take(None, change).await;
+    }
+
+    /// Hands the pending transactions due a check to the drop checker.
+    fn ask_drops(&self) {
+        let Some(drops) = &self.drops else { return };
+        let due = self.state.lifecycle().due(unix_ms(SystemTime::now()));
+        if !due.is_empty() && drops.asks.try_send(due).is_err() {
+            // Asked again a round later.
+            tracing::debug!(chain = %self.chain, "the drop checker is busy; its hashes wait a round");
         }
     }
 
@@ -369,9 +489,10 @@ impl Pipeline {
 
     /// Raises `grade` to `mark` if the mark's block is the canonical one at
     /// its height (a node on another branch does not finalize this one's
-    /// blocks); a mark older than the window is taken as it is.
-    fn finalize(&self, grade: Grade, mark: Option<FinalMark>) {
-        let Some(mark) = mark else { return };
+    /// blocks); a mark older than the window is taken as it is. The height
+    /// reached, if it rose.
+    fn finalize(&self, grade: Grade, mark: Option<FinalMark>) -> Option<u64> {
+        let mark = mark?;
         let canonical = mark.hash.is_none_or(|hash| {
             let window = self
                 .state
@@ -385,7 +506,9 @@ impl Pipeline {
         });
         if canonical && self.state.log.raise_finality(grade, mark.number) {
             tracing::debug!(chain = %self.chain, ?grade, block = mark.number, "finality rose");
+            return Some(mark.number);
         }
+        None
     }
 
     fn window(&self) -> RwLockWriteGuard<'_, CanonicalChain> {
@@ -395,22 +518,14 @@ impl Pipeline {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Runs blocks through the canonical tracker.
-    fn order(&self, event: SourceEvent) -> Vec<ChainEvent> {
-        match event {
-            SourceEvent::Pending(txs) => vec![ChainEvent::Pending(txs)],
-            SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
-                Vec::new()
-            }
-            SourceEvent::Block(block) => {
-                let mut window = self.window();
-                match window.apply(block.clone()) {
-                    Ok(changes) => changes,
-                    Err(error) => {
-                        tracing::error!(chain = %self.chain, %error, "cannot place block; resynchronising from it");
-                        window.reset(block)
-                    }
-                }
+    /// Runs a block through the canonical tracker.
+    fn order(&self, block: Arc<chainsieve_model::Block>) -> Vec<ChainEvent> {
+        let mut window = self.window();
+        match window.apply(block.clone()) {
+            Ok(changes) => changes,
+            Err(error) => {
+                tracing::error!(chain = %self.chain, %error, "cannot place block; resynchronising from it");
+                window.reset(block)
             }
         }
     }
@@ -469,6 +584,23 @@ impl Pipeline {
     }
 }
 
+/// The next round of drop checks; never, without a checker.
+async fn next_check(checks: Option<&mut tokio::time::Interval>) -> Option<()> {
+    match checks {
+        Some(checks) => {
+            checks.tick().await;
+            Some(())
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Milliseconds since the Unix epoch at `now` (0 before it).
+fn unix_ms(now: SystemTime) -> u64 {
+    now.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// The next edit `edits` says was applied; never, without watchlists.
 async fn next_edit(edits: Option<&mut watch::Receiver<Seq>>) -> Option<Seq> {
     match edits {
@@ -514,7 +646,7 @@ mod tests {
         Arc<PipelineState>,
         mpsc::UnboundedReceiver<ChainEvent>,
     ) {
-        let state = Arc::new(PipelineState::new(128, topics, log));
+        let state = Arc::new(PipelineState::new(128, topics, log, TrackerSettings::default()));
         let (price, mut feed) = mpsc::channel(chainsieve_price::FEED_QUEUE);
         let (changes, indexed) = mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -540,10 +672,10 @@ mod tests {
             .flatten()
             .filter_map(|event| match event {
                 SourceEvent::Block(block) => Some(block),
-                SourceEvent::Pending(_)
+                SourceEvent::Pending { .. }
                 | SourceEvent::Synced
                 | SourceEvent::Logged { .. }
-                | SourceEvent::Finality { .. } => None,
+                | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => None,
             })
             .take(count)
             .collect()
@@ -706,7 +838,12 @@ mod tests {
     #[tokio::test]
     async fn a_full_persist_queue_holds_the_source_back_and_loses_nothing() {
         let log = testing::log();
-        let state = Arc::new(PipelineState::new(128, BTreeMap::new(), log));
+        let state = Arc::new(PipelineState::new(
+            128,
+            BTreeMap::new(),
+            log,
+            TrackerSettings::default(),
+        ));
         let (persist, mut persisted) = mpsc::channel(2);
         let pipeline = Pipeline::new("eth", state, None, Some(persist), &Metrics::default());
         let (events, source) = mpsc::channel(1);
@@ -715,17 +852,19 @@ mod tests {
         let mut sent = vec![devnet.genesis()];
         sent.extend(blocks(&mut devnet, 7));
         let mut blocks = sent.clone().into_iter();
-        // Two steps fill the queue, a third waits in the pipeline, a
-        // fourth in the source's queue: the fifth cannot be handed over.
-        for block in blocks.by_ref().take(4) {
+        // Two steps fill the queue (the genesis, the next block), a third
+        // waits in the pipeline (that block's lifecycle turns), the
+        // third block in the source's queue: the fourth cannot be handed
+        // over.
+        for block in blocks.by_ref().take(3) {
             events.send(SourceEvent::Block(block)).await.expect("taken");
         }
-        let held = events.try_send(SourceEvent::Block(blocks.next().expect("a fifth")));
-        let Err(mpsc::error::TrySendError::Full(fifth)) = held else {
+        let held = events.try_send(SourceEvent::Block(blocks.next().expect("a fourth")));
+        let Err(mpsc::error::TrySendError::Full(fourth)) = held else {
             panic!("the source is held back: {held:?}");
         };
         let feeding = tokio::spawn(async move {
-            events.send(fifth).await.expect("taken");
+            events.send(fourth).await.expect("taken");
             for block in blocks {
                 events.send(SourceEvent::Block(block)).await.expect("taken");
             }
@@ -833,12 +972,22 @@ mod tests {
         );
         pipeline.apply(SourceEvent::Synced).await;
         let mut oracle = CanonicalChain::new(128);
+        // Each change with transactions is followed by its lifecycle turns.
+        let mut lives = Tracker::new(TrackerSettings::default());
         let oracle_log = testing::log();
         let mut expected = Vec::new();
         let mut removed = 0;
         for block in std::iter::once(devnet.genesis()).chain(blocks(&mut devnet, 12)) {
             for change in oracle.apply(block.clone()).expect("linked blocks") {
+                let turns = match &change {
+                    ChainEvent::Added(block) => lives.added(block),
+                    ChainEvent::Removed(block) => lives.removed(block, 0),
+                    _ => Vec::new(),
+                };
                 let step = oracle_log.append(change);
+                if !turns.is_empty() {
+                    oracle_log.append(ChainEvent::Lifecycle(turns.into()));
+                }
                 for batch in EventBatch::of_step(&step, oracle_log.chain()) {
                     if batch.source == Source::Logs {
                         for index in 0..batch.len() {
@@ -923,7 +1072,7 @@ mod tests {
             .filter_map(|position| leader_log.get(position))
             .map(|step| match &step.change {
                 ChainEvent::Added(block) | ChainEvent::Removed(block) => block.logs.len(),
-                ChainEvent::Pending(_) | ChainEvent::Watch(_) => 0,
+                ChainEvent::Pending(_) | ChainEvent::Watch(_) | ChainEvent::Lifecycle(_) => 0,
             })
             .sum();
         assert!(expected > 10, "{expected} notifications");

@@ -402,7 +402,12 @@ mod tests {
         let active = FilterRegistry::load(&engine, &no_dir)
             .expect("built-ins")
             .active();
-        let state = PipelineState::new(8, BTreeMap::new(), testing::log());
+        let state = PipelineState::new(
+            8,
+            BTreeMap::new(),
+            testing::log(),
+            crate::lifecycle::TrackerSettings::default(),
+        );
         let metrics = Metrics::default();
         let chain = Topics {
             chain: "eth",

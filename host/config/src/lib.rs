@@ -20,6 +20,7 @@ mod nodes;
 mod plans;
 mod rpc;
 mod span;
+mod lifecycle;
 mod usage;
 mod watchlists;
 mod webhooks;
@@ -33,6 +34,7 @@ pub use plans::{DEFAULT_PLAN, PlanConfig, check_chains, check_methods, is_plain_
 pub use rpc::RpcConfig;
 use span::duration_text;
 pub use span::{Span, cadence};
+pub use lifecycle::LifecycleConfig;
 pub use usage::UsageConfig;
 pub use watchlists::WatchlistsConfig;
 pub use webhooks::WebhooksConfig;
@@ -88,6 +90,8 @@ pub struct Config {
     pub rpc: RpcConfig,
     pub webhooks: WebhooksConfig,
     pub watchlists: WatchlistsConfig,
+    /// Following transactions' lives.
+    pub lifecycle: LifecycleConfig,
     /// Counting what each key used.
     pub usage: UsageConfig,
     pub logging: LoggingConfig,
@@ -246,6 +250,7 @@ impl Default for Config {
             rpc: RpcConfig::default(),
             webhooks: WebhooksConfig::default(),
             watchlists: WatchlistsConfig::default(),
+            lifecycle: LifecycleConfig::default(),
             usage: UsageConfig::default(),
             logging: LoggingConfig::default(),
         }
@@ -577,6 +582,7 @@ impl Config {
         self.rpc.validate()?;
         self.webhooks.validate()?;
         self.watchlists.validate()?;
+        self.lifecycle.validate()?;
         self.usage.validate()?;
         self.logging.validate()?;
         if self.role != Role::All {

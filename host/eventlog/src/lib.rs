@@ -49,13 +49,18 @@ impl Step {
 
 /// The first eight bytes of the step's block hash (inverted for a
 /// removal) or of its first pending transaction's hash; a watchlist
-/// edit's number.
+/// edit's number; for lifecycle turns, their first transaction's hash
+/// with the number of turns added (a step of turns tells of the
+/// transactions of the step before it).
 pub fn tag(change: &ChainEvent) -> u64 {
     match change {
         ChainEvent::Added(block) => hash_tag(&block.hash),
         ChainEvent::Removed(block) => !hash_tag(&block.hash),
         ChainEvent::Pending(txs) => txs.first().map_or(0, |tx| hash_tag(&tx.hash)),
         ChainEvent::Watch(edit) => *edit,
+        ChainEvent::Lifecycle(turns) => turns.first().map_or(0, |turn| {
+            hash_tag(&turn.tx.hash).wrapping_add(turns.len() as u64)
+        }),
     }
 }
 
@@ -72,6 +77,9 @@ fn approximate_bytes(change: &ChainEvent) -> usize {
         ChainEvent::Added(block) | ChainEvent::Removed(block) => block.approximate_bytes(),
         ChainEvent::Pending(txs) => 64 + txs.iter().map(|tx| tx.approximate_bytes()).sum::<usize>(),
         ChainEvent::Watch(_) => 64,
+        ChainEvent::Lifecycle(turns) => {
+            64 + turns.iter().map(|turn| turn.approximate_bytes()).sum::<usize>()
+        }
     }
 }
 
@@ -248,7 +256,7 @@ impl EventLog {
             ChainEvent::Removed(block) => {
                 steps.added.remove(&block.number());
             }
-            ChainEvent::Pending(_) | ChainEvent::Watch(_) => {}
+            ChainEvent::Pending(_) | ChainEvent::Watch(_) | ChainEvent::Lifecycle(_) => {}
         }
         steps.bytes += step.bytes;
         steps.held.push_back(step.clone());

@@ -133,10 +133,10 @@ mod tests {
             {
                 let change = match event {
                     SourceEvent::Block(block) => ChainEvent::Added(block),
-                    SourceEvent::Pending(txs) => ChainEvent::Pending(txs),
+                    SourceEvent::Pending { txs, .. } => ChainEvent::Pending(txs),
                     SourceEvent::Synced
                     | SourceEvent::Logged { .. }
-                    | SourceEvent::Finality { .. } => continue,
+                    | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => continue,
                 };
                 let step = log.append(change);
                 let persist = Persist {

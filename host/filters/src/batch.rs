@@ -102,6 +102,7 @@ impl EventBatch {
             ChainEvent::Added(_) => &[Source::Heads, Source::MinedTransactions, Source::Logs],
             ChainEvent::Removed(_) => &[Source::MinedTransactions, Source::Logs],
             ChainEvent::Watch(_) => &[],
+            ChainEvent::Lifecycle(_) => &[Source::Lifecycle],
         };
         sources
             .iter()
@@ -141,6 +142,12 @@ impl EventBatch {
             (ChainEvent::Removed(block), Source::MinedTransactions | Source::Logs) => {
                 block_stream(block, source, true)
             }
+            (ChainEvent::Lifecycle(turns), Source::Lifecycle) => (0..turns.len())
+                .map(|index| StreamEvent::Turn {
+                    turns: turns.clone(),
+                    index,
+                })
+                .collect(),
             _ => Vec::new(),
         };
         if events.is_empty() {
@@ -291,6 +298,24 @@ impl EventBatch {
                         removed: *removed,
                     })
                 }
+                StreamEvent::Turn { turns, index } => {
+                    let tx = &turns[*index].tx;
+                    // A turn's call data is its selector alone; a filter
+                    // reading `input` is refused at load.
+                    let selector = tx.selector.unwrap_or_default();
+                    w.push_tx(&TxFields {
+                        hash: &tx.hash.0,
+                        from: &tx.from.0.0,
+                        to: tx.to.as_ref().map(|a| &a.0.0),
+                        tx_type: tx.tx_type,
+                        value: &tx.value.to_be_bytes::<32>(),
+                        nonce: tx.nonce,
+                        gas: tx.gas,
+                        block_number: turns[*index].stage.block().map_or(0, |b| b.number),
+                        input: if tx.selector.is_some() { &selector } else { &[] },
+                        removed: false,
+                    })
+                }
             }
         }
         w.finish()
@@ -362,7 +387,7 @@ mod tests {
             .iter()
             .map(|event| match event {
                 StreamEvent::Mined { index, .. } | StreamEvent::Log { index, .. } => *index,
-                StreamEvent::Pending(_) | StreamEvent::Head(_) => {
+                StreamEvent::Pending(_) | StreamEvent::Head(_) | StreamEvent::Turn { .. } => {
                     unreachable!("block streams only")
                 }
             })

@@ -9,13 +9,14 @@ use std::time::{Duration, SystemTime};
 
 use alloy_primitives::B256;
 use anyhow::{Context, anyhow};
-use chainsieve_filter_core::{Matches, Memberships, Reach, params};
+use chainsieve_filter_core::projection::tx_fields;
+use chainsieve_filter_core::{Matches, Memberships, Reach, Source, params};
 use chainsieve_watchlists::views::View;
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::contract::{self, Delivery, FilterManifest};
+use super::contract::{self, Delivery, FilterManifest, Layout};
 use super::limits::InstanceLimits;
 use super::reach::ReachIndex;
 use super::{v0_1_0, v0_2_0, v0_3_0};
@@ -263,6 +264,14 @@ impl FilterEngine {
             anyhow::bail!(
                 "{origin} delivers {kind:?} payloads of {:?}, which have none",
                 manifest.source
+            );
+        }
+        if manifest.source == Source::Lifecycle
+            && let Layout::Projected(fields) = manifest.layout
+            && fields & tx_fields::INPUT != 0
+        {
+            anyhow::bail!(
+                "{origin} reads `input` of lifecycle turns, which carry no call data (`selector` they carry)"
             );
         }
         Ok(FilterComponent {

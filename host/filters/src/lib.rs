@@ -31,8 +31,12 @@ pub mod testing;
 /// bindings module (with its `wit` types in scope), beside the `key`
 /// conversion each writes itself, as keys differ between versions.
 macro_rules! projected_conversions {
-    // The payloads the version adds to 0.2's, each with its delivery.
-    ($($payload:pat => $delivery:expr),* $(,)?) => {
+    // The payloads the version adds to 0.2's, each with its delivery; the
+    // sources it adds, each with its stream (of `fields`, the flags).
+    (
+        payloads: [$($payload:pat => $delivery:expr),* $(,)?],
+        sources: [$($source:pat => $stream:expr),* $(,)?] $(,)?
+    ) => {
         pub(super) fn manifest(m: wit::Manifest) -> FilterManifest {
             // A `flags` of at most 32 flags is one word, bit i the i-th
             // flag: the bits `chainsieve_filter_core::projection` numbers
@@ -46,6 +50,7 @@ macro_rules! projected_conversions {
                 }
                 wit::Source::Heads => (Source::Heads, 0),
                 wit::Source::Logs(fields) => (Source::Logs, fields.as_array()[0]),
+                $($source => $stream,)*
             };
             FilterManifest {
                 topic: m.topic,

@@ -17,7 +17,7 @@ mod bindings {
 use bindings::chainsieve::filter::types as wit;
 pub(super) use bindings::{Filter, FilterPre};
 
-projected_conversions!();
+projected_conversions!(payloads: [], sources: []);
 
 fn key(k: wit::Key) -> anyhow::Result<Key> {
     Ok(match k {

@@ -20,7 +20,10 @@ mod bindings {
 use bindings::chainsieve::filter::types as wit;
 pub(super) use bindings::{Filter, FilterPre};
 
-projected_conversions!(wit::Payload::Receipt => Delivery::Kind(Payload::Receipt));
+projected_conversions!(
+    payloads: [wit::Payload::Receipt => Delivery::Kind(Payload::Receipt)],
+    sources: [wit::Source::Lifecycle(fields) => (Source::Lifecycle, fields.as_array()[0])],
+);
 
 fn key(k: wit::Key) -> anyhow::Result<Key> {
     Ok(match k {

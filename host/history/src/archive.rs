@@ -376,7 +376,7 @@ impl ArchiveFile {
                         tip = Some(number);
                     }
                     ChainEvent::Removed(block) => tables.drop_from(block.number()..)?,
-                    ChainEvent::Pending(_) | ChainEvent::Watch(_) => {}
+                    ChainEvent::Pending(_) | ChainEvent::Watch(_) | ChainEvent::Lifecycle(_) => {}
                 }
             }
             if let Some(tip) = tip {

@@ -163,7 +163,7 @@ impl Fold<'_> {
     fn take_step(&mut self, change: ChainEvent) {
         let block = match &change {
             ChainEvent::Added(block) | ChainEvent::Removed(block) => block,
-            ChainEvent::Pending(_) | ChainEvent::Watch(_) => return,
+            ChainEvent::Pending(_) | ChainEvent::Watch(_) | ChainEvent::Lifecycle(_) => return,
         };
         while self
             .chain

@@ -145,7 +145,7 @@ impl CanonicalChain {
                     self.release(block);
                 }
             }
-            ChainEvent::Pending(_) | ChainEvent::Watch(_) => {}
+            ChainEvent::Pending(_) | ChainEvent::Watch(_) | ChainEvent::Lifecycle(_) => {}
         }
     }
 
@@ -222,6 +222,7 @@ mod tests {
                 ChainEvent::Removed(b) => ('-', b.number(), b.hash[31]),
                 ChainEvent::Pending(_) => ('p', 0, 0),
                 ChainEvent::Watch(edit) => ('w', *edit, 0),
+                ChainEvent::Lifecycle(turns) => ('l', turns.len() as u64, 0),
             })
             .collect()
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use alloy_primitives::B256;
 use chainsieve_filter_core::Payload;
 
+use super::lifecycle::Turn;
 use super::{Block, Transaction, TxPosition, TxShape};
 
 /// A change to one chain, in the order subscribers must see it. Its serde
@@ -25,15 +26,20 @@ pub enum ChainEvent {
     /// the events before it were matched against the set before
     /// (docs/src/watchlists.md, Where an edit applies). No event of its own.
     Watch(u64),
+    /// Turns of transactions' lives that the step before decided (the
+    /// chain's lifecycle tracker), told by the `transactionLifecycle`
+    /// topic (docs/src/api.md, A transaction's life). Appended last, so a
+    /// log stored before it reads as it did.
+    Lifecycle(Arc<[Turn]>),
 }
 
 impl ChainEvent {
-    /// The block added or removed; none for pending transactions or a
-    /// watchlist edit.
+    /// The block added or removed; none for pending transactions, a
+    /// watchlist edit or lifecycle turns.
     pub fn block(&self) -> Option<&Arc<Block>> {
         match self {
             ChainEvent::Added(block) | ChainEvent::Removed(block) => Some(block),
-            ChainEvent::Pending(_) | ChainEvent::Watch(_) => None,
+            ChainEvent::Pending(_) | ChainEvent::Watch(_) | ChainEvent::Lifecycle(_) => None,
         }
     }
 }
@@ -53,6 +59,8 @@ pub enum StreamEvent {
         index: usize,
         removed: bool,
     },
+    /// Turn `index` of a lifecycle step.
+    Turn { turns: Arc<[Turn]>, index: usize },
 }
 
 impl StreamEvent {
@@ -104,9 +112,14 @@ impl StreamEvent {
             // The filters are held to payloads their events have
             // (`Payload::fits`).
             (
-                StreamEvent::Pending(_) | StreamEvent::Head(_) | StreamEvent::Log { .. },
+                StreamEvent::Pending(_)
+                | StreamEvent::Head(_)
+                | StreamEvent::Log { .. }
+                | StreamEvent::Turn { .. },
                 Payload::Receipt,
             ) => "null".to_string(),
+            (StreamEvent::Turn { turns, index }, Payload::Hash) => quoted(&turns[*index].tx.hash),
+            (StreamEvent::Turn { turns, index }, _) => turns[*index].to_json(),
             (StreamEvent::Head(block), Payload::Hash) => quoted(&block.hash),
             (StreamEvent::Head(block), _) => block.header_json(),
             (StreamEvent::Log { block, index, .. }, Payload::Hash) => {
@@ -128,8 +141,15 @@ impl StreamEvent {
 /// tracker turns it into [`ChainEvent`]s.
 #[derive(Clone, Debug)]
 pub enum SourceEvent {
-    /// New transactions seen in the mempool.
-    Pending(Vec<Arc<Transaction>>),
+    /// New transactions seen in the mempool, and the node that announced
+    /// them (none from the devnet, whose pool is its own).
+    Pending {
+        txs: Vec<Arc<Transaction>>,
+        seen_by: Option<Arc<str>>,
+    },
+    /// Pending transactions gone from every pool without being mined: the
+    /// devnet's dropped ones, or those no node holds any more.
+    Dropped(Vec<B256>),
     /// A block, canonical as far as the source knows; a block whose parent is
     /// not the current tip makes the tracker reorganise.
     Block(Arc<Block>),

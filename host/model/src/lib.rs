@@ -8,6 +8,8 @@
 //! - [`block`]: a block, its header, logs and lookup members.
 //! - [`events`]: what a source produces, the changes the canonical tracker
 //!   orders it into, and one event of one stream.
+//! - [`lifecycle`]: the turns of a transaction's life the lifecycle topic
+//!   tells.
 //! - [`verify`]: a block checked against its own header (hashes, the
 //!   transactions root, the logs bloom) before it enters the log.
 //! - [`wire`]: the wire shapes read back into the model (a node's JSON, the
@@ -17,6 +19,7 @@
 
 pub mod block;
 pub mod events;
+pub mod lifecycle;
 pub mod transaction;
 pub mod verify;
 pub mod wire;

@@ -282,7 +282,7 @@ impl NodeBlock {
 
 /// One event in its wire shape (a notification's `result`, or the node's
 /// object) read as an event of `source`: a transaction (pending or mined),
-/// a header, or a log. A mined transaction or a log sits in a block of its
+/// a header, a log, or a lifecycle turn. A mined transaction or a log sits in a block of its
 /// own holding just it, numbered and hashed as the object says; `removed`
 /// is read where present. The component harness reads its event files so.
 pub fn stream_event(source: Source, json: &str) -> Result<StreamEvent, serde_json::Error> {
@@ -351,6 +351,10 @@ pub fn stream_event(source: Source, json: &str) -> Result<StreamEvent, serde_jso
                 removed: placement.removed,
             }
         }
+        Source::Lifecycle => StreamEvent::Turn {
+            turns: Arc::new([crate::lifecycle::Turn::from_json(json)?]),
+            index: 0,
+        },
     })
 }
 

@@ -71,7 +71,7 @@ impl Indexer {
                 })
                 .await
             }
-            ChainEvent::Pending(_) | ChainEvent::Watch(_) => Ok(()),
+            ChainEvent::Pending(_) | ChainEvent::Watch(_) | ChainEvent::Lifecycle(_) => Ok(()),
         }
     }
 

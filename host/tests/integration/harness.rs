@@ -50,7 +50,7 @@ fn generate() -> [String; 4] {
     while blocks < 12 {
         for event in devnet.next_step() {
             match event {
-                SourceEvent::Pending(txs) => {
+                SourceEvent::Pending { txs, .. } => {
                     for tx in txs {
                         line(0, tx.to_json(TxShape::Geth, TxPosition::Pending, false));
                     }
@@ -65,7 +65,7 @@ fn generate() -> [String; 4] {
                         line(3, block.log_json(index, false));
                     }
                 }
-                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
+                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
                     unreachable!("steps carry no marker")
                 }
             }

@@ -205,8 +205,8 @@ async fn the_stream_is_one_linear_log() {
         for event in devnet.next_step() {
             let change = match event {
                 SourceEvent::Block(block) => ChainEvent::Added(block),
-                SourceEvent::Pending(txs) => ChainEvent::Pending(txs),
-                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
+                SourceEvent::Pending { txs, .. } => ChainEvent::Pending(txs),
+                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
                     continue;
                 }
             };

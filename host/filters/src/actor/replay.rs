@@ -101,7 +101,10 @@ fn due(log: &EventLog, record: &Record, next: Mark) -> Due {
             Some(height) if block.number() <= height => Due::Now,
             _ => Due::Wait,
         },
-        ChainEvent::Removed(_) | ChainEvent::Pending(_) | ChainEvent::Watch(_) => Due::Skip,
+        ChainEvent::Removed(_)
+        | ChainEvent::Pending(_)
+        | ChainEvent::Watch(_)
+        | ChainEvent::Lifecycle(_) => Due::Skip,
     }
 }
 

@@ -297,7 +297,7 @@ mod tests {
         let (during, from) = outside(0, 21_000, &[]);
         devnet.accept(during, from).expect("accepted while signing");
         let events = devnet.finish(job.run());
-        let [SourceEvent::Pending(batch)] = &events[..] else {
+        let [SourceEvent::Pending { txs: batch, .. }] = &events[..] else {
             panic!("one pending batch: {events:?}");
         };
         assert_eq!(batch.len(), 3);

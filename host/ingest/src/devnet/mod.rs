@@ -302,7 +302,7 @@ impl Devnet {
                 let later = self.pending.split_off(at.min(self.pending.len()));
                 self.pending.extend(batch);
                 self.pending.extend(later);
-                vec![SourceEvent::Pending(announced)]
+                vec![SourceEvent::Pending { txs: announced, seen_by: None }]
             }
             Done::Built(built) => self.mined(built),
         }
@@ -439,7 +439,7 @@ mod tests {
             let mut blocks = 0;
             for event in stream(&mut devnet, 100) {
                 match event {
-                    SourceEvent::Pending(txs) => {
+                    SourceEvent::Pending { txs, .. } => {
                         assert!(!txs.is_empty(), "no empty batches");
                         for tx in txs {
                             assert!(announced.insert(tx.hash), "announced once");
@@ -454,7 +454,7 @@ mod tests {
                     }
                     SourceEvent::Synced
                     | SourceEvent::Logged { .. }
-                    | SourceEvent::Finality { .. } => {
+                    | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
                         unreachable!("steps carry no marker")
                     }
                 }

@@ -92,10 +92,10 @@ mod tests {
                 .into_iter()
                 .filter_map(|e| match e {
                     SourceEvent::Block(b) => Some(b),
-                    SourceEvent::Pending(_)
+                    SourceEvent::Pending { .. }
                     | SourceEvent::Synced
                     | SourceEvent::Logged { .. }
-                    | SourceEvent::Finality { .. } => None,
+                    | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => None,
                 })
                 .collect();
             let Some(first) = blocks.first() else {
@@ -166,10 +166,10 @@ mod tests {
                 .into_iter()
                 .filter_map(|e| match e {
                     SourceEvent::Block(b) => Some(b),
-                    SourceEvent::Pending(_)
+                    SourceEvent::Pending { .. }
                     | SourceEvent::Synced
                     | SourceEvent::Logged { .. }
-                    | SourceEvent::Finality { .. } => None,
+                    | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => None,
                 })
                 .collect()
         };

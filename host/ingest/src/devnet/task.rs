@@ -180,7 +180,7 @@ pub async fn run(
 /// Announces the `held` submissions, if any; false when the devnet should
 /// stop.
 async fn announce(sink: &Sink<'_>, held: &mut Vec<Arc<Transaction>>) -> bool {
-    held.is_empty() || sink.send(SourceEvent::Pending(std::mem::take(held))).await
+    held.is_empty() || sink.send(SourceEvent::Pending { txs: std::mem::take(held), seen_by: None }).await
 }
 
 /// Takes `devnet`'s next step: its events if they are ready, or `None`
@@ -211,7 +211,7 @@ impl Sink<'_> {
     /// it counted (the devnet's own; a submission was counted when
     /// accepted, and counting it again changes nothing). A block is followed by the finality it brings.
     async fn send(&self, event: SourceEvent) -> bool {
-        if let SourceEvent::Pending(txs) = &event {
+        if let SourceEvent::Pending { txs, .. } = &event {
             self.ledger.pending(txs);
         }
         let finality = match &event {
@@ -291,7 +291,7 @@ mod tests {
         while blocks.len() < 3 {
             match next_event(&mut events, "a requested block comes at once").await {
                 SourceEvent::Block(block) => blocks.push(block.number()),
-                SourceEvent::Pending(_) if blocks.len() == 2 => pending_before_block += 1,
+                SourceEvent::Pending { .. } if blocks.len() == 2 => pending_before_block += 1,
                 _ => {}
             }
         }
@@ -336,7 +336,7 @@ mod tests {
         let mut announced = Vec::new();
         while announced.len() < 2 {
             let event = next_event(&mut events, "announced without waiting for a block").await;
-            if let SourceEvent::Pending(txs) = event {
+            if let SourceEvent::Pending { txs, .. } = event {
                 announced.extend(txs.iter().map(|tx| tx.nonce));
             }
         }
@@ -385,7 +385,7 @@ mod tests {
     /// with an hour per block).
     async fn pending(events: &mut mpsc::Receiver<SourceEvent>) -> Vec<u64> {
         match next_event(events, "announced").await {
-            SourceEvent::Pending(txs) => txs.iter().map(|tx| tx.nonce).collect(),
+            SourceEvent::Pending { txs, .. } => txs.iter().map(|tx| tx.nonce).collect(),
             other => panic!("a pending announcement, not {other:?}"),
         }
     }
@@ -461,7 +461,7 @@ mod tests {
         loop {
             match next_event(&mut events, "history arrives at once").await {
                 SourceEvent::Block(block) => blocks.push(block),
-                SourceEvent::Pending(_) => {}
+                SourceEvent::Pending { .. } | SourceEvent::Dropped(_) => {}
                 SourceEvent::Synced => break,
                 SourceEvent::Finality { safe, finalized } => finality.push((safe, finalized)),
                 SourceEvent::Logged { .. } => panic!("the devnet logs no steps"),
@@ -509,12 +509,12 @@ mod tests {
         let mut pending = 0;
         loop {
             match next_event(&mut events, "events keep coming").await {
-                SourceEvent::Pending(_) => pending += 1,
+                SourceEvent::Pending { .. } => pending += 1,
                 SourceEvent::Block(block) => {
                     assert_eq!((block.number(), pending), (1, 4));
                     break;
                 }
-                SourceEvent::Finality { .. } => {}
+                SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {}
                 SourceEvent::Synced | SourceEvent::Logged { .. } => {
                     panic!("the history ends after block 1")
                 }

@@ -46,8 +46,8 @@ pub(super) fn run_steps(
     for event in stream(devnet, steps) {
         match event {
             SourceEvent::Block(b) => blocks.push(b),
-            SourceEvent::Pending(txs) => pending.extend(txs),
-            SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } => {
+            SourceEvent::Pending { txs, .. } => pending.extend(txs),
+            SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
                 unreachable!("steps carry no marker")
             }
         }

@@ -732,7 +732,7 @@ impl Ingest<'_> {
             return Ok(());
         }
         self.out
-            .send(SourceEvent::Pending(txs))
+            .send(SourceEvent::Pending { txs, seen_by: Some(self.pool.node(node).spec.name.as_str().into()) })
             .await
             .map_err(|_| Stopping)
     }
@@ -983,7 +983,7 @@ mod tests {
             .await
             .expect("the pending transaction in time")
             .expect("source running");
-        let SourceEvent::Pending(txs) = event else {
+        let SourceEvent::Pending { txs, .. } = event else {
             panic!("the block was never answered; only the transaction can come");
         };
         assert_eq!(txs.len(), 1);
@@ -1012,7 +1012,7 @@ mod tests {
                 .await
                 .expect("pending in time")
                 .expect("source running");
-            let SourceEvent::Pending(txs) = event else {
+            let SourceEvent::Pending { txs, .. } = event else {
                 panic!("only pending transactions were sent");
             };
             announced.extend(txs.iter().map(|tx| tx.hash.to_string()));
