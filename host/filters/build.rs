@@ -55,6 +55,11 @@ const GUESTS: &[(&str, &str, bool)] = &[
         true,
     ),
     (
+        "chainsieve-transaction-lifecycle-0-3",
+        "chainsieve_transaction_lifecycle_0_3",
+        true,
+    ),
+    (
         "chainsieve-logs-filter-0-2",
         "chainsieve_logs_filter_0_2",
         false,

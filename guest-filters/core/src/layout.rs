@@ -57,6 +57,17 @@ impl Source {
         }
     }
 
+    /// Whether the stream's events are of blocks (mined transactions,
+    /// heads, logs): what history, `fromBlock` and finality apply to.
+    /// Pending transactions and lifecycle turns are in no block of their
+    /// own.
+    pub const fn in_blocks(self) -> bool {
+        matches!(
+            self,
+            Source::MinedTransactions | Source::Heads | Source::Logs
+        )
+    }
+
     /// Whether batches of `other` hold the same kind of record (pending
     /// and mined transactions and lifecycle turns do).
     pub const fn same_kind(self, other: Source) -> bool {
@@ -85,9 +96,7 @@ impl Source {
     /// Size of one record of this stream.
     pub const fn record_len(self) -> usize {
         match self {
-            Source::PendingTransactions | Source::MinedTransactions | Source::Lifecycle => {
-                tx::LEN
-            }
+            Source::PendingTransactions | Source::MinedTransactions | Source::Lifecycle => tx::LEN,
             Source::Heads => head::LEN,
             Source::Logs => log::LEN,
         }

@@ -217,7 +217,9 @@ mod component {
                     Source::MinedTransactions => wit::Source::MinedTransactions,
                     Source::Heads => wit::Source::Heads,
                     Source::Logs => wit::Source::Logs,
-                    Source::Lifecycle => unreachable!("the evil filter's config names no lifecycle source"),
+                    Source::Lifecycle => {
+                        unreachable!("the evil filter's config names no lifecycle source")
+                    }
                 },
                 payload: wit::Payload::Full,
             })

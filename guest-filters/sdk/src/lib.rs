@@ -128,7 +128,9 @@ pub mod __private {
                 Source::Heads => wit::Source::Heads,
                 Source::Logs => wit::Source::Logs,
                 Source::Lifecycle => {
-                    panic!("contract 0.1 has no lifecycle source: build the filter for contract 0.3")
+                    panic!(
+                        "contract 0.1 has no lifecycle source: build the filter for contract 0.3"
+                    )
                 }
             },
             payload: payload(m.payload),

@@ -265,21 +265,22 @@ pub const READS: u32 = chainsieve_filter_core::projection::tx_fields::FROM
     | chainsieve_filter_core::projection::tx_fields::TO
     | chainsieve_filter_core::projection::tx_fields::SELECTOR;
 
-/// The most `transactionHashes` one `transactionReceipts` filter names, as
-/// geth takes.
+/// The most `transactionHashes` one `transactionReceipts` (or
+/// `transactionLifecycle`) filter names, as geth takes.
 pub const MAX_HASHES: usize = 200;
 
-/// The rules of `transactionReceipts`: geth's `transactionHashes` (a
-/// receipt of one of them; absent or empty, any), and-ed with the
-/// transaction rules' members (docs/src/api.md, eth_subscribe: the topic
-/// `transactionReceipts`).
+/// The rules of `transactionReceipts` and `transactionLifecycle`: geth's
+/// `transactionHashes` (a receipt, or a turn, of one of them; absent or
+/// empty, any), and-ed with the transaction rules' members
+/// (docs/src/api.md, eth_subscribe: the topics `transactionReceipts` and
+/// `transactionLifecycle`).
 ///
 /// A subscription naming hashes only is indexed by hash, so following
 /// many transactions costs a lookup per transaction; one naming hashes and
 /// other members is matched by the transaction rules, its hashes tested
 /// on what they find.
 #[derive(Debug, Default)]
-pub struct ReceiptRules {
+pub struct HashedRules {
     rules: TransactionRules,
     /// The hashes of the subscriptions the transaction rules also hold.
     hashes: KeyMap<SubscriptionId, KeySet<[u8; 32]>>,
@@ -289,7 +290,7 @@ pub struct ReceiptRules {
     hash_only: KeyMap<SubscriptionId, Vec<[u8; 32]>>,
 }
 
-impl ReceiptRules {
+impl HashedRules {
     /// Adds subscription `id` of `topic` (named in messages), replacing
     /// one of the same id.
     pub fn subscribe(
@@ -378,8 +379,8 @@ impl ReceiptRules {
     }
 }
 
-/// The fields [`ReceiptRules`] read: a component declares these.
-pub const RECEIPT_READS: u32 = READS | chainsieve_filter_core::projection::tx_fields::HASH;
+/// The fields [`HashedRules`] read: a component declares these.
+pub const HASHED_READS: u32 = READS | chainsieve_filter_core::projection::tx_fields::HASH;
 
 #[cfg(test)]
 mod tests {
@@ -671,8 +672,8 @@ mod tests {
                     .collect::<String>()
             )
         };
-        let mut rules = crate::ReceiptRules::default();
-        let subscribe = |rules: &mut crate::ReceiptRules, id, params: String| {
+        let mut rules = crate::HashedRules::default();
+        let subscribe = |rules: &mut crate::HashedRules, id, params: String| {
             rules
                 .subscribe(id, &params, "transactionReceipts")
                 .unwrap_or_else(|e| panic!("{params}: {e}"))
@@ -713,7 +714,7 @@ mod tests {
         );
         assert_eq!(rules.reach(3), Reach::Every);
         fn matched<'a>(
-            rules: &crate::ReceiptRules,
+            rules: &crate::HashedRules,
             tx: &(impl TxRead<'a> + TxHashRead<'a>),
         ) -> Vec<u64> {
             let mut ids = Vec::new();

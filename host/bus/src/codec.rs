@@ -67,8 +67,10 @@ mod tests {
                     changes.push(ChainEvent::Added(block));
                 }
                 SourceEvent::Pending { txs, .. } => changes.push(ChainEvent::Pending(txs)),
-                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
-                }
+                SourceEvent::Synced
+                | SourceEvent::Logged { .. }
+                | SourceEvent::Finality { .. }
+                | SourceEvent::Dropped(_) => {}
             }
         }
         changes

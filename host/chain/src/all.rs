@@ -58,8 +58,10 @@ pub(super) fn start(
     let queues = &parts.metrics.queues;
     queues.watch(chain, "price feed", &price_feed);
     let (events, source) = queues.channel(chain, "source", SOURCE_QUEUE);
+    let mut drops = None;
     let origin = match (&parts.spec.source, pool) {
         (SourceSpec::Nodes(nodes), Some(pool)) => {
+            drops = Some(parts.drop_checks(&pool, events.clone(), parts.shutdown.clone()));
             let settings = parts.node_settings(nodes, Vec::new());
             let (status, watcher) = watch::channel(SourceState::Connecting);
             let (state, price, nodes, shutdown) = (
@@ -120,16 +122,17 @@ pub(super) fn start(
             }
         }
     };
+    let mut pipeline = parts.pipeline(Some(price_feed), persist);
+    if let Some(lists) = parts.watchlists {
+        pipeline = pipeline.watching(lists.clone());
+    }
+    if let Some(drops) = drops {
+        pipeline = pipeline.checking_drops(drops);
+    }
     parts.tasks.critical(
         parts.task("pipeline"),
         parts.part(),
-        match parts.watchlists {
-            Some(lists) => parts
-                .pipeline(Some(price_feed), persist)
-                .watching(lists.clone()),
-            None => parts.pipeline(Some(price_feed), persist),
-        }
-        .run(source, parts.shutdown.clone()),
+        pipeline.run(source, parts.shutdown.clone()),
     );
     Ok(origin)
 }

@@ -17,13 +17,13 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::continued;
-use super::pipeline::{PERSIST_QUEUE, Pipeline};
+use super::pipeline::{DROP_CHECK_QUEUE, DropChecks, PERSIST_QUEUE, Pipeline};
 use crate::parts::{Origin, Parts, SOURCE_QUEUE};
 use chainsieve_bus::finality::FinalityMarks;
 use chainsieve_bus::lease::Leases;
 use chainsieve_bus::{Bus, ChainLog, publish};
 use chainsieve_config::{ChainSpec, SourceSpec};
-use chainsieve_ingest::upstream::UpstreamSettings;
+use chainsieve_ingest::upstream::{UpstreamSettings, drops};
 use chainsieve_model::SourceState;
 use chainsieve_node::NodePool;
 use chainsieve_price::journal::PriceJournal;
@@ -57,6 +57,7 @@ pub(super) async fn start(parts: &Parts<'_>, bus: &Bus) -> anyhow::Result<Origin
         prices: PriceJournal::open(bus, &parts.spec.name).await?,
         finality: bus.finality().await?,
         metrics: parts.metrics.clone(),
+        drop_after: parts.config.lifecycle.drop_after(),
     };
     // A leader runs a pipeline of its own per term.
     // Its end would leave the chain's lease to expire with nobody leading
@@ -96,6 +97,9 @@ struct Leader {
     finality: FinalityMarks,
     /// Where each term's queues are watched.
     metrics: Arc<Metrics>,
+    /// How long a transaction is pending before each term's drop checker
+    /// asks the nodes about it (`[lifecycle] drop_after_secs`).
+    drop_after: Duration,
 }
 
 impl Leader {
@@ -177,7 +181,15 @@ impl Leader {
         let (published, published_steps) = queues.channel(chain, "published prices", FEED_QUEUE);
         let (events, source) = queues.channel(chain, "source", SOURCE_QUEUE);
         let (publish, steps) = queues.channel(chain, "publish", PERSIST_QUEUE);
-        let pipeline = self.pipeline.persisting_to(publish);
+        let (asks, asked) = queues.channel(chain, "drop checks", DROP_CHECK_QUEUE);
+        let pipeline = self
+            .pipeline
+            .persisting_to(publish)
+            .checking_drops(DropChecks {
+                asks,
+                every: DropChecks::round(self.drop_after),
+            });
+        let dropped = events.clone();
         let head = tail.head;
         tokio::join!(
             ending(term, pipeline.run(source, term.clone())),
@@ -198,6 +210,10 @@ impl Leader {
                 ))
             ),
             ending(term, Box::pin(indexing)),
+            ending(
+                term,
+                drops::check(self.pool.clone(), asked, dropped, term.clone())
+            ),
             ending(
                 term,
                 self.finality.publish(

@@ -42,8 +42,10 @@ impl TrackerSettings {
     /// `keep_blocks` blocks.
     pub fn of(config: &LifecycleConfig, keep_blocks: u64) -> Self {
         Self {
-            max_pending: NonZeroUsize::new(usize::try_from(config.max_pending).unwrap_or(usize::MAX))
-                .unwrap_or(NonZeroUsize::MIN),
+            max_pending: NonZeroUsize::new(
+                usize::try_from(config.max_pending).unwrap_or(usize::MAX),
+            )
+            .unwrap_or(NonZeroUsize::MIN),
             keep_blocks,
             drop_after_ms: config.drop_after_secs.saturating_mul(1_000),
         }
@@ -450,7 +452,11 @@ mod tests {
         );
         all.extend(turns);
         // Announced again by another node: nothing new.
-        assert!(tracker.pending(std::slice::from_ref(&second), None, 30).is_empty());
+        assert!(
+            tracker
+                .pending(std::slice::from_ref(&second), None, 30)
+                .is_empty()
+        );
         let mined = block(5, 0, &[&second]);
         let turns = tracker.added(&mined);
         assert_eq!(told(&turns), [(2, "mined")]);
@@ -459,7 +465,10 @@ mod tests {
         };
         assert_eq!((*index, outcome.map(|o| o.gas_used)), (0, Some(21_000)));
         all.extend(turns);
-        assert!(tracker.finality(Grade::Safe, 4).is_empty(), "below its block");
+        assert!(
+            tracker.finality(Grade::Safe, 4).is_empty(),
+            "below its block"
+        );
         let turns = tracker.finality(Grade::Safe, 5);
         assert_eq!(told(&turns), [(2, "safe")]);
         all.extend(turns);
@@ -467,7 +476,10 @@ mod tests {
         let turns = tracker.finality(Grade::Finalized, 6);
         assert_eq!(told(&turns), [(2, "finalized")]);
         all.extend(turns);
-        assert!(tracker.finality(Grade::Finalized, 7).is_empty(), "told once");
+        assert!(
+            tracker.finality(Grade::Finalized, 7).is_empty(),
+            "told once"
+        );
         assert_eq!(tracker.pending_count(), 0);
         // A tracker that followed the log's turns stands where this one
         // does: the finalized transaction is forgotten by both.
@@ -539,7 +551,10 @@ mod tests {
         assert!(tracker.dropped(&[txs[0].hash]).is_empty(), "not followed");
         assert!(!tracker.by_nonce.contains_key(&(ALICE, 1)));
         let unseen = tx(9, Address::repeat_byte(0xbb), 0);
-        assert_eq!(told(&tracker.added(&block(1, 0, &[&unseen]))), [(9, "mined")]);
+        assert_eq!(
+            told(&tracker.added(&block(1, 0, &[&unseen]))),
+            [(9, "mined")]
+        );
         let later = tx(10, Address::repeat_byte(0xbb), 1);
         tracker.added(&block(20, 0, &[&later]));
         assert_eq!(tracker.mined.len(), 1, "block 1 is past keep_blocks");

@@ -11,15 +11,15 @@ use chainsieve_config::{ChainSpec, Config, NodesSpec};
 use chainsieve_eventlog::store::Persist;
 use chainsieve_history::archive::Archive;
 use chainsieve_ingest::devnet::{Accounts, MineRequest, Submission};
-use chainsieve_ingest::upstream::UpstreamSettings;
-use chainsieve_model::SourceState;
+use chainsieve_ingest::upstream::{self, UpstreamSettings};
+use chainsieve_model::{SourceEvent, SourceState};
 use chainsieve_node::{NodePool, Rules};
 use chainsieve_price::PriceIndex;
 use chainsieve_runtime::metrics::Metrics;
 use chainsieve_runtime::tasks::{Part, Tasks};
 use chainsieve_watchlists::Watchlists;
 
-use crate::pipeline::{Pipeline, PipelineState};
+use crate::pipeline::{DROP_CHECK_QUEUE, DropChecks, Pipeline, PipelineState};
 
 /// Source events that may wait for the pipeline; past that the source
 /// waits.
@@ -111,6 +111,29 @@ impl Parts<'_> {
     /// `/readyz` and the fault hooks name it.
     pub(crate) fn task(&self, what: &str) -> String {
         format!("{} {what}", self.spec.name)
+    }
+
+    /// The chain's drop checker over `pool`, answering on `events` (the
+    /// source's queue) until `until`; what the pipeline hands it work.
+    pub(crate) fn drop_checks(
+        &self,
+        pool: &Arc<NodePool>,
+        events: mpsc::Sender<SourceEvent>,
+        until: CancellationToken,
+    ) -> DropChecks {
+        let (asks, asked) =
+            self.metrics
+                .queues
+                .channel(&self.spec.name, "drop checks", DROP_CHECK_QUEUE);
+        self.tasks.critical(
+            self.task("drop checker"),
+            self.part(),
+            upstream::drops::check(pool.clone(), asked, events, until),
+        );
+        DropChecks {
+            asks,
+            every: DropChecks::round(self.config.lifecycle.drop_after()),
+        }
     }
 
     /// The chain's nodes, if it reads any.

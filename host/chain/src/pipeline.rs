@@ -220,6 +220,15 @@ pub struct DropChecks {
     pub every: Duration,
 }
 
+impl DropChecks {
+    /// How often to ask which are due when each is asked about
+    /// `drop_after` after it was seen (and again as often): a few times
+    /// as often keeps that.
+    pub fn round(drop_after: Duration) -> Duration {
+        (drop_after / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
+    }
+}
+
 /// Rounds of hashes that may wait for the drop checker.
 pub const DROP_CHECK_QUEUE: usize = 4;
 
@@ -407,9 +416,7 @@ impl Pipeline {
                 for change in self.order(block) {
                     let turns = match &change {
                         ChainEvent::Added(block) => self.state.lifecycle().added(block),
-                        ChainEvent::Removed(block) => {
-                            self.state.lifecycle().removed(block, now_ms)
-                        }
+                        ChainEvent::Removed(block) => self.state.lifecycle().removed(block, now_ms),
                         _ => Vec::new(),
                     };
                     self.take(None, change).await;
@@ -597,8 +604,9 @@ async fn next_check(checks: Option<&mut tokio::time::Interval>) -> Option<()> {
 
 /// Milliseconds since the Unix epoch at `now` (0 before it).
 fn unix_ms(now: SystemTime) -> u64 {
-    now.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+    now.duration_since(UNIX_EPOCH).map_or(0, |since| {
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    })
 }
 
 /// The next edit `edits` says was applied; never, without watchlists.
@@ -646,7 +654,12 @@ mod tests {
         Arc<PipelineState>,
         mpsc::UnboundedReceiver<ChainEvent>,
     ) {
-        let state = Arc::new(PipelineState::new(128, topics, log, TrackerSettings::default()));
+        let state = Arc::new(PipelineState::new(
+            128,
+            topics,
+            log,
+            TrackerSettings::default(),
+        ));
         let (price, mut feed) = mpsc::channel(chainsieve_price::FEED_QUEUE);
         let (changes, indexed) = mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -675,7 +688,8 @@ mod tests {
                 SourceEvent::Pending { .. }
                 | SourceEvent::Synced
                 | SourceEvent::Logged { .. }
-                | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => None,
+                | SourceEvent::Finality { .. }
+                | SourceEvent::Dropped(_) => None,
             })
             .take(count)
             .collect()

@@ -15,17 +15,18 @@ use serde::{Deserialize, Serialize};
 
 mod bus;
 mod devnet;
+mod lifecycle;
 mod located;
 mod nodes;
 mod plans;
 mod rpc;
 mod span;
-mod lifecycle;
 mod usage;
 mod watchlists;
 mod webhooks;
 pub use bus::{BusConfig, Role};
 pub use devnet::DevnetSettings;
+pub use lifecycle::LifecycleConfig;
 use located::in_range;
 pub use nodes::{
     Agreement, ChainConfig, MIN_STALL, NodeConfig, NodeSpec, NodesSpec, SourceConfig, SourceSpec,
@@ -34,7 +35,6 @@ pub use plans::{DEFAULT_PLAN, PlanConfig, check_chains, check_methods, is_plain_
 pub use rpc::RpcConfig;
 use span::duration_text;
 pub use span::{Span, cadence};
-pub use lifecycle::LifecycleConfig;
 pub use usage::UsageConfig;
 pub use watchlists::WatchlistsConfig;
 pub use webhooks::WebhooksConfig;

@@ -78,7 +78,10 @@ fn approximate_bytes(change: &ChainEvent) -> usize {
         ChainEvent::Pending(txs) => 64 + txs.iter().map(|tx| tx.approximate_bytes()).sum::<usize>(),
         ChainEvent::Watch(_) => 64,
         ChainEvent::Lifecycle(turns) => {
-            64 + turns.iter().map(|turn| turn.approximate_bytes()).sum::<usize>()
+            64 + turns
+                .iter()
+                .map(|turn| turn.approximate_bytes())
+                .sum::<usize>()
         }
     }
 }

@@ -136,7 +136,8 @@ mod tests {
                     SourceEvent::Pending { txs, .. } => ChainEvent::Pending(txs),
                     SourceEvent::Synced
                     | SourceEvent::Logged { .. }
-                    | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => continue,
+                    | SourceEvent::Finality { .. }
+                    | SourceEvent::Dropped(_) => continue,
                 };
                 let step = log.append(change);
                 let persist = Persist {

@@ -312,7 +312,11 @@ impl EventBatch {
                         nonce: tx.nonce,
                         gas: tx.gas,
                         block_number: turns[*index].stage.block().map_or(0, |b| b.number),
-                        input: if tx.selector.is_some() { &selector } else { &[] },
+                        input: if tx.selector.is_some() {
+                            &selector
+                        } else {
+                            &[]
+                        },
                         removed: false,
                     })
                 }

@@ -257,10 +257,9 @@ impl Block {
                     // A receipt before Byzantium has a root, no status.
                     success: read.status.is_none_or(|status| status == U64::from(1)),
                     gas_used: read.gas_used.to(),
-                    effective_gas_price: read.effective_gas_price.map_or_else(
-                        || tx.fees.effective(self.base_fee()),
-                        |price| price.to(),
-                    ),
+                    effective_gas_price: read
+                        .effective_gas_price
+                        .map_or_else(|| tx.fees.effective(self.base_fee()), |price| price.to()),
                 })
             }
             (None, Some(gas)) => Some(Outcome {

@@ -60,7 +60,10 @@ pub enum StreamEvent {
         removed: bool,
     },
     /// Turn `index` of a lifecycle step.
-    Turn { turns: Arc<[Turn]>, index: usize },
+    Turn {
+        turns: Arc<[Turn]>,
+        index: usize,
+    },
 }
 
 impl StreamEvent {

@@ -100,9 +100,9 @@ impl Stage {
     /// The block it names: none while pending, replaced or dropped.
     pub fn block(&self) -> Option<&BlockRef> {
         match self {
-            Stage::Mined { block, .. } | Stage::Safe { block, .. } | Stage::Finalized { block, .. } => {
-                Some(block)
-            }
+            Stage::Mined { block, .. }
+            | Stage::Safe { block, .. }
+            | Stage::Finalized { block, .. } => Some(block),
             Stage::Pending { .. } | Stage::Replaced { .. } | Stage::Dropped => None,
         }
     }
@@ -227,9 +227,8 @@ impl Turn {
             block_number: U64,
         }
         let read: Read = serde_json::from_str(json)?;
-        let missing = |what: &str| {
-            serde::de::Error::custom(format!("a {} turn needs {what}", read.stage))
-        };
+        let missing =
+            |what: &str| serde::de::Error::custom(format!("a {} turn needs {what}", read.stage));
         let block = || {
             read.at
                 .as_ref()

@@ -28,7 +28,7 @@ pub(super) async fn feed(
     let Some(asked) = asked else {
         return Ok(None);
     };
-    if source == chainsieve_filter_core::Source::PendingTransactions {
+    if !source.in_blocks() {
         return Ok(None);
     }
     let sources = Sources {

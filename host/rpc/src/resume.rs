@@ -61,9 +61,9 @@ pub(super) fn is_options(object: &Map<String, Value>) -> bool {
 }
 
 fn finality(grade: &Value, source: Source) -> Result<Grade, RpcError> {
-    if source == Source::PendingTransactions {
+    if !source.in_blocks() {
         return Err(RpcError::invalid_params(
-            "finality applies to the mined streams (newHeads, logs, bvMinedTransactions and custom topics on them); pending transactions are in no block yet",
+            "finality applies to the mined streams (newHeads, logs, bvMinedTransactions, transactionReceipts and custom topics on them); pending transactions are in no block yet, and a lifecycle turn tells its own finality",
         ));
     }
     match grade.as_str() {
@@ -86,12 +86,9 @@ fn read(options: &Map<String, Value>, source: Source) -> Result<ResumeFrom, RpcE
                 .map_err(|malformed| RpcError::invalid_params(malformed.to_string()))?;
             // A block's event is no place in a pending stream; the end of a
             // block's step (the head cursor) is one in every stream.
-            if source == Source::PendingTransactions
-                && cursor.block.is_some()
-                && !cursor.is_step_end()
-            {
+            if !source.in_blocks() && cursor.block.is_some() && !cursor.is_step_end() {
                 return Err(RpcError::invalid_params(format!(
-                    "the cursor {cursor} is of a block's event; this topic reads pending transactions: resume it with one of its own cursors"
+                    "the cursor {cursor} is of a block's event; this topic's events are in no block (pending transactions, lifecycle turns): resume it with one of its own cursors"
                 )));
             }
             Ok(ResumeFrom::After(cursor))
@@ -100,9 +97,9 @@ fn read(options: &Map<String, Value>, source: Source) -> Result<ResumeFrom, RpcE
             "resumeFrom must be the cursor string of a notification, got {other}"
         ))),
         (None, Some(block)) => {
-            if source == Source::PendingTransactions {
+            if !source.in_blocks() {
                 return Err(RpcError::invalid_params(
-                    "fromBlock replays the mined streams (newHeads, logs, bvMinedTransactions and custom topics on them); this topic reads pending transactions: resume it with resumeFrom",
+                    "fromBlock replays the mined streams (newHeads, logs, bvMinedTransactions, transactionReceipts and custom topics on them); this topic's events are in no block (pending transactions, lifecycle turns): resume it with resumeFrom",
                 ));
             }
             block

@@ -112,7 +112,7 @@ fn same_answers<F: Filter>(topic: &str, params: &[String], batch: &[u8]) -> usiz
 /// The built-ins are contract 0.2 and 0.3 builds, each reading only the
 /// fields its rules do.
 #[test]
-fn manifests_declare_the_six_topics() {
+fn manifests_declare_the_seven_topics() {
     let engine = engine();
     let mut topics: Vec<_> = builtin_components()
         .iter()
@@ -133,7 +133,7 @@ fn manifests_declare_the_six_topics() {
     // filters take watchlists); the others 0.2.
     let built_in = |topic: &str, source, payload, layout| {
         let version =
-            if topic.starts_with("bv") || topic == "logs" || topic == "transactionReceipts" {
+            if topic.starts_with("bv") || topic == "logs" || topic.starts_with("transaction") {
                 "0.3.0"
             } else {
                 "0.2.0"
@@ -178,6 +178,14 @@ fn manifests_declare_the_six_topics() {
                 Source::PendingTransactions,
                 Payload::Hash,
                 Layout::Projected(0)
+            ),
+            built_in(
+                "transactionLifecycle",
+                Source::Lifecycle,
+                Payload::Full,
+                Layout::Projected(
+                    tx_fields::HASH | tx_fields::FROM | tx_fields::TO | tx_fields::SELECTOR
+                )
             ),
             built_in(
                 "transactionReceipts",

@@ -65,7 +65,10 @@ fn generate() -> [String; 4] {
                         line(3, block.log_json(index, false));
                     }
                 }
-                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
+                SourceEvent::Synced
+                | SourceEvent::Logged { .. }
+                | SourceEvent::Finality { .. }
+                | SourceEvent::Dropped(_) => {
                     unreachable!("steps carry no marker")
                 }
             }

@@ -206,7 +206,10 @@ async fn the_stream_is_one_linear_log() {
             let change = match event {
                 SourceEvent::Block(block) => ChainEvent::Added(block),
                 SourceEvent::Pending { txs, .. } => ChainEvent::Pending(txs),
-                SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
+                SourceEvent::Synced
+                | SourceEvent::Logged { .. }
+                | SourceEvent::Finality { .. }
+                | SourceEvent::Dropped(_) => {
                     continue;
                 }
             };

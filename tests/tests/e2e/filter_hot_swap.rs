@@ -243,7 +243,7 @@ async fn the_admin_view_lists_what_every_chain_runs_behind_a_token() {
         .await
         .expect("JSON");
     let filters = view["filters"].as_array().expect("filters");
-    assert_eq!(filters.len(), 3 * 7, "seven topics on three chains: {view}");
+    assert_eq!(filters.len(), 3 * 8, "eight topics on three chains: {view}");
     let erc20: Vec<&Value> = filters
         .iter()
         .filter(|f| f["topic"] == json!("erc20Transfers"))

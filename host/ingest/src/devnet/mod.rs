@@ -302,7 +302,10 @@ impl Devnet {
                 let later = self.pending.split_off(at.min(self.pending.len()));
                 self.pending.extend(batch);
                 self.pending.extend(later);
-                vec![SourceEvent::Pending { txs: announced, seen_by: None }]
+                vec![SourceEvent::Pending {
+                    txs: announced,
+                    seen_by: None,
+                }]
             }
             Done::Built(built) => self.mined(built),
         }
@@ -454,7 +457,8 @@ mod tests {
                     }
                     SourceEvent::Synced
                     | SourceEvent::Logged { .. }
-                    | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
+                    | SourceEvent::Finality { .. }
+                    | SourceEvent::Dropped(_) => {
                         unreachable!("steps carry no marker")
                     }
                 }

@@ -95,7 +95,8 @@ mod tests {
                     SourceEvent::Pending { .. }
                     | SourceEvent::Synced
                     | SourceEvent::Logged { .. }
-                    | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => None,
+                    | SourceEvent::Finality { .. }
+                    | SourceEvent::Dropped(_) => None,
                 })
                 .collect();
             let Some(first) = blocks.first() else {
@@ -169,7 +170,8 @@ mod tests {
                     SourceEvent::Pending { .. }
                     | SourceEvent::Synced
                     | SourceEvent::Logged { .. }
-                    | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => None,
+                    | SourceEvent::Finality { .. }
+                    | SourceEvent::Dropped(_) => None,
                 })
                 .collect()
         };

@@ -180,7 +180,13 @@ pub async fn run(
 /// Announces the `held` submissions, if any; false when the devnet should
 /// stop.
 async fn announce(sink: &Sink<'_>, held: &mut Vec<Arc<Transaction>>) -> bool {
-    held.is_empty() || sink.send(SourceEvent::Pending { txs: std::mem::take(held), seen_by: None }).await
+    held.is_empty()
+        || sink
+            .send(SourceEvent::Pending {
+                txs: std::mem::take(held),
+                seen_by: None,
+            })
+            .await
 }
 
 /// Takes `devnet`'s next step: its events if they are ready, or `None`

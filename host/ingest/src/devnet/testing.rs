@@ -47,7 +47,10 @@ pub(super) fn run_steps(
         match event {
             SourceEvent::Block(b) => blocks.push(b),
             SourceEvent::Pending { txs, .. } => pending.extend(txs),
-            SourceEvent::Synced | SourceEvent::Logged { .. } | SourceEvent::Finality { .. } | SourceEvent::Dropped(_) => {
+            SourceEvent::Synced
+            | SourceEvent::Logged { .. }
+            | SourceEvent::Finality { .. }
+            | SourceEvent::Dropped(_) => {
                 unreachable!("steps carry no marker")
             }
         }

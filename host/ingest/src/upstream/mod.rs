@@ -21,6 +21,7 @@
 
 mod choice;
 mod delivered;
+pub mod drops;
 mod fetch;
 mod progress;
 mod watcher;
@@ -732,7 +733,10 @@ impl Ingest<'_> {
             return Ok(());
         }
         self.out
-            .send(SourceEvent::Pending { txs, seen_by: Some(self.pool.node(node).spec.name.as_str().into()) })
+            .send(SourceEvent::Pending {
+                txs,
+                seen_by: Some(self.pool.node(node).spec.name.as_str().into()),
+            })
             .await
             .map_err(|_| Stopping)
     }
