@@ -20,6 +20,7 @@ mod finality;
 mod forward;
 mod history;
 mod keys;
+mod lifecycle;
 mod limits;
 mod load;
 mod node_parity;
