@@ -29,9 +29,9 @@ use chainsieve_runtime::tasks::{Part, Tasks};
 /// submitting requests wait.
 const SUBMISSION_QUEUE: usize = 4_096;
 
-/// `evm_mine` requests that may wait for the devnet; past that the
-/// requests wait.
-const MINE_QUEUE: usize = 64;
+/// `evm_mine` and `anvil_dropTransaction` requests that may wait for the
+/// devnet; past that the requests wait.
+const REQUEST_QUEUE: usize = 64;
 
 /// Starts the chain's price indexing, source and pipeline (handing its
 /// steps to `persist`, the log's writer, if any).
@@ -108,16 +108,16 @@ pub(super) fn start(
             let devnet = Devnet::new(parts.spec.chain_id, &parts.config.devnet);
             let ledger = devnet.ledger();
             let (submissions, submitted) = queues.channel(chain, "submissions", SUBMISSION_QUEUE);
-            let (miner, mines) = queues.channel(chain, "mine requests", MINE_QUEUE);
+            let (requests, asked) = queues.channel(chain, "devnet requests", REQUEST_QUEUE);
             parts.tasks.critical(
                 parts.task("devnet"),
                 parts.part(),
-                devnet::run(devnet, events, submitted, mines, parts.shutdown.clone()),
+                devnet::run(devnet, events, submitted, asked, parts.shutdown.clone()),
             );
             Origin::Devnet {
                 submissions,
                 ledger,
-                miner,
+                requests,
                 archive,
             }
         }

@@ -37,7 +37,7 @@ use chainsieve_filters::{FilterEngine, FilterHandle, FilterRegistry};
 use chainsieve_history::Blocks;
 use chainsieve_history::limits::Budget;
 use chainsieve_ingest::canonical::CanonicalChain;
-use chainsieve_ingest::devnet::{Accounts, MineRequest, Submission};
+use chainsieve_ingest::devnet::{Accounts, DevnetRequest, Submission};
 use chainsieve_model::SourceState;
 use chainsieve_node::NodePool;
 use chainsieve_price::PriceIndex;
@@ -180,10 +180,10 @@ impl Chain {
         }
     }
 
-    /// A devnet chain's door for `evm_mine`.
-    pub fn miner(&self) -> Option<&mpsc::Sender<MineRequest>> {
+    /// A devnet chain's door for `evm_mine` and `anvil_dropTransaction`.
+    pub fn requests(&self) -> Option<&mpsc::Sender<DevnetRequest>> {
         match &self.origin {
-            Origin::Devnet { miner, .. } => Some(miner),
+            Origin::Devnet { requests, .. } => Some(requests),
             Origin::Node { .. } | Origin::Bus => None,
         }
     }
@@ -264,5 +264,11 @@ impl Chain {
     /// Where the chain placed the watchlist edits, as it places them.
     pub fn watch_points(&self) -> watch::Receiver<WatchPoint> {
         self.state.watch_points()
+    }
+
+    /// How many pending transactions the lifecycle tracker follows (at
+    /// most `[lifecycle] max_pending`).
+    pub fn lifecycle_pending(&self) -> usize {
+        self.state.lifecycle().pending_count()
     }
 }

@@ -22,7 +22,8 @@ use chainsieve_config::LifecycleConfig;
 use chainsieve_model::lifecycle::{BlockRef, Stage, Turn, TxBrief};
 use chainsieve_model::{Block, Grade, Transaction};
 
-/// The tracker's bounds (docs/src/configuration.md, lifecycle).
+/// The tracker's bounds, from `[lifecycle]` (docs/src/api.md, A
+/// transaction's life).
 #[derive(Clone, Copy, Debug)]
 pub struct TrackerSettings {
     /// Pending transactions followed at most; past it the oldest is no

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use chainsieve_config::{ChainSpec, Config, NodesSpec};
 use chainsieve_eventlog::store::Persist;
 use chainsieve_history::archive::Archive;
-use chainsieve_ingest::devnet::{Accounts, MineRequest, Submission};
+use chainsieve_ingest::devnet::{Accounts, DevnetRequest, Submission};
 use chainsieve_ingest::upstream::{self, UpstreamSettings};
 use chainsieve_model::{SourceEvent, SourceState};
 use chainsieve_node::{NodePool, Rules};
@@ -35,8 +35,9 @@ pub enum Origin {
         submissions: mpsc::Sender<Submission>,
         /// Nonces and balances, for the methods wallets call.
         ledger: Arc<Accounts>,
-        /// The door for `evm_mine`: the next block, now.
-        miner: mpsc::Sender<MineRequest>,
+        /// The door for `evm_mine` (the next block, now) and
+        /// `anvil_dropTransaction`.
+        requests: mpsc::Sender<DevnetRequest>,
         /// Every canonical block generated, for history streams.
         archive: Arc<Archive>,
     },

@@ -88,6 +88,7 @@ fn scrape(state: &AppState) -> Registry {
     let failures = Family::<TopicLabels, Gauge>::default();
     let disabled = Family::<TopicLabels, Gauge>::default();
     let live = Family::<ChainLabel, Gauge>::default();
+    let followed = Family::<ChainLabel, Gauge>::default();
     let node_states = Family::<NodeStateLabels, Gauge>::default();
     let node_lag = Family::<NodeLabels, Gauge>::default();
     for (chain, served) in &state.chains {
@@ -117,6 +118,11 @@ fn scrape(state: &AppState) -> Registry {
             chain: chain.clone(),
         })
         .set(i64::from(served.source_status() == SourceState::Live));
+        followed
+            .get_or_create(&ChainLabel {
+                chain: chain.clone(),
+            })
+            .set(i64::try_from(served.lifecycle_pending()).unwrap_or(i64::MAX));
         for (topic, handle) in served.filters().iter() {
             let labels = TopicLabels {
                 chain: chain.clone(),
@@ -153,6 +159,11 @@ fn scrape(state: &AppState) -> Registry {
         "source_live",
         "1 when the chain's source (devnet or node) is live",
         live,
+    );
+    registry.register(
+        "lifecycle_pending",
+        "Pending transactions the chain's lifecycle tracker follows (at most [lifecycle] max_pending)",
+        followed,
     );
     registry.register(
         "node_state",

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use alloy_primitives::{Address, U64, U128};
+use alloy_primitives::{Address, B256, U64, U128};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -19,7 +19,7 @@ use super::params::{
 use super::{Call, RpcError, result};
 use chainsieve_chain::Chain;
 use chainsieve_ingest::devnet::{
-    Accounts, MineRequest, intrinsic, known_pools, known_tokens, typical_tip,
+    Accounts, DevnetRequest, intrinsic, known_pools, known_tokens, typical_tip,
 };
 use chainsieve_model::Block;
 
@@ -54,7 +54,7 @@ pub(super) fn answer(
 /// a test (or a client's) steps the chain block by block this way.
 pub(super) async fn mine(
     chain: &Chain,
-    miner: &mpsc::Sender<MineRequest>,
+    requests: &mpsc::Sender<DevnetRequest>,
     params: &Value,
 ) -> Result<Box<RawValue>, RpcError> {
     let none = match params {
@@ -67,11 +67,38 @@ pub(super) async fn mine(
             "evm_mine on the devnet takes no parameters (it mines the next block now)",
         ));
     }
-    let stopped = || RpcError::internal(format!("the {} devnet has stopped", chain.name));
     let (request, mined) = oneshot::channel();
-    miner.send(request).await.map_err(|_| stopped())?;
-    mined.await.map_err(|_| stopped())?;
+    requests
+        .send(DevnetRequest::Mine(request))
+        .await
+        .map_err(|_| stopped(chain))?;
+    mined.await.map_err(|_| stopped(chain))?;
     result(&"0x0")
+}
+
+/// `anvil_dropTransaction` (anvil's): the devnet drops a pending
+/// transaction sent to it, and its sender's later ones, which it held up;
+/// answers `null` (as anvil) once the drop is on its way to subscribers
+/// (docs/src/api.md, A transaction's life).
+pub(super) async fn drop_transaction(
+    chain: &Chain,
+    requests: &mpsc::Sender<DevnetRequest>,
+    params: &Value,
+) -> Result<Box<RawValue>, RpcError> {
+    let hash: B256 = fixed_param(params, 0, "anvil_dropTransaction", "transaction hash")?;
+    let (reply, dropped) = oneshot::channel();
+    requests
+        .send(DevnetRequest::Drop { hash, reply })
+        .await
+        .map_err(|_| stopped(chain))?;
+    match dropped.await.map_err(|_| stopped(chain))? {
+        Ok(_) => result(&Value::Null),
+        Err(refused) => Err(RpcError::generic(refused.to_string())),
+    }
+}
+
+fn stopped(chain: &Chain) -> RpcError {
+    RpcError::internal(format!("the {} devnet has stopped", chain.name))
 }
 
 fn runs_no_code(chain: &Chain, what: &str) -> RpcError {

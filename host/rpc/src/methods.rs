@@ -127,8 +127,14 @@ async fn handle(ctx: Context<'_>, call: &Call, batch: Option<&Gates>) -> Outcome
             }
             None => reply(forward::forward(ctx.chain, call).await),
         },
-        "evm_mine" => match ctx.chain.miner() {
-            Some(miner) => reply(devnet::mine(ctx.chain, miner, &call.params).await),
+        "evm_mine" => match ctx.chain.requests() {
+            Some(requests) => reply(devnet::mine(ctx.chain, requests, &call.params).await),
+            None => reply(forward::forward(ctx.chain, call).await),
+        },
+        "anvil_dropTransaction" => match ctx.chain.requests() {
+            Some(requests) => {
+                reply(devnet::drop_transaction(ctx.chain, requests, &call.params).await)
+            }
             None => reply(forward::forward(ctx.chain, call).await),
         },
         _ => match ctx.chain.ledger() {

@@ -320,7 +320,7 @@ fn a_component_in_the_filters_dir_replaces_the_builtin_of_its_topic() {
             .origin
             .starts_with("built-in ")
     );
-    assert_eq!(active.len(), 6);
+    assert_eq!(active.len(), 7);
 }
 
 #[test]

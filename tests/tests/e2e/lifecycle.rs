@@ -3,8 +3,14 @@
 //! (`anvil_dropTransaction`, found by the drop checker), the replacement
 //! mined, reorganised out (pending again, saying from which block), mined
 //! again, then safe and finalized: each turn once, in order, by sender and
-//! by hash; a resume by cursor gives the rest as it came; refusals.
+//! by hash; a resume by cursor gives the rest as it came; the devnet's
+//! replacements and drops; refusals.
 
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_eips::Encodable2718;
+use alloy_primitives::{Address, TxKind, U256, hex, keccak256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
@@ -246,5 +252,117 @@ async fn bad_lifecycle_subscriptions_are_refused() {
         let message = refused["error"]["message"].as_str().expect("a message");
         assert!(message.contains(says), "{says:?} in {refused}");
     }
+    server.stop().await;
+}
+
+/// A transfer of 5 wei from `signer`, EIP-1559 at `max_fee` (a tenth of
+/// it the tip), signed for BNB Chain's devnet.
+fn bsc_transfer(signer: &PrivateKeySigner, nonce: u64, max_fee: u128) -> String {
+    let tx = TxEip1559 {
+        chain_id: 56,
+        nonce,
+        gas_limit: 21_000,
+        max_fee_per_gas: max_fee,
+        max_priority_fee_per_gas: max_fee / 10,
+        to: TxKind::Call(Address::repeat_byte(0x42)),
+        value: U256::from(5),
+        ..Default::default()
+    };
+    let signature = signer
+        .sign_hash_sync(&tx.signature_hash())
+        .expect("signing");
+    let envelope: TxEnvelope = tx.into_signed(signature).into();
+    hex::encode_prefixed(envelope.encoded_2718())
+}
+
+/// The devnet tells every turn too, stepped block by block on BNB Chain
+/// (safe one block below the head, finalized two): a replacement by a
+/// higher fee (a lower bump refused with geth's message), a drop asked
+/// with `anvil_dropTransaction` (told at once, the devnet being the only
+/// pool), the replacement mined, safe, finalized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_devnet_replaces_drops_mines_and_finalizes() {
+    let mut config = chainsieve_tests::test_config();
+    config.devnet = chainsieve_tests::stepped_devnet();
+    let server = TestServer::started(config).await;
+    let signer =
+        PrivateKeySigner::from_bytes(&keccak256("lifecycle on the devnet")).expect("a key");
+    let from = chainsieve_tests::hex_address(&signer.address());
+    let mut client = WsClient::connect(&server.ws_url("bsc", "demo"))
+        .await
+        .expect("ws");
+    let life = client
+        .subscribe(json!(["transactionLifecycle", {"fromAddress": [from]}]))
+        .await
+        .expect("by sender");
+    let mut got = std::collections::BTreeMap::new();
+    let send = async |client: &mut WsClient, raw: String| {
+        client
+            .call("eth_sendRawTransaction", json!([raw]))
+            .await
+            .expect("an answer")
+    };
+    let gwei = 1_000_000_000u128;
+    let first = send(&mut client, bsc_transfer(&signer, 0, 100 * gwei)).await;
+    let first = first["result"].as_str().expect("a hash").to_string();
+    let low = send(&mut client, bsc_transfer(&signer, 0, 105 * gwei)).await;
+    assert_eq!(low["error"]["code"], -32000, "{low}");
+    assert!(
+        low["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("replacement transaction underpriced")),
+        "{low}"
+    );
+    let second = send(&mut client, bsc_transfer(&signer, 0, 200 * gwei)).await;
+    let second = second["result"].as_str().expect("a hash").to_string();
+    let third = send(&mut client, bsc_transfer(&signer, 1, 100 * gwei)).await;
+    let third = third["result"].as_str().expect("a hash").to_string();
+    read_until(&mut client, &mut got, &life, 4).await;
+    let dropped = client
+        .call("anvil_dropTransaction", json!([third]))
+        .await
+        .expect("an answer");
+    assert_eq!(dropped["result"], Value::Null, "{dropped}");
+    read_until(&mut client, &mut got, &life, 5).await;
+    let again = client
+        .call("anvil_dropTransaction", json!([third]))
+        .await
+        .expect("an answer");
+    assert_eq!(again["error"]["code"], -32000, "{again}");
+    let malformed = client
+        .call("anvil_dropTransaction", json!(["0x12"]))
+        .await
+        .expect("an answer");
+    assert_eq!(malformed["error"]["code"], -32602, "{malformed}");
+    for _ in 0..3 {
+        server.mine("bsc", "demo").await;
+    }
+    read_until(&mut client, &mut got, &life, 8).await;
+    let stage = |hash: &str, stage: &str| (hash.to_string(), stage.to_string());
+    assert_eq!(
+        turns(&got[&life]),
+        [
+            stage(&first, "pending"),
+            stage(&first, "replaced"),
+            stage(&second, "pending"),
+            stage(&third, "pending"),
+            stage(&third, "dropped"),
+            stage(&second, "mined"),
+            stage(&second, "safe"),
+            stage(&second, "finalized"),
+        ]
+    );
+    let mined = &got[&life][5]["result"];
+    assert_eq!(
+        (&mined["status"], &mined["gasUsed"]),
+        (&json!("0x1"), &json!("0x5208")),
+        "{mined}"
+    );
+    // The dropped nonce is the sender's next again.
+    let count = client
+        .call("eth_getTransactionCount", json!([from, "pending"]))
+        .await
+        .expect("an answer");
+    assert_eq!(count["result"], "0x1", "{count}");
     server.stop().await;
 }

@@ -302,7 +302,7 @@ async fn metrics_count_what_happened() {
         1024.0
     );
     assert!(value(&format!("chainsieve_queue_depth{eth_source}")) <= 1024.0);
-    for queue in ["price feed", "archive", "submissions", "mine requests"] {
+    for queue in ["price feed", "archive", "submissions", "devnet requests"] {
         let labels = format!(r#"{{part="eth",queue="{queue}"}}"#);
         assert!(
             value(&format!("chainsieve_queue_capacity{labels}")) > 0.0,

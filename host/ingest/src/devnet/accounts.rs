@@ -75,6 +75,14 @@ impl Accounts {
         }
     }
 
+    /// `from`'s transactions of nonce `nonce` and after left the pool
+    /// unmined: its pending nonce is `nonce` again.
+    pub(super) fn unpend(&self, from: Address, nonce: u64) {
+        let mut inner = self.inner();
+        let entry = inner.nonces.entry(from).or_default();
+        entry.1 = nonce.max(entry.0);
+    }
+
     /// A block orphaned by a reorg: its transfers and fees are undone (its
     /// transactions are mined again on the new branch).
     pub(super) fn orphaned(&self, block: &Block, content: &[Generated]) {

@@ -1,17 +1,19 @@
 //! Transactions from outside (`eth_sendRawTransaction`): the checks a
-//! node's pool makes, the pool's bound, and what a block takes from it.
+//! node's pool makes, replacement by a higher fee and drops
+//! (`anvil_dropTransaction`) as a node's pool has them, the pool's bound,
+//! and what a block takes from it.
 
 use std::sync::Arc;
 
 use alloy_consensus::TxEnvelope;
 use alloy_eips::eip2930::AccessList;
-use alloy_primitives::Address;
+use alloy_primitives::{Address, B256};
 use tokio::sync::oneshot;
 
 use super::Devnet;
 use super::block::Generated;
 use super::workload::{AUTHORIZATION_GAS, TRANSFER_GAS};
-use chainsieve_model::Transaction;
+use chainsieve_model::{Fees, Transaction};
 
 /// Transactions waiting for a block, beyond which submissions are refused:
 /// a load the blocks cannot carry must not grow the pool without bound.
@@ -47,6 +49,51 @@ pub enum SubmissionRefused {
     GasLimit { gas: u64, limit: u64 },
     #[error("txpool is full: {POOL_LIMIT} transactions wait for a block")]
     PoolFull,
+    /// This very transaction is pending already.
+    #[error("already known")]
+    AlreadyKnown,
+    /// The sender's nonce is pending under another transaction whose fee
+    /// caps this one does not beat by [`PRICE_BUMP_PERCENT`].
+    #[error(
+        "replacement transaction underpriced: the pending transaction of nonce {nonce} is replaced by fee caps at least {PRICE_BUMP_PERCENT}% higher"
+    )]
+    Underpriced { nonce: u64 },
+}
+
+/// How much higher both fee caps of a replacement must be, as geth's pool
+/// has it (`txpool.pricebump`).
+pub const PRICE_BUMP_PERCENT: u128 = 10;
+
+/// Why the devnet did not drop a transaction (`anvil_dropTransaction`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DropRefused {
+    #[error("transaction {0} is not pending on the devnet (unknown, or already in a block)")]
+    NotPending(B256),
+    #[error(
+        "transaction {0} is of one of the devnet's own accounts, whose nonces the devnet keeps: only transactions sent to it are dropped"
+    )]
+    Own(B256),
+}
+
+/// A transaction's fee caps: the most it pays per gas, and the most of
+/// that as a tip.
+fn caps(fees: &Fees) -> (u128, u128) {
+    match *fees {
+        Fees::GasPrice(price) => (price, price),
+        Fees::Dynamic {
+            max_fee_per_gas,
+            max_priority_fee_per_gas,
+            ..
+        } => (max_fee_per_gas, max_priority_fee_per_gas),
+    }
+}
+
+/// Whether `new` replaces `old`: both its caps [`PRICE_BUMP_PERCENT`]
+/// higher.
+fn outbids(new: &Fees, old: &Fees) -> bool {
+    let bumped = |cap: u128| cap.saturating_mul(100 + PRICE_BUMP_PERCENT) / 100;
+    let ((new_fee, new_tip), (old_fee, old_tip)) = (caps(new), caps(old));
+    new_fee >= bumped(old_fee) && new_tip >= bumped(old_tip)
 }
 
 /// The gas a transaction uses before any code runs (the yellow paper's
@@ -104,7 +151,28 @@ impl Devnet {
         };
         let (expected, got) = (*next, envelope.nonce());
         if got < expected {
-            return Err(SubmissionRefused::NonceTooLow { expected, got });
+            // Still pending: replaced by a higher fee, in its place.
+            let Some(at) = self
+                .pending
+                .iter()
+                .position(|g| g.tx.from == from && g.tx.nonce == got)
+            else {
+                return Err(SubmissionRefused::NonceTooLow { expected, got });
+            };
+            let tx = Arc::new(Transaction::from_envelope(&envelope, from));
+            if tx.hash == self.pending[at].tx.hash {
+                return Err(SubmissionRefused::AlreadyKnown);
+            }
+            if !outbids(&tx.fees, &self.pending[at].tx.fees) {
+                return Err(SubmissionRefused::Underpriced { nonce: got });
+            }
+            self.pending[at] = Generated {
+                tx: tx.clone(),
+                envelope,
+                gas_used: needed,
+                logs: Vec::new(),
+            };
+            return Ok(tx);
         }
         if got > expected {
             return Err(SubmissionRefused::NonceTooHigh { expected, got });
@@ -118,6 +186,35 @@ impl Devnet {
             logs: Vec::new(),
         });
         Ok(tx)
+    }
+
+    /// Drops the pending transaction `hash` sent to the devnet, and its
+    /// sender's later ones (which its nonce held up): what
+    /// `anvil_dropTransaction` does to a node's pool. The sender's next
+    /// nonce is the dropped one's again. The hashes dropped, in nonce
+    /// order.
+    pub fn drop_pending(&mut self, hash: B256) -> Result<Vec<B256>, DropRefused> {
+        let tx = self
+            .pending
+            .iter()
+            .find(|g| g.tx.hash == hash)
+            .map(|g| g.tx.clone())
+            .ok_or(DropRefused::NotPending(hash))?;
+        if self.signers.iter().any(|s| s.address() == tx.from) {
+            return Err(DropRefused::Own(hash));
+        }
+        let mut dropped: Vec<(u64, B256)> = Vec::new();
+        self.pending.retain(|g| {
+            let gone = g.tx.from == tx.from && g.tx.nonce >= tx.nonce;
+            if gone {
+                dropped.push((g.tx.nonce, g.tx.hash));
+            }
+            !gone
+        });
+        dropped.sort_unstable();
+        self.submitted_nonces.insert(tx.from, tx.nonce);
+        self.ledger().unpend(tx.from, tx.nonce);
+        Ok(dropped.into_iter().map(|(_, hash)| hash).collect())
     }
 
     /// The oldest pending transactions whose gas limits fit one block; the
@@ -163,14 +260,9 @@ mod tests {
         );
 
         let refused = [
-            // Nonces in order, as a node's pool wants them.
-            (
-                first,
-                SubmissionRefused::NonceTooLow {
-                    expected: 1,
-                    got: 0,
-                },
-            ),
+            // Nonces in order, as a node's pool wants them; the same one
+            // again is known.
+            (first, SubmissionRefused::AlreadyKnown),
             (
                 outside(2, 21_000, &[]).0,
                 SubmissionRefused::NonceTooHigh {
@@ -366,6 +458,87 @@ mod tests {
         assert_eq!(
             devnet.accept(stand_in(POOL_LIMIT as u64), from),
             Err(SubmissionRefused::PoolFull)
+        );
+    }
+
+    /// A legacy transfer of `from` at `price` per gas (unsigned: the devnet
+    /// trusts the caller's recovered sender).
+    fn priced(nonce: u64, price: u128, from: Address) -> TxEnvelope {
+        TxEnvelope::from(
+            TxLegacy {
+                chain_id: Some(1),
+                nonce,
+                gas_price: price,
+                gas_limit: 21_000,
+                to: TxKind::Call(from),
+                value: U256::from(price),
+                input: Bytes::new(),
+            }
+            .into_signed(Signature::test_signature()),
+        )
+    }
+
+    /// A pending nonce is taken over by a fee at least 10% higher, in the
+    /// pool's place of the first; a lower bump is geth's refusal; once in a
+    /// block, the nonce is too low.
+    #[test]
+    fn a_higher_fee_replaces_a_pending_transaction_in_its_place() {
+        let mut devnet = Devnet::new(1, &quiet());
+        let from = Address::repeat_byte(0x77);
+        let first = devnet.accept(priced(0, 100, from), from).expect("first");
+        devnet.accept(priced(1, 100, from), from).expect("next");
+        assert_eq!(
+            devnet.accept(priced(0, 109, from), from),
+            Err(SubmissionRefused::Underpriced { nonce: 0 })
+        );
+        let second = devnet.accept(priced(0, 110, from), from).expect("outbids");
+        assert_ne!(first.hash, second.hash);
+        let pool: Vec<_> = devnet.pending.iter().map(|g| g.tx.hash).collect();
+        assert_eq!(pool.len(), 2);
+        assert_eq!(pool[0], second.hash, "in the first's place");
+        devnet.take_block_content();
+        assert_eq!(
+            devnet.accept(priced(0, 500, from), from),
+            Err(SubmissionRefused::NonceTooLow {
+                expected: 2,
+                got: 0
+            })
+        );
+    }
+
+    /// A drop takes the transaction and its sender's later ones out, and
+    /// gives the nonce back; the devnet's own accounts' and unknown ones
+    /// are refused.
+    #[test]
+    fn a_drop_takes_the_nonces_after_it_too() {
+        let mut devnet = Devnet::new(1, &quiet());
+        let from = Address::repeat_byte(0x77);
+        let txs: Vec<_> = (0..3)
+            .map(|nonce| {
+                devnet
+                    .accept(priced(nonce, 100, from), from)
+                    .expect("taken")
+            })
+            .collect();
+        assert_eq!(
+            devnet.drop_pending(txs[1].hash),
+            Ok(vec![txs[1].hash, txs[2].hash])
+        );
+        assert_eq!(devnet.ledger().nonce(from, true), 1);
+        assert_eq!(
+            devnet.drop_pending(txs[1].hash),
+            Err(DropRefused::NotPending(txs[1].hash))
+        );
+        devnet
+            .accept(priced(1, 100, from), from)
+            .expect("its nonce again");
+        let own = devnet.accounts()[0];
+        let theirs = devnet
+            .accept(priced(0, 100, own), own)
+            .expect("an own account's");
+        assert_eq!(
+            devnet.drop_pending(theirs.hash),
+            Err(DropRefused::Own(theirs.hash))
         );
     }
 }

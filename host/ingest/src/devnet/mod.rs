@@ -62,9 +62,11 @@ pub use accounts::Accounts;
 pub use calls::DevnetCalls;
 pub use chainsieve_config::DevnetSettings;
 pub use chainsieve_contracts::catalog::KnownToken;
-pub use mempool::{Answer, POOL_LIMIT, Submission, SubmissionRefused, intrinsic};
+pub use mempool::{
+    Answer, DropRefused, POOL_LIMIT, PRICE_BUMP_PERCENT, Submission, SubmissionRefused, intrinsic,
+};
 pub use profile::{FinalityDepths, KnownPool, known_pools, known_tokens, typical_tip};
-pub use task::{MineRequest, run};
+pub use task::{DevnetRequest, run};
 pub use workload::{EMPTY_BLOB_COMMITMENT, empty_blob_hash};
 
 /// How many funded accounts send transactions.

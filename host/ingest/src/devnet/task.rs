@@ -1,7 +1,8 @@
 //! The devnet's task: [`run`] drives a [`Devnet`] in real time, builds
 //! blocks and signs its own pending batches on the blocking pool,
-//! announces submissions (together when they come close), and mines the
-//! next block at once when asked (`evm_mine`).
+//! announces submissions (together when they come close), mines the next
+//! block at once when asked (`evm_mine`), and drops a pending transaction
+//! when asked (`anvil_dropTransaction`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,9 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::mempool::Submission;
+use alloy_primitives::B256;
+
+use super::mempool::{DropRefused, Submission};
 use super::{Accounts, Devnet, Done, FinalityDepths, Step};
 use chainsieve_model::{SourceEvent, Transaction};
 
@@ -26,9 +29,19 @@ const SUBMISSIONS_PER_BATCH: usize = 1_024;
 /// still announces a submission at once.
 const ANNOUNCE_GAP: Duration = Duration::from_millis(30);
 
-/// A request to mine the next block now (`evm_mine`), answered once the
-/// block has been sent on.
-pub type MineRequest = oneshot::Sender<()>;
+/// What is asked of the devnet besides submissions.
+#[derive(Debug)]
+pub enum DevnetRequest {
+    /// Mine the next block now (`evm_mine`), answered once the block has
+    /// been sent on.
+    Mine(oneshot::Sender<()>),
+    /// Drop pending transaction `hash` (`anvil_dropTransaction`), answered
+    /// with the hashes dropped once their drop has been sent on.
+    Drop {
+        hash: B256,
+        reply: oneshot::Sender<Result<Vec<B256>, DropRefused>>,
+    },
+}
 
 /// Drives `devnet` in real time until `shutdown` is cancelled or the
 /// receiver is gone: genesis first, then one step per
@@ -45,7 +58,7 @@ pub async fn run(
     mut devnet: Devnet,
     out: mpsc::Sender<SourceEvent>,
     mut submissions: mpsc::Receiver<Submission>,
-    mut mines: mpsc::Receiver<MineRequest>,
+    mut mines: mpsc::Receiver<DevnetRequest>,
     shutdown: CancellationToken,
 ) {
     let ledger = devnet.ledger();
@@ -88,7 +101,7 @@ pub async fn run(
     let mut working: Option<JoinHandle<Done>> = None;
     // Requests to mine, oldest first: each is answered by a block of its
     // own.
-    let mut mining: Vec<MineRequest> = Vec::new();
+    let mut mining: Vec<oneshot::Sender<()>> = Vec::new();
     let mut mines_open = true;
     // Submissions accepted and waiting for the gap's mark; when the last
     // announcement went.
@@ -131,7 +144,21 @@ pub async fn run(
             },
             request = mines.recv(), if mines_open => {
                 match request {
-                    Some(request) => mining.push(request),
+                    Some(DevnetRequest::Mine(request)) => mining.push(request),
+                    Some(DevnetRequest::Drop { hash, reply }) => {
+                        // What was announced goes first: a transaction is
+                        // pending before it is dropped.
+                        if !announce(&sink, &mut held).await {
+                            return;
+                        }
+                        let dropped = devnet.drop_pending(hash);
+                        if let Ok(hashes) = &dropped
+                            && !sink.send(SourceEvent::Dropped(hashes.clone())).await
+                        {
+                            return;
+                        }
+                        let _ = reply.send(dropped);
+                    }
                     // Closed: the chain is no longer asked to mine.
                     None => mines_open = false,
                 }
@@ -262,7 +289,7 @@ mod tests {
     }
 
     /// Mine requests nobody sends.
-    fn no_mines() -> mpsc::Receiver<MineRequest> {
+    fn no_mines() -> mpsc::Receiver<DevnetRequest> {
         mpsc::channel(1).1
     }
 
@@ -289,7 +316,9 @@ mod tests {
         let mut answers = Vec::new();
         for _ in 0..2 {
             let (request, answer) = oneshot::channel();
-            mine.send(request).await.expect("the devnet runs");
+            mine.send(DevnetRequest::Mine(request))
+                .await
+                .expect("the devnet runs");
             answers.push(answer);
         }
         let mut blocks = Vec::new();
@@ -353,14 +382,7 @@ mod tests {
         }
         assert_eq!(
             outcomes,
-            [
-                Ok(()),
-                Ok(()),
-                Err(SubmissionRefused::NonceTooLow {
-                    expected: 2,
-                    got: 1
-                })
-            ]
+            [Ok(()), Ok(()), Err(SubmissionRefused::AlreadyKnown)]
         );
         shutdown.cancel();
     }
