@@ -51,6 +51,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
 mod tests {
     use super::*;
     use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
+    use chainsieve_model::lifecycle::{BlockRef, Stage, Turn, TxBrief};
     use chainsieve_model::{ChainEvent, SourceEvent};
 
     fn changes() -> Vec<ChainEvent> {
@@ -73,6 +74,45 @@ mod tests {
                 | SourceEvent::Dropped(_) => {}
             }
         }
+        // And a step of turns, of every stage.
+        let block = changes
+            .iter()
+            .rev()
+            .find_map(|c| match c {
+                ChainEvent::Added(block) if !block.transactions.is_empty() => Some(block.clone()),
+                _ => None,
+            })
+            .expect("a block with transactions");
+        let at = BlockRef::of(&block);
+        let turns = [
+            Stage::Pending {
+                seen_ms: 1_700_000_000_000,
+                seen_by: Some("node-a".into()),
+                reorged_out: Some(at),
+            },
+            Stage::Replaced {
+                by: block.transactions[0].hash,
+            },
+            Stage::Dropped,
+            Stage::Mined {
+                block: at,
+                index: 0,
+                outcome: block.outcome(0),
+            },
+            Stage::Safe {
+                block: at,
+                index: 0,
+            },
+            Stage::Finalized {
+                block: at,
+                index: 0,
+            },
+        ]
+        .map(|stage| Turn {
+            tx: TxBrief::of(&block.transactions[0]),
+            stage,
+        });
+        changes.push(ChainEvent::Lifecycle(turns.into()));
         changes
     }
 

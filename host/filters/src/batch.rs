@@ -13,6 +13,7 @@ use chainsieve_filter_core::{Payload, Source};
 use chainsieve_eventlog::cursor::Cursor;
 use chainsieve_eventlog::{self as eventlog, Position, Step};
 use chainsieve_fanout::{Notice, Together};
+use chainsieve_model::lifecycle::TxBrief;
 use chainsieve_model::{Block, Transaction};
 use chainsieve_model::{ChainEvent, StreamEvent};
 use chainsieve_watchlists::views::View;
@@ -299,26 +300,17 @@ impl EventBatch {
                     })
                 }
                 StreamEvent::Turn { turns, index } => {
-                    let tx = &turns[*index].tx;
+                    let turn = &turns[*index];
                     // A turn's call data is its selector alone; a filter
                     // reading `input` is refused at load.
-                    let selector = tx.selector.unwrap_or_default();
-                    w.push_tx(&TxFields {
-                        hash: &tx.hash.0,
-                        from: &tx.from.0.0,
-                        to: tx.to.as_ref().map(|a| &a.0.0),
-                        tx_type: tx.tx_type,
-                        value: &tx.value.to_be_bytes::<32>(),
-                        nonce: tx.nonce,
-                        gas: tx.gas,
-                        block_number: turns[*index].stage.block().map_or(0, |b| b.number),
-                        input: if tx.selector.is_some() {
-                            &selector
-                        } else {
-                            &[]
-                        },
-                        removed: false,
-                    })
+                    let selector = turn.tx.selector.unwrap_or_default();
+                    let input: &[u8] = if turn.tx.selector.is_some() {
+                        &selector
+                    } else {
+                        &[]
+                    };
+                    let block_number = turn.stage.block().map_or(0, |b| b.number);
+                    push_brief(&mut w, &turn.tx, input, block_number, false);
                 }
             }
         }
@@ -363,6 +355,17 @@ fn layout_index(position: Option<u64>) -> u32 {
 }
 
 fn push_tx(w: &mut impl EventWriter, tx: &Transaction, block_number: u64, removed: bool) {
+    push_brief(w, &TxBrief::of(tx), &tx.input, block_number, removed);
+}
+
+/// A transaction record of `tx` (a transaction's fields, or a turn's).
+fn push_brief(
+    w: &mut impl EventWriter,
+    tx: &TxBrief,
+    input: &[u8],
+    block_number: u64,
+    removed: bool,
+) {
     w.push_tx(&TxFields {
         hash: &tx.hash.0,
         from: &tx.from.0.0,
@@ -372,7 +375,7 @@ fn push_tx(w: &mut impl EventWriter, tx: &Transaction, block_number: u64, remove
         nonce: tx.nonce,
         gas: tx.gas,
         block_number,
-        input: &tx.input,
+        input,
         removed,
     });
 }

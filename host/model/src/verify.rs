@@ -448,6 +448,7 @@ mod tests {
     use alloy_signer::SignerSync;
     use alloy_signer_local::PrivateKeySigner;
     use serde::Deserialize;
+    use serde_json::json;
     use serde_json::value::RawValue;
 
     use super::*;
@@ -508,6 +509,25 @@ mod tests {
         assert_eq!(removed["logs"][1]["removed"], true);
         assert_eq!(removed["logs"].as_array().map(Vec::len), Some(2));
         assert_eq!(block.receipt_json(4, false), None, "no such transaction");
+        // A lifecycle turn's outcome is the receipt's.
+        for (index, receipt) in expected.iter().enumerate() {
+            let outcome = block.outcome(index).expect("an outcome");
+            let hex = |value: u128| format!("{value:#x}");
+            assert_eq!(
+                (
+                    json!(if outcome.success { "0x1" } else { "0x0" }),
+                    json!(hex(outcome.gas_used.into())),
+                    json!(hex(outcome.effective_gas_price)),
+                ),
+                (
+                    receipt["status"].clone(),
+                    receipt["gasUsed"].clone(),
+                    receipt["effectiveGasPrice"].clone()
+                ),
+                "outcome {index}"
+            );
+        }
+        assert_eq!(block.outcome(4), None);
 
         // Receipts of other transactions, or one short, are the node's lie.
         let mut swapped = (*block).clone();

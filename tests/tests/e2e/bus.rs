@@ -896,6 +896,11 @@ async fn every_topic_is_the_same_on_both_edges() {
         ),
         (json!(["newHeads"]), 1),
         (json!(["logs", { "address": contract }]), 1),
+        // Seen pending, then mined: the ingest's turns, told alike.
+        (
+            json!(["transactionLifecycle", { "fromAddress": [DEV_ACCOUNT] }]),
+            4,
+        ),
     ];
     let mut clients = Vec::new();
     for edge in &edges {
