@@ -385,12 +385,14 @@ impl Pipeline {
         let now_ms = unix_ms(SystemTime::now());
         match event {
             SourceEvent::Finality { safe, finalized } => {
+                // Both grades' turns in one step.
+                let mut turns = Vec::new();
                 for (grade, mark) in [(Grade::Safe, safe), (Grade::Finalized, finalized)] {
                     if let Some(height) = self.finalize(grade, mark) {
-                        let turns = self.state.lifecycle().finality(grade, height);
-                        self.tell(turns).await;
+                        turns.extend(self.state.lifecycle().finality(grade, height));
                     }
                 }
+                self.tell(turns).await;
             }
             SourceEvent::Logged { position, change } => {
                 self.window().follow(&change);

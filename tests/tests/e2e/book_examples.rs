@@ -475,7 +475,7 @@ async fn command(assignments: &[String], line: &str, token: &str) -> anyhow::Res
 /// the reader no longer knows) fails here, not silently.
 const EXAMPLES: &[(&str, usize)] = &[
     ("README.md", 6),
-    ("docs/src/api.md", 22),
+    ("docs/src/api.md", 23),
     ("docs/src/filters.md", 2),
     ("docs/src/getting-started.md", 3),
     ("docs/src/operations.md", 2),
