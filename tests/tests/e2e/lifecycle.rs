@@ -12,6 +12,7 @@ use alloy_primitives::{Address, TxKind, U256, hex, keccak256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use chainsieve_tests::anvil::{Anvil, DEV_ACCOUNT, DEV_ACCOUNT_2};
+use chainsieve_tests::receiver::{Receiver, create, delivered};
 use chainsieve_tests::{TestServer, WsClient, quantity};
 use serde_json::{Value, json};
 
@@ -279,11 +280,16 @@ fn bsc_transfer(signer: &PrivateKeySigner, nonce: u64, max_fee: u128) -> String 
 /// (safe one block below the head, finalized two): a replacement by a
 /// higher fee (a lower bump refused with geth's message), a drop asked
 /// with `anvil_dropTransaction` (told at once, the devnet being the only
-/// pool), the replacement mined, safe, finalized.
+/// pool), the replacement mined, safe, finalized. A webhook of the same
+/// filter delivers the same turns with the same cursors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_devnet_replaces_drops_mines_and_finalizes() {
     let mut config = chainsieve_tests::test_config();
     config.devnet = chainsieve_tests::stepped_devnet();
+    // The receiver listens on 127.0.0.1, over plain http.
+    config.webhooks.allow_http = true;
+    config.webhooks.allow_private_addresses = true;
+    let mut receiver = Receiver::start().await.expect("receiver");
     let server = TestServer::started(config).await;
     let signer =
         PrivateKeySigner::from_bytes(&keccak256("lifecycle on the devnet")).expect("a key");
@@ -291,10 +297,9 @@ async fn the_devnet_replaces_drops_mines_and_finalizes() {
     let mut client = WsClient::connect(&server.ws_url("bsc", "demo"))
         .await
         .expect("ws");
-    let life = client
-        .subscribe(json!(["transactionLifecycle", {"fromAddress": [from]}]))
-        .await
-        .expect("by sender");
+    let filter = json!(["transactionLifecycle", {"fromAddress": [from]}]);
+    let life = client.subscribe(filter.clone()).await.expect("by sender");
+    let (hook, secret) = create(&mut client, &receiver.url(), filter, Value::Null).await;
     let mut got = std::collections::BTreeMap::new();
     let send = async |client: &mut WsClient, raw: String| {
         client
@@ -358,6 +363,22 @@ async fn the_devnet_replaces_drops_mines_and_finalizes() {
         (&json!("0x1"), &json!("0x5208")),
         "{mined}"
     );
+    // The webhook's: the same turns, the same cursors.
+    let event = |params: &Value| json!([params["result"], params["cursor"]]);
+    let told: Vec<Value> = got[&life].iter().map(event).collect();
+    let last = told.last().expect("turns")[1].clone();
+    receiver
+        .wait_for("the webhook's last turn", |deliveries| {
+            delivered(deliveries, &hook, &secret)
+                .iter()
+                .any(|params| params["cursor"] == last)
+        })
+        .await;
+    let hooked: Vec<Value> = delivered(&receiver.deliveries(), &hook, &secret)
+        .iter()
+        .map(event)
+        .collect();
+    assert_eq!(hooked, told, "the webhook's turns");
     // The dropped nonce is the sender's next again.
     let count = client
         .call("eth_getTransactionCount", json!([from, "pending"]))
