@@ -222,6 +222,67 @@ async fn a_transactions_life_is_told_once_in_order() {
     server.stop().await;
 }
 
+/// A restart on the data directory stands where the last run stood: a
+/// transaction seen pending before is replaced after (the tracker follows
+/// the turns the log kept), and a resume from a cursor of before tells the
+/// turns after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_where_each_life_stands() {
+    let anvil = Anvil::start(1).await.expect("anvil");
+    let data = tempfile::tempdir().expect("data dir");
+    let mut config = anvil.config(KEY);
+    config.data_dir = Some(data.path().to_path_buf());
+    let server = TestServer::started(config.clone()).await;
+    server.wait_live("eth").await;
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("ws");
+    let heads = client.subscribe(json!(["newHeads"])).await.expect("heads");
+    anvil.mine(1).await.expect("a first block");
+    client.until_head(&heads, 1).await;
+    anvil.automine(false).await.expect("automine off");
+    let filter = json!({"fromAddress": [DEV_ACCOUNT]});
+    let life = client
+        .subscribe(json!(["transactionLifecycle", filter]))
+        .await
+        .expect("by sender");
+    let transfer = |fee: &str| {
+        json!({"from": DEV_ACCOUNT, "to": DEV_ACCOUNT_2, "value": "0x1", "gas": "0x5208",
+            "gasPrice": fee, "nonce": "0x0"})
+    };
+    let first = anvil.send(transfer("0x77359400")).await.expect("sent");
+    let mut got = std::collections::BTreeMap::new();
+    read_until(&mut client, &mut got, &life, 1).await;
+    let cursor = got[&life][0]["cursor"].clone();
+    drop(client);
+    server.stop().await;
+
+    let server = TestServer::started(config).await;
+    server.wait_live("eth").await;
+    let mut client = WsClient::connect(&server.ws_url("eth", KEY))
+        .await
+        .expect("ws");
+    let resumed = client
+        .subscribe(json!(["transactionLifecycle", filter, {"resumeFrom": cursor}]))
+        .await
+        .expect("resumed");
+    let second = anvil.send(transfer("0xee6b2800")).await.expect("a replacement");
+    anvil.mine(1).await.expect("mined");
+    let mut after = std::collections::BTreeMap::new();
+    read_until(&mut client, &mut after, &resumed, 3).await;
+    let life = |hash: &str, stage: &str| (hash.to_string(), stage.to_string());
+    assert_eq!(
+        turns(&after[&resumed]),
+        [
+            life(&first, "replaced"),
+            life(&second, "pending"),
+            life(&second, "mined"),
+        ],
+        "the replaced one was known from before the restart"
+    );
+    server.stop().await;
+}
+
 /// Refusals: `fromBlock` and `finality` (a turn is in no block of its
 /// own, and tells its own finality), a bad hash, an unknown member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
