@@ -45,6 +45,7 @@ static ALLOCATOR: chainsieve::Allocator = chainsieve::Allocator;
 ///   [rpc]        allow = […]   deny = […]   timeout_ms = 10000
 ///   [webhooks]   max_per_key = 20   timeout_ms = 10000   allow_http = false
 ///   [watchlists] max_per_key = 20   max_addresses = 1000000
+///   [lifecycle]  max_pending = 100000   drop_after_secs = 300
 ///   [usage]      enabled = true   flush_secs = 10   retention_days = 90
 ///   [bus]        urls = ["nats://127.0.0.1:4222"]   prefix = "chainsieve"   lease_ms = 3000
 ///   [logging]    level = "info"   format = "text"   (or "json")

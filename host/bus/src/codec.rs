@@ -51,7 +51,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
 mod tests {
     use super::*;
     use chainsieve_ingest::devnet::{Devnet, DevnetSettings};
-    use chainsieve_model::lifecycle::{BlockRef, Stage, Turn, TxBrief};
+    use chainsieve_model::lifecycle::{BlockRef, Outcome, Stage, Turn, TxBrief};
     use chainsieve_model::{ChainEvent, SourceEvent};
 
     fn changes() -> Vec<ChainEvent> {
@@ -97,7 +97,7 @@ mod tests {
             Stage::Mined {
                 block: at,
                 index: 0,
-                outcome: block.outcome(0),
+                outcome: Outcome::of(&block, 0),
             },
             Stage::Safe {
                 block: at,

@@ -19,7 +19,7 @@ use alloy_primitives::{Address, B256};
 use lru::LruCache;
 
 use chainsieve_config::LifecycleConfig;
-use chainsieve_model::lifecycle::{BlockRef, Stage, Turn, TxBrief};
+use chainsieve_model::lifecycle::{BlockRef, Outcome, Stage, Turn, TxBrief};
 use chainsieve_model::{Block, Grade, Transaction};
 
 /// The tracker's bounds, from `[lifecycle]` (docs/src/api.md, A
@@ -149,7 +149,7 @@ impl Tracker {
                     stage: Stage::Mined {
                         block: at,
                         index: u32::try_from(index).unwrap_or(u32::MAX),
-                        outcome: block.outcome(index),
+                        outcome: Outcome::of(block, index),
                     },
                 },
             );

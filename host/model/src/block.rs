@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::lifecycle::Outcome;
 use super::{Transaction, TxPosition, TxShape};
 
 /// A canonical (or orphaned) block. Its serde form is what a persisted log
@@ -235,40 +234,6 @@ impl Block {
         Some(format!(
             "{members}{separator}\"logs\":{logs},\"logsBloom\":{bloom}{removed}}}"
         ))
-    }
-
-    /// How transaction `index` went: its node receipt's `status`,
-    /// `gasUsed` and `effectiveGasPrice` (read from the receipt's text,
-    /// skipping the rest), or the devnet's gas (which always succeeds);
-    /// `None` for a block with neither.
-    pub fn outcome(&self, index: usize) -> Option<Outcome> {
-        let tx = self.transactions.get(index)?;
-        match (self.receipts.as_deref(), self.gas_used.as_deref()) {
-            (Some(receipts), _) => {
-                #[derive(Deserialize)]
-                #[serde(rename_all = "camelCase")]
-                struct Read {
-                    status: Option<U64>,
-                    gas_used: U64,
-                    effective_gas_price: Option<U128>,
-                }
-                let read: Read = serde_json::from_str(receipts.get(index)?).ok()?;
-                Some(Outcome {
-                    // A receipt before Byzantium has a root, no status.
-                    success: read.status.is_none_or(|status| status == U64::from(1)),
-                    gas_used: read.gas_used.to(),
-                    effective_gas_price: read
-                        .effective_gas_price
-                        .map_or_else(|| tx.fees.effective(self.base_fee()), |price| price.to()),
-                })
-            }
-            (None, Some(gas)) => Some(Outcome {
-                success: true,
-                gas_used: *gas.get(index)?,
-                effective_gas_price: tx.fees.effective(self.base_fee()),
-            }),
-            (None, None) => None,
-        }
     }
 
     /// Log `index` of this block, flagged `removed` when re-sent after a reorg.

@@ -68,6 +68,42 @@ pub struct Outcome {
     pub effective_gas_price: u128,
 }
 
+impl Outcome {
+    /// How `block`'s transaction `index` went: its node receipt's `status`,
+    /// `gasUsed` and `effectiveGasPrice` (read from the receipt's text,
+    /// skipping the rest), or the devnet's gas (which always succeeds);
+    /// `None` for a block with neither.
+    pub fn of(block: &Block, index: usize) -> Option<Self> {
+        let tx = block.transactions.get(index)?;
+        match (block.receipts.as_deref(), block.gas_used.as_deref()) {
+            (Some(receipts), _) => {
+                #[derive(Deserialize)]
+                #[serde(rename_all = "camelCase")]
+                struct Read {
+                    status: Option<U64>,
+                    gas_used: U64,
+                    effective_gas_price: Option<U128>,
+                }
+                let read: Read = serde_json::from_str(receipts.get(index)?).ok()?;
+                Some(Outcome {
+                    // A receipt before Byzantium has a root, no status.
+                    success: read.status.is_none_or(|status| status == U64::from(1)),
+                    gas_used: read.gas_used.to(),
+                    effective_gas_price: read
+                        .effective_gas_price
+                        .map_or_else(|| tx.fees.effective(block.base_fee()), |price| price.to()),
+                })
+            }
+            (None, Some(gas)) => Some(Outcome {
+                success: true,
+                gas_used: *gas.get(index)?,
+                effective_gas_price: tx.fees.effective(block.base_fee()),
+            }),
+            (None, None) => None,
+        }
+    }
+}
+
 /// Where a transaction's life has come to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Stage {

@@ -453,6 +453,7 @@ mod tests {
 
     use super::*;
     use crate::TxSignature;
+    use crate::lifecycle::Outcome;
     use crate::wire::NodeBlock;
 
     /// An anvil (`--hardfork osaka`) block of transactions of types 0, 1
@@ -511,7 +512,7 @@ mod tests {
         assert_eq!(block.receipt_json(4, false), None, "no such transaction");
         // A lifecycle turn's outcome is the receipt's.
         for (index, receipt) in expected.iter().enumerate() {
-            let outcome = block.outcome(index).expect("an outcome");
+            let outcome = Outcome::of(&block, index).expect("an outcome");
             let hex = |value: u128| format!("{value:#x}");
             assert_eq!(
                 (
@@ -527,7 +528,7 @@ mod tests {
                 "outcome {index}"
             );
         }
-        assert_eq!(block.outcome(4), None);
+        assert_eq!(Outcome::of(&block, 4), None);
 
         // Receipts of other transactions, or one short, are the node's lie.
         let mut swapped = (*block).clone();

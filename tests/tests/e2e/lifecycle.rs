@@ -222,6 +222,89 @@ async fn a_transactions_life_is_told_once_in_order() {
     server.stop().await;
 }
 
+/// On a devnet that reorganises every three blocks (two deep), every
+/// transaction's turns follow the life's rules, each once: pending, then
+/// mined; a reorg's `pending` names the block it was mined in, and the
+/// next turn is its mining again; `safe` then `finalized` of the block it
+/// was last mined in, which is the canonical one (its receipt's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_devnet_reorgs_each_life_keeps_the_rules() {
+    let mut config = chainsieve_tests::test_config();
+    config.devnet = chainsieve_ingest::devnet::DevnetSettings {
+        reorg_every: 3,
+        reorg_depth: 2,
+        ..chainsieve_tests::stepped_devnet()
+    };
+    let server = TestServer::started(config).await;
+    let mut client = WsClient::connect(&server.ws_url("bsc", "demo"))
+        .await
+        .expect("ws");
+    let every = client
+        .subscribe(json!(["transactionLifecycle"]))
+        .await
+        .expect("every turn");
+    for _ in 0..15 {
+        server.mine("bsc", "demo").await;
+    }
+    // Until a turn finalizes a block mined after the third reorg.
+    let mut got = std::collections::BTreeMap::new();
+    while !got.get(&every).is_some_and(|turns: &Vec<Value>| {
+        turns.iter().any(|p| {
+            p["result"]["stage"] == "finalized" && quantity(&p["result"]["blockNumber"]) >= 10
+        })
+    }) {
+        let count = got.get(&every).map_or(0, Vec::len) + 1;
+        read_until(&mut client, &mut got, &every, count).await;
+    }
+    let mut lives: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
+    for params in &got[&every] {
+        let turn = params["result"].clone();
+        let hash = turn["transactionHash"]
+            .as_str()
+            .expect("a hash")
+            .to_string();
+        lives.entry(hash).or_default().push(turn);
+    }
+    let mut reorged = 0;
+    let mut finalized = 0;
+    for (hash, turns) in &lives {
+        let mut last: Option<&Value> = None;
+        for turn in turns {
+            let stage = turn["stage"].as_str().expect("a stage");
+            let before = last.map(|t| t["stage"].as_str().expect("a stage"));
+            let fits = match (before, stage) {
+                (None, "pending" | "mined") => true,
+                (Some("pending"), "mined") => true,
+                (Some("mined"), "pending") => {
+                    reorged += 1;
+                    turn["reorgedOut"]["blockHash"] == last.expect("mined")["blockHash"]
+                }
+                (Some("mined"), "safe") | (Some("safe"), "finalized") => {
+                    turn["blockHash"] == last.expect("a block")["blockHash"]
+                }
+                _ => false,
+            };
+            assert!(fits, "{hash}: {before:?} then {turn}");
+            last = Some(turn);
+        }
+        if last.is_some_and(|t| t["stage"] == "finalized") {
+            finalized += 1;
+            let receipt = client
+                .call("eth_getTransactionReceipt", json!([hash]))
+                .await
+                .expect("an answer");
+            assert_eq!(
+                receipt["result"]["blockHash"],
+                last.expect("finalized")["blockHash"],
+                "{hash} finalized in the canonical block"
+            );
+        }
+    }
+    assert!(reorged > 0, "the devnet reorganised mined transactions");
+    assert!(finalized > 0, "some were finalized");
+    server.stop().await;
+}
+
 /// A restart on the data directory stands where the last run stood: a
 /// transaction seen pending before is replaced after (the tracker follows
 /// the turns the log kept), and a resume from a cursor of before tells the
@@ -266,7 +349,10 @@ async fn a_restart_keeps_where_each_life_stands() {
         .subscribe(json!(["transactionLifecycle", filter, {"resumeFrom": cursor}]))
         .await
         .expect("resumed");
-    let second = anvil.send(transfer("0xee6b2800")).await.expect("a replacement");
+    let second = anvil
+        .send(transfer("0xee6b2800"))
+        .await
+        .expect("a replacement");
     anvil.mine(1).await.expect("mined");
     let mut after = std::collections::BTreeMap::new();
     read_until(&mut client, &mut after, &resumed, 3).await;
