@@ -74,7 +74,7 @@ fn main() {
             turns += match step {
                 Seen::Pending(txs) => tracker.pending(txs, None, at as u64).len(),
                 Seen::Mined(block) => {
-                    let mut told = tracker.added(block).len();
+                    let mut told = tracker.added(block, at as u64).len();
                     let deep = block.number().saturating_sub(2);
                     told += tracker.finality(Grade::Finalized, deep).len();
                     told

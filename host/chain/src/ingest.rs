@@ -167,6 +167,9 @@ impl Leader {
         let Some(tail) = self.on_bus.tail_when_read(self.blocks, term).await else {
             return Ok(());
         };
+        // The term follows the tail's turns into a tracker of its own, not
+        // over what an earlier term of this process followed.
+        self.pipeline.state().restart_lifecycle();
         // The index ends with the term: the next leader indexes on from
         // the journal.
         let (indexing, index) = self.price.indexing(

@@ -73,6 +73,10 @@ struct Waiting {
 struct Mined {
     hash: B256,
     txs: Vec<(u32, TxBrief)>,
+    /// Whether its transactions were told safe. A flag of the block, not a
+    /// height: a reorg below a mark leaves the blocks it did not touch
+    /// as told, and the new ones to tell.
+    safe: bool,
 }
 
 /// Where each followed transaction's life has come to.
@@ -87,9 +91,10 @@ pub struct Tracker {
     mined: BTreeMap<u64, Mined>,
     /// The block each transaction of `mined` is in.
     mined_in: HashMap<B256, u64>,
-    /// The highest block told safe, and finalized.
-    safe: u64,
-    finalized: u64,
+    /// Transactions whose life has ended (replaced, dropped, finalized): a
+    /// node announcing one again late is not a new life. Bounded as
+    /// `pending` is.
+    settled: LruCache<B256, ()>,
 }
 
 impl Tracker {
@@ -100,9 +105,14 @@ impl Tracker {
             by_nonce: HashMap::new(),
             mined: BTreeMap::new(),
             mined_in: HashMap::new(),
-            safe: 0,
-            finalized: 0,
+            settled: LruCache::new(settings.max_pending),
         }
+    }
+
+    /// A tracker of the same settings that follows nothing yet: what a
+    /// new ingest term starts from before following the log's tail.
+    pub fn restarted(&self) -> Self {
+        Self::new(self.settings)
     }
 
     /// Transactions announced pending at `now_ms` by `seen_by`: each one
@@ -116,7 +126,10 @@ impl Tracker {
     ) -> Vec<Turn> {
         let mut turns = Vec::new();
         for tx in txs {
-            if self.pending.contains(&tx.hash) || self.mined_in.contains_key(&tx.hash) {
+            if self.pending.contains(&tx.hash)
+                || self.mined_in.contains_key(&tx.hash)
+                || self.settled.contains(&tx.hash)
+            {
                 continue;
             }
             self.replaced_by(tx, &mut turns);
@@ -137,8 +150,26 @@ impl Tracker {
 
     /// A block joined the canonical chain: each transaction is mined, after
     /// the turn of a pending one it replaces.
-    pub fn added(&mut self, block: &Block) -> Vec<Turn> {
+    ///
+    /// Followed blocks at its height or above that are not it left the
+    /// chain without a removal (a window that restarted from this block):
+    /// their transactions are pending again first, newest block first, at
+    /// `now_ms`.
+    pub fn added(&mut self, block: &Block, now_ms: u64) -> Vec<Turn> {
         let mut turns = Vec::with_capacity(block.transactions.len());
+        let stale: Vec<BlockRef> = self
+            .mined
+            .range(block.number()..)
+            .rev()
+            .map(|(number, mined)| BlockRef {
+                number: *number,
+                hash: mined.hash,
+            })
+            .filter(|old| old.hash != block.hash)
+            .collect();
+        for old in stale {
+            self.unmine(old, now_ms, &mut turns);
+        }
         let at = BlockRef::of(block);
         for (index, tx) in block.transactions.iter().enumerate() {
             self.replaced_by(tx, &mut turns);
@@ -160,14 +191,21 @@ impl Tracker {
     /// A reorg took `block` away at `now_ms`: its transactions are pending
     /// again, last first (an undo, as the other topics' removals).
     pub fn removed(&mut self, block: &Block, now_ms: u64) -> Vec<Turn> {
+        let mut turns = Vec::new();
+        self.unmine(BlockRef::of(block), now_ms, &mut turns);
+        turns
+    }
+
+    /// Adds the turns back to pending of block `at`'s transactions, last
+    /// first, if it is followed.
+    fn unmine(&mut self, at: BlockRef, now_ms: u64, turns: &mut Vec<Turn>) {
         let Some(mined) = self
             .mined
-            .get(&block.number())
-            .filter(|mined| mined.hash == block.hash)
+            .get(&at.number)
+            .filter(|mined| mined.hash == at.hash)
         else {
-            return Vec::new();
+            return;
         };
-        let at = BlockRef::of(block);
         let back: Vec<Turn> = mined
             .txs
             .iter()
@@ -181,31 +219,23 @@ impl Tracker {
                 },
             })
             .collect();
-        let mut turns = Vec::with_capacity(back.len());
         for turn in back {
-            self.decide(&mut turns, turn);
+            self.decide(turns, turn);
         }
-        turns
     }
 
     /// The chain's `grade` reached block `height`: the transactions of the
-    /// blocks it passed, block by block in order. A finalized block is safe
-    /// first.
+    /// blocks at or below it not yet told so, block by block in order. A
+    /// finalized block is safe first.
     pub fn finality(&mut self, grade: Grade, height: u64) -> Vec<Turn> {
         let mut turns = Vec::new();
         if grade == Grade::Finalized {
             turns = self.finality(Grade::Safe, height);
         }
-        let reached = match grade {
-            Grade::Safe => self.safe,
-            Grade::Finalized => self.finalized,
-        };
-        if height <= reached {
-            return turns;
-        }
         let passed: Vec<Turn> = self
             .mined
-            .range(reached + 1..=height)
+            .range(..=height)
+            .filter(|(_, mined)| grade == Grade::Finalized || !mined.safe)
             .flat_map(|(number, mined)| {
                 let block = BlockRef {
                     number: *number,
@@ -228,10 +258,6 @@ impl Tracker {
             .collect();
         for turn in passed {
             self.decide(&mut turns, turn);
-        }
-        match grade {
-            Grade::Safe => self.safe = height,
-            Grade::Finalized => self.finalized = height,
         }
         turns
     }
@@ -304,16 +330,13 @@ impl Tracker {
                 reorged_out,
                 ..
             } => {
-                if let Some(block) = reorged_out {
-                    if self
+                if let Some(block) = reorged_out
+                    && self
                         .mined
                         .get(&block.number)
                         .is_some_and(|mined| mined.hash == block.hash)
-                    {
-                        self.forget_block(block.number);
-                    }
-                    self.safe = self.safe.min(block.number.saturating_sub(1));
-                    self.finalized = self.finalized.min(self.safe);
+                {
+                    self.forget_block(block.number);
                 }
                 let waiting = Waiting {
                     brief: turn.tx.clone(),
@@ -329,20 +352,29 @@ impl Tracker {
             Stage::Replaced { .. } | Stage::Dropped => {
                 self.pending.pop(&hash);
                 self.unpend(hash, &turn.tx);
+                self.settled.put(hash, ());
             }
             Stage::Mined { block, index, .. } => {
                 self.pending.pop(&hash);
                 self.unpend(hash, &turn.tx);
+                if self
+                    .mined
+                    .get(&block.number)
+                    .is_some_and(|mined| mined.hash != block.hash)
+                {
+                    // A block replaced without its removal (a window that
+                    // restarted from a block): the newer wins, and the
+                    // older's transactions are no longer followed.
+                    self.forget_block(block.number);
+                }
                 let mined = self.mined.entry(block.number).or_insert_with(|| Mined {
                     hash: block.hash,
                     txs: Vec::new(),
+                    safe: false,
                 });
-                if mined.hash != block.hash {
-                    // Only a log that lost a removal has this: the newer wins.
-                    *mined = Mined {
-                        hash: block.hash,
-                        txs: Vec::new(),
-                    };
+                if mined.txs.iter().any(|(i, _)| i == index) {
+                    // Followed already.
+                    return;
                 }
                 mined.txs.push((*index, turn.tx.clone()));
                 self.mined_in.insert(hash, block.number);
@@ -353,10 +385,17 @@ impl Tracker {
                     self.forget_block(oldest);
                 }
             }
-            Stage::Safe { block, .. } => self.safe = self.safe.max(block.number),
+            Stage::Safe { block, .. } => {
+                if let Some(mined) = self
+                    .mined
+                    .get_mut(&block.number)
+                    .filter(|mined| mined.hash == block.hash)
+                {
+                    mined.safe = true;
+                }
+            }
             Stage::Finalized { block, index } => {
-                self.safe = self.safe.max(block.number);
-                self.finalized = self.finalized.max(block.number);
+                self.settled.put(hash, ());
                 let last = self
                     .mined
                     .get(&block.number)
@@ -459,7 +498,7 @@ mod tests {
                 .is_empty()
         );
         let mined = block(5, 0, &[&second]);
-        let turns = tracker.added(&mined);
+        let turns = tracker.added(&mined, 0);
         assert_eq!(told(&turns), [(2, "mined")]);
         let Stage::Mined { outcome, index, .. } = &turns[0].stage else {
             panic!("mined")
@@ -488,6 +527,12 @@ mod tests {
         assert_eq!(restored.pending_count(), 0);
         assert!(restored.mined.is_empty() && tracker.mined.is_empty());
         assert!(restored.finality(Grade::Finalized, 7).is_empty());
+        // Followed twice (a new term over the same tail), the same.
+        let mut twice = following(&all);
+        all.iter().for_each(|turn| twice.follow(turn));
+        assert!(twice.finality(Grade::Finalized, 7).is_empty());
+        // A late announcement of an ended life is no new one.
+        assert!(tracker.pending(&[first, second], None, 40).is_empty());
     }
 
     /// Mined, reorganised out (pending again, saying from which block),
@@ -498,7 +543,7 @@ mod tests {
         let (a, b) = (tx(1, ALICE, 0), tx(2, ALICE, 1));
         tracker.pending(&[a.clone(), b.clone()], None, 0);
         let old = block(3, 0, &[&a, &b]);
-        assert_eq!(told(&tracker.added(&old)), [(1, "mined"), (2, "mined")]);
+        assert_eq!(told(&tracker.added(&old, 0)), [(1, "mined"), (2, "mined")]);
         let turns = tracker.removed(&old, 50);
         // An undo: the last mined first.
         assert_eq!(told(&turns), [(2, "pending"), (1, "pending")]);
@@ -512,7 +557,7 @@ mod tests {
         );
         assert!(tracker.removed(&old, 60).is_empty(), "once");
         let new = block(3, 1, &[&a]);
-        assert_eq!(told(&tracker.added(&new)), [(1, "mined")]);
+        assert_eq!(told(&tracker.added(&new, 0)), [(1, "mined")]);
         assert_eq!(
             told(&tracker.finality(Grade::Finalized, 3)),
             [(1, "safe"), (1, "finalized")]
@@ -533,11 +578,35 @@ mod tests {
         assert_eq!(due, [a.hash, b.hash]);
         assert!(tracker.due(1_500).is_empty(), "asked again a period later");
         assert_eq!(tracker.due(2_000).len(), 2);
-        tracker.added(&block(1, 0, &[&a]));
+        tracker.added(&block(1, 0, &[&a]), 0);
         let turns = tracker.dropped(&[a.hash, b.hash]);
         assert_eq!(told(&turns), [(2, "dropped")]);
         assert!(tracker.dropped(&[b.hash]).is_empty(), "once");
         assert_eq!(tracker.pending_count(), 0);
+    }
+
+    /// A reorg below a mark: a block it brings is told safe at the next
+    /// mark, though blocks above the old one were passed before; a block
+    /// replaced without its removal takes its transactions out of the
+    /// followed.
+    #[test]
+    fn a_block_a_reorg_brings_below_a_mark_is_told_at_the_next() {
+        let mut tracker = Tracker::new(settings());
+        let (a, b, c) = (tx(1, ALICE, 0), tx(2, ALICE, 1), tx(3, ALICE, 2));
+        tracker.added(&block(1, 0, &[&a]), 0);
+        assert_eq!(told(&tracker.finality(Grade::Safe, 3)), [(1, "safe")]);
+        // Blocks 2 and 3 (empty) left; the new 2 holds b.
+        tracker.added(&block(2, 1, &[&b]), 0);
+        assert_eq!(told(&tracker.finality(Grade::Safe, 4)), [(2, "safe")]);
+        let old = block(5, 0, &[&c]);
+        tracker.added(&old, 0);
+        let turns = tracker.added(&block(5, 1, &[]), 9);
+        assert_eq!(told(&turns), [(3, "pending")], "replaced without a removal");
+        let Stage::Pending { reorged_out, .. } = &turns[0].stage else {
+            panic!("pending")
+        };
+        assert_eq!(*reorged_out, Some(BlockRef::of(&old)));
+        assert!(!tracker.mined_in.contains_key(&c.hash));
     }
 
     /// Past `max_pending` the oldest is no longer followed; a transaction
@@ -553,11 +622,11 @@ mod tests {
         assert!(!tracker.by_nonce.contains_key(&(ALICE, 1)));
         let unseen = tx(9, Address::repeat_byte(0xbb), 0);
         assert_eq!(
-            told(&tracker.added(&block(1, 0, &[&unseen]))),
+            told(&tracker.added(&block(1, 0, &[&unseen]), 0)),
             [(9, "mined")]
         );
         let later = tx(10, Address::repeat_byte(0xbb), 1);
-        tracker.added(&block(20, 0, &[&later]));
+        tracker.added(&block(20, 0, &[&later]), 0);
         assert_eq!(tracker.mined.len(), 1, "block 1 is past keep_blocks");
         assert_eq!(told(&tracker.finality(Grade::Safe, 20)), [(10, "safe")]);
     }

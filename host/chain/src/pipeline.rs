@@ -159,6 +159,13 @@ impl PipelineState {
         *current = Arc::new(next);
     }
 
+    /// Starts the lifecycle tracker afresh: a new ingest term follows the
+    /// log's tail into it, as a restart does.
+    pub fn restart_lifecycle(&self) {
+        let mut tracker = self.lifecycle();
+        *tracker = tracker.restarted();
+    }
+
     /// The lifecycle tracker, to take a change or read.
     pub fn lifecycle(&self) -> MutexGuard<'_, Tracker> {
         // A poisoned tracker is still the latest state followed.
@@ -417,7 +424,7 @@ impl Pipeline {
             SourceEvent::Block(block) => {
                 for change in self.order(block) {
                     let turns = match &change {
-                        ChainEvent::Added(block) => self.state.lifecycle().added(block),
+                        ChainEvent::Added(block) => self.state.lifecycle().added(block, now_ms),
                         ChainEvent::Removed(block) => self.state.lifecycle().removed(block, now_ms),
                         _ => Vec::new(),
                     };
@@ -436,13 +443,18 @@ impl Pipeline {
         }
     }
 
-    /// Hands the pending transactions due a check to the drop checker.
+    /// Hands the pending transactions due a check to the drop checker: a
+    /// place in its queue first, so a busy checker leaves them due for the
+    /// next round.
     fn ask_drops(&self) {
         let Some(drops) = &self.drops else { return };
-        let due = self.state.lifecycle().due(unix_ms(SystemTime::now()));
-        if !due.is_empty() && drops.asks.try_send(due).is_err() {
-            // Asked again a round later.
+        let Ok(place) = drops.asks.try_reserve() else {
             tracing::debug!(chain = %self.chain, "the drop checker is busy; its hashes wait a round");
+            return;
+        };
+        let due = self.state.lifecycle().due(unix_ms(SystemTime::now()));
+        if !due.is_empty() {
+            place.send(due);
         }
     }
 
@@ -996,7 +1008,7 @@ mod tests {
         for block in std::iter::once(devnet.genesis()).chain(blocks(&mut devnet, 12)) {
             for change in oracle.apply(block.clone()).expect("linked blocks") {
                 let turns = match &change {
-                    ChainEvent::Added(block) => lives.added(block),
+                    ChainEvent::Added(block) => lives.added(block, 0),
                     ChainEvent::Removed(block) => lives.removed(block, 0),
                     _ => Vec::new(),
                 };

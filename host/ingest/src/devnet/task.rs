@@ -37,11 +37,11 @@ pub enum DevnetRequest {
     Mine(oneshot::Sender<()>),
     /// Drop pending transaction `hash` (`anvil_dropTransaction`), answered
     /// with the hashes dropped once their drop has been sent on.
-    Drop {
-        hash: B256,
-        reply: oneshot::Sender<Result<Vec<B256>, DropRefused>>,
-    },
+    Drop { hash: B256, reply: DropAnswer },
 }
+
+/// Where a drop's outcome goes: the hashes dropped, or why none was.
+pub type DropAnswer = oneshot::Sender<Result<Vec<B256>, DropRefused>>;
 
 /// Drives `devnet` in real time until `shutdown` is cancelled or the
 /// receiver is gone: genesis first, then one step per
@@ -102,6 +102,9 @@ pub async fn run(
     // Requests to mine, oldest first: each is answered by a block of its
     // own.
     let mut mining: Vec<oneshot::Sender<()>> = Vec::new();
+    // Requests to drop, oldest first: taken only while no job runs, as a
+    // job's place in the pool must not move under it.
+    let mut dropping: Vec<(B256, DropAnswer)> = Vec::new();
     let mut mines_open = true;
     // Submissions accepted and waiting for the gap's mark; when the last
     // announcement went.
@@ -131,6 +134,24 @@ pub async fn run(
                     }
                 }
             }
+            // Asked to drop, between jobs.
+            () = std::future::ready(()), if working.is_none() && !dropping.is_empty() => {
+                // What was announced goes first: a transaction is pending
+                // before it is dropped.
+                if !announce(&sink, &mut held).await {
+                    return;
+                }
+                for (hash, reply) in dropping.drain(..) {
+                    let dropped = devnet.drop_pending(hash);
+                    if let Ok(hashes) = &dropped
+                        && !sink.send(SourceEvent::Dropped(hashes.clone())).await
+                    {
+                        return;
+                    }
+                    let _ = reply.send(dropped);
+                }
+                continue;
+            }
             // Asked to mine: the block's steps back to back.
             () = std::future::ready(()), if working.is_none() && !mining.is_empty() => {
                 match begin(&mut devnet, &mut working) {
@@ -145,20 +166,7 @@ pub async fn run(
             request = mines.recv(), if mines_open => {
                 match request {
                     Some(DevnetRequest::Mine(request)) => mining.push(request),
-                    Some(DevnetRequest::Drop { hash, reply }) => {
-                        // What was announced goes first: a transaction is
-                        // pending before it is dropped.
-                        if !announce(&sink, &mut held).await {
-                            return;
-                        }
-                        let dropped = devnet.drop_pending(hash);
-                        if let Ok(hashes) = &dropped
-                            && !sink.send(SourceEvent::Dropped(hashes.clone())).await
-                        {
-                            return;
-                        }
-                        let _ = reply.send(dropped);
-                    }
+                    Some(DevnetRequest::Drop { hash, reply }) => dropping.push((hash, reply)),
                     // Closed: the chain is no longer asked to mine.
                     None => mines_open = false,
                 }
