@@ -110,6 +110,10 @@ async fn sigterm_closes_sockets_with_1001_and_exits_cleanly() {
     };
     assert_eq!(close.code, CloseCode::Away);
     assert_eq!(close.reason.as_str(), "server shutting down");
+    // Reading the close queued its echo; a flush sends it, as a client
+    // library answers at once (else the server waits out its close
+    // timeout for it).
+    let _ = ws.flush().await;
     let status = tokio::task::spawn_blocking(move || child.wait())
         .await
         .expect("join")
