@@ -39,6 +39,9 @@ use chainsieve_webhook::{Parts, Webhooks};
 
 use stores::Stores;
 
+/// The data directory's subdirectory of kept filter compilations.
+const COMPILED_DIR: &str = "compiled";
+
 /// Loads the filters and starts every chain; the server then serves the
 /// returned state ([`chainsieve_http::serve`]).
 pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Result<Arc<AppState>> {
@@ -54,7 +57,12 @@ pub async fn start(config: &Config, shutdown: CancellationToken) -> anyhow::Resu
         Role::All => None,
         role => Some(Bus::connect(&config.bus, &format!("chainsieve {}", role.name())).await?),
     };
-    let engine = FilterEngine::new(&config.filters)?;
+    // With a data directory, compilations outlive the process: a restart
+    // reads them instead of compiling every component again.
+    let engine = match config.data_dir() {
+        Some(dir) => FilterEngine::keeping_compiled(&config.filters, &dir.join(COMPILED_DIR))?,
+        None => FilterEngine::new(&config.filters)?,
+    };
     let mut registry = FilterRegistry::load(&engine, &config.filters.dir)?;
     let metrics = Arc::new(Metrics::default());
     // The chains' tasks stop with the server, or at once if anything

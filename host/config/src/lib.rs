@@ -67,7 +67,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The one directory for what the server keeps across restarts
     /// (docs/src/configuration.md, The data directory): each node chain's
-    /// event log and price history, each devnet chain's archive, and on a
+    /// event log and price history, each devnet chain's archive, the
+    /// filter compilations (so a restart does not compile again), and on a
     /// server of role `all` its keys, usage, webhooks, uploaded filters
     /// and watchlists, a file each. Created when missing. Unset: all of it in memory.
     /// `[log] data_dir` is its earlier name.

@@ -3,6 +3,7 @@
 //! per instance, and instances drawn from a pre-reserved pool.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, SystemTime};
@@ -16,6 +17,7 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::compiled::KeptCompilations;
 use super::contract::{self, Delivery, FilterManifest, Layout};
 use super::limits::InstanceLimits;
 use super::reach::ReachIndex;
@@ -144,6 +146,9 @@ pub struct FilterEngine {
     /// `filters.max_payload_bytes`: the longest payload a 0.2 component
     /// may write.
     max_payload_bytes: usize,
+    /// Where compilations outlive the process (the data directory's
+    /// `compiled/`); `None`: each process compiles its components.
+    kept: Option<KeptCompilations>,
 }
 
 /// A linked component of one contract version, ready to instantiate.
@@ -188,16 +193,28 @@ impl std::fmt::Debug for FilterComponent {
 
 impl FilterEngine {
     pub fn new(config: &FiltersConfig) -> anyhow::Result<Arc<Self>> {
-        Self::on(shared_engine(true)?, config)
+        Self::on(shared_engine(true)?, config, None)
+    }
+
+    /// The engine of [`FilterEngine::new`], keeping what it compiles in
+    /// `dir` for the next start (a server's `<data_dir>/compiled`).
+    pub fn keeping_compiled(config: &FiltersConfig, dir: &Path) -> anyhow::Result<Arc<Self>> {
+        let shared = shared_engine(true)?;
+        let kept = KeptCompilations::open(&shared.engine, dir)?;
+        Self::on(shared, config, Some(kept))
     }
 
     /// The same engine without call deadlines: a looping component hangs
     /// its caller. Only to measure what epoch interruption costs.
     pub fn without_deadline(config: &FiltersConfig) -> anyhow::Result<Arc<Self>> {
-        Self::on(shared_engine(false)?, config)
+        Self::on(shared_engine(false)?, config, None)
     }
 
-    fn on(shared: &'static SharedEngine, config: &FiltersConfig) -> anyhow::Result<Arc<Self>> {
+    fn on(
+        shared: &'static SharedEngine,
+        config: &FiltersConfig,
+        kept: Option<KeptCompilations>,
+    ) -> anyhow::Result<Arc<Self>> {
         let mut linker = Linker::new(&shared.engine);
         anyhow_result(wasmtime_wasi::p2::add_to_linker_sync(&mut linker))
             .context("linking WASI into the filter linker")?;
@@ -216,6 +233,7 @@ impl FilterEngine {
             memory_limit,
             max_values: config.max_values.to_string(),
             max_payload_bytes: usize::try_from(config.max_payload_bytes).unwrap_or(usize::MAX),
+            kept,
         }))
     }
 
@@ -224,8 +242,8 @@ impl FilterEngine {
     /// reads its manifest.
     pub fn load(&self, origin: &str, bytes: &[u8]) -> anyhow::Result<FilterComponent> {
         let hash = alloy_primitives::keccak256(bytes);
-        let component =
-            compiled(self.shared, hash, bytes).with_context(|| format!("compiling {origin}"))?;
+        let component = compiled(self.shared, self.kept.as_ref(), hash, bytes)
+            .with_context(|| format!("compiling {origin}"))?;
         let version = contract_version(&self.shared.engine, &component)
             .with_context(|| format!("checking the contract version of {origin}"))?;
         let pre = anyhow_result(self.linker.instantiate_pre(&component)).with_context(|| {
@@ -359,8 +377,14 @@ fn contract_version(engine: &Engine, component: &Component) -> anyhow::Result<St
 }
 
 /// Compiles `bytes` (whose keccak-256 is `hash`), reusing an earlier
-/// compilation of the same bytes on this engine.
-fn compiled(shared: &SharedEngine, hash: B256, bytes: &[u8]) -> anyhow::Result<Component> {
+/// compilation of the same bytes on this engine: this process's, or one
+/// `kept` on disk.
+fn compiled(
+    shared: &SharedEngine,
+    kept: Option<&KeptCompilations>,
+    hash: B256,
+    bytes: &[u8],
+) -> anyhow::Result<Component> {
     let cached = || {
         shared
             .compiled
@@ -370,7 +394,10 @@ fn compiled(shared: &SharedEngine, hash: B256, bytes: &[u8]) -> anyhow::Result<C
     if let Some(component) = cached()?.get(&hash) {
         return Ok(component.clone());
     }
-    let component = Component::new(&shared.engine, bytes)?;
+    let component = match kept {
+        Some(kept) => kept.component(&shared.engine, hash, bytes)?,
+        None => anyhow_result(Component::new(&shared.engine, bytes))?,
+    };
     cached()?.insert(hash, component.clone());
     Ok(component)
 }

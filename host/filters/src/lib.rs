@@ -1,4 +1,6 @@
-//! Filter components: the wasmtime engine ([`engine`]), one bindings
+//! Filter components: the wasmtime engine ([`engine`]) and the
+//! compilations it keeps in a data directory for the next start
+//! (`compiled`), one bindings
 //! module per contract version translating into the version-independent
 //! [`contract`] types, what an instance may use ([`limits`]), which events
 //! each subscription can match, so a 0.2 component is asked about those
@@ -16,6 +18,7 @@
 
 pub mod actor;
 pub mod batch;
+mod compiled;
 pub mod contract;
 pub mod engine;
 pub mod harness;

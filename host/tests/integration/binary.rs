@@ -194,6 +194,55 @@ async fn logs_are_json_lines_on_stderr_when_configured() {
     assert!(status.success(), "{status}");
 }
 
+/// With a data directory, the server keeps its filter compilations in
+/// `compiled/`, one file a built-in, and a restart reads them instead of
+/// compiling again: the second start finds the very files the first
+/// wrote (a file written anew would be another inode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reads_the_filter_compilations_it_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let config = dir.path().join("chainsieve.toml");
+    std::fs::write(
+        &config,
+        format!("data_dir = {data:?}\n[devnet]\nhistory_blocks = 0\n"),
+    )
+    .expect("write config");
+    let kept = || -> std::collections::BTreeMap<std::path::PathBuf, u64> {
+        std::fs::read_dir(data.join("compiled"))
+            .expect("the compilations' directory")
+            .map(|entry| {
+                let entry = entry.expect("an entry");
+                (entry.path(), entry.metadata().expect("metadata").ino())
+            })
+            .collect()
+    };
+    let mut written = None;
+    for _ in 0..2 {
+        // Listening comes after the filters are loaded.
+        let (child, _address, _stdout) =
+            start(&["--config", config.to_str().expect("utf-8")]).await;
+        let files = kept();
+        assert_eq!(
+            files.len(),
+            chainsieve_filters::registry::builtin_components().len(),
+            "{files:?}"
+        );
+        if let Some(written) = &written {
+            assert_eq!(&files, written, "read, not written again");
+        }
+        written = Some(files);
+        terminate(&child);
+        let mut child = child;
+        let status = tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .expect("join")
+            .expect("exit status");
+        assert!(status.success(), "{status}");
+    }
+}
+
 /// A value the checks refuse is reported with the file and the line that
 /// writes it (or, for a key left out, its entry's header), and the server
 /// does not start.
