@@ -26,6 +26,9 @@ pub const MAX_KEPT: usize = 256;
 /// The suffix of every kept file.
 const EXTENSION: &str = "cwasm";
 
+/// The suffix of a file being written, renamed to its name once whole.
+const PARTIAL: &str = "partial";
+
 /// One engine's compilations in one directory.
 #[derive(Debug)]
 pub struct KeptCompilations {
@@ -50,6 +53,14 @@ impl KeptCompilations {
         for (path, _) in kept.files()? {
             if !kept.is_ours(&path) {
                 remove(&path);
+            }
+        }
+        // A write a stopped process left unfinished.
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
+        for entry in entries.flatten() {
+            if entry.path().extension().and_then(|e| e.to_str()) == Some(PARTIAL) {
+                remove(&entry.path());
             }
         }
         Ok(kept)
@@ -105,7 +116,7 @@ impl KeptCompilations {
             .serialize()
             .map_err(anyhow::Error::from)
             .context("serializing the compiled component")?;
-        let partial = path.with_extension(format!("{EXTENSION}.{}.partial", std::process::id()));
+        let partial = path.with_extension(format!("{EXTENSION}.{}.{PARTIAL}", std::process::id()));
         std::fs::write(&partial, artifact)
             .with_context(|| format!("writing {}", partial.display()))?;
         std::fs::rename(&partial, path)
@@ -217,9 +228,9 @@ mod tests {
             .expect("the rewritten file reads");
     }
 
-    /// Opening removes the files of other engines and leaves others' files
-    /// alone; a component whose bytes do not compile is an error, and
-    /// nothing is kept of it.
+    /// Opening removes the files of other engines and unfinished writes,
+    /// and leaves other files alone; a component whose bytes do not compile
+    /// is an error, and nothing is kept of it.
     #[test]
     fn other_engines_files_go_and_bad_bytes_keep_nothing() {
         let dir = tempfile::tempdir().expect("a directory");
@@ -227,11 +238,14 @@ mod tests {
             .path()
             .join(format!("{:x}-0123456789abcdef.cwasm", B256::ZERO));
         std::fs::write(&stale, b"an older wasmtime's").expect("written");
+        let unfinished = dir.path().join("a.cwasm.7.partial");
+        std::fs::write(&unfinished, b"half").expect("written");
         let unrelated = dir.path().join("notes.txt");
         std::fs::write(&unrelated, b"the operator's").expect("written");
         let engine = engine();
         let kept = KeptCompilations::open(&engine, dir.path()).expect("opened");
         assert!(!stale.exists(), "another engine's file is removed");
+        assert!(!unfinished.exists(), "an unfinished write is removed");
         assert!(unrelated.exists(), "a file not of this kind stays");
         let hash = alloy_primitives::keccak256(b"not a component");
         assert!(kept.component(&engine, hash, b"not a component").is_err());
