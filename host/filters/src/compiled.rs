@@ -30,8 +30,9 @@ const EXTENSION: &str = "cwasm";
 const PARTIAL: &str = "partial";
 
 /// One engine's compilations in one directory.
-#[derive(Debug)]
 pub struct KeptCompilations {
+    /// The engine that compiles and reads them (a clone of the process's).
+    engine: Engine,
     dir: PathBuf,
     /// The engine's compatibility, in every file name of it.
     engine_tag: String,
@@ -47,20 +48,22 @@ impl KeptCompilations {
         let mut hasher = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let kept = Self {
+            engine: engine.clone(),
             dir: dir.to_path_buf(),
             engine_tag: format!("{:016x}", hasher.finish()),
         };
-        for (path, _) in kept.files()? {
-            if !kept.is_ours(&path) {
-                remove(&path);
-            }
-        }
-        // A write a stopped process left unfinished.
         let entries =
             std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
         for entry in entries.flatten() {
-            if entry.path().extension().and_then(|e| e.to_str()) == Some(PARTIAL) {
-                remove(&entry.path());
+            let path = entry.path();
+            let stale = match path.extension().and_then(|e| e.to_str()) {
+                Some(EXTENSION) => !kept.is_ours(&path),
+                // A write a stopped process left unfinished.
+                Some(PARTIAL) => true,
+                _ => false,
+            };
+            if stale {
+                remove(&path);
             }
         }
         Ok(kept)
@@ -69,12 +72,7 @@ impl KeptCompilations {
     /// The component of `bytes` (whose keccak-256 is `hash`): read from
     /// its file when there is one this engine wrote, else compiled and
     /// kept.
-    pub fn component(
-        &self,
-        engine: &Engine,
-        hash: B256,
-        bytes: &[u8],
-    ) -> anyhow::Result<Component> {
+    pub fn component(&self, hash: B256, bytes: &[u8]) -> anyhow::Result<Component> {
         let path = self.path(hash);
         match std::fs::read(&path) {
             Ok(artifact) => {
@@ -83,7 +81,7 @@ impl KeptCompilations {
                 // which only the operator and the server write (as its
                 // event log); wasmtime checks the artifact's header (its
                 // version and the engine's settings) and refuses another's.
-                match unsafe { Component::deserialize(engine, &artifact) } {
+                match unsafe { Component::deserialize(&self.engine, &artifact) } {
                     Ok(component) => {
                         touch(&path);
                         return Ok(component);
@@ -100,7 +98,7 @@ impl KeptCompilations {
                 "a kept compilation could not be read; compiling again: {error}"
             ),
         }
-        let component = Component::new(engine, bytes)?;
+        let component = Component::new(&self.engine, bytes)?;
         if let Err(error) = self.keep(&component, &path) {
             // Kept or not, the component serves; the next start compiles
             // it again.
@@ -184,8 +182,9 @@ mod tests {
     use super::*;
     use crate::registry::builtin_components;
 
-    fn engine() -> Engine {
-        Engine::default()
+    /// `dir` opened for a default engine.
+    fn opened(dir: &Path) -> KeptCompilations {
+        KeptCompilations::open(&Engine::default(), dir).expect("opened")
     }
 
     fn a_builtin() -> (B256, &'static [u8]) {
@@ -198,19 +197,18 @@ mod tests {
     #[test]
     fn a_compilation_is_kept_and_read_back() {
         let dir = tempfile::tempdir().expect("a directory");
-        let engine = engine();
-        let kept = KeptCompilations::open(&engine, dir.path()).expect("opened");
+        let kept = opened(dir.path());
         let (hash, bytes) = a_builtin();
-        kept.component(&engine, hash, bytes).expect("compiled");
+        kept.component(hash, bytes).expect("compiled");
         assert!(kept.path(hash).is_file());
         let read = kept
-            .component(&engine, hash, b"not a component")
+            .component(hash, b"not a component")
             .expect("read from its file");
         assert!(read.serialize().is_ok());
         // Another opening (a restart) reads it too.
-        let again = KeptCompilations::open(&engine, dir.path()).expect("opened again");
+        let again = opened(dir.path());
         again
-            .component(&engine, hash, b"not a component")
+            .component(hash, b"not a component")
             .expect("read after a restart");
     }
 
@@ -218,13 +216,11 @@ mod tests {
     #[test]
     fn an_unreadable_file_is_compiled_again() {
         let dir = tempfile::tempdir().expect("a directory");
-        let engine = engine();
-        let kept = KeptCompilations::open(&engine, dir.path()).expect("opened");
+        let kept = opened(dir.path());
         let (hash, bytes) = a_builtin();
         std::fs::write(kept.path(hash), b"garbage").expect("written");
-        kept.component(&engine, hash, bytes)
-            .expect("compiled again");
-        kept.component(&engine, hash, b"not a component")
+        kept.component(hash, bytes).expect("compiled again");
+        kept.component(hash, b"not a component")
             .expect("the rewritten file reads");
     }
 
@@ -242,13 +238,12 @@ mod tests {
         std::fs::write(&unfinished, b"half").expect("written");
         let unrelated = dir.path().join("notes.txt");
         std::fs::write(&unrelated, b"the operator's").expect("written");
-        let engine = engine();
-        let kept = KeptCompilations::open(&engine, dir.path()).expect("opened");
+        let kept = opened(dir.path());
         assert!(!stale.exists(), "another engine's file is removed");
         assert!(!unfinished.exists(), "an unfinished write is removed");
         assert!(unrelated.exists(), "a file not of this kind stays");
         let hash = alloy_primitives::keccak256(b"not a component");
-        assert!(kept.component(&engine, hash, b"not a component").is_err());
+        assert!(kept.component(hash, b"not a component").is_err());
         assert!(!kept.path(hash).exists());
     }
 
@@ -256,8 +251,7 @@ mod tests {
     #[test]
     fn the_least_recently_used_go_past_the_bound() {
         let dir = tempfile::tempdir().expect("a directory");
-        let engine = engine();
-        let kept = KeptCompilations::open(&engine, dir.path()).expect("opened");
+        let kept = opened(dir.path());
         let long_ago = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000);
         for n in 0..MAX_KEPT {
             let mut hash = B256::ZERO;
@@ -278,7 +272,7 @@ mod tests {
             .min_by_key(|(_, used)| *used);
         let (oldest, _) = oldest.expect("files");
         let (hash, bytes) = a_builtin();
-        kept.component(&engine, hash, bytes).expect("compiled");
+        kept.component(hash, bytes).expect("compiled");
         let files = kept.files().expect("listed");
         assert_eq!(files.len(), MAX_KEPT);
         assert!(!oldest.exists(), "the least recently used went");

@@ -395,7 +395,7 @@ fn compiled(
         return Ok(component.clone());
     }
     let component = match kept {
-        Some(kept) => kept.component(&shared.engine, hash, bytes)?,
+        Some(kept) => kept.component(hash, bytes)?,
         None => anyhow_result(Component::new(&shared.engine, bytes))?,
     };
     cached()?.insert(hash, component.clone());
